@@ -1,0 +1,64 @@
+"""goodput_jax: measure, model and schedule ML training goodput, JAX-native.
+
+Public API (lazily imported, so ``import goodput_jax`` stays cheap and does
+not start JAX until a model-side name is used)::
+
+    from goodput_jax import GoodputRecorder, GoodputCalculator, GoodputMonitor
+    from goodput_jax import PerfParams, GradParams, GoodputFunction, fit_perf_params
+    from goodput_jax import SpeedupFunction, PolluxPolicy, JobInfo, NodeInfo
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "GoodputRecorder": "goodput_jax.measure.recorder",
+    "GoodputCalculator": "goodput_jax.measure.calculator",
+    "GoodputMonitor": "goodput_jax.measure.monitor",
+    "BadputType": "goodput_jax.measure.calculator",
+    "PerfParams": "goodput_jax.model.types",
+    "GradParams": "goodput_jax.model.types",
+    "GoodputFunction": "goodput_jax.model.goodput",
+    "fit_perf_params": "goodput_jax.model.perf",
+    "gradient_noise_scale": "goodput_jax.model.gradstats",
+    "SpeedupFunction": "goodput_jax.sched.speedup",
+    "PolluxPolicy": "goodput_jax.sched.pollux",
+    "JobInfo": "goodput_jax.sched.types",
+    "NodeInfo": "goodput_jax.sched.types",
+    "GoodputHooks": "goodput_jax.integrations.hooks",
+}
+
+__all__ = sorted(_EXPORTS) + ["goodput", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "goodput":
+        return importlib.import_module("goodput_jax.goodput")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'goodput_jax' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.integrations.hooks import GoodputHooks  # noqa: F401
+    from goodput_jax.measure.calculator import BadputType, GoodputCalculator  # noqa: F401
+    from goodput_jax.measure.monitor import GoodputMonitor  # noqa: F401
+    from goodput_jax.measure.recorder import GoodputRecorder  # noqa: F401
+    from goodput_jax.model.goodput import GoodputFunction  # noqa: F401
+    from goodput_jax.model.gradstats import gradient_noise_scale  # noqa: F401
+    from goodput_jax.model.perf import fit_perf_params  # noqa: F401
+    from goodput_jax.model.types import GradParams, PerfParams  # noqa: F401
+    from goodput_jax.sched.pollux import PolluxPolicy  # noqa: F401
+    from goodput_jax.sched.speedup import SpeedupFunction  # noqa: F401
+    from goodput_jax.sched.types import JobInfo, NodeInfo  # noqa: F401

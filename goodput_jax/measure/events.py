@@ -1,0 +1,182 @@
+"""The one event vocabulary shared by the recorder, the stores and the calculator.
+
+Every event carries the job name, a run id (fresh per process launch, so that
+restarts and a reused job name are unambiguous), the host/process index, an
+optional step and a UTC timestamp in float seconds since the epoch.
+
+Example:
+    >>> ev = Event(EventKind.STEP_START, "job", "run-1", 0, 1700000000.0, step=3)
+    >>> Event.from_dict(ev.to_dict()) == ev
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import json
+import math
+import numbers
+import os
+import socket
+import uuid
+from typing import Any
+
+
+class EventKind(str, enum.Enum):
+    """Kinds of recorded events. Values are stable strings stored on disk."""
+
+    JOB_START = "job_start"
+    JOB_END = "job_end"
+    STEP_START = "step_start"
+    STEP_END = "step_end"
+    ACCELERATOR_INIT_START = "accelerator_init_start"
+    ACCELERATOR_INIT_END = "accelerator_init_end"
+    TRAINING_PREP_START = "training_prep_start"
+    TRAINING_PREP_END = "training_prep_end"
+    PROGRAM_STARTUP_START = "program_startup_start"
+    PROGRAM_STARTUP_END = "program_startup_end"
+    DATA_LOADING_START = "data_loading_start"
+    DATA_LOADING_END = "data_loading_end"
+    CHECKPOINT_SAVE_START = "checkpoint_save_start"
+    CHECKPOINT_SAVE_END = "checkpoint_save_end"
+    CHECKPOINT_RESTORE_START = "checkpoint_restore_start"
+    CHECKPOINT_RESTORE_END = "checkpoint_restore_end"
+    CUSTOM_BADPUT_START = "custom_badput_start"
+    CUSTOM_BADPUT_END = "custom_badput_end"
+    #: Model-side hints published by the training hooks (payload = JSON dict).
+    HINTS = "hints"
+
+
+#: start kind -> end kind, for every start/end pair.
+START_END_PAIRS: dict[EventKind, EventKind] = {
+    EventKind.JOB_START: EventKind.JOB_END,
+    EventKind.STEP_START: EventKind.STEP_END,
+    EventKind.ACCELERATOR_INIT_START: EventKind.ACCELERATOR_INIT_END,
+    EventKind.TRAINING_PREP_START: EventKind.TRAINING_PREP_END,
+    EventKind.PROGRAM_STARTUP_START: EventKind.PROGRAM_STARTUP_END,
+    EventKind.DATA_LOADING_START: EventKind.DATA_LOADING_END,
+    EventKind.CHECKPOINT_SAVE_START: EventKind.CHECKPOINT_SAVE_END,
+    EventKind.CHECKPOINT_RESTORE_START: EventKind.CHECKPOINT_RESTORE_END,
+    EventKind.CUSTOM_BADPUT_START: EventKind.CUSTOM_BADPUT_END,
+}
+END_START_PAIRS: dict[EventKind, EventKind] = {v: k for k, v in START_END_PAIRS.items()}
+
+
+def new_run_id() -> str:
+    """A fresh run id for one process launch: host name, pid and a random suffix."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def to_timestamp(value: Any, *, name: str = "timestamp") -> float:
+    """Convert a timezone-aware datetime or a float (UTC seconds) to float seconds.
+
+    Raises:
+        ValueError: naive datetimes, non-finite numbers.
+        TypeError: anything that is neither a datetime nor a real number.
+
+    Example:
+        >>> to_timestamp(_dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc))
+        1704067200.0
+    """
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+            raise ValueError(
+                f"{name} ({value!r}) is a naive datetime; pass a timezone-aware one, "
+                "e.g. datetime.datetime.now(datetime.timezone.utc)"
+            )
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} ({value!r}) must be a timezone-aware datetime or float UTC seconds, "
+            f"not {type(value).__name__}"
+        )
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"{name} ({value!r}) must be finite")
+    return out
+
+
+def check_step(step: Any, *, name: str = "step") -> int:
+    """Validate a step number: a non-negative integer (numpy/JAX integer scalars accepted).
+
+    Example:
+        >>> check_step(3)
+        3
+    """
+    if isinstance(step, bool):
+        raise TypeError(f"{name} ({step!r}) must be a non-negative integer, not bool")
+    if not isinstance(step, numbers.Integral):
+        # numpy / jax scalars with integer dtype
+        dtype = getattr(step, "dtype", None)
+        if dtype is None or getattr(dtype, "kind", "") not in "iu" or getattr(step, "ndim", 0):
+            raise TypeError(f"{name} ({step!r}) must be a non-negative integer")
+    out = int(step)
+    if out < 0:
+        raise ValueError(f"{name} ({step!r}) must be a non-negative integer")
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """One recorded event.
+
+    Attributes:
+        kind: what happened.
+        job_name: the job this belongs to.
+        run_id: fresh per process launch.
+        host: host / process index.
+        timestamp: UTC seconds since the epoch.
+        step: step number, where the kind has one.
+        label: user label of a custom badput event.
+        payload: free JSON-serialisable dict (hints, extra metadata).
+    """
+
+    kind: EventKind
+    job_name: str
+    run_id: str
+    host: int
+    timestamp: float
+    step: int | None = None
+    label: str | None = None
+    payload: dict | None = None
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable dict (used by the Cloud Logging store's jsonPayload)."""
+        d = {
+            "kind": self.kind.value,
+            "job_name": self.job_name,
+            "run_id": self.run_id,
+            "host": self.host,
+            "timestamp": self.timestamp,
+        }
+        if self.step is not None:
+            d["step"] = self.step
+        if self.label is not None:
+            d["label"] = self.label
+        if self.payload is not None:
+            d["payload"] = self.payload
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Event:
+        """Inverse of :meth:`to_dict`; raises ValueError naming a bad key."""
+        try:
+            kind = EventKind(d["kind"])
+            step = d.get("step")
+            return cls(
+                kind=kind,
+                job_name=str(d["job_name"]),
+                run_id=str(d["run_id"]),
+                host=int(d["host"]),
+                timestamp=float(d["timestamp"]),
+                step=None if step is None else int(step),
+                label=d.get("label"),
+                payload=d.get("payload"),
+            )
+        except KeyError as e:
+            raise ValueError(f"event dict is missing key {e.args[0]!r}: {d!r}") from None
+
+    def payload_json(self) -> str | None:
+        return None if self.payload is None else json.dumps(self.payload, sort_keys=True)

@@ -1,0 +1,56 @@
+"""Event stores: SQLite (embedded default) and Google Cloud Logging.
+
+``open_store(url)`` picks one from a URL, or from ``GOODPUT_JAX_STORE``, or
+falls back to ``sqlite:///./goodput.db``.
+
+Example:
+    >>> store = open_store("sqlite:///tmp/x.db")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+
+from goodput_jax.measure.stores.base import EventStore, StoreError
+
+DEFAULT_STORE_URL = "sqlite:///goodput.db"
+ENV_VAR = "GOODPUT_JAX_STORE"
+
+__all__ = ["EventStore", "StoreError", "open_store", "resolve_store", "DEFAULT_STORE_URL"]
+
+
+def open_store(url: str | None = None, **kwargs) -> EventStore:
+    """Open the store named by ``url`` (or ``$GOODPUT_JAX_STORE``, or ./goodput.db).
+
+    Supported: ``sqlite:///relative/path`` and ``sqlite:////absolute/path``
+    (SQLAlchemy's convention), a bare file path, and ``gcl://PROJECT/LOGGER`` (needs the ``gcp`` extra).
+    """
+    if url is None:
+        url = os.environ.get(ENV_VAR) or DEFAULT_STORE_URL
+    if not isinstance(url, str) or not url:
+        raise ValueError(f"store url ({url!r}) must be a non-empty string")
+    if url.startswith("gcl://"):
+        from goodput_jax.measure.stores.cloud_logging import CloudLoggingStore
+
+        return CloudLoggingStore.from_url(url, **kwargs)
+    if url.startswith("sqlite://"):
+        # SQLAlchemy convention: sqlite:///rel/path, sqlite:////abs/path
+        path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
+        if not path:
+            raise ValueError(f"store url ({url!r}) has no path")
+    elif "://" in url:
+        raise ValueError(
+            f"store url ({url!r}) has an unknown scheme; use sqlite:///PATH or gcl://PROJECT/LOGGER"
+        )
+    else:
+        path = url
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+    return SQLiteStore(path, **kwargs)
+
+
+def resolve_store(store: EventStore | str | None) -> EventStore:
+    """Accept an EventStore instance, a URL, or None (environment / default)."""
+    if store is None or isinstance(store, str):
+        return open_store(store)
+    return store

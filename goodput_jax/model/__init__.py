@@ -1,0 +1,1 @@
+"""goodput_jax.model."""

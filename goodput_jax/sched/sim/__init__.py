@@ -1,0 +1,1 @@
+"""goodput_jax.sched.sim."""
