@@ -47,6 +47,8 @@ class EventKind(str, enum.Enum):
     CUSTOM_BADPUT_END = "custom_badput_end"
     #: Model-side hints published by the training hooks (payload = JSON dict).
     HINTS = "hints"
+    #: ``record_checkpoint_progress``: the last step included in a saved checkpoint.
+    CHECKPOINT_PROGRESS = "checkpoint_progress"
 
 
 #: start kind -> end kind, for every start/end pair.
@@ -62,6 +64,38 @@ START_END_PAIRS: dict[EventKind, EventKind] = {
     EventKind.CUSTOM_BADPUT_START: EventKind.CUSTOM_BADPUT_END,
 }
 END_START_PAIRS: dict[EventKind, EventKind] = {v: k for k, v in START_END_PAIRS.items()}
+
+#: Stable small-integer codes for every kind (stored on disk by the SQLite store and
+#: used by the calculator's hot loop). Never renumber: append new kinds at the end.
+KIND_CODES: dict[EventKind, int] = {
+    EventKind.JOB_START: 0,
+    EventKind.JOB_END: 1,
+    EventKind.STEP_START: 2,
+    EventKind.STEP_END: 3,
+    EventKind.ACCELERATOR_INIT_START: 4,
+    EventKind.ACCELERATOR_INIT_END: 5,
+    EventKind.TRAINING_PREP_START: 6,
+    EventKind.TRAINING_PREP_END: 7,
+    EventKind.PROGRAM_STARTUP_START: 8,
+    EventKind.PROGRAM_STARTUP_END: 9,
+    EventKind.DATA_LOADING_START: 10,
+    EventKind.DATA_LOADING_END: 11,
+    EventKind.CHECKPOINT_SAVE_START: 12,
+    EventKind.CHECKPOINT_SAVE_END: 13,
+    EventKind.CHECKPOINT_RESTORE_START: 14,
+    EventKind.CHECKPOINT_RESTORE_END: 15,
+    EventKind.CUSTOM_BADPUT_START: 16,
+    EventKind.CUSTOM_BADPUT_END: 17,
+    EventKind.HINTS: 18,
+    EventKind.CHECKPOINT_PROGRESS: 19,
+}
+#: code -> kind (index = code).
+KINDS_BY_CODE: tuple[EventKind, ...] = tuple(
+    sorted(KIND_CODES, key=KIND_CODES.__getitem__)
+)
+assert len(KINDS_BY_CODE) == len(EventKind) and all(
+    KIND_CODES[k] == i for i, k in enumerate(KINDS_BY_CODE)
+), "KIND_CODES must number every EventKind 0..n-1"  # import-time self-check
 
 
 def new_run_id() -> str:
@@ -179,4 +213,36 @@ class Event:
             raise ValueError(f"event dict is missing key {e.args[0]!r}: {d!r}") from None
 
     def payload_json(self) -> str | None:
+        """The payload as canonical JSON text (None when there is no payload)."""
         return None if self.payload is None else json.dumps(self.payload, sort_keys=True)
+
+    def validate(self) -> Event:
+        """Check every field; raise TypeError/ValueError naming the field and value.
+
+        Returns the event itself so that it can be chained.
+
+        Example:
+            >>> Event(EventKind.JOB_START, "j", "r", 0, 1.0).validate().kind
+            <EventKind.JOB_START: 'job_start'>
+        """
+        if not isinstance(self.kind, EventKind):
+            raise TypeError(f"kind ({self.kind!r}) must be an EventKind")
+        if not isinstance(self.job_name, str) or not self.job_name:
+            raise ValueError(f"job_name ({self.job_name!r}) must be a non-empty string")
+        if not isinstance(self.run_id, str) or not self.run_id:
+            raise ValueError(f"run_id ({self.run_id!r}) must be a non-empty string")
+        if isinstance(self.host, bool) or not isinstance(self.host, int) or self.host < 0:
+            raise ValueError(f"host ({self.host!r}) must be a non-negative int")
+        to_timestamp(self.timestamp)
+        if self.step is not None:
+            check_step(self.step)
+        if self.label is not None and not isinstance(self.label, str):
+            raise TypeError(f"label ({self.label!r}) must be a string or None")
+        if self.payload is not None:
+            if not isinstance(self.payload, dict):
+                raise TypeError(f"payload ({self.payload!r}) must be a dict or None")
+            try:
+                json.dumps(self.payload)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"payload ({self.payload!r}) is not JSON-serialisable: {e}") from None
+        return self

@@ -1,0 +1,614 @@
+"""GoodputCalculator: goodput, badput breakdown, intervals and step-time statistics.
+
+The calculator reads a job's events from an :class:`EventStore` in insertion
+order and attributes every second of the job's time to exactly one bucket:
+productive step time or one :class:`BadputType`. It keeps running totals and a
+store cursor, so a query after K new events costs O(K), not O(history).
+
+The rules (documented with one test each in ``docs/semantics.md``):
+
+* The timeline unit is a *stream*: the events of one ``(run_id, host)``. Every
+  duration is the difference of two timestamps of the same stream, so clocks of
+  different hosts are never subtracted, except for the downtime between a crashed
+  stream and the next one, which is clamped at zero.
+* Within a stream, the time between two consecutive events goes to the innermost
+  (most recently opened, still open) badput span; else to the open step (pending,
+  productive once the step completes); else to ``OTHER``.
+* A step completes at the next ``STEP_START``, its ``STEP_END`` or ``JOB_END``
+  of the same stream. A ``STEP_START`` with a step number <= an earlier live step
+  rolls back progress: the productive time of every live step >= it becomes
+  ``WASTED_PROGRESS_FROM_DISRUPTION``. Gaps in step numbers are not an error.
+* A new stream supersedes the previous one. If that one had no ``JOB_END`` it
+  crashed: its in-flight step and the downtime until the new stream's first event
+  are ``INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION``. If it ended cleanly, the idle
+  time between the two runs is not job time. Late events of a superseded stream
+  are ignored (and counted).
+* While the latest stream runs, time from its last event to ``clock()`` goes to
+  the open badput span, else ``OTHER``; an in-flight step is not productive until
+  it completes, so a hang counts against goodput.
+
+Example:
+    >>> from goodput_jax.measure.stores.sqlite import SQLiteStore
+    >>> from goodput_jax.measure.events import Event, EventKind as K
+    >>> store = SQLiteStore(":memory:")
+    >>> ev = lambda kind, t, step=None: Event(kind, "job", "run-1", 0, t, step=step)
+    >>> store.append([ev(K.JOB_START, 0.0), ev(K.STEP_START, 10.0, 0),
+    ...               ev(K.STEP_START, 20.0, 1), ev(K.JOB_END, 30.0)])
+    >>> calc = GoodputCalculator("job", "logger", store=store)
+    >>> goodput, badput, last_step = calc.get_job_goodput(include_badput_breakdown=True)
+    >>> round(goodput, 2), round(badput[BadputType.OTHER], 2), last_step
+    (66.67, 33.33, 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import threading
+import time
+from array import array
+from typing import Any, Callable
+
+import numpy as np
+
+from goodput_jax.measure.events import KIND_CODES, EventKind, to_timestamp
+from goodput_jax.measure.stores import EventStore, resolve_store
+
+
+class BadputType(enum.Enum):
+    """Causes of unproductive time (Google's ml-goodput-measurement categories).
+
+    ``TPU_INITIALIZATION`` and ``DATA_LOADING_SYNC`` are aliases of
+    ``ACCELERATOR_INITIALIZATION`` and ``DATA_LOADING`` (Google's names).
+    ``DATA_LOADING_ASYNC`` exists for drop-in compatibility: asynchronous loading
+    does not block training, so it is never badput and always reported as 0.
+    """
+
+    ACCELERATOR_INITIALIZATION = 1
+    TPU_INITIALIZATION = 1
+    TRAINING_PREP = 2
+    PROGRAM_STARTUP = 3
+    DATA_LOADING = 4
+    DATA_LOADING_SYNC = 4
+    DATA_LOADING_ASYNC = 5
+    UNPRODUCTIVE_CHECKPOINT_SAVE_TIME = 6
+    UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME = 7
+    WASTED_PROGRESS_FROM_DISRUPTION = 8
+    INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION = 9
+    CUSTOM_BADPUT_EVENTS = 10
+    OTHER = 11
+
+
+class NoEventsError(ValueError):
+    """The store holds no timeline events for the job (message names store and job)."""
+
+
+# Bucket indices of the hot loop.
+_B_ACCEL, _B_PREP, _B_STARTUP, _B_DATA, _B_SAVE, _B_RESTORE = 0, 1, 2, 3, 4, 5
+_B_WASTED, _B_INFRA, _B_CUSTOM, _B_OTHER = 6, 7, 8, 9
+_NB = 10
+_BUCKET_TYPES = (
+    BadputType.ACCELERATOR_INITIALIZATION,
+    BadputType.TRAINING_PREP,
+    BadputType.PROGRAM_STARTUP,
+    BadputType.DATA_LOADING,
+    BadputType.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME,
+    BadputType.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME,
+    BadputType.WASTED_PROGRESS_FROM_DISRUPTION,
+    BadputType.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION,
+    BadputType.CUSTOM_BADPUT_EVENTS,
+    BadputType.OTHER,
+)
+
+_K = KIND_CODES
+_JOB_START, _JOB_END = _K[EventKind.JOB_START], _K[EventKind.JOB_END]
+_STEP_START, _STEP_END = _K[EventKind.STEP_START], _K[EventKind.STEP_END]
+_HINTS, _CKPT_PROGRESS = _K[EventKind.HINTS], _K[EventKind.CHECKPOINT_PROGRESS]
+#: span start code -> bucket
+_SPAN_START_BUCKET = {
+    _K[EventKind.ACCELERATOR_INIT_START]: _B_ACCEL,
+    _K[EventKind.TRAINING_PREP_START]: _B_PREP,
+    _K[EventKind.PROGRAM_STARTUP_START]: _B_STARTUP,
+    _K[EventKind.DATA_LOADING_START]: _B_DATA,
+    _K[EventKind.CHECKPOINT_SAVE_START]: _B_SAVE,
+    _K[EventKind.CHECKPOINT_RESTORE_START]: _B_RESTORE,
+    _K[EventKind.CUSTOM_BADPUT_START]: _B_CUSTOM,
+}
+#: span end code -> its start code
+_SPAN_END_START = {
+    _K[EventKind.ACCELERATOR_INIT_END]: _K[EventKind.ACCELERATOR_INIT_START],
+    _K[EventKind.TRAINING_PREP_END]: _K[EventKind.TRAINING_PREP_START],
+    _K[EventKind.PROGRAM_STARTUP_END]: _K[EventKind.PROGRAM_STARTUP_START],
+    _K[EventKind.DATA_LOADING_END]: _K[EventKind.DATA_LOADING_START],
+    _K[EventKind.CHECKPOINT_SAVE_END]: _K[EventKind.CHECKPOINT_SAVE_START],
+    _K[EventKind.CHECKPOINT_RESTORE_END]: _K[EventKind.CHECKPOINT_RESTORE_START],
+    _K[EventKind.CUSTOM_BADPUT_END]: _K[EventKind.CUSTOM_BADPUT_START],
+}
+
+
+class _Engine:
+    """The attribution state machine (one pass over rows in insertion order).
+
+    Rows are ``(id, kind_code, stream_key, ts, step, label, payload)``. The
+    optional window clips every attributed slice to ``[ws, we]``.
+    """
+
+    def __init__(self, ws: float = -math.inf, we: float = math.inf):
+        self.ws, self.we = ws, we
+        self.acc = [0.0] * _NB
+        self.productive = 0.0
+        self.custom: dict[str, float] = {}
+        self.live_steps = array("q")
+        self.live_secs = array("d")
+        self.seen: set = set()
+        self.cur = None  # active stream key
+        self.ended = False
+        self.last_t = 0.0
+        self.spans: list[tuple[int, str | None, int]] = []
+        self.open_step = -1
+        self.pending = 0.0
+        self.runs = 0
+        self.disruptions = 0
+        self.ignored = 0
+        self.unmatched = 0
+        self.out_of_order = 0
+        self.events = 0
+        self.hints: Any = None
+        self.last_ckpt_step: int | None = None
+        self.first_t: float | None = None
+
+    def feed(self, rows) -> None:  # noqa: C901 - one tight loop on purpose
+        acc = self.acc
+        custom = self.custom
+        live_steps, live_secs = self.live_steps, self.live_secs
+        seen = self.seen
+        ws, we = self.ws, self.we
+        cur, ended, last_t = self.cur, self.ended, self.last_t
+        spans, open_step, pending = self.spans, self.open_step, self.pending
+        productive = self.productive
+        span_bucket = _SPAN_START_BUCKET
+        span_end = _SPAN_END_START
+        n = 0
+        for _id, kind, sid, t, step, label, payload in rows:
+            n += 1
+            if kind == _HINTS:
+                self.hints = payload
+                continue
+            if sid != cur:
+                if sid in seen:
+                    self.ignored += 1
+                    continue
+                if cur is not None and not ended:
+                    # the previous stream crashed: in-flight step + downtime
+                    self.disruptions += 1
+                    a = last_t if last_t > ws else ws
+                    b = t if t < we else we
+                    acc[_B_INFRA] += pending + (b - a if b > a else 0.0)
+                seen.add(sid)
+                cur = sid
+                ended = False
+                last_t = t
+                spans = []
+                open_step = -1
+                pending = 0.0
+                self.runs += 1
+                if self.first_t is None:
+                    self.first_t = t
+            elif ended:
+                # a cleanly ended stream that logs again: the pause is not job time
+                ended = False
+                last_t = t if t > last_t else last_t
+            else:
+                if t < last_t:
+                    self.out_of_order += 1
+                    t = last_t
+                a = last_t if last_t > ws else ws
+                b = t if t < we else we
+                if b > a:
+                    dt = b - a
+                    if spans:
+                        top = spans[-1]
+                        acc[top[2]] += dt
+                        if top[2] == _B_CUSTOM:
+                            custom[top[1]] = custom.get(top[1], 0.0) + dt
+                    elif open_step >= 0:
+                        pending += dt
+                    else:
+                        acc[_B_OTHER] += dt
+                last_t = t
+            # apply the event
+            if kind == _STEP_START:
+                if step is None:
+                    self.unmatched += 1
+                    continue
+                if open_step >= 0:
+                    live_steps.append(open_step)
+                    live_secs.append(pending)
+                    productive += pending
+                while live_steps and live_steps[-1] >= step:
+                    live_steps.pop()
+                    s = live_secs.pop()
+                    productive -= s
+                    acc[_B_WASTED] += s
+                open_step = step
+                pending = 0.0
+            elif kind in span_bucket:
+                spans.append((kind, label, span_bucket[kind]))
+            elif kind in span_end:
+                want = span_end[kind]
+                for i in range(len(spans) - 1, -1, -1):
+                    if spans[i][0] == want and spans[i][1] == label:
+                        del spans[i]
+                        break
+                else:
+                    self.unmatched += 1
+            elif kind == _STEP_END:
+                if open_step >= 0:
+                    live_steps.append(open_step)
+                    live_secs.append(pending)
+                    productive += pending
+                    open_step = -1
+                    pending = 0.0
+                else:
+                    self.unmatched += 1
+            elif kind == _JOB_END:
+                if open_step >= 0:
+                    live_steps.append(open_step)
+                    live_secs.append(pending)
+                    productive += pending
+                    open_step = -1
+                    pending = 0.0
+                spans = []
+                ended = True
+            elif kind == _CKPT_PROGRESS:
+                self.last_ckpt_step = step
+            # JOB_START: only marks the stream's beginning
+        self.cur, self.ended, self.last_t = cur, ended, last_t
+        self.spans, self.open_step, self.pending = spans, open_step, pending
+        self.productive = productive
+        self.events += n
+
+    def totals(self, now: float) -> tuple[float, list[float], dict[str, float]]:
+        """(productive, bucket seconds, custom seconds) including the live tail up to now."""
+        acc = list(self.acc)
+        custom = dict(self.custom)
+        if self.cur is not None and not self.ended:
+            acc[_B_OTHER] += self.pending  # in-flight step: not productive yet
+            a = max(self.last_t, self.ws)
+            b = min(now, self.we)
+            if b > a:
+                dt = b - a
+                if self.spans:
+                    _, label, bucket = self.spans[-1]
+                    acc[bucket] += dt
+                    if bucket == _B_CUSTOM:
+                        custom[label] = custom.get(label, 0.0) + dt
+                else:
+                    acc[_B_OTHER] += dt
+        return max(self.productive, 0.0), acc, custom
+
+
+@dataclasses.dataclass(frozen=True)
+class StepDeviation:
+    """Step-time statistics of the live (productive) steps.
+
+    Attributes:
+        num_steps: number of completed productive steps.
+        median: median step time (s).
+        p90: 90th percentile step time (s).
+        mean: mean step time (s).
+        ideal_step_time: the configured ideal, or a robust estimate (median of
+            the steps within median + 3 MAD).
+        ideal_source: ``"configured"`` or ``"estimated"``.
+        steps: step numbers (int64 array).
+        step_times: productive seconds of each step (float64 array).
+        deviations: ``step_times - ideal_step_time`` (float64 array).
+    """
+
+    num_steps: int
+    median: float
+    p90: float
+    mean: float
+    ideal_step_time: float
+    ideal_source: str
+    steps: np.ndarray
+    step_times: np.ndarray
+    deviations: np.ndarray
+
+    @property
+    def step_deviation(self) -> dict[int, float]:
+        """``{step: step_time - ideal}`` like Google's step-deviation dict."""
+        return dict(zip(self.steps.tolist(), self.deviations.tolist()))
+
+    def as_dict(self) -> dict:
+        """Summary (no per-step arrays) for JSON / TensorBoard."""
+        return {
+            "num_steps": self.num_steps,
+            "median": self.median,
+            "p90": self.p90,
+            "mean": self.mean,
+            "ideal_step_time": self.ideal_step_time,
+            "ideal_source": self.ideal_source,
+            "max_abs_deviation": float(np.max(np.abs(self.deviations))) if self.num_steps else 0.0,
+        }
+
+
+def _check_ideal(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"configured_ideal_step_time ({value!r}) must be a positive float or None")
+    v = float(value)
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"configured_ideal_step_time ({value!r}) must be a positive finite float")
+    return v
+
+
+class GoodputCalculator:
+    """Computes a job's goodput and badput breakdown from its recorded events.
+
+    Args:
+        job_name: the job to measure.
+        logger_name: kept for drop-in compatibility with ml-goodput-measurement
+            (the store decides where events live).
+        store: an EventStore, a store URL, or None (``$GOODPUT_JAX_STORE`` or
+            ``./goodput.db``).
+        clock: returns "now" as float UTC seconds (or an aware datetime); time of
+            a running job counts up to now. Default ``time.time``.
+        configured_ideal_step_time: ideal step time (s) for
+            :meth:`get_step_deviation`; None = robust estimate.
+
+    All methods are thread-safe.
+
+    Example:
+        >>> calc = GoodputCalculator("my-job", "goodput_my-job", store="sqlite:///goodput.db")  # doctest: +SKIP
+        >>> goodput, badput, last_step = calc.get_job_goodput(include_badput_breakdown=True)  # doctest: +SKIP
+    """
+
+    _CHUNK = 200_000
+
+    def __init__(
+        self,
+        job_name: str,
+        logger_name: str | None = None,
+        store: EventStore | str | None = None,
+        clock: Callable[[], Any] | None = None,
+        configured_ideal_step_time: float | None = None,
+    ):
+        if not isinstance(job_name, str) or not job_name:
+            raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
+        if clock is not None and not callable(clock):
+            raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
+        self.job_name = job_name
+        self.logger_name = logger_name
+        self.store = resolve_store(store)
+        self._clock = clock or time.time
+        self.configured_ideal_step_time = _check_ideal(configured_ideal_step_time)
+        self._lock = threading.RLock()
+        self._engine = _Engine()
+        self._cursor: Any = None
+        self._stream_keys: dict[tuple[str, int], int] = {}
+        self._fast = callable(getattr(self.store, "read_rows", None))
+
+    # ----------------------------------------------------------------- reading
+    def _now(self) -> float:
+        return to_timestamp(self._clock(), name="clock()")
+
+    def _rows_from_events(self, events) -> list[tuple]:
+        keys = self._stream_keys
+        out = []
+        for ev in events:
+            key = (ev.run_id, ev.host)
+            sid = keys.get(key)
+            if sid is None:
+                sid = keys[key] = len(keys)
+            out.append((0, KIND_CODES[ev.kind], sid, ev.timestamp, ev.step, ev.label, ev.payload))
+        return out
+
+    def _iter_new_rows(self, cursor: Any):
+        """Yield (rows, cursor) chunks of rows newer than ``cursor``."""
+        while True:
+            if self._fast:
+                rows, cursor = self.store.read_rows(self.job_name, cursor, self._CHUNK)
+            else:
+                events, cursor = self.store.read_events(self.job_name, cursor, self._CHUNK)
+                rows = self._rows_from_events(events)
+            if not rows:
+                return
+            yield rows, cursor
+            if len(rows) < self._CHUNK:
+                return
+
+    def refresh(self) -> int:
+        """Read events appended since the last call; returns how many were new."""
+        with self._lock:
+            n = 0
+            for rows, cursor in self._iter_new_rows(self._cursor):
+                self._engine.feed(rows)
+                self._cursor = cursor
+                n += len(rows)
+            return n
+
+    def _require_events(self, eng: _Engine) -> None:
+        if eng.runs == 0:
+            raise NoEventsError(
+                f"no goodput events for job {self.job_name!r} in store "
+                f"{getattr(self.store, 'url', self.store)!r}"
+            )
+
+    # ----------------------------------------------------------------- results
+    def _result(self, eng: _Engine, now: float, include: bool, what: str):
+        self._require_events(eng)
+        productive, acc, _ = eng.totals(now)
+        total = productive + sum(acc)
+        if total <= 0:
+            raise ValueError(
+                f"{what} of job {self.job_name!r} has zero elapsed time; goodput is undefined"
+            )
+        goodput = 100.0 * productive / total
+        last = eng.live_steps[-1] if eng.live_steps else 0
+        if not include:
+            return goodput, {}, last
+        return goodput, _breakdown(acc, total), last
+
+    def get_job_goodput(
+        self, include_badput_breakdown: bool = False
+    ) -> tuple[float, dict[BadputType, float], int]:
+        """Goodput of the whole job so far.
+
+        Returns:
+            ``(goodput %, {BadputType: %} (empty unless requested), last productive step)``.
+            Goodput plus all badput percentages is 100.
+
+        Raises:
+            NoEventsError: the store holds no events for the job.
+
+        Example:
+            >>> goodput, _, last_step = calc.get_job_goodput()  # doctest: +SKIP
+        """
+        with self._lock:
+            self.refresh()
+            return self._result(self._engine, self._now(), include_badput_breakdown, "the job")
+
+    def get_job_goodput_interval(
+        self, interval_start: Any, interval_end: Any
+    ) -> tuple[float, dict[BadputType, float], int]:
+        """Goodput within a wall-clock window ``[interval_start, interval_end]``.
+
+        Computed with everything known now (a step inside the window that was
+        later redone after a restart is wasted progress). Job time inside the
+        window is the denominator; time after ``clock()`` is not counted.
+
+        Args:
+            interval_start: aware datetime or float UTC seconds.
+            interval_end: aware datetime or float UTC seconds, after the start.
+
+        Returns:
+            ``(goodput %, {BadputType: %}, last productive step)``.
+
+        Example:
+            >>> calc.get_job_goodput_interval(t0, t0 + 3600)  # doctest: +SKIP
+        """
+        ws = to_timestamp(interval_start, name="interval_start")
+        we = to_timestamp(interval_end, name="interval_end")
+        if not we > ws:
+            raise ValueError(
+                f"interval_end ({interval_end!r}) must be after interval_start ({interval_start!r})"
+            )
+        with self._lock:
+            eng = _Engine(ws, we)
+            for rows, _ in self._iter_new_rows(None):
+                eng.feed(rows)
+            return self._result(eng, self._now(), True, f"the interval [{ws}, {we}]")
+
+    def get_job_goodput_details(self) -> dict[str, Any]:
+        """Raw seconds per bucket plus bookkeeping.
+
+        Returns:
+            dict with ``productive_time``, ``badput_time`` ({BadputType: s}),
+            ``custom_badput_time`` ({label: s}), ``total_time``,
+            ``last_productive_step``, ``num_runs``, ``num_disruptions``,
+            ``last_checkpointed_step``, ``ignored_events``, ``unmatched_events``,
+            ``out_of_order_events``, ``num_events``.
+
+        Example:
+            >>> calc.get_job_goodput_details()["badput_time"][BadputType.OTHER]  # doctest: +SKIP
+        """
+        with self._lock:
+            self.refresh()
+            eng = self._engine
+            self._require_events(eng)
+            productive, acc, custom = eng.totals(self._now())
+            badput = {t: acc[i] for i, t in enumerate(_BUCKET_TYPES)}
+            badput[BadputType.DATA_LOADING_ASYNC] = 0.0
+            return {
+                "productive_time": productive,
+                "badput_time": badput,
+                "custom_badput_time": custom,
+                "total_time": productive + sum(acc),
+                "last_productive_step": eng.live_steps[-1] if eng.live_steps else 0,
+                "num_runs": eng.runs,
+                "num_disruptions": eng.disruptions,
+                "last_checkpointed_step": eng.last_ckpt_step,
+                "ignored_events": eng.ignored,
+                "unmatched_events": eng.unmatched,
+                "out_of_order_events": eng.out_of_order,
+                "num_events": eng.events,
+            }
+
+    def get_step_deviation(self, configured_ideal_step_time: float | None = None) -> StepDeviation:
+        """Step-time statistics of the productive steps.
+
+        Args:
+            configured_ideal_step_time: overrides the constructor's value.
+
+        Returns:
+            :class:`StepDeviation` (median, p90, ideal step time configured or
+            estimated, per-step deviations). Works for sub-second steps.
+
+        Example:
+            >>> calc.get_step_deviation().median  # doctest: +SKIP
+        """
+        ideal_cfg = _check_ideal(configured_ideal_step_time) or self.configured_ideal_step_time
+        with self._lock:
+            self.refresh()
+            self._require_events(self._engine)
+            steps = np.frombuffer(self._engine.live_steps, dtype=np.int64).copy()
+            times = np.frombuffer(self._engine.live_secs, dtype=np.float64).copy()
+        if times.size == 0:
+            nan = float("nan")
+            ideal = ideal_cfg if ideal_cfg is not None else nan
+            return StepDeviation(0, nan, nan, nan, ideal,
+                                 "configured" if ideal_cfg is not None else "estimated",
+                                 steps, times, times.copy())
+        med = float(np.median(times))
+        if ideal_cfg is not None:
+            ideal, source = ideal_cfg, "configured"
+        else:
+            ideal, source = estimate_ideal_step_time(times), "estimated"
+        return StepDeviation(
+            num_steps=int(times.size),
+            median=med,
+            p90=float(np.percentile(times, 90)),
+            mean=float(times.mean()),
+            ideal_step_time=ideal,
+            ideal_source=source,
+            steps=steps,
+            step_times=times,
+            deviations=times - ideal,
+        )
+
+    def get_latest_hints(self) -> dict | None:
+        """Payload of the latest ``HINTS`` event (from ``record_hints``), or None."""
+        with self._lock:
+            self.refresh()
+            h = self._engine.hints
+        if isinstance(h, str):
+            return json.loads(h)
+        return None if h is None else dict(h)
+
+
+def estimate_ideal_step_time(step_times: Any) -> float:
+    """Robust ideal step time: median of the steps within median + 3 MAD.
+
+    Excludes compile-heavy first steps and stragglers.
+
+    Example:
+        >>> estimate_ideal_step_time([1.0, 1.1, 0.9, 1.0, 30.0])
+        1.0
+    """
+    x = np.asarray(step_times, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("step_times (empty) must contain at least one step time")
+    med = np.median(x)
+    mad = np.median(np.abs(x - med))
+    normal = x[x <= med + 3.0 * mad] if mad > 0 else x[x <= med]
+    return float(np.median(normal)) if normal.size else float(med)
+
+
+def _breakdown(acc: list[float], total: float) -> dict[BadputType, float]:
+    out = {t: 100.0 * acc[i] / total for i, t in enumerate(_BUCKET_TYPES)}
+    out[BadputType.DATA_LOADING_ASYNC] = 0.0
+    return out

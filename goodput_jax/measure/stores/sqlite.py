@@ -1,0 +1,414 @@
+"""SQLite event store: the embedded default.
+
+One file holds every job. WAL journal mode lets several processes append to
+the same file at once; every statement takes its values as parameters. The
+file carries a schema version: a file written by a newer goodput_jax, or a file
+that is not a goodput_jax store, is refused with a clear :class:`StoreError`
+instead of being modified.
+
+Layout (schema version 1)::
+
+    meta(key PRIMARY KEY, value)                       -- 'schema_version', 'format'
+    jobs(id INTEGER PRIMARY KEY, name UNIQUE)
+    streams(id INTEGER PRIMARY KEY, job_id, run_id, host, UNIQUE(job_id, run_id, host))
+    events(id INTEGER PRIMARY KEY, job_id, stream_id, kind, ts, step, label, payload)
+    INDEX events(job_id, ts), INDEX events(job_id, id)
+
+The cursor returned by :meth:`SQLiteStore.read_events` is the insertion id of
+the last event returned; ids grow in commit order, so resuming from a cursor
+never skips an event.
+
+Example:
+    >>> import tempfile, os
+    >>> from goodput_jax.measure.events import Event, EventKind
+    >>> path = os.path.join(tempfile.mkdtemp(), "g.db")
+    >>> store = SQLiteStore(path)
+    >>> store.append([Event(EventKind.JOB_START, "job", "run-1", 0, 10.0)])
+    >>> events, cursor = store.read_events("job")
+    >>> [e.kind.value for e in events], cursor
+    (['job_start'], 1)
+    >>> store.close()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from typing import Any, Sequence
+
+from goodput_jax.measure.events import KIND_CODES, KINDS_BY_CODE, Event
+from goodput_jax.measure.stores.base import StoreError
+
+SCHEMA_VERSION = 1
+_FORMAT = "goodput_jax.events"
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE IF NOT EXISTS streams (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
+    " run_id TEXT NOT NULL, host INTEGER NOT NULL, UNIQUE(job_id, run_id, host))",
+    "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
+    " stream_id INTEGER NOT NULL, kind INTEGER NOT NULL, ts REAL NOT NULL, step INTEGER,"
+    " label TEXT, payload TEXT)",
+    "CREATE INDEX IF NOT EXISTS events_job_ts ON events(job_id, ts)",
+    "CREATE INDEX IF NOT EXISTS events_job_id ON events(job_id, id)",
+)
+
+#: One raw row as read by :meth:`SQLiteStore.read_rows`:
+#: (insertion id, kind code, stream id, timestamp, step or None, label or None, payload JSON or None)
+RawRow = tuple
+
+
+class SQLiteStore:
+    """Event store in one SQLite file (WAL mode, schema-versioned).
+
+    Safe to share between threads of one process (one connection guarded by a
+    lock) and between processes (WAL + busy timeout).
+
+    Args:
+        path: file path, opened exactly as given (relative paths are relative to
+            the working directory). Its directory must exist.
+        create: create the file if it does not exist (False: a missing file is a
+            FileNotFoundError).
+        timeout: seconds to wait for another process's write lock.
+
+    Raises:
+        FileNotFoundError: ``create=False`` and the file does not exist.
+        StoreError: the file is not a readable goodput_jax store, or it was
+            written by a newer schema version.
+
+    Example:
+        >>> store = SQLiteStore(":memory:")
+        >>> store.list_jobs()
+        []
+    """
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = True, timeout: float = 30.0):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path ({path!r}) must be a str or os.PathLike")
+        self.path = os.fspath(path)
+        if not self.path:
+            raise ValueError(f"path ({path!r}) must be a non-empty path")
+        if self.path == ":memory:":
+            self.url = "sqlite://"
+        elif os.path.isabs(self.path):
+            self.url = "sqlite:///" + self.path  # -> sqlite:////abs/path
+        else:
+            self.url = "sqlite:///" + self.path
+        is_memory = self.path == ":memory:"
+        if not is_memory and not create and not os.path.exists(self.path):
+            raise FileNotFoundError(f"store file {self.path!r} does not exist")
+        if not is_memory:
+            parent = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.isdir(parent):
+                raise StoreError(
+                    f"cannot open store {self.url!r}: directory {parent!r} does not exist"
+                )
+        self._lock = threading.RLock()
+        self._job_ids: dict[str, int] = {}
+        self._stream_ids: dict[tuple[int, str, int], int] = {}
+        self._streams_by_id: dict[int, tuple[str, int]] = {}
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=timeout, check_same_thread=False, isolation_level=None
+            )
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open store {self.url!r}: {e}") from e
+        try:
+            self._init_schema(is_memory)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # ------------------------------------------------------------------ setup
+    def _init_schema(self, is_memory: bool) -> None:
+        c = self._conn
+        try:
+            c.execute("PRAGMA busy_timeout = 30000")
+            tables = {
+                r[0]
+                for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+            }
+        except sqlite3.DatabaseError as e:
+            raise StoreError(
+                f"store {self.url!r} is not a readable SQLite file ({e}); "
+                "refusing to touch it. Move it away or point GOODPUT_JAX_STORE elsewhere."
+            ) from e
+        if tables and "meta" not in tables:
+            raise StoreError(
+                f"store {self.url!r} is an SQLite file but not a goodput_jax event store "
+                f"(tables: {sorted(tables)}); refusing to modify it"
+            )
+        if "meta" in tables:
+            self._check_version()
+            if not is_memory:
+                self._set_wal()
+            return
+        if not is_memory:
+            self._set_wal()
+        try:
+            c.execute("BEGIN IMMEDIATE")
+            # Another process may have created it between our check and the lock.
+            has_meta = c.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+            ).fetchone()
+            if not has_meta:
+                for stmt in _SCHEMA:
+                    c.execute(stmt)
+                c.executemany(
+                    "INSERT INTO meta(key, value) VALUES (?, ?)",
+                    [("schema_version", str(SCHEMA_VERSION)), ("format", _FORMAT)],
+                )
+            c.execute("COMMIT")
+        except sqlite3.Error as e:
+            if c.in_transaction:
+                c.execute("ROLLBACK")
+            raise StoreError(f"cannot initialise store {self.url!r}: {e}") from e
+        self._check_version()
+
+    def _set_wal(self) -> None:
+        try:
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot switch store {self.url!r} to WAL mode: {e}") from e
+        if str(mode).lower() != "wal":
+            raise StoreError(f"store {self.url!r} refused WAL journal mode (got {mode!r})")
+
+    def _check_version(self) -> None:
+        try:
+            rows = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"store {self.url!r} has an unreadable meta table: {e}") from e
+        if rows.get("format") != _FORMAT:
+            raise StoreError(
+                f"store {self.url!r} is not a goodput_jax event store (format {rows.get('format')!r})"
+            )
+        try:
+            version = int(rows.get("schema_version", ""))
+        except ValueError:
+            raise StoreError(
+                f"store {self.url!r} has a corrupt schema_version {rows.get('schema_version')!r}"
+            ) from None
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"store {self.url!r} has schema version {version}, newer than this goodput_jax "
+                f"supports ({SCHEMA_VERSION}); upgrade goodput_jax to read it"
+            )
+        if version < 1:
+            raise StoreError(f"store {self.url!r} has an invalid schema version {version}")
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the file."""
+        with self._lock:
+            (v,) = self._conn.execute(
+                "SELECT value FROM meta WHERE key='schema_version'"
+            ).fetchone()
+        return int(v)
+
+    # ---------------------------------------------------------------- helpers
+    def _job_id(self, name: str, create: bool) -> int | None:
+        jid = self._job_ids.get(name)
+        if jid is not None:
+            return jid
+        c = self._conn
+        if create:
+            c.execute("INSERT OR IGNORE INTO jobs(name) VALUES (?)", (name,))
+        row = c.execute("SELECT id FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            return None
+        self._job_ids[name] = row[0]
+        return row[0]
+
+    def _stream_id(self, job_id: int, run_id: str, host: int) -> int:
+        key = (job_id, run_id, host)
+        sid = self._stream_ids.get(key)
+        if sid is not None:
+            return sid
+        c = self._conn
+        c.execute(
+            "INSERT OR IGNORE INTO streams(job_id, run_id, host) VALUES (?, ?, ?)", key
+        )
+        (sid,) = c.execute(
+            "SELECT id FROM streams WHERE job_id = ? AND run_id = ? AND host = ?", key
+        ).fetchone()
+        self._stream_ids[key] = sid
+        self._streams_by_id[sid] = (run_id, host)
+        return sid
+
+    def _stream(self, sid: int) -> tuple[str, int]:
+        s = self._streams_by_id.get(sid)
+        if s is None:
+            row = self._conn.execute(
+                "SELECT run_id, host FROM streams WHERE id = ?", (sid,)
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"store {self.url!r} is corrupt: event refers to unknown stream {sid}")
+            s = (row[0], int(row[1]))
+            self._streams_by_id[sid] = s
+        return s
+
+    # --------------------------------------------------------------- protocol
+    def append(self, events: Sequence[Event]) -> None:
+        """Append a batch of events atomically (one transaction).
+
+        Every event is validated first: a bad event raises TypeError/ValueError
+        and nothing of the batch is stored.
+
+        Example:
+            >>> from goodput_jax.measure.events import Event, EventKind
+            >>> s = SQLiteStore(":memory:")
+            >>> s.append([Event(EventKind.STEP_START, "j", "r", 0, 1.0, step=0)])
+        """
+        events = list(events)
+        for i, ev in enumerate(events):
+            if not isinstance(ev, Event):
+                raise TypeError(f"events[{i}] ({ev!r}) must be an Event")
+            ev.validate()
+        if not events:
+            return
+        with self._lock:
+            c = self._conn
+            try:
+                c.execute("BEGIN IMMEDIATE")
+                rows = []
+                for ev in events:
+                    jid = self._job_id(ev.job_name, create=True)
+                    sid = self._stream_id(jid, ev.run_id, ev.host)
+                    rows.append(
+                        (jid, sid, KIND_CODES[ev.kind], float(ev.timestamp), ev.step, ev.label,
+                         ev.payload_json())
+                    )
+                c.executemany(
+                    "INSERT INTO events(job_id, stream_id, kind, ts, step, label, payload)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                c.execute("COMMIT")
+            except sqlite3.Error as e:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                # ids cached inside the failed transaction may not exist
+                self._job_ids.clear()
+                self._stream_ids.clear()
+                raise StoreError(f"cannot append to store {self.url!r}: {e}") from e
+
+    def read_rows(
+        self, job_name: str, cursor: Any = None, limit: int | None = None
+    ) -> tuple[list[RawRow], Any]:
+        """Raw rows for the calculator's hot path (no per-event objects).
+
+        Returns ``(rows, cursor)`` where each row is ``(id, kind_code, stream_id,
+        ts, step, label, payload_json)`` in insertion order.
+
+        Example:
+            >>> s = SQLiteStore(":memory:")
+            >>> s.read_rows("nobody")
+            ([], None)
+        """
+        after = self._check_cursor(cursor)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
+            raise ValueError(f"limit ({limit!r}) must be a positive int or None")
+        with self._lock:
+            try:
+                jid = self._job_id(job_name, create=False)
+                if jid is None:
+                    return [], cursor
+                sql = (
+                    "SELECT id, kind, stream_id, ts, step, label, payload FROM events"
+                    " WHERE job_id = ? AND id > ? ORDER BY id"
+                )
+                if limit is not None:
+                    rows = self._conn.execute(sql + " LIMIT ?", (jid, after, limit)).fetchall()
+                else:
+                    rows = self._conn.execute(sql, (jid, after)).fetchall()
+            except sqlite3.DatabaseError as e:
+                raise StoreError(f"cannot read store {self.url!r}: {e}") from e
+        return rows, (rows[-1][0] if rows else cursor)
+
+    def iter_row_chunks(self, job_name: str, cursor: Any = None, chunk: int = 200_000):
+        """Yield ``(rows, cursor)`` chunks until the store has nothing newer."""
+        while True:
+            rows, cursor = self.read_rows(job_name, cursor, chunk)
+            if not rows:
+                return
+            yield rows, cursor
+            if len(rows) < chunk:
+                return
+
+    def stream_info(self, stream_id: int) -> tuple[str, int]:
+        """(run_id, host) of a stream id returned by :meth:`read_rows`."""
+        with self._lock:
+            return self._stream(stream_id)
+
+    def read_events(
+        self, job_name: str, cursor: Any = None, limit: int | None = None
+    ) -> tuple[list[Event], Any]:
+        """Events of ``job_name`` after ``cursor`` in insertion order (see protocol)."""
+        rows, new_cursor = self.read_rows(job_name, cursor, limit)
+        out = []
+        with self._lock:
+            for _id, kind, sid, ts, step, label, payload in rows:
+                run_id, host = self._stream(sid)
+                out.append(
+                    Event(
+                        kind=KINDS_BY_CODE[kind],
+                        job_name=job_name,
+                        run_id=run_id,
+                        host=host,
+                        timestamp=ts,
+                        step=step,
+                        label=label,
+                        payload=None if payload is None else json.loads(payload),
+                    )
+                )
+        return out, new_cursor
+
+    def list_jobs(self) -> list[str]:
+        """Names of all jobs with at least one event, sorted."""
+        with self._lock:
+            try:
+                rows = self._conn.execute(
+                    "SELECT name FROM jobs WHERE EXISTS"
+                    " (SELECT 1 FROM events WHERE events.job_id = jobs.id) ORDER BY name"
+                ).fetchall()
+            except sqlite3.DatabaseError as e:
+                raise StoreError(f"cannot read store {self.url!r}: {e}") from e
+        return [r[0] for r in rows]
+
+    def count_events(self, job_name: str) -> int:
+        """Number of stored events of ``job_name``."""
+        with self._lock:
+            jid = self._job_id(job_name, create=False)
+            if jid is None:
+                return 0
+            return self._conn.execute(
+                "SELECT COUNT(*) FROM events WHERE job_id = ?", (jid,)
+            ).fetchone()[0]
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            conn, self._conn = getattr(self, "_conn", None), None
+            if conn is not None:
+                conn.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    @staticmethod
+    def _check_cursor(cursor: Any) -> int:
+        if cursor is None:
+            return 0
+        if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+            raise ValueError(f"cursor ({cursor!r}) must be None or a cursor returned by this store")
+        return cursor
