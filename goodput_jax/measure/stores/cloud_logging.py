@@ -1,0 +1,782 @@
+"""Google Cloud Logging event store (extra ``gcp``).
+
+Every host of a multi-host job can write here and the calculator can read from
+anywhere, which is what the seed library uses. Events become structured
+``jsonPayload`` entries of one log (``projects/PROJECT/logs/LOGGER``), labelled
+with ``job``, ``run`` and ``host``, timestamped with the event's own time and
+given a sortable, retry-stable ``insertId``.
+
+Writes never block the caller: :meth:`CloudLoggingStore.append` puts events on a
+bounded queue and a background thread sends them in batches, retrying
+transient errors (429, 500, 502, 503, 504, connection errors) with capped
+exponential backoff. When the queue is full new events are dropped and counted
+(:attr:`CloudLoggingStore.dropped_events`); :meth:`flush` waits for the queue
+to drain.
+
+Reads page forward (``orderBy timestamp asc``; ties by ``insertId``) from a
+cursor, always with an explicit ``timestamp>=`` filter (without one the client
+library silently restricts a query to the last 24 hours). Cloud Logging orders
+by timestamp, not by arrival, and hosts flush at different times, so each read
+re-scans ``read_overlap_seconds`` before the cursor's high-water mark and skips
+entries it has already returned: an entry that arrives up to that much later
+than newer ones is still delivered exactly once.
+
+Names that go into filter strings (job, run) are quoted and escaped, so that a
+job called ``x" OR labels.job="y`` reads only its own entries; names with
+control characters are rejected. Project and logger names are validated.
+Credentials come only from an injected client or the client library's standard
+discovery, and are never logged or put in an error message.
+
+Example:
+    >>> from google.cloud import logging as gcl                       # doctest: +SKIP
+    >>> store = CloudLoggingStore(client=gcl.Client(project="my-proj"),
+    ...                           logger_name="goodput_my_run")      # doctest: +SKIP
+    >>> store.append(events); store.flush()                            # doctest: +SKIP
+    >>> events, cursor = store.read_events("my_run")                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import dataclasses
+import datetime as _dt
+import itertools
+import logging
+import math
+import random
+import re
+import threading
+import time
+import urllib.parse
+import uuid
+import weakref
+from typing import Any, Iterable, Sequence
+
+from goodput_jax.measure.events import Event
+from goodput_jax.measure.stores.base import StoreError
+
+_log = logging.getLogger(__name__)
+
+#: Key added to every jsonPayload written by this store (identifies our entries).
+SCHEMA_KEY = "goodput_jax_schema"
+SCHEMA_VERSION = "event/1"
+
+#: Seconds before the cursor's high-water mark that each read re-scans.
+DEFAULT_READ_OVERLAP_SECONDS = 120.0
+
+_PROJECT_RE = re.compile(r"^(?:[a-z0-9][a-z0-9.\-]*:)?[a-z][a-z0-9\-]{0,61}[a-z0-9]$")
+_LOG_ID_RE = re.compile(r"^[A-Za-z0-9_\-./]{1,511}$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_WRITER_IDLE_EXIT_S = 30.0
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def _utc_iso(value: _dt.datetime) -> str:
+    """RFC 3339 with microseconds and a ``Z`` suffix (what Cloud Logging accepts)."""
+    return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _ts_to_datetime(ts: float) -> _dt.datetime:
+    return _EPOCH + _dt.timedelta(microseconds=round(ts * 1e6))
+
+
+def quote_filter_value(value: str, *, name: str = "value") -> str:
+    """Quote a string for a Cloud Logging filter, so it can only ever be a literal.
+
+    Backslashes and double quotes are escaped; everything else (``OR``, ``AND``,
+    parentheses, ``=``) is inert inside the quotes. Control characters cannot be
+    expressed safely and are rejected.
+
+    Raises:
+        TypeError: ``value`` is not a string.
+        ValueError: ``value`` contains a control character.
+
+    Example:
+        >>> quote_filter_value('a" OR labels.job="b')
+        '"a\\\\" OR labels.job=\\\\"b"'
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} ({value!r}) must be a string, not {type(value).__name__}")
+    if _CONTROL_RE.search(value):
+        raise ValueError(
+            f"{name} ({value!r}) contains a control character, which cannot be used "
+            "in a Cloud Logging filter"
+        )
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def validate_project(project: Any) -> str:
+    """Validate a Google Cloud project id (``my-proj`` or ``example.com:my-proj``)."""
+    if not isinstance(project, str) or not _PROJECT_RE.match(project):
+        raise ValueError(
+            f"project ({project!r}) is not a valid Google Cloud project id "
+            "(lowercase letters, digits and hyphens, optionally 'domain:' prefixed)"
+        )
+    return project
+
+
+def validate_logger_name(logger_name: Any) -> str:
+    """Validate a Cloud Logging log id: letters, digits, ``_ - . /``, at most 511 chars."""
+    if not isinstance(logger_name, str) or not _LOG_ID_RE.match(logger_name):
+        raise ValueError(
+            f"logger_name ({logger_name!r}) must be 1-511 characters from "
+            "[A-Za-z0-9_-./]"
+        )
+    return logger_name
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    from google.api_core import exceptions as gexc
+
+    errs: list[type[BaseException]] = [
+        gexc.TooManyRequests,  # 429 (ResourceExhausted on gRPC is a subclass)
+        gexc.InternalServerError,  # 500
+        gexc.BadGateway,  # 502
+        gexc.ServiceUnavailable,  # 503
+        gexc.GatewayTimeout,  # 504, DeadlineExceeded
+        gexc.Aborted,
+        gexc.RetryError,
+        ConnectionError,
+        TimeoutError,
+    ]
+    try:
+        import requests
+
+        errs += [requests.exceptions.ConnectionError, requests.exceptions.Timeout]
+    except ImportError:  # pragma: no cover - requests ships with the client
+        pass
+    return tuple(errs)
+
+
+def _error_text(exc: BaseException) -> str:
+    """Short description of an API error: class and message, never headers/credentials."""
+    msg = str(exc)
+    if len(msg) > 300:
+        msg = msg[:300] + "..."
+    return f"{type(exc).__name__}: {msg}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CloudLoggingCursor:
+    """Opaque read position of :meth:`CloudLoggingStore.read_events`.
+
+    Attributes:
+        high_water: timestamp (RFC 3339) of the newest entry returned so far.
+        seen: ``(timestamp, insertId)`` of entries already returned within the
+            overlap window before ``high_water``.
+    """
+
+    high_water: str
+    seen: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass
+class _Pending:
+    """One queued event already converted to its API representation."""
+
+    entry: dict
+
+
+class CloudLoggingStore:
+    """Event store on Google Cloud Logging, written in the background.
+
+    Args:
+        client: an existing ``google.cloud.logging.Client`` (injected, as in
+            orbax's ``CloudLoggerOptions(client=...)``). If None, one is built
+            from ``project`` / ``credentials`` / ``client_options`` with the
+            library's standard credential discovery.
+        project: Google Cloud project id; defaults to the client's project.
+        credentials: optional ``google.auth`` credentials for a client built here.
+        logger_name: the log id (``projects/P/logs/<logger_name>``).
+        resource: the monitored resource written with each entry (a
+            ``google.cloud.logging.Resource`` or a dict with ``type`` and
+            ``labels``). If None, the library detects it (GCE/GKE/...) once.
+        batch_size: entries per ``entries.write`` call (1-1000).
+        max_queue: maximum events waiting to be written; beyond it new events
+            are dropped and counted in :attr:`dropped_events`.
+        flush_interval: how long the writer waits to fill a batch (s).
+        retry_initial, retry_max: first and largest backoff between retries (s).
+        read_page_size: entries per ``entries.list`` page (1-1000).
+        read_overlap_seconds: how far before the cursor each read re-scans for
+            late-arriving entries (s).
+        start_time: lower bound of every read (UTC seconds or aware datetime);
+            default: the epoch.
+        client_options: passed to a client built here (e.g. ``api_endpoint``).
+        use_grpc: transport of a client built here (None: the library default).
+        close_timeout: how long :meth:`close` (and interpreter exit) waits for
+            pending writes (s).
+
+    Example:
+        >>> store = CloudLoggingStore(project="my-proj", logger_name="goodput_run1")  # doctest: +SKIP
+        >>> store.append([ev]); store.flush(timeout=10)                              # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        project: str | None = None,
+        credentials: Any = None,
+        logger_name: str = "goodput_jax",
+        resource: Any = None,
+        batch_size: int = 500,
+        max_queue: int = 100_000,
+        flush_interval: float = 0.5,
+        retry_initial: float = 0.5,
+        retry_max: float = 30.0,
+        read_page_size: int = 1000,
+        read_overlap_seconds: float = DEFAULT_READ_OVERLAP_SECONDS,
+        start_time: float | _dt.datetime | None = None,
+        client_options: Any = None,
+        use_grpc: bool | None = None,
+        close_timeout: float = 10.0,
+    ) -> None:
+        self.logger_name = validate_logger_name(logger_name)
+        _check_int("batch_size", batch_size, 1, 1000)
+        _check_int("max_queue", max_queue, 1, None)
+        _check_int("read_page_size", read_page_size, 1, 1000)
+        for name, val in (
+            ("flush_interval", flush_interval),
+            ("retry_initial", retry_initial),
+            ("retry_max", retry_max),
+            ("read_overlap_seconds", read_overlap_seconds),
+            ("close_timeout", close_timeout),
+        ):
+            _check_nonneg(name, val)
+        if client is None:
+            if project is not None:
+                validate_project(project)
+            try:
+                from google.cloud import logging as gcl
+            except ImportError as e:  # pragma: no cover - depends on the install
+                raise ImportError(
+                    "CloudLoggingStore needs google-cloud-logging: pip install 'goodput-jax[gcp]'"
+                ) from e
+            kw: dict[str, Any] = {"project": project, "credentials": credentials}
+            if client_options is not None:
+                kw["client_options"] = client_options
+            if use_grpc is not None:
+                kw["_use_grpc"] = use_grpc
+            client = gcl.Client(**kw)
+        elif credentials is not None or client_options is not None:
+            raise ValueError("pass either client= or credentials=/client_options=, not both")
+        self._client = client
+        self.project = validate_project(project if project is not None else client.project)
+        self.log_name = (
+            f"projects/{self.project}/logs/{urllib.parse.quote(self.logger_name, safe='')}"
+        )
+        self.url = f"gcl://{self.project}/{self.logger_name}"
+        self._resource_arg = resource
+        self._resource_dict: dict | None = None
+        self.batch_size = int(batch_size)
+        self.max_queue = int(max_queue)
+        self.flush_interval = float(flush_interval)
+        self.retry_initial = float(retry_initial)
+        self.retry_max = float(retry_max)
+        self.read_page_size = int(read_page_size)
+        self.read_overlap_seconds = float(read_overlap_seconds)
+        self.close_timeout = float(close_timeout)
+        if start_time is None:
+            self._start = _EPOCH
+        elif isinstance(start_time, _dt.datetime):
+            if start_time.tzinfo is None:
+                raise ValueError(f"start_time ({start_time!r}) must be timezone-aware")
+            self._start = start_time
+        else:
+            _check_nonneg("start_time", start_time)
+            self._start = _ts_to_datetime(float(start_time))
+
+        # Writer state.
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._in_flight = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()  # writer exits once the queue is empty
+        self._abort = threading.Event()  # writer gives up now (close deadline passed)
+        self._flush_waiters = 0
+        self._id_prefix = uuid.uuid4().hex[:12]
+        self._seq = itertools.count()
+        #: Events dropped (queue full, permanent error, or left over at close).
+        self.dropped_events = 0
+        #: Events acknowledged by the service.
+        self.written_events = 0
+        #: Write attempts that failed with a transient error and were retried.
+        self.retries = 0
+        #: Entries skipped on read (foreign entries, diagnostics, undecodable).
+        self.skipped_entries = 0
+        self.last_error: str | None = None
+        self._transient = _transient_errors()
+        _register_atexit(self)
+
+    # ------------------------------------------------------------------ factory
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> CloudLoggingStore:
+        """Open ``gcl://PROJECT/LOGGER``.
+
+        Two optional query parameters make a local endpoint reachable (used by
+        tests and air-gapped setups): ``api_endpoint=http://127.0.0.1:PORT``
+        (plain http only to a loopback host) and ``anonymous=1`` (no
+        credentials). Anything else is passed in ``kwargs``.
+
+        Example:
+            >>> CloudLoggingStore.from_url("gcl://my-proj/goodput_run1")  # doctest: +SKIP
+        """
+        if not isinstance(url, str) or not url.startswith("gcl://"):
+            raise ValueError(f"url ({url!r}) must look like gcl://PROJECT/LOGGER")
+        parsed = urllib.parse.urlsplit(url)
+        project = parsed.netloc
+        logger_name = parsed.path.lstrip("/")
+        if not project or not logger_name:
+            raise ValueError(f"url ({url!r}) must look like gcl://PROJECT/LOGGER")
+        validate_project(project)
+        validate_logger_name(logger_name)
+        query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
+        unknown = set(query) - {"api_endpoint", "anonymous"}
+        if unknown:
+            raise ValueError(
+                f"url ({url!r}) has unknown query parameter(s) {sorted(unknown)}; "
+                "allowed: api_endpoint, anonymous"
+            )
+        if "client" not in kwargs:
+            if "api_endpoint" in query:
+                endpoint = query["api_endpoint"][-1]
+                _check_endpoint(endpoint)
+                kwargs.setdefault("client_options", {"api_endpoint": endpoint})
+                if endpoint.startswith("http://"):
+                    kwargs.setdefault("use_grpc", False)
+            if query.get("anonymous", ["0"])[-1] in ("1", "true", "yes"):
+                from google.auth.credentials import AnonymousCredentials
+
+                kwargs.setdefault("credentials", AnonymousCredentials())
+        return cls(project=project, logger_name=logger_name, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"CloudLoggingStore({self.url!r})"
+
+    # ------------------------------------------------------------------ writes
+    @property
+    def pending(self) -> int:
+        """Events queued or being written."""
+        with self._cond:
+            return len(self._queue) + self._in_flight
+
+    def append(self, events: Sequence[Event]) -> None:
+        """Queue events for a background write; never blocks on the network.
+
+        Raises:
+            TypeError: an item is not an :class:`Event`.
+            StoreError: the store is closed.
+        """
+        if isinstance(events, Event):
+            events = [events]
+        entries = []
+        for i, ev in enumerate(events):
+            if not isinstance(ev, Event):
+                raise TypeError(f"events[{i}] ({ev!r}) must be an Event, not {type(ev).__name__}")
+            entries.append(_Pending(self._to_entry(ev)))
+        if not entries:
+            return
+        with self._cond:
+            if self._closed:
+                raise StoreError(f"{self!r} is closed")
+            room = self.max_queue - len(self._queue) - self._in_flight
+            if room < len(entries):
+                dropped = len(entries) - max(room, 0)
+                self.dropped_events += dropped
+                entries = entries[: max(room, 0)]
+                _log.warning(
+                    "%r: write queue full (%d), dropped %d event(s) (%d in total)",
+                    self, self.max_queue, dropped, self.dropped_events,
+                )
+            self._queue.extend(entries)
+            self._ensure_thread()
+            if len(self._queue) >= self.batch_size:
+                self._cond.notify_all()
+
+    def _to_entry(self, ev: Event) -> dict:
+        payload = ev.to_dict()
+        payload[SCHEMA_KEY] = SCHEMA_VERSION
+        seq = next(self._seq)
+        return {
+            "logName": self.log_name,
+            "jsonPayload": payload,
+            "timestamp": _utc_iso(_ts_to_datetime(ev.timestamp)),
+            # Sortable within one writer: equal timestamps keep append order.
+            "insertId": f"{self._id_prefix}-{seq:012d}",
+            "labels": {"job": ev.job_name, "run": ev.run_id, "host": str(ev.host)},
+            "severity": "INFO",
+        }
+
+    def _ensure_thread(self) -> None:
+        # Called with self._cond held.
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._writer_loop, name=f"goodput-gcl-writer-{self.logger_name}", daemon=True
+            )
+            self._thread.start()
+
+    def _resource(self) -> dict:
+        if self._resource_dict is None:
+            res = self._resource_arg
+            if res is None:
+                from google.cloud.logging_v2.handlers._monitored_resources import detect_resource
+
+                res = detect_resource(self.project)
+            if isinstance(res, dict):
+                if "type" not in res:
+                    raise ValueError(f"resource ({res!r}) needs a 'type'")
+                self._resource_dict = {"type": res["type"], "labels": dict(res.get("labels") or {})}
+            else:
+                self._resource_dict = res._to_dict()
+        return self._resource_dict
+
+    def _writer_loop(self) -> None:
+        while True:
+            with self._cond:
+                idle_since = time.monotonic()
+                while not self._queue:
+                    if self._stop.is_set() or self._abort.is_set():
+                        return
+                    if time.monotonic() - idle_since > _WRITER_IDLE_EXIT_S:
+                        self._thread = None  # append() starts a new one
+                        return
+                    self._cond.wait(max(self.flush_interval, 0.05))
+                if self._abort.is_set():
+                    return
+                if (
+                    len(self._queue) < self.batch_size
+                    and not self._flush_waiters
+                    and not self._stop.is_set()
+                ):
+                    # Give the batch a moment to fill; append/flush notify early.
+                    self._cond.wait(self.flush_interval)
+                    if not self._queue:
+                        continue
+                n = min(self.batch_size, len(self._queue))
+                batch = [self._queue.popleft() for _ in range(n)]
+                self._in_flight = n
+            try:
+                self._send_with_retry(batch)
+            except BaseException:  # pragma: no cover - never let the writer die silently
+                _log.exception("%r: writer failed", self)
+                self._drop(batch, "unexpected writer error")
+            finally:
+                with self._cond:
+                    self._in_flight = 0
+                    self._cond.notify_all()
+
+    def _send_with_retry(self, batch: list[_Pending]) -> None:
+        from google.api_core import exceptions as gexc
+
+        delay = self.retry_initial
+        while True:
+            try:
+                self._write([p.entry for p in batch])
+                with self._cond:
+                    self.written_events += len(batch)
+                return
+            except self._transient as e:
+                self.last_error = _error_text(e)
+                if self._abort.is_set():
+                    self._drop(batch, f"store closed after a transient error ({self.last_error})")
+                    return
+                with self._cond:
+                    self.retries += 1
+                _log.warning(
+                    "%r: transient write error (%s), retrying %d event(s) in <= %.3gs",
+                    self, self.last_error, len(batch), delay,
+                )
+                # Full jitter in [delay/2, delay]; close() interrupts it.
+                self._abort.wait(delay * (0.5 + 0.5 * random.random()))
+                delay = min(max(delay * 2, 1e-3), self.retry_max)
+            except gexc.BadRequest as e:
+                # One bad entry fails an all-or-nothing batch: bisect to isolate it.
+                self.last_error = _error_text(e)
+                if len(batch) > 1:
+                    mid = len(batch) // 2
+                    self._send_with_retry(batch[:mid])
+                    self._send_with_retry(batch[mid:])
+                else:
+                    self._drop(batch, f"rejected by Cloud Logging ({self.last_error})")
+                return
+            except Exception as e:  # permanent (401, 403, 404, ...) or unexpected
+                self.last_error = _error_text(e)
+                self._drop(batch, f"write failed permanently ({self.last_error})")
+                return
+
+    def _drop(self, batch: list[_Pending], why: str) -> None:
+        with self._cond:
+            self.dropped_events += len(batch)
+        _log.error("%r: dropped %d event(s): %s", self, len(batch), why)
+
+    def _write(self, entries: list[dict]) -> None:
+        self._client.logging_api.write_entries(
+            entries,
+            logger_name=self.log_name,
+            resource=self._resource(),
+            partial_success=False,
+        )
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued event is written (or dropped).
+
+        Args:
+            timeout: seconds to wait at most (None: no limit).
+
+        Returns:
+            True if the queue drained, False on timeout.
+
+        Example:
+            >>> store.flush(timeout=5.0)  # doctest: +SKIP
+            True
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if not self._queue and not self._in_flight:
+                return True
+            if self._queue and not self._abort.is_set():
+                self._ensure_thread()
+            self._flush_waiters += 1
+            try:
+                self._cond.notify_all()
+                while self._queue or self._in_flight:
+                    if self._abort.is_set() and not self._in_flight:
+                        return False
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._cond.wait(0.1 if remaining is None else min(remaining, 0.1))
+            finally:
+                self._flush_waiters -= 1
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (bounded by ``timeout``, default ``close_timeout``) and stop the writer.
+
+        Events still unwritten at the deadline are counted in :attr:`dropped_events`.
+        Idempotent.
+        """
+        timeout = self.close_timeout if timeout is None else timeout
+        _check_nonneg("timeout", timeout)
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+        drained = self.flush(timeout)
+        self._stop.set()
+        self._abort.set()
+        with self._cond:
+            self._cond.notify_all()
+            left = len(self._queue)
+            self.dropped_events += left
+            self._queue.clear()
+        if self._thread is not None:
+            self._thread.join(0.5 if drained else 0.1)
+        if not drained:
+            _log.error(
+                "%r: closed with %d queued event(s) dropped and %d in flight after %.3gs",
+                self, left, self._in_flight, timeout,
+            )
+        with _ATEXIT_LOCK:
+            _LIVE.discard(self)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: written, dropped, retries, pending, skipped, last_error."""
+        return {
+            "written": self.written_events,
+            "dropped": self.dropped_events,
+            "retries": self.retries,
+            "pending": self.pending,
+            "skipped": self.skipped_entries,
+            "last_error": self.last_error,
+        }
+
+    # ------------------------------------------------------------------ reads
+    def build_filter(
+        self,
+        job_name: str | None = None,
+        since: _dt.datetime | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """The filter string of a read: this log, an explicit time bound, and
+        optionally one job / one run (quoted with :func:`quote_filter_value`).
+
+        Example:
+            >>> store.build_filter("job")  # doctest: +SKIP
+            'logName="projects/p/logs/l" AND timestamp>="1970-01-01T00:00:00.000000Z" AND labels.job="job"'
+        """
+        since = self._start if since is None else max(since, self._start)
+        parts = [
+            f"logName={quote_filter_value(self.log_name, name='log_name')}",
+            f"timestamp>={quote_filter_value(_utc_iso(since))}",
+        ]
+        if job_name is not None:
+            parts.append(f"labels.job={quote_filter_value(job_name, name='job_name')}")
+        if run_id is not None:
+            parts.append(f"labels.run={quote_filter_value(run_id, name='run_id')}")
+        return " AND ".join(parts)
+
+    def _list(self, filter_: str) -> Iterable[Any]:
+        from google.cloud.logging_v2 import ASCENDING
+
+        return self._client.list_entries(
+            resource_names=[f"projects/{self.project}"],
+            filter_=filter_,
+            order_by=ASCENDING,
+            page_size=self.read_page_size,
+        )
+
+    def _decode(self, entry: Any, job_name: str | None) -> Event | None:
+        payload = getattr(entry, "payload", None)
+        if not isinstance(payload, dict) or payload.get(SCHEMA_KEY) != SCHEMA_VERSION:
+            self.skipped_entries += 1  # diagnostic entry or someone else's
+            return None
+        try:
+            ev = Event.from_dict(payload)
+        except (ValueError, TypeError) as e:
+            self.skipped_entries += 1
+            _log.warning("%r: skipped undecodable entry %s: %s", self, entry.insert_id, e)
+            return None
+        if job_name is not None and ev.job_name != job_name:
+            # Defence in depth: the filter already restricts the job.
+            self.skipped_entries += 1
+            return None
+        return ev
+
+    def read_events(
+        self, job_name: str, cursor: CloudLoggingCursor | None = None, limit: int | None = None
+    ) -> tuple[list[Event], CloudLoggingCursor]:
+        """Events of ``job_name`` after ``cursor``, oldest first, at most ``limit``.
+
+        Pending writes of this store are flushed first (read-your-writes).
+
+        Raises:
+            TypeError / ValueError: bad ``job_name``, ``cursor`` or ``limit``.
+            StoreError: the service failed (message names the store).
+
+        Example:
+            >>> events, cur = store.read_events("job")          # doctest: +SKIP
+            >>> more, cur = store.read_events("job", cur)       # only new ones
+        """
+        quote_filter_value(job_name, name="job_name")
+        if limit is not None:
+            _check_int("limit", limit, 1, None)
+        if cursor is not None and not isinstance(cursor, CloudLoggingCursor):
+            raise TypeError(
+                f"cursor ({cursor!r}) must be None or a cursor returned by this store"
+            )
+        if self.pending:
+            self.flush(self.close_timeout)
+        if cursor is None:
+            since = None
+            seen: dict[str, str] = {}
+            high = None
+        else:
+            high = _parse_ts(cursor.high_water)
+            since = high - _dt.timedelta(seconds=self.read_overlap_seconds)
+            seen = {iid: ts for ts, iid in cursor.seen}
+        out: list[Event] = []
+        try:
+            for entry in self._list(self.build_filter(job_name, since)):
+                iid = entry.insert_id or ""
+                if iid in seen:
+                    continue
+                ts = entry.timestamp
+                ts_iso = _utc_iso(ts) if ts is not None else None
+                ev = self._decode(entry, job_name)
+                if ts_iso is not None:
+                    seen[iid] = ts_iso
+                    if high is None or ts > high:
+                        high = ts
+                if ev is not None:
+                    out.append(ev)
+                    if limit is not None and len(out) >= limit:
+                        break
+        except self._transient as e:
+            raise StoreError(f"{self!r}: reading job {job_name!r} failed: {_error_text(e)}") from None
+        except Exception as e:
+            from google.api_core import exceptions as gexc
+
+            if isinstance(e, gexc.GoogleAPIError):
+                raise StoreError(
+                    f"{self!r}: reading job {job_name!r} failed: {_error_text(e)}"
+                ) from None
+            raise
+        if high is None:
+            return out, cursor if cursor is not None else CloudLoggingCursor(_utc_iso(self._start))
+        low = _utc_iso(high - _dt.timedelta(seconds=self.read_overlap_seconds))
+        kept = tuple(sorted((ts, iid) for iid, ts in seen.items() if ts >= low))
+        return out, CloudLoggingCursor(_utc_iso(high), kept)
+
+    def list_jobs(self) -> list[str]:
+        """Names of all jobs with at least one event in this log (scans the log)."""
+        if self.pending:
+            self.flush(self.close_timeout)
+        jobs: set[str] = set()
+        try:
+            for entry in self._list(self.build_filter()):
+                ev = self._decode(entry, None)
+                if ev is not None:
+                    jobs.add(ev.job_name)
+        except Exception as e:
+            from google.api_core import exceptions as gexc
+
+            if isinstance(e, (gexc.GoogleAPIError, *self._transient)):
+                raise StoreError(f"{self!r}: listing jobs failed: {_error_text(e)}") from None
+            raise
+        return sorted(jobs)
+
+
+def _parse_ts(value: str) -> _dt.datetime:
+    from google.cloud._helpers import _rfc3339_nanos_to_datetime
+
+    return _rfc3339_nanos_to_datetime(value)
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} ({value!r}) must be an int")
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} ({value!r}) must be {rng}")
+
+
+def _check_nonneg(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} ({value!r}) must be a number")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} ({value!r}) must be finite and >= 0")
+
+
+def _check_endpoint(endpoint: str) -> None:
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1"):
+        return
+    raise ValueError(
+        f"api_endpoint ({endpoint!r}) must be https://HOST, or http:// to a loopback host"
+    )
+
+
+_LIVE: "weakref.WeakSet[CloudLoggingStore]" = weakref.WeakSet()
+_ATEXIT_LOCK = threading.Lock()
+_ATEXIT_REGISTERED = False
+
+
+def _register_atexit(store: CloudLoggingStore) -> None:
+    global _ATEXIT_REGISTERED
+    with _ATEXIT_LOCK:
+        _LIVE.add(store)
+        if not _ATEXIT_REGISTERED:
+            atexit.register(_close_all)
+            _ATEXIT_REGISTERED = True
+
+
+def _close_all() -> None:
+    for store in list(_LIVE):
+        try:
+            store.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            _log.exception("closing %r at exit failed", store)
