@@ -1,0 +1,414 @@
+"""Application model of the trace-driven simulator: measured step times and training curves.
+
+Each application (bert, cifar10, deepspeech2, imagenet, ncf, yolov3) is a directory of
+CSV traces measured by the Pollux authors on nodes of 4 NVIDIA T4 GPUs (see the README
+shipped beside them in ``goodput_jax/sched/sim/data``):
+
+- ``placements.csv``: step and sync time for a placement (one digit per node = replicas on
+  that node) and a per-replica batch size;
+- ``scalability.csv``: extra (num_nodes, num_replicas, local_bsz) measurements up to 16 nodes;
+- ``validation-BSZ.csv``: one row per epoch of a run at total batch size BSZ with the
+  cumulative scale-invariant progress, the optimizer iterations and the gradient statistics.
+
+Interpolation rules (the authors'):
+
+- step/sync time of a measured placement (rotation invariant): piecewise linear in the local
+  batch size; of any other placement: linear (Delaunay) over (num_nodes, num_replicas,
+  local_bsz) on the per-(nodes, replicas, bsz) means of the placements plus the
+  scalability rows, with num_nodes capped at 16;
+- iterations and gradient statistics at a batch size between two validated sizes: linear in
+  the batch size between the two neighbours (clamped outside the validated range).
+
+Every interpolation result is cached: a simulation asks the same few thousand questions
+millions of times.
+
+Example:
+    >>> from goodput_jax.sched.sim.apps import load_applications
+    >>> apps = load_applications()                       # doctest: +SKIP
+    >>> step, sync = apps["cifar10"].get_throughput((1, 3), 128)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "APP_SETTINGS",
+    "Application",
+    "canonical_placement",
+    "find_traces_dir",
+    "find_workload",
+    "load_applications",
+]
+
+# Per-application settings used by the authors: epochs to finish, and bounds that differ from
+# the default rule (init/max batch size = smallest/largest validated size, local bsz bounds =
+# min/max local_bsz in placements.csv).
+APP_SETTINGS: dict[str, dict[str, int]] = {
+    "bert": {"max_epochs": 2},
+    "cifar10": {"max_epochs": 100},
+    "ncf": {"max_epochs": 10},
+    "imagenet": {"max_epochs": 90},
+    "deepspeech2": {"max_epochs": 80},
+    "yolov3": {"max_epochs": 50, "max_local_bsz": 8},
+}
+
+_ENV_VAR = "GOODPUT_JAX_TRACES"
+_PACKAGED = Path(__file__).resolve().parent / "data"
+
+
+def _is_traces_dir(path: Path) -> bool:
+    return (path / "cifar10" / "placements.csv").is_file()
+
+
+def find_traces_dir(traces: str | os.PathLike[str] | None = None) -> Path:
+    """Locate the application traces: a directory holding ``APP/placements.csv``.
+
+    Search order: the ``traces`` argument, ``$GOODPUT_JAX_TRACES``, ``../shared/pollux-sim``
+    relative to the repository and to the working directory, then the copy shipped in the
+    package (``goodput_jax/sched/sim/data``). A path may name the data root (holding
+    ``traces/`` and ``workloads*/``) or the ``traces/`` directory itself.
+
+    Args:
+        traces: explicit directory, or None to search.
+
+    Returns:
+        The traces directory (its parent usually holds the ``workloads*/`` directories).
+
+    Raises:
+        FileNotFoundError: if an explicit path is not a trace directory, or nothing is found.
+
+    Example:
+        >>> (find_traces_dir() / "bert").is_dir()   # doctest: +SKIP
+        True
+    """
+    for name, value in (("traces", traces), (_ENV_VAR, os.environ.get(_ENV_VAR))):
+        if value:
+            p = Path(value).expanduser()
+            for cand in (p / "traces", p):
+                if _is_traces_dir(cand):
+                    return cand
+            raise FileNotFoundError(
+                f"{name}={str(value)!r} is not a Pollux trace directory "
+                "(expected traces/APP/placements.csv or APP/placements.csv under it)"
+            )
+    repo = Path(__file__).resolve().parents[3]
+    for cand in (repo.parent / "shared" / "pollux-sim", Path.cwd().parent / "shared" / "pollux-sim",
+                 Path.cwd() / "shared" / "pollux-sim", _PACKAGED):
+        if _is_traces_dir(cand / "traces"):
+            return cand / "traces"
+    raise FileNotFoundError(
+        "Pollux traces not found: pass --traces DIR, set $GOODPUT_JAX_TRACES, or place "
+        "them at ../shared/pollux-sim"
+    )
+
+
+def find_workload(workload: str | os.PathLike[str], traces: str | os.PathLike[str] | None = None,
+                  ) -> Path:
+    """Resolve a workload: an existing CSV path, or a name relative to the data root.
+
+    ``"workloads/workload-6.csv"``, ``"workload-6"`` and ``"6"`` all name workload 6 at load
+    1.0; ``"workloads-realistic/workload-6"`` names the realistic variant.
+
+    Raises:
+        FileNotFoundError: if nothing matches.
+
+    Example:
+        >>> find_workload("6").name     # doctest: +SKIP
+        'workload-6.csv'
+    """
+    p = Path(workload).expanduser()
+    if p.is_file():
+        return p
+    root = find_traces_dir(traces).parent
+    s = str(workload)
+    cands = [root / s, root / f"{s}.csv", root / "workloads" / s, root / "workloads" / f"{s}.csv",
+             root / "workloads" / f"workload-{s}.csv"]
+    for c in cands:
+        if c.is_file():
+            return c
+    raise FileNotFoundError(f"workload {s!r} not found (looked under {root})")
+
+
+def canonical_placement(placement: Iterable[int]) -> tuple[int, ...]:
+    """Drop empty nodes and return the smallest rotation (placements are rotation invariant).
+
+    Example:
+        >>> canonical_placement((3, 0, 1))
+        (1, 3)
+    """
+    p = tuple(int(x) for x in placement if int(x) > 0)
+    if not p:
+        return ()
+    return min(p[i:] + p[:i] for i in range(len(p)))
+
+
+def _read_csv(path: Path) -> dict[str, np.ndarray]:
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if len(rows) < 2:
+        raise ValueError(f"trace file {path} has no data rows")
+    header, body = rows[0], rows[1:]
+    cols = {}
+    for j, name in enumerate(header):
+        vals = [r[j] for r in body]
+        cols[name] = np.asarray(vals, dtype=np.str_ if name == "placement" else np.float64)
+    return cols
+
+
+@dataclass
+class _Curve:
+    """One validation run at a fixed total batch size (arrays indexed by epoch)."""
+
+    progress: np.ndarray
+    iteration: np.ndarray
+    metric: np.ndarray
+    grad_sqr: np.ndarray
+    grad_var: np.ndarray
+
+
+@dataclass
+class Application:
+    """Measured behaviour of one application, with cached interpolation.
+
+    Attributes:
+        name: application name.
+        init_batch_size, max_batch_size: smallest / largest validated total batch size
+            (unless overridden).
+        min_local_bsz, max_local_bsz: per-replica (atomic) batch size bounds.
+        max_epochs: epochs to finish.
+    """
+
+    name: str
+    validation: dict[int, _Curve]
+    placements: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]
+    nd_points: np.ndarray  # [K, 3] (num_nodes, num_replicas, local_bsz)
+    nd_values: np.ndarray  # [K, 2] (step_time, sync_time)
+    max_epochs: int
+    init_batch_size: int = 0
+    max_batch_size: int = 0
+    min_local_bsz: int = 0
+    max_local_bsz: int = 0
+    _tput_cache: dict = field(default_factory=dict, repr=False)
+    _stats_cache: dict = field(default_factory=dict, repr=False)
+    _nd_interp: object = field(default=None, repr=False)
+
+    @classmethod
+    def from_dir(cls, trace_dir: str | os.PathLike[str], *, max_epochs: int,
+                 init_batch_size: int | None = None, max_batch_size: int | None = None,
+                 min_local_bsz: int | None = None,
+                 max_local_bsz: int | None = None) -> "Application":
+        """Load one application's CSV traces.
+
+        Example:
+            >>> app = Application.from_dir("traces/cifar10", max_epochs=100)  # doctest: +SKIP
+        """
+        d = Path(trace_dir)
+        if max_epochs < 1:
+            raise ValueError(f"max_epochs must be >= 1, got {max_epochs}")
+        validation: dict[int, _Curve] = {}
+        for path in sorted(d.glob("validation-*.csv")):
+            bsz = int(path.stem.split("-")[-1])
+            c = _read_csv(path)
+            validation[bsz] = _Curve(c["progress"], c["iteration"], c["metric"],
+                                     c["grad_sqr"], c["grad_var"])
+        if not validation:
+            raise FileNotFoundError(f"no validation-*.csv in {d}")
+        pl = _read_csv(d / "placements.csv")
+        sc = _read_csv(d / "scalability.csv")
+        placements: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
+        groups: dict[tuple[int, int, float], list[tuple[float, float]]] = {}
+        for p, b, st, sy in zip(pl["placement"], pl["local_bsz"], pl["step_time"],
+                                pl["sync_time"]):
+            key = canonical_placement(int(ch) for ch in str(p))
+            placements.setdefault(key, []).append((b, st, sy))
+            groups.setdefault((len(key), sum(key), b), []).append((st, sy))
+        pl_arrays = {}
+        for key, rows in placements.items():
+            arr = np.asarray(sorted(rows))
+            # Average duplicate bsz rows (if any) so np.interp sees strictly increasing xs.
+            xs, inv = np.unique(arr[:, 0], return_inverse=True)
+            st = np.bincount(inv, arr[:, 1]) / np.bincount(inv)
+            sy = np.bincount(inv, arr[:, 2]) / np.bincount(inv)
+            pl_arrays[key] = (xs, st, sy)
+        pts = [k for k in groups]
+        vals = [np.mean(groups[k], axis=0) for k in pts]
+        pts += list(zip(sc["num_nodes"], sc["num_replicas"], sc["local_bsz"]))
+        vals += list(zip(sc["step_time"], sc["sync_time"]))
+        bszs = sorted(validation)
+        return cls(
+            name=d.name,
+            validation=validation,
+            placements=pl_arrays,
+            nd_points=np.asarray(pts, dtype=np.float64),
+            nd_values=np.asarray(vals, dtype=np.float64),
+            max_epochs=int(max_epochs),
+            init_batch_size=int(init_batch_size or bszs[0]),
+            max_batch_size=int(max_batch_size or bszs[-1]),
+            min_local_bsz=int(min_local_bsz or pl["local_bsz"].min()),
+            max_local_bsz=int(max_local_bsz or pl["local_bsz"].max()),
+        )
+
+    # ----------------------------------------------------------------- training curve
+    @property
+    def num_epochs_traced(self) -> int:
+        """Number of epochs in the shortest validation trace."""
+        return min(len(c.progress) for c in self.validation.values())
+
+    def get_progress(self, epoch: int) -> float:
+        """Cumulative scale-invariant progress at the end of ``epoch`` epochs (0 at epoch 0)."""
+        if epoch <= 0:
+            return 0.0
+        prog = self.validation[self.init_batch_size].progress
+        return float(prog[min(epoch, len(prog)) - 1])
+
+    @property
+    def target_progress(self) -> float:
+        """Progress at which a job finishes (end of its last epoch)."""
+        return self.get_progress(self.max_epochs)
+
+    def get_completion_epoch(self, batch_size: float) -> int:  # noqa: ARG002 - same for all bsz
+        """Epoch count after which a job finishes (the authors' rule: ``max_epochs``)."""
+        return self.max_epochs
+
+    def _bracket(self, batch_size: float) -> tuple[int, int, float]:
+        """Neighbouring validated sizes and the weight of the upper one (linear in bsz)."""
+        bszs = sorted(self.validation)
+        b = float(batch_size)
+        if b <= bszs[0]:
+            return bszs[0], bszs[0], 0.0
+        if b >= bszs[-1]:
+            return bszs[-1], bszs[-1], 0.0
+        hi_idx = int(np.searchsorted(bszs, b))
+        lo, hi = bszs[hi_idx - 1], bszs[hi_idx]
+        if hi == b:
+            return hi, hi, 0.0
+        return lo, hi, (b - lo) / (hi - lo)
+
+    def get_iteration(self, batch_size: float, epoch: int) -> float:
+        """Optimizer iterations to finish ``epoch`` epochs at total ``batch_size``.
+
+        Example:
+            >>> app.get_iteration(128, 1)    # doctest: +SKIP
+            390.0
+        """
+        if epoch <= 0:
+            return 0.0
+        lo, hi, w = self._bracket(batch_size)
+        a = self.validation[lo].iteration
+        b = self.validation[hi].iteration
+        ia, ib = min(epoch, len(a)) - 1, min(epoch, len(b)) - 1
+        return float((1.0 - w) * a[ia] + w * b[ib])
+
+    def get_grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
+        """Gradient statistics ``(grad_sqr, grad_var)`` during ``epoch`` (0-based) at ``batch_size``.
+
+        Example:
+            >>> sqr, var = app.get_grad_stats(256, 0)    # doctest: +SKIP
+        """
+        key = (float(batch_size), int(epoch))
+        hit = self._stats_cache.get(key)
+        if hit is not None:
+            return hit
+        lo, hi, w = self._bracket(batch_size)
+        ca, cb = self.validation[lo], self.validation[hi]
+        ia = min(max(int(epoch), 0), len(ca.grad_sqr) - 1)
+        ib = min(max(int(epoch), 0), len(cb.grad_sqr) - 1)
+        sqr = (1.0 - w) * ca.grad_sqr[ia] + w * cb.grad_sqr[ib]
+        var = (1.0 - w) * ca.grad_var[ia] + w * cb.grad_var[ib]
+        out = (float(sqr), float(var))
+        self._stats_cache[key] = out
+        return out
+
+    # ----------------------------------------------------------------- throughput
+    def _nd(self, num_nodes: int, num_replicas: int, local_bsz: float) -> tuple[float, float]:
+        if self._nd_interp is None:
+            from scipy.interpolate import LinearNDInterpolator  # jax depends on scipy
+
+            self._nd_interp = LinearNDInterpolator(self.nd_points, self.nd_values)
+        out = np.asarray(self._nd_interp([[num_nodes, num_replicas, local_bsz]]))[0]
+        if not np.all(np.isfinite(out)):
+            # Outside the convex hull of the measurements: use the nearest measured
+            # (nodes, replicas) group and interpolate over bsz there.
+            d = (np.abs(self.nd_points[:, 0] - num_nodes) * 1000
+                 + np.abs(self.nd_points[:, 1] - num_replicas))
+            sel = d == d.min()
+            pts, vals = self.nd_points[sel], self.nd_values[sel]
+            order = np.argsort(pts[:, 2])
+            xs = pts[order, 2]
+            out = np.array([np.interp(local_bsz, xs, vals[order, 0]),
+                            np.interp(local_bsz, xs, vals[order, 1])])
+        return float(out[0]), float(out[1])
+
+    def get_throughput(self, placement: Sequence[int], local_bsz: float) -> tuple[float, float]:
+        """Step time and sync time (s) of one optimizer step without accumulation.
+
+        Args:
+            placement: replicas per node, e.g. ``(1, 3)``; empty nodes are ignored.
+            local_bsz: per-replica (atomic) batch size.
+
+        Returns:
+            ``(step_time, sync_time)``.
+
+        Raises:
+            ValueError: if the placement is empty or ``local_bsz`` is not positive.
+
+        Example:
+            >>> app.get_throughput((4, 4), 64)   # doctest: +SKIP
+            (0.09, 0.02)
+        """
+        key = (tuple(placement), float(local_bsz))
+        hit = self._tput_cache.get(key)
+        if hit is not None:
+            return hit
+        p = canonical_placement(placement)
+        if not p:
+            raise ValueError(f"placement {tuple(placement)!r} holds no replicas")
+        if not local_bsz > 0:
+            raise ValueError(f"local_bsz must be > 0, got {local_bsz!r}")
+        meas = self.placements.get(p)
+        if meas is not None:
+            xs, st, sy = meas
+            out = (float(np.interp(local_bsz, xs, st)), float(np.interp(local_bsz, xs, sy)))
+        else:
+            out = self._nd(min(len(p), 16), sum(p), float(local_bsz))
+        self._tput_cache[key] = out
+        return out
+
+
+def load_applications(traces: str | os.PathLike[str] | None = None,
+                      settings: Mapping[str, Mapping[str, int]] | None = None,
+                      ) -> dict[str, Application]:
+    """Load every application under ``<data root>/traces`` with the authors' settings.
+
+    Args:
+        traces: data root or traces directory (see :func:`find_traces_dir`).
+        settings: per-application overrides of :data:`APP_SETTINGS`.
+
+    Returns:
+        ``{name: Application}``.
+
+    Example:
+        >>> apps = load_applications()                   # doctest: +SKIP
+        >>> apps["bert"].init_batch_size, apps["bert"].max_batch_size   # doctest: +SKIP
+        (12, 384)
+    """
+    root = find_traces_dir(traces)
+    cfg = {k: dict(v) for k, v in APP_SETTINGS.items()}
+    for k, v in (settings or {}).items():
+        cfg.setdefault(k, {}).update(v)
+    apps = {}
+    for name, kw in cfg.items():
+        d = root / name
+        if not d.is_dir():
+            raise FileNotFoundError(f"application trace directory missing: {d}")
+        if "max_epochs" not in kw:
+            raise ValueError(f"settings for application {name!r} lack max_epochs")
+        apps[name] = Application.from_dir(d, **kw)
+    return apps

@@ -1,0 +1,348 @@
+"""Cluster loop of the trace-driven simulator, workloads, and metrics.
+
+Every ``interval`` seconds of simulated time (60 by default):
+
+1. each job holding GPUs advances (:meth:`SimJob.advance`), in rounds that stop at epoch
+   boundaries; after each round the jobs that met a new (nodes, replicas, atomic bsz)
+   configuration re-fit their throughput model and the adaptive jobs that crossed an epoch
+   re-optimise their batch size - each in ONE batched call over those jobs;
+2. the policy computes the allocations of the active (submitted, unfinished) jobs;
+3. jobs whose allocation changed restart (30 s delay), and every running adaptive job
+   re-optimises its batch size (one batched call);
+4. one JSON line is logged.
+
+The run ends when every job has finished. Metrics: job completion time (JCT = completion -
+submission), its mean and 99th percentile, and the makespan (last completion - first
+submission).
+
+Example:
+    >>> from goodput_jax.sched.sim.cluster import load_workload, simulate   # doctest: +SKIP
+    >>> jobs = load_workload("workload-6.csv", apps, policy="tiresias")     # doctest: +SKIP
+    >>> result = simulate(jobs, TiresiasPolicy())                           # doctest: +SKIP
+    >>> round(result.avg_jct)                                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Protocol, Sequence, TextIO
+
+import numpy as np
+
+from goodput_jax.sched.sim.apps import Application
+from goodput_jax.sched.sim.job import SimJob
+
+__all__ = ["AdaptiveModel", "Cluster", "SimResult", "WorkloadRow", "load_workload",
+           "make_jobs", "simulate"]
+
+FIXED_BATCH_APPS = {"ncf": 32768}  # Pollux runs ncf at a fixed batch size (the authors' rule)
+
+
+@dataclass(frozen=True)
+class WorkloadRow:
+    """One row of a workload CSV."""
+
+    name: str
+    time: float
+    application: str
+    num_replicas: int
+    batch_size: int
+
+
+def load_workload(path: str | os.PathLike[str], max_jobs: int | None = None) -> list[WorkloadRow]:
+    """Read ``name,time,application,num_replicas,batch_size`` rows (sorted by time).
+
+    Raises:
+        ValueError: on a missing column or a bad value (naming the row).
+
+    Example:
+        >>> rows = load_workload("workloads/workload-6.csv", max_jobs=20)   # doctest: +SKIP
+        >>> len(rows)                                                        # doctest: +SKIP
+        20
+    """
+    if max_jobs is not None and max_jobs < 1:
+        raise ValueError(f"max_jobs must be >= 1, got {max_jobs}")
+    rows = []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        need = {"name", "time", "application", "num_replicas", "batch_size"}
+        missing = need - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"workload {path}: missing columns {sorted(missing)}")
+        for i, r in enumerate(reader):
+            try:
+                rows.append(WorkloadRow(r["name"], float(r["time"]), r["application"],
+                                        int(r["num_replicas"]), int(r["batch_size"])))
+            except ValueError as e:
+                raise ValueError(f"workload {path}: bad row {i + 2}: {r} ({e})") from None
+    rows.sort(key=lambda r: r.time)
+    return rows[:max_jobs] if max_jobs else rows
+
+
+def make_jobs(rows: Iterable[WorkloadRow], apps: Mapping[str, Application],
+              policy: str) -> list[SimJob]:
+    """Jobs for ``policy``: Tiresias gets the workload's replicas and batch size, Optimus the
+    batch size, Pollux neither (its batch size is adaptive, ncf's fixed at 32768).
+
+    Example:
+        >>> jobs = make_jobs(rows, apps, "pollux")   # doctest: +SKIP
+    """
+    if policy not in ("pollux", "optimus", "tiresias"):
+        raise ValueError(f"policy must be pollux, optimus or tiresias, got {policy!r}")
+    jobs = []
+    for r in rows:
+        if r.application not in apps:
+            raise ValueError(f"job {r.name!r}: unknown application {r.application!r}")
+        app = apps[r.application]
+        if policy == "tiresias":
+            jobs.append(SimJob(r.name, app, r.time, r.num_replicas, r.batch_size))
+        elif policy == "optimus":
+            jobs.append(SimJob(r.name, app, r.time, None, r.batch_size))
+        else:
+            jobs.append(SimJob(r.name, app, r.time, None, FIXED_BATCH_APPS.get(r.application)))
+    return jobs
+
+
+class AdaptiveModel(Protocol):
+    """Goodput-model side of an adaptive policy (see ``pollux_adapter``)."""
+
+    def refit(self, jobs: Sequence[SimJob]) -> None:
+        """Re-fit the throughput model of ``jobs`` from their profiles."""
+
+    def reoptimize(self, jobs: Sequence[SimJob]) -> None:
+        """Choose the batch configuration of the running adaptive ``jobs``."""
+
+
+@dataclass
+class SimResult:
+    """Outcome of one simulation."""
+
+    policy: str
+    workload: str
+    jcts: dict[str, float]
+    unfinished: list[str]
+    end_time: float
+    makespan: float
+    wall_time: float
+    num_intervals: int
+    timeline: list[tuple[float, dict[str, int]]] = field(repr=False, default_factory=list)
+    log_path: str | None = None
+    policy_time: float = 0.0
+    model_time: float = 0.0
+
+    @property
+    def avg_jct(self) -> float:
+        return float(np.mean(list(self.jcts.values()))) if self.jcts else float("nan")
+
+    @property
+    def p99_jct(self) -> float:
+        return float(np.percentile(list(self.jcts.values()), 99)) if self.jcts else float("nan")
+
+    def summary(self) -> dict:
+        """JSON-ready summary."""
+        return {"policy": self.policy, "workload": self.workload, "jobs": len(self.jcts),
+                "unfinished": len(self.unfinished), "avg_jct": self.avg_jct,
+                "p99_jct": self.p99_jct, "makespan": self.makespan,
+                "wall_time": self.wall_time, "policy_time": self.policy_time,
+                "model_time": self.model_time, "intervals": self.num_intervals}
+
+
+class Cluster:
+    """A fixed cluster of ``num_nodes`` x ``gpus_per_node`` GPUs running ``jobs`` under ``policy``.
+
+    Args:
+        jobs: the workload's jobs.
+        policy: a :class:`~goodput_jax.sched.sim.policies.SimPolicy`.
+        num_nodes, gpus_per_node: cluster shape (16 x 4 in the paper).
+        interval: scheduling interval (s).
+        interference: slowdown of a multi-node job sharing a node with another multi-node job.
+        model: goodput model of adaptive jobs (needed when some job's batch size is adaptive
+            or when the policy uses fitted models).
+        log: open text file for one JSON line per interval, or None.
+
+    Example:
+        >>> cluster = Cluster(jobs, TiresiasPolicy())   # doctest: +SKIP
+        >>> while not cluster.done: cluster.step()       # doctest: +SKIP
+    """
+
+    def __init__(self, jobs: Sequence[SimJob], policy, *, num_nodes: int = 16,
+                 gpus_per_node: int = 4, interval: float = 60.0, interference: float = 0.0,
+                 model: AdaptiveModel | None = None, log: TextIO | None = None) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0, got {interval}")
+        if not 0.0 <= interference < 1.0:
+            raise ValueError(f"interference must be in [0, 1), got {interference}")
+        if num_nodes < 1 or gpus_per_node < 1:
+            raise ValueError(f"num_nodes ({num_nodes}) and gpus_per_node ({gpus_per_node}) "
+                             "must be >= 1")
+        names = [j.name for j in jobs]
+        if len(set(names)) != len(names):
+            raise ValueError("job names must be unique")
+        if model is None and any(j.adaptive for j in jobs):
+            raise ValueError("adaptive jobs (target_batch_size=None) need a model")
+        self.jobs = list(jobs)
+        self.policy = policy
+        self.nodes = {i: int(gpus_per_node) for i in range(num_nodes)}
+        self.interval = float(interval)
+        self.interference = float(interference)
+        self.model = model
+        self.log = log
+        self.time = 0.0
+        self.allocations: dict[str, list[int]] = {}
+        self.timeline: list[tuple[float, dict[str, int]]] = []
+        self.num_intervals = 0
+        self.policy_time = 0.0
+        self.model_time = 0.0
+
+    @property
+    def done(self) -> bool:
+        return all(j.completion_time is not None for j in self.jobs)
+
+    def _interference(self) -> dict[str, float]:
+        if self.interference == 0.0:
+            return {}
+        multi = {k: set(v) for k, v in self.allocations.items() if len(set(v)) > 1}
+        shared: dict[int, int] = {}
+        for nodes in multi.values():
+            for n in nodes:
+                shared[n] = shared.get(n, 0) + 1
+        return {k: self.interference for k, nodes in multi.items()
+                if any(shared[n] > 1 for n in nodes)}
+
+    def _model_call(self, fn: Callable[[list[SimJob]], None], jobs: list[SimJob]) -> None:
+        if jobs and self.model is not None:
+            t = time.perf_counter()
+            fn(jobs)
+            self.model_time += time.perf_counter() - t
+
+    def _advance(self) -> None:
+        t0, dt = self.time, self.interval
+        slow = self._interference()
+        budget = {j.name: dt for j in self.jobs if j.placement and j.completion_time is None}
+        active = [j for j in self.jobs if j.name in budget]
+        fits = self.model is not None
+        while active:
+            to_fit, to_opt, nxt = [], [], []
+            for job in active:
+                left = budget[job.name]
+                res = job.advance(left, t0 + dt - left, slow.get(job.name, 0.0))
+                budget[job.name] = res.remaining
+                if res.new_config and fits:
+                    to_fit.append(job)
+                if res.remaining > 0 and job.completion_time is None:
+                    nxt.append(job)
+                    if res.crossed_epoch and job.adaptive:
+                        to_opt.append(job)
+            if self.model is not None:
+                self._model_call(self.model.refit, to_fit)
+                self._model_call(self.model.reoptimize, to_opt)
+            active = nxt
+
+    def _check(self, allocations: Mapping[str, Sequence[int]], active: Mapping[str, SimJob]):
+        used: dict[int, int] = {}
+        for key, alloc in allocations.items():
+            if key not in active:
+                raise RuntimeError(f"policy allocated GPUs to inactive job {key!r}")
+            for n in alloc:
+                if n not in self.nodes:
+                    raise RuntimeError(f"policy used unknown node {n!r} for job {key!r}")
+                used[n] = used.get(n, 0) + 1
+        for n, u in used.items():
+            if u > self.nodes[n]:
+                raise RuntimeError(f"policy put {u} replicas on node {n} ({self.nodes[n]} GPUs)")
+
+    def step(self) -> None:
+        """Simulate one scheduling interval (see the module docstring)."""
+        self._advance()
+        self.time += self.interval
+        self.num_intervals += 1
+        active = {j.name: j for j in self.jobs if j.is_active(self.time)}
+        prev = {k: v for k, v in self.allocations.items() if k in active}
+        t = time.perf_counter()
+        allocations = self.policy.optimize(active, self.nodes, prev, self.time)
+        self.policy_time += time.perf_counter() - t
+        allocations = {k: list(v) for k, v in allocations.items() if v}
+        self._check(allocations, active)
+        for job in self.jobs:
+            if job.completion_time is not None and job.placement:
+                job.reallocate([])
+            new, old = allocations.get(job.name, []), prev.get(job.name, [])
+            if job.name in active and sorted(new) != sorted(old):
+                job.reallocate(new)
+        self.allocations = allocations
+        self._model_call(self.model.reoptimize if self.model else None,
+                         [j for j in active.values() if j.placement and j.adaptive])
+        gpus = {k: len(v) for k, v in allocations.items()}
+        self.timeline.append((self.time, gpus))
+        if self.log is not None:
+            rec = {"time": self.time, "active": len(active),
+                   "finished": sum(j.completion_time is not None for j in self.jobs),
+                   "gpus_used": sum(gpus.values()),
+                   "jobs": {j.name: {"gpus": len(j.allocation), "placement": list(j.placement),
+                                     "batch_size": j.batch_size, "atomic_bsz": j.atomic_bsz,
+                                     "accum_steps": j.accum_steps, "epoch": j.epoch,
+                                     "progress": round(j.progress / j.app.target_progress, 5),
+                                     "goodput": round(j.last_goodput, 4),
+                                     "restarts": j.num_restarts or 0}
+                          for j in active.values()}}
+            self.log.write(json.dumps(rec) + "\n")
+
+
+def simulate(jobs: Sequence[SimJob], policy, *, model: AdaptiveModel | None = None,
+             interval: float = 60.0, interference: float = 0.0, num_nodes: int = 16,
+             gpus_per_node: int = 4, max_time: float = 30 * 86400.0,
+             log_path: str | os.PathLike[str] | None = None, workload: str = "",
+             progress: Callable[[int, int, float], None] | None = None) -> SimResult:
+    """Run the cluster loop until every job finishes (or ``max_time`` passes).
+
+    Args:
+        jobs: jobs from :func:`make_jobs`.
+        policy: a policy object (``policies.TiresiasPolicy()``, ...).
+        model: goodput model of adaptive jobs (Pollux).
+        interval, interference, num_nodes, gpus_per_node: see :class:`Cluster`.
+        max_time: simulated-time limit (s); jobs still running then are reported unfinished.
+        log_path: JSON Lines file for the per-interval log.
+        workload: label for the result.
+        progress: called after every interval with ``(finished, total, time)``.
+
+    Returns:
+        A :class:`SimResult`.
+
+    Example:
+        >>> res = simulate(make_jobs(rows, apps, "tiresias"), TiresiasPolicy())  # doctest: +SKIP
+        >>> res.avg_jct > 0                                                     # doctest: +SKIP
+        True
+    """
+    if not jobs:
+        raise ValueError("jobs is empty")
+    start = time.perf_counter()
+    f = None
+    if log_path is not None:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        f = open(log_path, "w")
+    try:
+        cluster = Cluster(jobs, policy, num_nodes=num_nodes, gpus_per_node=gpus_per_node,
+                          interval=interval, interference=interference, model=model, log=f)
+        while not cluster.done and cluster.time < max_time:
+            cluster.step()
+            if progress is not None:
+                progress(sum(j.completion_time is not None for j in jobs), len(jobs),
+                         cluster.time)
+    finally:
+        if f is not None:
+            f.close()
+    jcts = {j.name: j.completion_time - j.submission_time for j in jobs
+            if j.completion_time is not None}
+    unfinished = [j.name for j in jobs if j.completion_time is None]
+    ends = [j.completion_time for j in jobs if j.completion_time is not None]
+    makespan = (max(ends) - min(j.submission_time for j in jobs)) if ends else float("nan")
+    return SimResult(policy=getattr(policy, "name", type(policy).__name__), workload=workload,
+                     jcts=jcts, unfinished=unfinished, end_time=cluster.time, makespan=makespan,
+                     wall_time=time.perf_counter() - start, num_intervals=cluster.num_intervals,
+                     timeline=cluster.timeline, log_path=str(log_path) if log_path else None,
+                     policy_time=cluster.policy_time, model_time=cluster.model_time)
