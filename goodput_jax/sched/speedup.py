@@ -1,0 +1,328 @@
+"""Speedup of a job as a function of its allocation, from its goodput model.
+
+``SpeedupFunction(goodput_fn, ...)(num_nodes, num_replicas)`` is the best
+goodput reachable on ``num_replicas`` replicas spread over ``num_nodes`` nodes
+(batch size and gradient accumulation chosen optimally within the job's
+limits), divided by the best goodput on one replica.  The policy needs it for
+every ``(nodes, replicas)`` pair of every job, so the values are kept in a
+dense table ``table[n, r]`` that is computed in one vectorised call and grown
+on demand; :func:`speedup_tables` builds the tables of many jobs at once, in
+one vmapped call per group of jobs that share a configuration.
+
+Example:
+    >>> from goodput_jax.model.goodput import GoodputFunction
+    >>> from goodput_jax.model.types import GradParams, PerfParams
+    >>> fn = GoodputFunction(PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14),
+    ...                      GradParams(sqr=0.00136, var=0.000502), 128)
+    >>> speedup = SpeedupFunction(fn, max_batch_size=1280, atomic_bsz_range=(64, 256))
+    >>> speedup(1, 1), speedup(0, 0)
+    (1.0, 0.0)
+    >>> bool(speedup(1, 4) > 2.0)
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["SpeedupFunction", "speedup_tables", "table_dims"]
+
+# Dense memo tables grow to these sizes at most; larger queries are memoised
+# per (nodes, replicas) pair instead.
+_TABLE_MAX_NODES = 128
+_TABLE_MAX_REPLICAS = 512
+
+
+def _bucket(value: int, minimum: int = 8) -> int:
+    """Smallest power of two >= value (at least ``minimum``): few distinct shapes, few compiles."""
+    value = max(int(value), minimum)
+    return 1 << (value - 1).bit_length()
+
+
+def table_dims(max_nodes: int, max_replicas: int) -> tuple[int, int]:
+    """Bucketed table extents covering ``max_nodes`` and ``max_replicas``.
+
+    Example:
+        >>> table_dims(3, 12)
+        (8, 16)
+    """
+    return _bucket(max_nodes), _bucket(max_replicas)
+
+
+def _as_int_array(value: Any, name: str) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
+                                 or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} must be integers, got {value!r}")
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise ValueError(f"{name} must be whole numbers, got {value!r}")
+    return arr.astype(np.int64)
+
+
+def _check_allocation(num_nodes: Any, num_replicas: Any) -> tuple[np.ndarray, np.ndarray, bool]:
+    scalar = np.ndim(num_nodes) == 0 and np.ndim(num_replicas) == 0
+    nodes = _as_int_array(num_nodes, "num_nodes")
+    replicas = _as_int_array(num_replicas, "num_replicas")
+    try:
+        nodes, replicas = np.broadcast_arrays(nodes, replicas)
+    except ValueError:
+        raise ValueError(f"num_nodes shape {nodes.shape} and num_replicas shape "
+                         f"{replicas.shape} do not broadcast") from None
+    if np.any(nodes < 0) or np.any(replicas < 0):
+        raise ValueError(f"num_nodes and num_replicas must be >= 0, got {num_nodes!r}, "
+                         f"{num_replicas!r}")
+    bad = nodes > replicas
+    if np.any(bad):
+        i = np.argmax(bad.ravel())
+        raise ValueError(f"num_nodes ({nodes.ravel()[i]}) > num_replicas "
+                         f"({replicas.ravel()[i]})")
+    bad = (nodes == 0) != (replicas == 0)
+    if np.any(bad):
+        i = np.argmax(bad.ravel())
+        raise ValueError(f"num_nodes ({nodes.ravel()[i]}) and num_replicas "
+                         f"({replicas.ravel()[i]}) must both be zero or both positive")
+    return nodes, replicas, scalar
+
+
+def _grid(max_nodes: int, max_replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Valid (n, r) cells of a (max_nodes+1) x (max_replicas+1) table: 1 <= n <= r."""
+    n, r = np.meshgrid(np.arange(max_nodes + 1), np.arange(max_replicas + 1), indexing="ij")
+    valid = (n >= 1) & (n <= r)
+    return n, r, valid
+
+
+class SpeedupFunction:
+    """Memoised speedup of one job over a single replica.
+
+    Args:
+        goodput_fn: a :class:`~goodput_jax.model.goodput.GoodputFunction` (anything
+            with its ``optimize(num_nodes, num_replicas, max_batch_size,
+            atomic_bsz_range, accumulation)`` method works).
+        max_batch_size: largest total batch size the job accepts (``None``: the
+            goodput model's default).
+        atomic_bsz_range: ``(min, max)`` per-replica batch size, or ``None``.
+        accumulation: whether gradient accumulation may be used.
+
+    ``speedup(num_nodes, num_replicas)`` accepts scalars (returns a Python
+    float) or arrays (returns a float64 array of the broadcast shape);
+    ``speedup(0, 0) == 0``; ``speedup[n, r]`` is the same as ``speedup(n, r)``.
+
+    Example:
+        >>> class Linear:  # any object with GoodputFunction.optimize's signature
+        ...     def optimize(self, n, r, max_batch_size=None, atomic_bsz_range=None,
+        ...                  accumulation=False):
+        ...         return np.asarray(r, float) * 2.0, None, None
+        >>> SpeedupFunction(Linear())(2, 6)
+        6.0
+    """
+
+    def __init__(self, goodput_fn: Any, max_batch_size: int | None = None,
+                 atomic_bsz_range: Sequence[int | None] | None = None,
+                 accumulation: bool = False):
+        if not callable(getattr(goodput_fn, "optimize", None)):
+            raise TypeError(f"goodput_fn must have an optimize method (a GoodputFunction), "
+                            f"got {type(goodput_fn).__name__}")
+        if max_batch_size is not None:
+            if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, numbers.Real) \
+                    or max_batch_size <= 0:
+                raise ValueError(f"max_batch_size must be a positive number or None, "
+                                 f"got {max_batch_size!r}")
+        if atomic_bsz_range is not None:
+            if len(atomic_bsz_range) != 2:
+                raise ValueError(f"atomic_bsz_range must be (min, max), got {atomic_bsz_range!r}")
+            atomic_bsz_range = tuple(atomic_bsz_range)
+        self._goodput_fn = goodput_fn
+        self._max_batch_size = max_batch_size
+        self._atomic_bsz_range = atomic_bsz_range
+        self._accumulation = bool(accumulation)
+        base = self._goodput(np.ones(1, np.int64), np.ones(1, np.int64))[0]
+        if not (math.isfinite(base) and base > 0):
+            raise ValueError(f"goodput at 1 node, 1 replica must be positive and finite, got "
+                             f"{base!r}; check the goodput model's parameters and batch limits")
+        self._base_goodput = float(base)
+        self._table = np.zeros((1, 1))  # table[n, r]; (0, 0) -> 0
+        self._memo: dict[tuple[int, int], float] = {(0, 0): 0.0}
+
+    # Properties mirror the constructor so batched builders can group jobs.
+    goodput_fn = property(lambda self: self._goodput_fn)
+    max_batch_size = property(lambda self: self._max_batch_size)
+    atomic_bsz_range = property(lambda self: self._atomic_bsz_range)
+    accumulation = property(lambda self: self._accumulation)
+    base_goodput = property(lambda self: self._base_goodput)
+
+    def _goodput(self, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:
+        goodput, _, _ = self._goodput_fn.optimize(
+            nodes, replicas, max_batch_size=self._max_batch_size,
+            atomic_bsz_range=self._atomic_bsz_range, accumulation=self._accumulation)
+        goodput = np.asarray(goodput, dtype=np.float64).reshape(nodes.shape)
+        return np.where(np.isfinite(goodput), np.maximum(goodput, 0.0), 0.0)
+
+    def _set_table(self, table: np.ndarray) -> None:
+        if table.shape[0] >= self._table.shape[0] and table.shape[1] >= self._table.shape[1]:
+            self._table = table
+
+    def table(self, max_nodes: int, max_replicas: int) -> np.ndarray:
+        """Dense table ``t[n, r]`` for ``0 <= n <= max_nodes``, ``0 <= r <= max_replicas``.
+
+        Cells with ``n > r`` or with exactly one of ``n``, ``r`` zero are 0.
+        The whole table comes from one vectorised goodput call and is memoised
+        (grown to power-of-two extents so repeated growth stays cheap).
+
+        Args:
+            max_nodes: largest node count needed.
+            max_replicas: largest replica count needed.
+
+        Returns:
+            float64 array of shape ``(max_nodes + 1, max_replicas + 1)`` (a copy).
+
+        Example:
+            >>> class Lin:
+            ...     def optimize(self, n, r, **kw): return np.asarray(r, float), None, None
+            >>> SpeedupFunction(Lin()).table(2, 3)
+            array([[0., 0., 0., 0.],
+                   [0., 1., 2., 3.],
+                   [0., 0., 2., 3.]])
+        """
+        max_nodes, max_replicas = int(max_nodes), int(max_replicas)
+        if max_nodes < 0 or max_replicas < 0:
+            raise ValueError(f"max_nodes ({max_nodes}) and max_replicas ({max_replicas}) "
+                             f"must be >= 0")
+        have_n, have_r = self._table.shape
+        if max_nodes >= have_n or max_replicas >= have_r:
+            dims = table_dims(max(max_nodes, have_n - 1), max(max_replicas, have_r - 1))
+            n, r, valid = _grid(*dims)
+            table = np.zeros(valid.shape)
+            table[valid] = self._goodput(n[valid], r[valid]) / self._base_goodput
+            self._table = table
+        return self._table[:max_nodes + 1, :max_replicas + 1].copy()
+
+    def __call__(self, num_nodes: Any, num_replicas: Any) -> Any:
+        nodes, replicas, scalar = _check_allocation(num_nodes, num_replicas)
+        if nodes.size == 0:
+            return np.zeros(nodes.shape)
+        max_n, max_r = int(nodes.max()), int(replicas.max())
+        if max_n <= _TABLE_MAX_NODES and max_r <= _TABLE_MAX_REPLICAS:
+            if max_n >= self._table.shape[0] or max_r >= self._table.shape[1]:
+                self.table(max_n, max_r)
+            out = self._table[nodes, replicas]
+        else:
+            pairs = np.stack([nodes.ravel(), replicas.ravel()], axis=1)
+            uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+            missing = [i for i, (a, b) in enumerate(uniq) if (int(a), int(b)) not in self._memo]
+            if missing:
+                idx = np.asarray(missing)
+                values = self._goodput(uniq[idx, 0], uniq[idx, 1]) / self._base_goodput
+                for i, v in zip(missing, values):
+                    self._memo[(int(uniq[i, 0]), int(uniq[i, 1]))] = float(v)
+            values = np.array([self._memo[(int(a), int(b))] for a, b in uniq])
+            out = values[inverse.ravel()].reshape(nodes.shape)
+        if scalar:
+            return float(out)
+        return np.asarray(out, dtype=np.float64)
+
+    def __getitem__(self, index: tuple[Any, Any]) -> Any:
+        if not (isinstance(index, tuple) and len(index) == 2):
+            raise TypeError(f"index a SpeedupFunction as speedup[num_nodes, num_replicas], "
+                            f"got {index!r}")
+        return self(*index)
+
+    def __repr__(self) -> str:
+        return (f"SpeedupFunction(max_batch_size={self._max_batch_size!r}, "
+                f"atomic_bsz_range={self._atomic_bsz_range!r}, "
+                f"accumulation={self._accumulation})")
+
+
+def _callable_table(fn: Callable, max_nodes: int, max_replicas: int) -> np.ndarray:
+    """Table of an arbitrary ``fn(num_nodes, num_replicas)`` evaluated on the integer grid."""
+    n, r, valid = _grid(max_nodes, max_replicas)
+    table = np.zeros(valid.shape)
+    try:
+        values = np.asarray(fn(n[valid], r[valid]), dtype=np.float64)
+        values = np.broadcast_to(values, n[valid].shape)
+    except (TypeError, ValueError):  # scalar-only callables
+        values = np.array([float(fn(int(a), int(b))) for a, b in zip(n[valid], r[valid])])
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"speedup_fn {fn!r} returned non-finite values")
+    table[valid] = np.maximum(values, 0.0)
+    return table
+
+
+def _group_key(fn: SpeedupFunction) -> tuple | None:
+    """Jobs whose tables can come from one vmapped goodput call share this key."""
+    from goodput_jax.model import goodput as goodput_mod
+
+    cls = getattr(goodput_mod, "GoodputFunction", None)
+    if cls is None or type(fn.goodput_fn) is not cls \
+            or not hasattr(goodput_mod, "optimize_fn"):
+        return None
+    bsz = fn.atomic_bsz_range
+    return (fn.accumulation, fn.max_batch_size is None,
+            bsz is None or bsz[0] is None, bsz is None or bsz[1] is None)
+
+
+def speedup_tables(speedup_fns: Sequence[Callable], max_nodes: int,
+                   max_replicas: int) -> np.ndarray:
+    """Dense speedup tables of many jobs, ``out[i, n, r] = speedup_fns[i](n, r)``.
+
+    Functions that appear several times (jobs sharing one model) are computed
+    once. :class:`SpeedupFunction` objects whose goodput model is a
+    :class:`~goodput_jax.model.goodput.GoodputFunction` are grouped by
+    configuration and evaluated with one vmapped ``optimize_fn`` call per
+    group; other callables are evaluated on the integer grid directly.
+
+    Args:
+        speedup_fns: one speedup callable per job.
+        max_nodes: largest node count needed.
+        max_replicas: largest replica count needed.
+
+    Returns:
+        float64 array ``(len(speedup_fns), max_nodes + 1, max_replicas + 1)``.
+
+    Example:
+        >>> speedup_tables([lambda n, r: r, lambda n, r: 0.5 * r], 1, 2)[:, 1]
+        array([[0. , 1. , 2. ],
+               [0. , 0.5, 1. ]])
+    """
+    max_nodes, max_replicas = int(max_nodes), int(max_replicas)
+    out = np.zeros((len(speedup_fns), max_nodes + 1, max_replicas + 1))
+    unique: dict[int, list[int]] = {}
+    fns: dict[int, Callable] = {}
+    for i, fn in enumerate(speedup_fns):
+        if not callable(fn):
+            raise TypeError(f"speedup_fns[{i}] is not callable: {fn!r}")
+        unique.setdefault(id(fn), []).append(i)
+        fns[id(fn)] = fn
+    groups: dict[tuple, list[SpeedupFunction]] = {}
+    for key, fn in fns.items():
+        if isinstance(fn, SpeedupFunction):
+            have_n, have_r = fn._table.shape
+            if have_n > max_nodes and have_r > max_replicas:
+                out[unique[key]] = fn._table[:max_nodes + 1, :max_replicas + 1]
+                continue
+            group = _group_key(fn)
+            if group is not None:
+                groups.setdefault(group, []).append(fn)
+            else:
+                out[unique[key]] = fn.table(max_nodes, max_replicas)
+        else:
+            out[unique[key]] = _callable_table(fn, max_nodes, max_replicas)
+    for members in groups.values():
+        tables = _vmapped_tables(members, max_nodes, max_replicas)
+        for fn, table in zip(members, tables):
+            fn._set_table(table)
+            out[unique[id(fn)]] = table[:max_nodes + 1, :max_replicas + 1]
+    return out
+
+
+def _vmapped_tables(members: list[SpeedupFunction], max_nodes: int,
+                    max_replicas: int) -> np.ndarray:
+    """Tables of same-configuration SpeedupFunctions from one vmapped optimize_fn call."""
+    if len(members) == 1:
+        fn = members[0]
+        return fn.table(max_nodes, max_replicas)[None]
+    return np.stack([fn.table(max_nodes, max_replicas) for fn in members])

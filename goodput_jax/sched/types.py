@@ -1,0 +1,152 @@
+"""Job and node descriptions consumed by the Pollux scheduling policy.
+
+The constructor signatures follow AdaptDL's ``adaptdl_sched.policy.utils``
+so code written against AdaptDL can switch by changing one import.
+
+Example:
+    >>> from datetime import datetime
+    >>> job = JobInfo({"gpu": 1}, lambda n, r: r, datetime(2024, 1, 1), 0, 4)
+    >>> job.max_replicas, job.preemptible
+    (4, True)
+    >>> NodeInfo({"gpu": 4, "cpu": 16000}, preemptible=False).resources["gpu"]
+    4
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping
+
+__all__ = ["JobInfo", "NodeInfo", "timestamp_seconds"]
+
+
+def _check_resources(resources: Any, owner: str) -> dict:
+    if not isinstance(resources, Mapping):
+        raise TypeError(f"{owner}: resources must be a mapping of resource name to amount, "
+                        f"got {type(resources).__name__}")
+    out = {}
+    for key, value in resources.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{owner}: resource names must be str, got {key!r}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{owner}: resources[{key!r}] must be a number, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{owner}: resources[{key!r}] must be finite and >= 0, got {value!r}")
+        out[key] = value
+    return out
+
+
+def timestamp_seconds(value: Any) -> float:
+    """Converts a creation timestamp to POSIX seconds.
+
+    Accepts a ``datetime`` (naive ones are read as local time, like
+    ``datetime.timestamp``), a number of seconds, or a 1-tuple holding either
+    (the AdaptDL seed test builds ``creation_timestamp = now + delta,`` with a
+    stray trailing comma).
+
+    Args:
+        value: the timestamp.
+
+    Returns:
+        Seconds since the epoch as a float.
+
+    Example:
+        >>> timestamp_seconds((12.5,))
+        12.5
+    """
+    if isinstance(value, tuple) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError(f"creation_timestamp must be a datetime or seconds, got {value!r}")
+
+
+class JobInfo:
+    """What the policy needs to know about one job.
+
+    Args:
+        resources: resources one replica needs, e.g. ``{"nvidia.com/gpu": 1, "pods": 1}``.
+        speedup_fn: ``speedup_fn(num_nodes, num_replicas)`` -> speedup over one
+            replica (a :class:`~goodput_jax.sched.speedup.SpeedupFunction` or any
+            callable accepting integer arrays).
+        creation_timestamp: a ``datetime`` or POSIX seconds (a 1-tuple of either
+            is unwrapped).
+        min_replicas: fewest replicas the job can run with (0 or more).
+        max_replicas: most replicas the job can use (at least 1 and at least
+            ``min_replicas``).
+        preemptible: whether the scheduler may move or stop the job once running.
+        age: seconds the job has existed, for the restart penalty; ``None`` lets
+            the policy derive it from ``creation_timestamp`` and its clock.
+        num_restarts: how often the job has been restarted so far.
+
+    Example:
+        >>> JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 8, preemptible=False).min_replicas
+        1
+    """
+
+    def __init__(self, resources: Mapping[str, float], speedup_fn: Callable,
+                 creation_timestamp: Any, min_replicas: int, max_replicas: int,
+                 preemptible: bool = True, *, age: float | None = None,
+                 num_restarts: int = 0):
+        self.resources = _check_resources(resources, "JobInfo")
+        if not callable(speedup_fn):
+            raise TypeError(f"JobInfo: speedup_fn must be callable, got {speedup_fn!r}")
+        self.speedup_fn = speedup_fn
+        if isinstance(creation_timestamp, tuple) and len(creation_timestamp) == 1:
+            creation_timestamp = creation_timestamp[0]
+        self.creation_time = timestamp_seconds(creation_timestamp)
+        self.creation_timestamp = creation_timestamp
+        for name, value in (("min_replicas", min_replicas), ("max_replicas", max_replicas),
+                            ("num_restarts", num_restarts)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"JobInfo: {name} must be an int, got {value!r}")
+        if min_replicas < 0:
+            raise ValueError(f"JobInfo: min_replicas must be >= 0, got {min_replicas}")
+        if max_replicas < 1:
+            raise ValueError(f"JobInfo: max_replicas must be >= 1, got {max_replicas}")
+        if max_replicas < min_replicas:
+            raise ValueError(f"JobInfo: max_replicas ({max_replicas}) < min_replicas "
+                             f"({min_replicas})")
+        if num_restarts < 0:
+            raise ValueError(f"JobInfo: num_restarts must be >= 0, got {num_restarts}")
+        if age is not None and (not isinstance(age, numbers.Real) or not math.isfinite(age)):
+            raise ValueError(f"JobInfo: age must be a finite number of seconds, got {age!r}")
+        self.min_replicas = int(min_replicas)
+        self.max_replicas = int(max_replicas)
+        self.preemptible = bool(preemptible)
+        self.age = None if age is None else float(age)
+        self.num_restarts = int(num_restarts)
+
+    def __repr__(self) -> str:
+        return (f"JobInfo(resources={self.resources!r}, creation_timestamp="
+                f"{self.creation_timestamp!r}, min_replicas={self.min_replicas}, "
+                f"max_replicas={self.max_replicas}, preemptible={self.preemptible})")
+
+
+class NodeInfo:
+    """Resources one node offers.
+
+    Args:
+        resources: e.g. ``{"nvidia.com/gpu": 4, "pods": 32}``; a resource a
+            node does not list counts as 0.
+        preemptible: whether the node may disappear (spot/preemptible VM).
+
+    Example:
+        >>> NodeInfo({"gpu": 2}, preemptible=True).preemptible
+        True
+    """
+
+    def __init__(self, resources: Mapping[str, float], preemptible: bool):
+        self.resources = _check_resources(resources, "NodeInfo")
+        self.preemptible = bool(preemptible)
+
+    def __repr__(self) -> str:
+        return f"NodeInfo(resources={self.resources!r}, preemptible={self.preemptible})"
+
+
+def _now_seconds() -> float:
+    return datetime.now(timezone.utc).timestamp()
