@@ -1,0 +1,549 @@
+"""GoodputRecorder: non-blocking goodput hooks for a training loop.
+
+Drop-in for ml-goodput-measurement's ``GoodputRecorder``: every ``record_*``
+method has the same name and arguments, plus context managers for each
+start/end pair. The training thread only validates its arguments and appends a
+tuple to a bounded in-memory queue; a background thread writes batches to the
+store, retrying a failing store with exponential backoff (warned once, counted
+in :attr:`GoodputRecorder.dropped_count`). The queue is flushed at interpreter
+exit.
+
+Example:
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "goodput.db")
+    >>> rec = GoodputRecorder("job", "goodput_job", logging_enabled=True,
+    ...                       store="sqlite:///" + path)
+    >>> with rec.job():
+    ...     for step in range(3):
+    ...         with rec.step(step):
+    ...             pass
+    >>> rec.flush()
+    True
+    >>> rec.close()
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import json
+import logging
+import threading
+import time
+import weakref
+from typing import Any, Callable, Iterator
+
+from goodput_jax.measure.events import (
+    KINDS_BY_CODE,
+    Event,
+    EventKind,
+    check_step,
+    new_run_id,
+    to_timestamp,
+)
+from goodput_jax.measure.events import KIND_CODES as _K
+from goodput_jax.measure.stores import EventStore, resolve_store
+
+logger = logging.getLogger(__name__)
+
+_JOB_START, _JOB_END = _K[EventKind.JOB_START], _K[EventKind.JOB_END]
+_STEP_START, _STEP_END = _K[EventKind.STEP_START], _K[EventKind.STEP_END]
+
+#: BadputType name -> (start kind, end kind) for ``badput()``; imported lazily
+_BADPUT_KINDS = {
+    "ACCELERATOR_INITIALIZATION": (EventKind.ACCELERATOR_INIT_START, EventKind.ACCELERATOR_INIT_END),
+    "TRAINING_PREP": (EventKind.TRAINING_PREP_START, EventKind.TRAINING_PREP_END),
+    "PROGRAM_STARTUP": (EventKind.PROGRAM_STARTUP_START, EventKind.PROGRAM_STARTUP_END),
+    "DATA_LOADING": (EventKind.DATA_LOADING_START, EventKind.DATA_LOADING_END),
+    "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME": (EventKind.CHECKPOINT_SAVE_START, EventKind.CHECKPOINT_SAVE_END),
+    "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME": (
+        EventKind.CHECKPOINT_RESTORE_START, EventKind.CHECKPOINT_RESTORE_END),
+    "CUSTOM_BADPUT_EVENTS": (EventKind.CUSTOM_BADPUT_START, EventKind.CUSTOM_BADPUT_END),
+}
+
+
+class _FlushMarker:
+    __slots__ = ("done", "ok")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.ok = True
+
+
+class GoodputRecorder:
+    """Records goodput events from the training loop without blocking it.
+
+    Args:
+        job_name: the job's name (all runs of one job share it).
+        logger_name: kept for drop-in compatibility (the store decides where events go).
+        logging_enabled: record only when True (e.g. ``jax.process_index() == 0``);
+            when False every call is a cheap no-op.
+        store: EventStore, store URL, or None (``$GOODPUT_JAX_STORE`` or ``./goodput.db``).
+        clock: returns UTC seconds (default ``time.time``); used when no timestamp is given.
+        host: host / process index stored with each event.
+        run_id: id of this process launch (default: fresh per recorder).
+        max_queue: events held in memory at most; beyond it new events are dropped and counted.
+        batch_size: events per store write.
+        flush_interval: seconds between background writes.
+        max_retries: retries of a failing write before its batch is dropped and counted.
+
+    Raises:
+        ValueError / TypeError: bad arguments (named in the message).
+
+    Example:
+        >>> rec = GoodputRecorder("job", "log")  # disabled: no store is opened
+        >>> rec.record_step_start_time(0)
+    """
+
+    def __init__(
+        self,
+        job_name: str,
+        logger_name: str | None = None,
+        logging_enabled: bool = False,
+        store: EventStore | str | None = None,
+        clock: Callable[[], Any] | None = None,
+        host: int | None = None,
+        run_id: str | None = None,
+        max_queue: int = 1_000_000,
+        batch_size: int = 4096,
+        flush_interval: float = 0.5,
+        max_retries: int = 6,
+    ):
+        if not isinstance(job_name, str) or not job_name:
+            raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
+        if clock is not None and not callable(clock):
+            raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
+        if host is not None and (isinstance(host, bool) or not isinstance(host, int) or host < 0):
+            raise ValueError(f"host ({host!r}) must be a non-negative int")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise ValueError(f"run_id ({run_id!r}) must be a non-empty string")
+        for name, v in (("max_queue", max_queue), ("batch_size", batch_size)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{name} ({v!r}) must be a positive int")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries ({max_retries!r}) must be a non-negative int")
+        if not isinstance(flush_interval, (int, float)) or not flush_interval > 0:
+            raise ValueError(f"flush_interval ({flush_interval!r}) must be a positive number")
+        self.job_name = job_name
+        self.logger_name = logger_name
+        self._enabled = bool(logging_enabled)
+        self._clock = clock or time.time
+        self._host = 0 if host is None else host
+        self._run_id = run_id or new_run_id()
+        self._max_queue = max_queue
+        self._batch = batch_size
+        self._flush_interval = float(flush_interval)
+        self._max_retries = max_retries
+        self._q: collections.deque = collections.deque()
+        self._dropped = 0
+        self._written = 0
+        self._warned_drop = False
+        self._warned_store = False
+        self._open: dict[tuple[int, str | None], int] = {}
+        self._open_lock = threading.Lock()
+        self._closed = False
+        self._store: EventStore | None = None
+        self._owns_store = False
+        if not self._enabled:
+            return
+        self._owns_store = store is None or isinstance(store, str)
+        self._store = resolve_store(store)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._writer, name=f"goodput-recorder-{job_name}", daemon=True
+        )
+        self._thread.start()
+        ref = weakref.ref(self)
+
+        def _at_exit() -> None:
+            rec = ref()
+            if rec is not None:
+                rec.close(timeout=10.0)
+
+        self._atexit = _at_exit
+        atexit.register(_at_exit)
+
+    # ------------------------------------------------------------- properties
+    @property
+    def run_id(self) -> str:
+        """Id of this process launch, stored with every event."""
+        return self._run_id
+
+    @property
+    def dropped_count(self) -> int:
+        """Events lost: queue full, or store writes that failed after all retries."""
+        return self._dropped
+
+    @property
+    def written_count(self) -> int:
+        """Events durably written to the store."""
+        return self._written
+
+    @property
+    def store(self) -> EventStore | None:
+        """The store written to (None when logging is disabled)."""
+        return self._store
+
+    @property
+    def logging_enabled(self) -> bool:
+        return self._enabled
+
+    # ----------------------------------------------------------- hot path
+    def _now(self) -> float:
+        t = self._clock()
+        return t if type(t) is float else to_timestamp(t, name="clock()")
+
+    def _put(self, code: int, t: float, step: int | None, label: str | None, payload: Any) -> None:
+        q = self._q
+        if len(q) >= self._max_queue:
+            self._dropped += 1
+            if not self._warned_drop:
+                self._warned_drop = True
+                logger.warning(
+                    "goodput recorder queue is full (%d events); dropping new events "
+                    "(see dropped_count)", self._max_queue)
+            return
+        q.append((code, t, step, label, payload))
+        if len(q) >= self._batch:
+            self._wake.set()
+
+    def record_step_start_time(self, step: int, start_time: Any = None) -> None:
+        """Record the start of training step ``step`` (non-negative int).
+
+        Args:
+            step: the step number; a step lower than an earlier one is a restart.
+            start_time: optional backfill time (aware datetime or UTC seconds).
+
+        Example:
+            >>> GoodputRecorder("j", "l").record_step_start_time(5)
+        """
+        if not self._enabled:
+            return
+        if type(step) is not int or step < 0:
+            step = check_step(step)
+        if start_time is None:
+            t = self._clock()
+            if type(t) is not float:
+                t = to_timestamp(t, name="clock()")
+        else:
+            t = to_timestamp(start_time, name="start_time")
+        q = self._q
+        if len(q) >= self._max_queue:
+            self._put(_STEP_START, t, step, None, None)  # counts the drop
+            return
+        q.append((_STEP_START, t, step, None, None))
+        if len(q) >= self._batch:
+            self._wake.set()
+
+    def record_step_end_time(self, step: int, end_time: Any = None) -> None:
+        """Record the end of step ``step`` (optional; the next step start also ends it)."""
+        if not self._enabled:
+            return
+        step = check_step(step)
+        t = self._now() if end_time is None else to_timestamp(end_time, name="end_time")
+        self._put(_STEP_END, t, step, None, None)
+
+    def _record(self, kind: EventKind, when: Any, argname: str,
+                step: int | None = None, label: str | None = None) -> None:
+        if not self._enabled:
+            return
+        t = self._now() if when is None else to_timestamp(when, name=argname)
+        if step is not None:
+            step = check_step(step)
+        code = _K[kind]
+        if kind.value.endswith("_start") and kind not in (EventKind.JOB_START, EventKind.STEP_START):
+            with self._open_lock:
+                key = (code, label)
+                self._open[key] = self._open.get(key, 0) + 1
+        elif kind.value.endswith("_end") and kind not in (EventKind.JOB_END, EventKind.STEP_END):
+            start = _K[EventKind(kind.value[: -len("_end")] + "_start")]
+            with self._open_lock:
+                key = (start, label)
+                n = self._open.get(key, 0)
+                if n <= 0:
+                    what = f" with custom_badput_event_type={label!r}" if label is not None else ""
+                    raise ValueError(
+                        f"{kind.value} recorded{what} without a matching "
+                        f"{KINDS_BY_CODE[start].value}; nothing was recorded"
+                    )
+                self._open[key] = n - 1
+        self._put(code, t, step, label, None)
+
+    def record_job_start_time(self, start_time: Any = None) -> None:
+        """Record the job's (this run's) start."""
+        self._record(EventKind.JOB_START, start_time, "start_time")
+
+    def record_job_end_time(self, end_time: Any = None) -> None:
+        """Record the job's (this run's) clean end. A run without it counts as crashed."""
+        self._record(EventKind.JOB_END, end_time, "end_time")
+
+    def record_tpu_init_start_time(self, start_time: Any = None) -> None:
+        """Record the start of accelerator (TPU/GPU) initialization."""
+        self._record(EventKind.ACCELERATOR_INIT_START, start_time, "start_time")
+
+    def record_tpu_init_end_time(self, end_time: Any = None) -> None:
+        """Record the end of accelerator initialization."""
+        self._record(EventKind.ACCELERATOR_INIT_END, end_time, "end_time")
+
+    def record_training_preparation_start_time(self, start_time: Any = None) -> None:
+        """Record the start of training preparation (model, optimizer, checkpoint manager)."""
+        self._record(EventKind.TRAINING_PREP_START, start_time, "start_time")
+
+    def record_training_preparation_end_time(self, end_time: Any = None) -> None:
+        """Record the end of training preparation."""
+        self._record(EventKind.TRAINING_PREP_END, end_time, "end_time")
+
+    def record_program_startup_start_time(self, start_time: Any = None) -> None:
+        """Record the start of program startup (tracing / compilation)."""
+        self._record(EventKind.PROGRAM_STARTUP_START, start_time, "start_time")
+
+    def record_program_startup_end_time(self, end_time: Any = None) -> None:
+        """Record the end of program startup."""
+        self._record(EventKind.PROGRAM_STARTUP_END, end_time, "end_time")
+
+    def record_data_loading_start_time(self, start_time: Any = None) -> None:
+        """Record the start of synchronous (blocking) data loading."""
+        self._record(EventKind.DATA_LOADING_START, start_time, "start_time")
+
+    def record_data_loading_end_time(self, end_time: Any = None) -> None:
+        """Record the end of synchronous data loading."""
+        self._record(EventKind.DATA_LOADING_END, end_time, "end_time")
+
+    def record_checkpoint_save_start_time(self, step: int | None = None, start_time: Any = None) -> None:
+        """Record the start of a blocking checkpoint save (of ``step``)."""
+        self._record(EventKind.CHECKPOINT_SAVE_START, start_time, "start_time", step=step)
+
+    def record_checkpoint_save_end_time(self, step: int | None = None, end_time: Any = None) -> None:
+        """Record the end of a blocking checkpoint save."""
+        self._record(EventKind.CHECKPOINT_SAVE_END, end_time, "end_time", step=step)
+
+    def record_checkpoint_restore_start_time(self, step: int | None = None, start_time: Any = None) -> None:
+        """Record the start of a checkpoint restore (of ``step``)."""
+        self._record(EventKind.CHECKPOINT_RESTORE_START, start_time, "start_time", step=step)
+
+    def record_checkpoint_restore_end_time(self, step: int | None = None, end_time: Any = None) -> None:
+        """Record the end of a checkpoint restore."""
+        self._record(EventKind.CHECKPOINT_RESTORE_END, end_time, "end_time", step=step)
+
+    def record_custom_badput_event_start_time(
+        self, start_time: Any = None, custom_badput_event_type: str = "unknown"
+    ) -> None:
+        """Record the start of a custom badput event (evaluation, SDC check, ...)."""
+        self._record(EventKind.CUSTOM_BADPUT_START, start_time, "start_time",
+                     label=_check_label(custom_badput_event_type))
+
+    def record_custom_badput_event_end_time(
+        self, end_time: Any = None, custom_badput_event_type: str = "unknown"
+    ) -> None:
+        """Record the end of a custom badput event of the same type."""
+        self._record(EventKind.CUSTOM_BADPUT_END, end_time, "end_time",
+                     label=_check_label(custom_badput_event_type))
+
+    def record_checkpoint_progress(self, step: int, checkpoint_start_time: Any) -> None:
+        """Record that a checkpoint containing progress up to ``step`` started at the given time."""
+        if not self._enabled:
+            return
+        t = to_timestamp(checkpoint_start_time, name="checkpoint_start_time")
+        self._put(_K[EventKind.CHECKPOINT_PROGRESS], t, check_step(step), None, None)
+
+    def record_hints(self, hints: dict, timestamp: Any = None) -> None:
+        """Publish model-side hints (a JSON-serialisable dict) for the monitor / scheduler.
+
+        Example:
+            >>> GoodputRecorder("j", "l").record_hints({"gradient_noise_scale": 3.0})
+        """
+        if not self._enabled:
+            return
+        if not isinstance(hints, dict):
+            raise TypeError(f"hints ({hints!r}) must be a dict")
+        try:
+            json.dumps(hints)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"hints ({hints!r}) must be JSON-serialisable: {e}") from None
+        t = self._now() if timestamp is None else to_timestamp(timestamp, name="timestamp")
+        self._put(_K[EventKind.HINTS], t, None, None, dict(hints))
+
+    # ------------------------------------------------------ context managers
+    @contextlib.contextmanager
+    def job(self) -> Iterator[GoodputRecorder]:
+        """Job start on enter, job end on a normal exit (an exception = crashed run)."""
+        self.record_job_start_time()
+        yield self
+        self.record_job_end_time()
+
+    @contextlib.contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """Step start on enter, step end on a normal exit."""
+        self.record_step_start_time(step)
+        yield
+        self.record_step_end_time(step)
+
+    @contextlib.contextmanager
+    def _span(self, start: Callable[[], None], end: Callable[[], None]) -> Iterator[None]:
+        start()
+        try:
+            yield
+        finally:
+            end()
+
+    def accelerator_init(self):
+        """``with rec.accelerator_init():`` around device discovery / ``jax.devices()``."""
+        return self._span(self.record_tpu_init_start_time, self.record_tpu_init_end_time)
+
+    def training_prep(self):
+        """``with rec.training_prep():`` around model / optimizer / checkpoint-manager setup."""
+        return self._span(self.record_training_preparation_start_time,
+                          self.record_training_preparation_end_time)
+
+    def program_startup(self):
+        """``with rec.program_startup():`` around tracing and compilation."""
+        return self._span(self.record_program_startup_start_time,
+                          self.record_program_startup_end_time)
+
+    def data_loading(self):
+        """``with rec.data_loading():`` around a blocking fetch of the next batch."""
+        return self._span(self.record_data_loading_start_time, self.record_data_loading_end_time)
+
+    def checkpoint_save(self, step: int | None = None):
+        """``with rec.checkpoint_save(step):`` around a blocking checkpoint save."""
+        return self._span(lambda: self.record_checkpoint_save_start_time(step),
+                          lambda: self.record_checkpoint_save_end_time(step))
+
+    def checkpoint_restore(self, step: int | None = None):
+        """``with rec.checkpoint_restore(step):`` around a checkpoint restore."""
+        return self._span(lambda: self.record_checkpoint_restore_start_time(step),
+                          lambda: self.record_checkpoint_restore_end_time(step))
+
+    def badput(self, kind: Any):
+        """``with rec.badput(BadputType.DATA_LOADING):`` or ``with rec.badput("eval"):``.
+
+        Args:
+            kind: a recordable BadputType (accelerator init, training prep, program
+                startup, data loading, checkpoint save/restore, custom), or a string
+                label for a custom badput event.
+        """
+        if isinstance(kind, str):
+            label = _check_label(kind)
+            return self._span(
+                lambda: self.record_custom_badput_event_start_time(custom_badput_event_type=label),
+                lambda: self.record_custom_badput_event_end_time(custom_badput_event_type=label),
+            )
+        name = getattr(kind, "name", None)
+        if type(kind).__name__ != "BadputType" or name not in _BADPUT_KINDS:
+            raise ValueError(
+                f"badput kind ({kind!r}) must be a string label or one of BadputType."
+                f"{{{', '.join(_BADPUT_KINDS)}}}; wasted progress, recovery and other are derived"
+            )
+        if name == "CUSTOM_BADPUT_EVENTS":
+            return self.badput("unknown")
+        start, end = _BADPUT_KINDS[name]
+        return self._span(lambda: self._record(start, None, "start_time"),
+                          lambda: self._record(end, None, "end_time"))
+
+    # ------------------------------------------------------------- writer
+    def _writer(self) -> None:
+        while True:
+            self._wake.wait(self._flush_interval)
+            self._wake.clear()
+            self._drain()
+            if self._stop.is_set():
+                self._drain()
+                return
+
+    def _drain(self) -> None:
+        q = self._q
+        batch: list[Event] = []
+        ok_since_marker = True
+        mk = Event
+        job, run, host = self.job_name, self._run_id, self._host
+        kinds = KINDS_BY_CODE
+        while q:
+            item = q.popleft()
+            if isinstance(item, _FlushMarker):
+                if batch:
+                    ok_since_marker &= self._write(batch)
+                    batch = []
+                item.ok = ok_since_marker
+                item.done.set()
+                ok_since_marker = True
+                continue
+            code, t, step, label, payload = item
+            batch.append(mk(kinds[code], job, run, host, t, step, label, payload))
+            if len(batch) >= self._batch:
+                ok_since_marker &= self._write(batch)
+                batch = []
+        if batch:
+            self._write(batch)
+
+    def _write(self, batch: list[Event]) -> bool:
+        delay = 0.05
+        for attempt in range(self._max_retries + 1):
+            try:
+                self._store.append(batch)
+                self._written += len(batch)
+                return True
+            except Exception as e:  # noqa: BLE001 - the training loop must never see it
+                if not self._warned_store:
+                    self._warned_store = True
+                    logger.warning(
+                        "goodput recorder: writing to store %r failed (%s: %s); retrying with "
+                        "backoff, events that still fail are dropped and counted",
+                        getattr(self._store, "url", self._store), type(e).__name__, e)
+                if attempt == self._max_retries:
+                    break
+                if self._stop.wait(delay) and attempt >= 1:
+                    break  # closing: do not hold up interpreter exit
+                delay = min(delay * 2, 2.0)
+        self._dropped += len(batch)
+        return False
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write everything recorded so far; True when all of it reached the store.
+
+        Args:
+            timeout: seconds to wait (None: until written or dropped after retries).
+
+        Example:
+            >>> GoodputRecorder("j", "l").flush()
+            True
+        """
+        if not self._enabled:
+            return True
+        marker = _FlushMarker()
+        self._q.append(marker)
+        if self._thread.is_alive():
+            self._wake.set()
+            if not marker.done.wait(timeout):
+                return False
+        else:
+            self._drain()
+        return marker.ok
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Flush, stop the writer thread and close the store if this recorder opened it."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._enabled:
+            return
+        self.flush(timeout)
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        atexit.unregister(self._atexit)
+        if self._owns_store:
+            self._store.close()
+
+    def __enter__(self) -> GoodputRecorder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _check_label(label: Any) -> str:
+    if not isinstance(label, str) or not label:
+        raise ValueError(f"custom_badput_event_type ({label!r}) must be a non-empty string")
+    return label
