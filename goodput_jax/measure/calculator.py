@@ -131,7 +131,8 @@ _SPAN_END_START = {
 class _Engine:
     """The attribution state machine (one pass over rows in insertion order).
 
-    Rows are ``(id, kind_code, stream_key, ts, step, label, payload)``. The
+    Rows are ``(kind_code, stream_key, ts, step, label_or_payload)``: the last
+    column is the custom badput label, or the hints payload for HINTS rows. The
     optional window clips every attributed slice to ``[ws, we]``.
     """
 
@@ -171,10 +172,10 @@ class _Engine:
         span_bucket = _SPAN_START_BUCKET
         span_end = _SPAN_END_START
         n = 0
-        for _id, kind, sid, t, step, label, payload in rows:
+        for kind, sid, t, step, label in rows:
             n += 1
             if kind == _HINTS:
-                self.hints = payload
+                self.hints = label  # the payload travels in the label column
                 continue
             if sid != cur:
                 if sid in seen:
@@ -404,21 +405,23 @@ class GoodputCalculator:
             sid = keys.get(key)
             if sid is None:
                 sid = keys[key] = len(keys)
-            out.append((0, KIND_CODES[ev.kind], sid, ev.timestamp, ev.step, ev.label, ev.payload))
+            code = KIND_CODES[ev.kind]
+            extra = ev.payload if code == _HINTS else ev.label
+            out.append((code, sid, ev.timestamp, ev.step, extra))
         return out
 
     def _iter_new_rows(self, cursor: Any):
         """Yield (rows, cursor) chunks of rows newer than ``cursor``."""
         while True:
             if self._fast:
-                rows, cursor = self.store.read_rows(self.job_name, cursor, self._CHUNK)
+                rows, cursor, done = self.store.read_rows(self.job_name, cursor, self._CHUNK)
             else:
                 events, cursor = self.store.read_events(self.job_name, cursor, self._CHUNK)
                 rows = self._rows_from_events(events)
-            if not rows:
-                return
-            yield rows, cursor
-            if len(rows) < self._CHUNK:
+                done = len(events) < self._CHUNK
+            if rows or cursor is not None:
+                yield rows, cursor
+            if done:
                 return
 
     def refresh(self) -> int:

@@ -57,7 +57,7 @@ _SCHEMA = (
 )
 
 #: One raw row as read by :meth:`SQLiteStore.read_rows`:
-#: (insertion id, kind code, stream id, timestamp, step or None, label or None, payload JSON or None)
+#: (kind code, stream id, timestamp, step or None, custom label or hints payload JSON or None)
 RawRow = tuple
 
 
@@ -297,21 +297,66 @@ class SQLiteStore:
                 raise StoreError(f"cannot append to store {self.url!r}: {e}") from e
 
     def read_rows(
-        self, job_name: str, cursor: Any = None, limit: int | None = None
-    ) -> tuple[list[RawRow], Any]:
+        self, job_name: str, cursor: Any = None, span: int = 200_000
+    ) -> tuple[list[RawRow], Any, bool]:
         """Raw rows for the calculator's hot path (no per-event objects).
 
-        Returns ``(rows, cursor)`` where each row is ``(id, kind_code, stream_id,
-        ts, step, label, payload_json)`` in insertion order.
+        Reads the events of ``job_name`` whose insertion id lies in
+        ``(cursor, cursor + span]``, capped at the newest committed id.
+
+        Returns:
+            ``(rows, cursor, done)``: rows are ``(kind_code, stream_id, ts, step,
+            label_or_payload_json)`` in insertion order; ``done`` is True when the
+            returned cursor is the newest id in the store.
 
         Example:
             >>> s = SQLiteStore(":memory:")
             >>> s.read_rows("nobody")
-            ([], None)
+            ([], None, True)
+        """
+        after = self._check_cursor(cursor)
+        if isinstance(span, bool) or not isinstance(span, int) or span <= 0:
+            raise ValueError(f"span ({span!r}) must be a positive int")
+        with self._lock:
+            c = self._conn
+            try:
+                jid = self._job_id(job_name, create=False)
+                if jid is None:
+                    return [], cursor, True
+                c.execute("BEGIN")  # one snapshot for MAX(id) and the rows
+                try:
+                    (top,) = c.execute("SELECT MAX(id) FROM events").fetchone()
+                    top = top or 0
+                    hi = min(after + span, top)
+                    if hi <= after:
+                        return [], cursor, True
+                    rows = c.execute(
+                        "SELECT kind, stream_id, ts, step, COALESCE(label, payload) FROM events"
+                        " WHERE job_id = ? AND id > ? AND id <= ? ORDER BY id",
+                        (jid, after, hi),
+                    ).fetchall()
+                finally:
+                    c.execute("COMMIT")
+            except sqlite3.DatabaseError as e:
+                raise StoreError(f"cannot read store {self.url!r}: {e}") from e
+        return rows, hi, hi >= top
+
+    def stream_info(self, stream_id: int) -> tuple[str, int]:
+        """(run_id, host) of a stream id returned by :meth:`read_rows`."""
+        with self._lock:
+            return self._stream(stream_id)
+
+    def read_events(
+        self, job_name: str, cursor: Any = None, limit: int | None = None
+    ) -> tuple[list[Event], Any]:
+        """Events of ``job_name`` after ``cursor`` in insertion order (see protocol).
+
+        The cursor is the insertion id of the last event returned.
         """
         after = self._check_cursor(cursor)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
             raise ValueError(f"limit ({limit!r}) must be a positive int or None")
+        out = []
         with self._lock:
             try:
                 jid = self._job_id(job_name, create=False)
@@ -325,47 +370,23 @@ class SQLiteStore:
                     rows = self._conn.execute(sql + " LIMIT ?", (jid, after, limit)).fetchall()
                 else:
                     rows = self._conn.execute(sql, (jid, after)).fetchall()
+                for _id, kind, sid, ts, step, label, payload in rows:
+                    run_id, host = self._stream(sid)
+                    out.append(
+                        Event(
+                            kind=KINDS_BY_CODE[kind],
+                            job_name=job_name,
+                            run_id=run_id,
+                            host=host,
+                            timestamp=ts,
+                            step=step,
+                            label=label,
+                            payload=None if payload is None else json.loads(payload),
+                        )
+                    )
             except sqlite3.DatabaseError as e:
                 raise StoreError(f"cannot read store {self.url!r}: {e}") from e
-        return rows, (rows[-1][0] if rows else cursor)
-
-    def iter_row_chunks(self, job_name: str, cursor: Any = None, chunk: int = 200_000):
-        """Yield ``(rows, cursor)`` chunks until the store has nothing newer."""
-        while True:
-            rows, cursor = self.read_rows(job_name, cursor, chunk)
-            if not rows:
-                return
-            yield rows, cursor
-            if len(rows) < chunk:
-                return
-
-    def stream_info(self, stream_id: int) -> tuple[str, int]:
-        """(run_id, host) of a stream id returned by :meth:`read_rows`."""
-        with self._lock:
-            return self._stream(stream_id)
-
-    def read_events(
-        self, job_name: str, cursor: Any = None, limit: int | None = None
-    ) -> tuple[list[Event], Any]:
-        """Events of ``job_name`` after ``cursor`` in insertion order (see protocol)."""
-        rows, new_cursor = self.read_rows(job_name, cursor, limit)
-        out = []
-        with self._lock:
-            for _id, kind, sid, ts, step, label, payload in rows:
-                run_id, host = self._stream(sid)
-                out.append(
-                    Event(
-                        kind=KINDS_BY_CODE[kind],
-                        job_name=job_name,
-                        run_id=run_id,
-                        host=host,
-                        timestamp=ts,
-                        step=step,
-                        label=label,
-                        payload=None if payload is None else json.loads(payload),
-                    )
-                )
-        return out, new_cursor
+        return out, (rows[-1][0] if rows else cursor)
 
     def list_jobs(self) -> list[str]:
         """Names of all jobs with at least one event, sorted."""
