@@ -1,0 +1,481 @@
+"""Pollux goodput = throughput x statistical efficiency, and its optimizer.
+
+Two layers:
+
+* Pure, jittable, vmappable functions of array pytrees
+  (:func:`throughput_fn`, :func:`efficiency_fn`, :func:`goodput_fn`,
+  :func:`optimize_fn`). Every argument broadcasts against every other one,
+  including the leaves of ``PerfParams`` / ``GradParams``, so a scheduler can
+  evaluate many jobs at once either by ``jax.vmap`` or by plain broadcasting
+  (e.g. params of shape [J, 1, 1] against replicas of shape [1, 1, R]).
+* :class:`GoodputFunction`, the AdaptDL-compatible object holding one job's
+  parameters: Python scalars in -> Python scalars out, arrays in -> numpy
+  arrays out. Its methods call cached jitted kernels (one compile per input
+  shape/dtype and ``accumulation`` flag).
+
+Model (Pollux, OSDI'21; AdaptDL 0.2.11):
+
+* ``throughput = R * b * (s + 1) / (s * T_acc + T_opt)`` (see
+  :mod:`goodput_jax.model.perf` for ``T_acc`` and ``T_opt``);
+* with ``M = R * b * (s + 1)``, ``scale = M / M0``,
+  ``efficiency = gain / scale`` where ``gain = (var + sqr) / (var / scale + sqr)``,
+  and ``gain = 1`` where that denominator is 0 (as AdaptDL does);
+* ``goodput = throughput * efficiency``.
+
+``optimize`` semantics (AdaptDL): for each configuration, 50 total batch sizes
+geometrically spaced from ``max(M0, min_atomic_bsz * R)`` to ``max_batch_size``
+(endpoints included, also when the first exceeds the second) are turned into
+``(atomic_bsz, accum_steps)``:
+
+* ``accumulation=True``: ``s = ceil(local / max_atomic_bsz) - 1``, at least 1
+  when ``R == 1`` and ``local > M0``; ``b = ceil(local / (s + 1))``;
+* ``accumulation=False``: ``s = 0``; ``b = M0`` when ``R == 1`` else ``ceil(local)``;
+
+where ``local = M / R`` and ``ceil`` tolerates a relative rounding error
+(1e-8 in float64, 2e-6 in float32). **Candidates whose ``b`` falls outside
+``[min_atomic_bsz, max_atomic_bsz]`` get goodput 0** (AdaptDL 0.2.11; AdaptDL
+master clips ``b`` instead). The best candidate wins (the first on ties); if
+no candidate is valid the result has goodput 0 and the first candidate's
+``(b, s)``.
+
+Bounds encoding for :func:`optimize_fn` (all traced arrays, so jobs with
+different bounds share one compilation):
+
+* no maximum batch size: ``max_batch_size = init_batch_size``;
+* no lower atomic bound: ``min_atomic_bsz = 1`` (values below 1 count as 1);
+* no upper atomic bound: ``max_atomic_bsz = inf`` (any non-finite value means
+  "``max_batch_size``", AdaptDL's default).
+
+Example:
+    >>> fn = GoodputFunction(PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14),
+    ...                      GradParams(sqr=0.00136, var=0.000502), 128)
+    >>> goodput, bsz, steps = fn.optimize(1, 3)
+    >>> (bsz, steps)
+    (43, 0)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from goodput_jax.model.perf import predict_accum_time, predict_network_time, _log_optim_from_parts
+from goodput_jax.model.types import GradParams, PerfParams
+
+__all__ = [
+    "PerfParams",
+    "GradParams",
+    "GoodputFunction",
+    "throughput_fn",
+    "efficiency_fn",
+    "goodput_fn",
+    "optimize_fn",
+    "NUM_CANDIDATES",
+]
+
+#: Number of geometric total-batch-size candidates searched by ``optimize``.
+NUM_CANDIDATES = 50
+
+
+def _fdt():
+    return jnp.result_type(float)
+
+
+def _ceil_tol(x: jax.Array) -> jax.Array:
+    eps = 1e-8 if x.dtype == jnp.float64 else 2e-6
+    return jnp.ceil(x - eps * jnp.maximum(1.0, jnp.abs(x)))
+
+
+def _tree_f(tree):
+    dt = _fdt()
+    return type(tree)(*(jnp.asarray(x, dt) for x in tree))
+
+
+@jax.jit
+def throughput_fn(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any, accum_steps: Any) -> jax.Array:
+    """Samples per second: ``R * b * (s + 1) / (s * T_acc + T_opt)`` (pure, jitted).
+
+    Args:
+        perf: ``PerfParams`` of scalars or arrays (broadcast with the rest).
+        num_nodes, num_replicas, atomic_bsz, accum_steps: configurations.
+
+    Returns:
+        Float array of the broadcast shape.
+
+    Example:
+        >>> p = PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0)
+        >>> round(float(throughput_fn(p, 1, 1, 10, 0)), 3)
+        50.0
+    """
+    perf = _tree_f(perf)
+    dt = _fdt()
+    r = jnp.asarray(num_replicas, dt)
+    b = jnp.asarray(atomic_bsz, dt)
+    s = jnp.asarray(accum_steps, dt)
+    accum = predict_accum_time(perf, b)
+    network = predict_network_time(perf, num_nodes, r)
+    optim = jnp.exp(_log_optim_from_parts(perf.gamma, accum, network))
+    return r * b * (s + 1.0) / (s * accum + optim)
+
+
+@jax.jit
+def efficiency_fn(grad: GradParams, init_batch_size: Any, batch_size: Any) -> jax.Array:
+    """Statistical efficiency of total batch size ``M`` relative to ``M0`` (pure, jitted).
+
+    ``gain / scale`` with ``scale = M / M0`` and
+    ``gain = (var + sqr) / (var / scale + sqr)`` (1 where that denominator is 0).
+
+    Example:
+        >>> round(float(efficiency_fn(GradParams(1.0, 1.0), 10, 20)), 4)
+        0.6667
+    """
+    grad = _tree_f(grad)
+    dt = _fdt()
+    scale = jnp.asarray(batch_size, dt) / jnp.asarray(init_batch_size, dt)
+    denom = grad.var / scale + grad.sqr
+    ok = denom > 0
+    gain = jnp.where(ok, (grad.var + grad.sqr) / jnp.where(ok, denom, 1.0), 1.0)
+    return gain / scale
+
+
+@jax.jit
+def goodput_fn(
+    perf: PerfParams,
+    grad: GradParams,
+    init_batch_size: Any,
+    num_nodes: Any,
+    num_replicas: Any,
+    atomic_bsz: Any,
+    accum_steps: Any,
+) -> jax.Array:
+    """``throughput_fn * efficiency_fn`` at ``M = R * b * (s + 1)`` (pure, jitted).
+
+    No validation (traced code cannot raise); see :meth:`GoodputFunction.evaluate`.
+
+    Example:
+        >>> p = PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0)
+        >>> round(float(goodput_fn(p, GradParams(0.0, 1.0), 10, 1, 1, 10, 0)), 3)
+        50.0
+    """
+    dt = _fdt()
+    r = jnp.asarray(num_replicas, dt)
+    b = jnp.asarray(atomic_bsz, dt)
+    s = jnp.asarray(accum_steps, dt)
+    thr = throughput_fn(perf, num_nodes, r, b, s)
+    return thr * efficiency_fn(grad, init_batch_size, r * b * (s + 1.0))
+
+
+@functools.partial(jax.jit, static_argnames=("accumulation",))
+def optimize_fn(
+    perf: PerfParams,
+    grad: GradParams,
+    init_batch_size: Any,
+    num_nodes: Any,
+    num_replicas: Any,
+    max_batch_size: Any,
+    min_atomic_bsz: Any,
+    max_atomic_bsz: Any,
+    *,
+    accumulation: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Best ``(goodput, atomic_bsz, accum_steps)`` per configuration (pure, jitted).
+
+    All arguments broadcast together (params included); ``accumulation`` is
+    static. See the module docstring for the search and the bounds encoding
+    (no max batch size: ``max_batch_size = init_batch_size``; no atomic range:
+    ``min_atomic_bsz = 1``, ``max_atomic_bsz = inf``).
+
+    Returns:
+        ``goodput`` (float), ``atomic_bsz`` and ``accum_steps`` (int32), each of
+        the broadcast shape.
+
+    Example:
+        >>> p = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14)
+        >>> g, b, s = optimize_fn(p, GradParams(0.00136, 0.000502), 128, 1, jnp.arange(1, 5),
+        ...                       1280, 64, 256, accumulation=True)
+        >>> b.shape
+        (4,)
+    """
+    dt = _fdt()
+    perf = _tree_f(perf)
+    grad = _tree_f(grad)
+    m0 = jnp.asarray(init_batch_size, dt)
+    n = jnp.asarray(num_nodes, dt)
+    r = jnp.asarray(num_replicas, dt)
+    max_bs = jnp.asarray(max_batch_size, dt)
+    min_atomic = jnp.maximum(jnp.asarray(min_atomic_bsz, dt), 1.0)
+    max_atomic = jnp.asarray(max_atomic_bsz, dt)
+    max_atomic = jnp.where(jnp.isfinite(max_atomic), max_atomic, max_bs)
+
+    shape = jnp.broadcast_shapes(
+        *(jnp.shape(x) for x in (*perf, *grad, m0, n, r, max_bs, min_atomic, max_atomic))
+    )
+    t = jnp.linspace(0.0, 1.0, NUM_CANDIDATES, dtype=dt).reshape((NUM_CANDIDATES,) + (1,) * len(shape))
+    min_bs = jnp.maximum(m0, min_atomic * r)
+    batch = min_bs * (max_bs / min_bs) ** t  # [C, *shape], geometric, first == min_bs
+    batch = jnp.where(t == 1.0, max_bs, batch)  # exact endpoint
+    local = batch / r
+    if accumulation:
+        steps = jnp.maximum(_ceil_tol(local / max_atomic) - 1.0, 0.0)
+        force = (r == 1.0) & (local > m0 * (1.0 + (1e-8 if dt == jnp.float64 else 2e-6)))
+        steps = jnp.where(force, jnp.maximum(steps, 1.0), steps)
+        atomic = _ceil_tol(local / (steps + 1.0))
+    else:
+        steps = jnp.zeros_like(local)
+        atomic = jnp.where(r == 1.0, m0, _ceil_tol(local))
+    good = goodput_fn(perf, grad, m0, n, r, atomic, steps)
+    good = jnp.where((min_atomic <= atomic) & (atomic <= max_atomic), good, 0.0)
+    full = (NUM_CANDIDATES,) + shape
+    good = jnp.broadcast_to(good, full)
+    idx = jnp.argmax(good, axis=0)[None]
+    pick = lambda x: jnp.take_along_axis(jnp.broadcast_to(x, full), idx, axis=0)[0]  # noqa: E731
+    return pick(good), pick(atomic).astype(jnp.int32), pick(steps).astype(jnp.int32)
+
+
+# --------------------------------------------------------------------------- #
+# Packed kernels behind GoodputFunction (few arguments -> cheap dispatch).
+# packed = [alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma, sqr, var, M0]
+# --------------------------------------------------------------------------- #
+
+
+def _unpack(packed):
+    return PerfParams(*(packed[i] for i in range(7))), GradParams(packed[7], packed[8]), packed[9]
+
+
+@functools.partial(jax.jit, static_argnames=("accumulation",))
+def _optimize_packed(packed, num_nodes, num_replicas, bounds, accumulation):
+    perf, grad, m0 = _unpack(packed)
+    g, b, s = optimize_fn(perf, grad, m0, num_nodes, num_replicas, bounds[0], bounds[1], bounds[2], accumulation=accumulation)
+    return jnp.stack([g, b.astype(g.dtype), s.astype(g.dtype)])
+
+
+@jax.jit
+def _evaluate_packed(packed, num_nodes, num_replicas, atomic_bsz, accum_steps):
+    perf, grad, m0 = _unpack(packed)
+    dt = _fdt()
+    r = jnp.asarray(num_replicas, dt)
+    b = jnp.asarray(atomic_bsz, dt)
+    s = jnp.asarray(accum_steps, dt)
+    n = jnp.asarray(num_nodes, dt)
+    good = goodput_fn(perf, grad, m0, n, r, b, s)
+    ok = jnp.all(r * b * (s + 1.0) >= m0) & jnp.all(n >= 1.0) & jnp.all(n <= r)
+    return good, ok
+
+
+@jax.jit
+def _throughput_packed(packed, num_nodes, num_replicas, atomic_bsz, accum_steps):
+    perf, _, _ = _unpack(packed)
+    return throughput_fn(perf, num_nodes, num_replicas, atomic_bsz, accum_steps)
+
+
+@jax.jit
+def _efficiency_packed(packed, batch_size):
+    _, grad, m0 = _unpack(packed)
+    return efficiency_fn(grad, m0, batch_size)
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, numbers.Number) or (isinstance(x, np.ndarray | np.generic) and np.ndim(x) == 0)
+
+
+def _check_numeric(name, x):
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be numeric, got {x!r}")
+    return a
+
+
+def _check_nodes(num_nodes, num_replicas):
+    n = _check_numeric("num_nodes", num_nodes)
+    r = _check_numeric("num_replicas", num_replicas)
+    try:
+        n, r = np.broadcast_arrays(n, r)
+    except ValueError:
+        raise ValueError(
+            f"num_nodes (shape {np.shape(num_nodes)}) and num_replicas (shape {np.shape(num_replicas)}) do not broadcast"
+        ) from None
+    bad = ~(n >= 1)
+    if bad.any():
+        i = np.argwhere(bad)[0] if n.ndim else ()
+        raise ValueError(f"num_nodes must be >= 1, got {n[tuple(i)]}")
+    bad = n > r
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0]) if n.ndim else ()
+        raise ValueError(f"num_nodes ({n[i]}) > num_replicas ({r[i]})")
+
+
+class GoodputFunction:
+    """Goodput model of one job (AdaptDL ``GoodputFunction`` API).
+
+    Args:
+        perf_params: ``PerfParams`` (or 7 numbers) of the step-time model.
+        grad_params: ``GradParams`` (or 2 numbers): ``sqr`` = |G|^2, ``var`` = tr(Sigma) at M0.
+        init_batch_size: the initial (reference) total batch size ``M0`` > 0.
+
+    Example:
+        >>> fn = GoodputFunction(PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14),
+        ...                      GradParams(0.00136, 0.000502), 128)
+        >>> g = fn(1, 2, 64, 0)
+        >>> isinstance(g, float) and g > 0
+        True
+    """
+
+    def __init__(self, perf_params: Any, grad_params: Any, init_batch_size: Any):
+        try:
+            perf = PerfParams(*(float(x) for x in perf_params))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"perf_params must be 7 scalars, got {perf_params!r} ({e})") from None
+        try:
+            grad = GradParams(*(float(x) for x in grad_params))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"grad_params must be 2 scalars, got {grad_params!r} ({e})") from None
+        for name, v in zip(PerfParams._fields + GradParams._fields, perf + grad):
+            if not math.isfinite(v):
+                raise ValueError(f"{name} must be finite, got {v}")
+        if not _is_scalar(init_batch_size) or not (init_batch_size > 0) or not math.isfinite(init_batch_size):
+            raise ValueError(f"init_batch_size must be a positive number, got {init_batch_size!r}")
+        self._perf = perf
+        self._grad = grad
+        self._m0 = init_batch_size
+        self._packed_cache: dict[Any, np.ndarray] = {}
+
+    @property
+    def perf_params(self) -> PerfParams:
+        return self._perf
+
+    @property
+    def grad_params(self) -> GradParams:
+        return self._grad
+
+    @property
+    def init_batch_size(self):
+        return self._m0
+
+    def __repr__(self) -> str:
+        return f"GoodputFunction({self._perf}, {self._grad}, {self._m0})"
+
+    def _packed(self) -> np.ndarray:
+        dt = _fdt()
+        p = self._packed_cache.get(dt)
+        if p is None:
+            p = np.array([*self._perf, *self._grad, self._m0], dtype=dt)
+            self._packed_cache[dt] = p
+        return p
+
+    @staticmethod
+    def _out(x: jax.Array, scalar: bool):
+        a = np.asarray(x)
+        return a.item() if scalar else np.array(a)
+
+    def __call__(self, num_nodes, num_replicas, atomic_bsz, accum_steps):
+        """Alias of :meth:`evaluate`."""
+        return self.evaluate(num_nodes, num_replicas, atomic_bsz, accum_steps)
+
+    def evaluate(self, num_nodes, num_replicas, atomic_bsz, accum_steps):
+        """Goodput of the given configurations.
+
+        Raises:
+            ValueError: ``num_nodes < 1``, ``num_nodes > num_replicas`` or a total
+                batch size ``R * b * (s + 1)`` below ``init_batch_size``.
+
+        Example:
+            >>> fn = GoodputFunction(PerfParams(0.1, 0.01, 0.1, 0.0, 0.1, 0.0, 1.0), GradParams(0.0, 1.0), 16)
+            >>> round(fn.evaluate(1, 1, 16, 0), 3)
+            61.538
+        """
+        args = [_check_numeric(k, v) for k, v in (("num_nodes", num_nodes), ("num_replicas", num_replicas),
+                                                   ("atomic_bsz", atomic_bsz), ("accum_steps", accum_steps))]
+        try:
+            good, ok = _evaluate_packed(self._packed(), *args)
+        except (TypeError, ValueError) as e:
+            if "broadcast" in str(e) or "Incompatible shapes" in str(e):
+                raise ValueError(f"arguments do not broadcast: shapes {[a.shape for a in args]}") from None
+            raise
+        if not bool(ok):
+            _check_nodes(num_nodes, num_replicas)
+            batch = args[1] * args[2] * (args[3] + 1)
+            bad = batch < self._m0
+            i = tuple(np.argwhere(bad)[0]) if np.ndim(bad) else ()
+            raise ValueError(
+                f"batch size num_replicas * atomic_bsz * (accum_steps + 1) = {np.broadcast_to(batch, bad.shape)[i]}"
+                f" is below init_batch_size ({self._m0})"
+            )
+        return self._out(good, good.ndim == 0)
+
+    def throughput(self, num_nodes, num_replicas, atomic_bsz, accum_steps):
+        """Samples per second (see :func:`throughput_fn`).
+
+        Example:
+            >>> fn = GoodputFunction(PerfParams(0.1, 0.01, 0.1, 0.0, 0.1, 0.0, 1.0), GradParams(0.0, 1.0), 16)
+            >>> round(fn.throughput(1, 1, 16, 0), 3)
+            61.538
+        """
+        _check_nodes(num_nodes, num_replicas)
+        out = _throughput_packed(self._packed(), num_nodes, num_replicas, atomic_bsz, accum_steps)
+        return self._out(out, out.ndim == 0)
+
+    def efficiency(self, batch_size):
+        """Statistical efficiency of total batch size ``batch_size`` (see :func:`efficiency_fn`).
+
+        Example:
+            >>> fn = GoodputFunction(PerfParams(0.1, 0.01, 0.1, 0.0, 0.1, 0.0, 1.0), GradParams(1.0, 1.0), 16)
+            >>> round(fn.efficiency(32), 4)
+            0.6667
+        """
+        b = _check_numeric("batch_size", batch_size)
+        out = _efficiency_packed(self._packed(), b)
+        return self._out(out, out.ndim == 0)
+
+    def optimize(self, num_nodes, num_replicas, max_batch_size=None, atomic_bsz_range=None, accumulation=False):
+        """Best ``(goodput, atomic_bsz, accum_steps)`` for each ``(num_nodes, num_replicas)``.
+
+        Args:
+            num_nodes, num_replicas: scalars or broadcastable arrays.
+            max_batch_size: largest total batch size; ``None`` means ``init_batch_size``.
+            atomic_bsz_range: ``(min, max)`` per-replica batch size, either may be
+                ``None``/0 (no bound).
+            accumulation: allow gradient accumulation.
+
+        Returns:
+            ``(goodput, atomic_bsz, accum_steps)``: Python ``float, int, int`` when
+            both inputs are scalars, else numpy arrays of the broadcast shape.
+
+        Raises:
+            ValueError: ``num_nodes < 1``, ``num_nodes > num_replicas``,
+                ``max_batch_size < init_batch_size`` or an empty atomic range.
+
+        Example:
+            >>> fn = GoodputFunction(PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14),
+            ...                      GradParams(0.00136, 0.000502), 128)
+            >>> fn.optimize(1, 1, max_batch_size=1280)[1:]
+            (128, 0)
+        """
+        m0 = self._m0
+        if max_batch_size is None:
+            max_batch_size = m0
+        elif not _is_scalar(max_batch_size) or not (max_batch_size >= m0):
+            raise ValueError(f"max_batch_size ({max_batch_size!r}) < init_batch_size ({m0})")
+        lo, hi = (None, None) if atomic_bsz_range is None else atomic_bsz_range
+        lo = lo or 1
+        hi = hi or math.inf
+        if not (_is_scalar(lo) and _is_scalar(hi) and lo <= hi):
+            raise ValueError(f"atomic_bsz_range must be (min, max) with min <= max, got {atomic_bsz_range!r}")
+        scalar = _is_scalar(num_nodes) and _is_scalar(num_replicas)
+        if scalar:
+            if not (num_nodes >= 1):
+                raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+            if num_nodes > num_replicas:
+                raise ValueError(f"num_nodes ({num_nodes}) > num_replicas ({num_replicas})")
+        else:
+            _check_nodes(num_nodes, num_replicas)
+        bounds = np.array([max_batch_size, lo, hi], dtype=_fdt())
+        out = np.asarray(_optimize_packed(self._packed(), num_nodes, num_replicas, bounds, bool(accumulation)))
+        if scalar:
+            return float(out[0]), int(out[1]), int(out[2])
+        return np.array(out[0]), out[1].astype(np.int64), out[2].astype(np.int64)

@@ -1,0 +1,435 @@
+"""Pollux step-time model: predictions (pure ``jnp``) and parameter fitting.
+
+The model (Pollux, OSDI'21; AdaptDL) predicts, for ``b`` = atomic (per-replica)
+batch size, ``R`` replicas on ``N`` nodes:
+
+* compute time of one micro-step: ``T_acc = alpha_c + beta_c * b``;
+* network time of one gradient synchronisation: the most significant link
+  decides, ``alpha_n + beta_n * max(R - 2, 1e-8)`` when ``N > 1``,
+  ``alpha_r + beta_r * max(R - 2, 1e-8)`` when ``N == 1 and R > 1``, and
+  ``1e-8 + 1e-8 * 1e-8`` (practically zero) for a single replica;
+* optimizer step time (compute overlapped with communication):
+  ``T_opt = (T_acc**gamma + T_net**gamma) ** (1 / gamma)``, ``gamma >= 1``.
+
+All prediction functions are pure, broadcast over their arguments and work
+under ``jax.jit`` / ``jax.vmap`` (params may be pytrees of arrays).
+
+Example:
+    >>> from goodput_jax.model.perf import PerfParams, predict_optim_time
+    >>> p = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14)
+    >>> float(predict_optim_time(p, 1, 1, 128)) > 0.121
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import optax.tree_utils as otu
+
+from goodput_jax.model.types import GradParams, PerfParams
+
+__all__ = [
+    "PerfParams",
+    "GradParams",
+    "predict_accum_time",
+    "predict_network_time",
+    "predict_log_optim_time",
+    "predict_optim_time",
+    "fit_loss",
+    "fit_perf_params",
+    "fit_perf_params_batched",
+    "FIT_INIT",
+    "FIT_MAX_ITERS",
+]
+
+# Lower bound of every alpha/beta, value used for "absent" network links.
+_TINY = 1e-8
+
+
+def _float_dtype():
+    return jnp.result_type(float)
+
+
+def predict_accum_time(perf: PerfParams, atomic_bsz: Any) -> jax.Array:
+    """Predicted time of one accumulation (compute-only) micro-step.
+
+    Args:
+        perf: step-time parameters (scalars or arrays broadcasting with the rest).
+        atomic_bsz: per-replica batch size ``b``.
+
+    Returns:
+        ``alpha_c + beta_c * b``.
+
+    Example:
+        >>> p = PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0)
+        >>> round(float(predict_accum_time(p, 10)), 6)
+        0.2
+    """
+    b = jnp.asarray(atomic_bsz, _float_dtype())
+    return perf.alpha_c + perf.beta_c * b
+
+
+def predict_network_time(perf: PerfParams, num_nodes: Any, num_replicas: Any) -> jax.Array:
+    """Predicted gradient-synchronisation time (see the module docstring).
+
+    Args:
+        perf: step-time parameters.
+        num_nodes: number of nodes ``N``.
+        num_replicas: number of replicas ``R``.
+
+    Returns:
+        The network time, ``~2e-8`` for a single replica.
+
+    Example:
+        >>> p = PerfParams(0.1, 0.01, 0.5, 0.1, 0.2, 0.05, 1.0)
+        >>> round(float(predict_network_time(p, 2, 4)), 6)
+        0.7
+    """
+    dt = _float_dtype()
+    n = jnp.asarray(num_nodes, dt)
+    r = jnp.asarray(num_replicas, dt)
+    multi_node = n > 1
+    multi_replica = r > 1
+    alpha = jnp.where(multi_node, perf.alpha_n, jnp.where(multi_replica, perf.alpha_r, _TINY))
+    beta = jnp.where(multi_node, perf.beta_n, jnp.where(multi_replica, perf.beta_r, _TINY))
+    return alpha + beta * jnp.maximum(r - 2, _TINY)
+
+
+def _log_optim_from_parts(gamma: Any, accum_time: jax.Array, network_time: jax.Array) -> jax.Array:
+    # log((a^g + n^g)^(1/g)) computed stably: factor out m = max(a, n) so the
+    # powers never overflow (gamma up to 10 and times up to 1e3 s overflow f32).
+    m = jnp.maximum(accum_time, network_time)
+    log_m = jnp.log(m)
+    sa = jnp.exp(gamma * (jnp.log(accum_time) - log_m))
+    sn = jnp.exp(gamma * (jnp.log(network_time) - log_m))
+    return log_m + jnp.log(sa + sn) / gamma
+
+
+def predict_log_optim_time(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any) -> jax.Array:
+    """Natural log of the predicted optimizer-step time (numerically stable).
+
+    Example:
+        >>> p = PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0)
+        >>> round(float(jnp.exp(predict_log_optim_time(p, 1, 1, 10))), 6)
+        0.2
+    """
+    accum = predict_accum_time(perf, atomic_bsz)
+    network = predict_network_time(perf, num_nodes, num_replicas)
+    return _log_optim_from_parts(perf.gamma, accum, network)
+
+
+def predict_optim_time(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any) -> jax.Array:
+    """Predicted optimizer-step time ``(T_acc**gamma + T_net**gamma) ** (1/gamma)``.
+
+    Example:
+        >>> p = PerfParams(0.3, 0.0, 0.4, 0.0, 0.0, 0.0, 1.0)
+        >>> round(float(predict_optim_time(p, 2, 2, 1)), 5)
+        0.7
+    """
+    return jnp.exp(predict_log_optim_time(perf, num_nodes, num_replicas, atomic_bsz))
+
+
+# --------------------------------------------------------------------------- #
+# Fitting
+# --------------------------------------------------------------------------- #
+
+#: Starting point of the fit: (alpha, beta) = (0.1, 0.01) per pair, gamma = 1.001.
+FIT_INIT = PerfParams(0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.001)
+#: Iteration cap of the L-BFGS loop (it stops earlier once the gradient is tiny).
+FIT_MAX_ITERS = 200
+_GAMMA_MAX = 10.0
+
+
+def fit_loss(
+    perf: PerfParams,
+    num_nodes: Any,
+    num_replicas: Any,
+    atomic_bsz: Any,
+    accum_step_time: Any,
+    optim_step_time: Any,
+    mask: Any = None,
+) -> jax.Array:
+    """Objective minimised by :func:`fit_perf_params` (pure, differentiable).
+
+    ``RMSE(log T_acc_pred, log T_acc) + RMSE(log T_opt_pred, log T_opt)
+    + 1e-3 * (gamma - 1)**2 + 1e-2 * ((beta_n/alpha_n)**2 + (beta_r/alpha_r)**2)``.
+
+    Unlike AdaptDL, whose ``_rmse`` divides each log-error by the log of the
+    measured time (singular for a 1 s step), this is the plain RMSE of the logs.
+
+    Args:
+        perf: parameters to score.
+        num_nodes, num_replicas, atomic_bsz: profiled configurations, shape [P].
+        accum_step_time, optim_step_time: measured times, shape [P].
+        mask: optional boolean [P]; points where it is False are ignored.
+
+    Returns:
+        A scalar loss.
+
+    Example:
+        >>> p = PerfParams(0.1, 0.01, 0.5, 1.0, 1e-6, 1e-6, 1.0)
+        >>> t = predict_accum_time(p, jnp.array([16.0, 32.0]))
+        >>> float(fit_loss(p, [1, 1], [1, 1], [16, 32], t, t)) < 1e-1
+        True
+    """
+    dt = _float_dtype()
+    acc = jnp.asarray(accum_step_time, dt)
+    opt = jnp.asarray(optim_step_time, dt)
+    if mask is None:
+        w = jnp.ones(acc.shape, dt)
+    else:
+        w = jnp.asarray(mask, dt)
+    count = jnp.maximum(jnp.sum(w), 1.0)
+    pred_acc = predict_accum_time(perf, atomic_bsz)
+    pred_net = predict_network_time(perf, num_nodes, num_replicas)
+    pred_log_opt = _log_optim_from_parts(perf.gamma, pred_acc, pred_net)
+    # Padded points may hold arbitrary values: make their logs harmless.
+    safe_acc = jnp.where(w > 0, acc, 1.0)
+    safe_opt = jnp.where(w > 0, opt, 1.0)
+    e1 = w * (jnp.log(jnp.where(w > 0, pred_acc, 1.0)) - jnp.log(safe_acc)) ** 2
+    e2 = w * (jnp.where(w > 0, pred_log_opt, 0.0) - jnp.log(safe_opt)) ** 2
+    # sqrt'(0) is infinite: floor the mean square (irrelevant at any real noise).
+    err1 = jnp.sqrt(jnp.maximum(jnp.sum(e1) / count, 1e-30))
+    err2 = jnp.sqrt(jnp.maximum(jnp.sum(e2) / count, 1e-30))
+    reg1 = 1e-3 * (perf.gamma - 1.0) ** 2
+    reg2 = 1e-2 * ((perf.beta_n / perf.alpha_n) ** 2 + (perf.beta_r / perf.alpha_r) ** 2)
+    return err1 + err2 + reg1 + reg2
+
+
+def _to_unconstrained(value: jax.Array, is_gamma: jax.Array) -> jax.Array:
+    # alpha/beta = 1e-8 + exp(u); gamma = 1 + 9 sin^2(u).
+    pos = jnp.log(jnp.maximum(value - _TINY, 1e-30))
+    frac = jnp.clip((value - 1.0) / (_GAMMA_MAX - 1.0), 0.0, 1.0)
+    gam = jnp.arcsin(jnp.sqrt(frac))
+    return jnp.where(is_gamma, gam, pos)
+
+
+def _from_unconstrained(u: jax.Array, is_gamma: jax.Array) -> jax.Array:
+    pos = _TINY + jnp.exp(jnp.minimum(u, 30.0))
+    gam = 1.0 + (_GAMMA_MAX - 1.0) * jnp.sin(u) ** 2
+    return jnp.where(is_gamma, gam, pos)
+
+
+def _fit_single(
+    num_nodes: jax.Array,
+    num_replicas: jax.Array,
+    atomic_bsz: jax.Array,
+    accum_step_time: jax.Array,
+    optim_step_time: jax.Array,
+    mask: jax.Array,
+) -> jax.Array:
+    """Fit one profile (pure; vmapped for the batched form). Returns params [7]."""
+    dt = _float_dtype()
+    n = num_nodes.astype(dt)
+    r = num_replicas.astype(dt)
+    b = atomic_bsz.astype(dt)
+    acc = accum_step_time.astype(dt)
+    opt = optim_step_time.astype(dt)
+    w = mask.astype(dt)
+    valid = mask.astype(bool)
+    count = jnp.maximum(jnp.sum(w), 1.0)
+
+    # Identifiability (only over valid points).
+    big = jnp.asarray(jnp.finfo(dt).max, dt)
+    b_min = jnp.min(jnp.where(valid, b, big))
+    b_max = jnp.max(jnp.where(valid, b, -big))
+    single_bsz = b_min == b_max
+    any_multi_node = jnp.any(valid & (n > 1))
+    any_single_node_multi = jnp.any(valid & (n == 1) & (r > 1))
+    any_r_gt_2 = jnp.any(valid & (r > 2))
+
+    init = jnp.asarray(FIT_INIT, dt)
+    fixed = init.at[0].set(jnp.where(single_bsz, jnp.sum(w * acc) / count / 2.0, init[0]))
+    fixed = fixed.at[jnp.array([2, 3, 4, 5])].set(_TINY)
+    # free[i] == False -> parameter i stays at fixed[i].
+    free = jnp.stack(
+        [
+            ~single_bsz,
+            jnp.asarray(True),
+            any_multi_node,
+            any_multi_node & any_r_gt_2,
+            any_single_node_multi,
+            any_single_node_multi & any_r_gt_2,
+            jnp.asarray(True),
+        ]
+    )
+    is_gamma = jnp.arange(7) == 6
+
+    def params_of(u):
+        return jnp.where(free, _from_unconstrained(u, is_gamma), fixed)
+
+    def loss(u):
+        return fit_loss(PerfParams(*params_of(u)), n, r, b, acc, opt, w)
+
+    u0 = _to_unconstrained(init, is_gamma)
+    solver = optax.lbfgs(
+        memory_size=10,
+        linesearch=optax.scale_by_zoom_linesearch(max_linesearch_steps=30),
+    )
+    value_and_grad = optax.value_and_grad_from_state(loss)
+
+    def step(carry):
+        u, state = carry
+        value, grad = value_and_grad(u, state=state)
+        grad = jnp.where(free, grad, 0.0)
+        updates, state = solver.update(grad, state, u, value=value, grad=grad, value_fn=loss)
+        return optax.apply_updates(u, updates), state
+
+    def keep_going(carry):
+        _, state = carry
+        it = otu.tree_get(state, "count")
+        g = otu.tree_get(state, "grad")
+        return (it == 0) | ((it < FIT_MAX_ITERS) & (otu.tree_norm(g) >= 1e-6))
+
+    u, _ = jax.lax.while_loop(keep_going, step, (u0, solver.init(u0)))
+    p = params_of(u)
+    # Prior without multi-node data: the inter-node link is no faster than
+    # the intra-node one.
+    p = p.at[2].set(jnp.where(any_multi_node, p[2], jnp.maximum(p[2], 1.1 * p[4])))
+    p = p.at[3].set(jnp.where(any_multi_node, p[3], jnp.maximum(p[3], 1.1 * p[5])))
+    return p
+
+
+_fit_single_jit = jax.jit(_fit_single)
+_fit_batched_jit = jax.jit(jax.vmap(_fit_single))
+
+
+def _validate_profile(names, arrays, batched: bool, mask=None):
+    arrays = [np.asarray(a) for a in arrays]
+    shape0 = arrays[0].shape
+    for name, a in zip(names, arrays):
+        if a.shape != shape0:
+            raise ValueError(
+                f"mismatched array lengths: {names[0]} has shape {shape0} but {name} has shape {a.shape}"
+            )
+        if a.dtype.kind not in "biuf":
+            raise TypeError(f"{name} must be numeric, got dtype {a.dtype}")
+    want_ndim = 2 if batched else 1
+    if len(shape0) != want_ndim:
+        raise ValueError(f"{names[0]} must have {want_ndim} dimension(s), got shape {shape0}")
+    valid = np.ones(shape0, bool) if mask is None else mask
+    if not np.any(valid, axis=-1).all():
+        raise ValueError("every profile needs at least one (unmasked) point")
+    num_nodes, num_replicas, atomic_bsz, acc, opt = arrays
+    v = valid
+
+    def _bad(cond, what):
+        if np.any(cond & v):
+            idx = np.argwhere(cond & v)[0]
+            raise ValueError(what(tuple(int(i) for i in idx)))
+
+    _bad(~(num_nodes >= 1), lambda i: f"num_nodes must be >= 1, got num_nodes[{i}] = {num_nodes[i]}")
+    _bad(
+        num_nodes > num_replicas,
+        lambda i: f"num_nodes ({num_nodes[i]}) > num_replicas ({num_replicas[i]}) at index {i}",
+    )
+    _bad(~(atomic_bsz >= 1), lambda i: f"atomic_bsz must be >= 1, got atomic_bsz[{i}] = {atomic_bsz[i]}")
+    for name, t in (("accum_step_time", acc), ("optim_step_time", opt)):
+        _bad(~np.isfinite(t), lambda i, t=t, name=name: f"{name} must be finite, got {name}[{i}] = {t[i]}")
+        _bad(~(t > 0), lambda i, t=t, name=name: f"{name} must be positive, got {name}[{i}] = {t[i]}")
+    return arrays
+
+
+_PROFILE_NAMES = ("num_nodes", "num_replicas", "atomic_bsz", "accum_step_time", "optim_step_time")
+
+
+def fit_perf_params(
+    num_nodes: Any,
+    num_replicas: Any,
+    atomic_bsz: Any,
+    accum_step_time: Any,
+    optim_step_time: Any,
+) -> PerfParams:
+    """Fit the step-time model to profiled step times.
+
+    Minimises :func:`fit_loss` with L-BFGS (``optax.lbfgs`` + zoom line
+    search) inside one jitted ``lax.while_loop`` over reparametrised
+    parameters: ``alpha/beta = 1e-8 + exp(u)`` (bound ``>= 1e-8``) and
+    ``gamma = 1 + 9 sin(u)^2`` (bounds ``[1, 10]``). Starts from
+    :data:`FIT_INIT`. Parameters the data cannot identify are frozen with a
+    mask (shapes stay static):
+
+    * one distinct ``atomic_bsz``: ``alpha_c = mean(accum_step_time) / 2``;
+    * no ``num_nodes > 1``: ``alpha_n = beta_n = 1e-8`` during the fit;
+    * no ``num_nodes == 1 and num_replicas > 1``: ``alpha_r = beta_r = 1e-8``;
+    * no ``num_replicas > 2``: ``beta_n = beta_r = 1e-8``.
+
+    Afterwards, without multi-node data, ``alpha_n = max(alpha_n, 1.1 alpha_r)``
+    and ``beta_n = max(beta_n, 1.1 beta_r)``.
+
+    Args:
+        num_nodes, num_replicas, atomic_bsz: profiled configurations, 1-D, same length.
+        accum_step_time: measured accumulation-step times (s), positive.
+        optim_step_time: measured optimizer-step times (s), positive.
+
+    Returns:
+        ``PerfParams`` of Python floats.
+
+    Raises:
+        ValueError: mismatched lengths, empty profile, ``num_nodes < 1``,
+            ``num_nodes > num_replicas``, ``atomic_bsz < 1``, or non-positive /
+            NaN / infinite times.
+
+    Example:
+        >>> p = fit_perf_params([1, 1, 1], [1, 1, 1], [16, 32, 64],
+        ...                     [0.26, 0.42, 0.74], [0.26, 0.42, 0.74])
+        >>> 0.005 < p.beta_c < 0.02
+        True
+    """
+    arrays = _validate_profile(_PROFILE_NAMES, (num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time), False)
+    mask = np.ones(arrays[0].shape, bool)
+    out = np.asarray(_fit_single_jit(*arrays, mask))
+    return PerfParams(*(float(x) for x in out))
+
+
+def fit_perf_params_batched(
+    num_nodes: Any,
+    num_replicas: Any,
+    atomic_bsz: Any,
+    accum_step_time: Any,
+    optim_step_time: Any,
+    mask: Any = None,
+) -> PerfParams:
+    """Fit many jobs' profiles at once (``vmap`` of the same jitted fit).
+
+    Profiles are padded to a common length ``P``; ``mask[j, p]`` marks real
+    points. Padded entries may hold any value (they are ignored, also by
+    validation). Each job's freezing rules are evaluated on its own points.
+
+    Args:
+        num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time:
+            arrays of shape [J, P].
+        mask: boolean [J, P]; ``None`` means all points are real.
+
+    Returns:
+        ``PerfParams`` whose fields are numpy arrays of shape [J].
+
+    Example:
+        >>> import numpy as np
+        >>> b = np.array([[16, 32, 64], [16, 32, 1]])
+        >>> t = 0.1 + 0.01 * b
+        >>> m = np.array([[True, True, True], [True, True, False]])
+        >>> p = fit_perf_params_batched(np.ones_like(b), np.ones_like(b), b, t, t, m)
+        >>> p.beta_c.shape
+        (2,)
+    """
+    shape = np.shape(num_nodes)
+    mask = np.ones(shape, bool) if mask is None else np.asarray(mask)
+    if mask.shape != shape:
+        raise ValueError(f"mismatched array lengths: num_nodes has shape {shape} but mask has shape {mask.shape}")
+    if mask.dtype != bool:
+        raise TypeError(f"mask must be boolean, got dtype {mask.dtype}")
+    arrays = _validate_profile(
+        _PROFILE_NAMES, (num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time), True, mask
+    )
+    # Neutralise padding so it cannot produce NaNs anywhere.
+    pads = (1, 1, 1, 1.0, 1.0)
+    arrays = [np.where(mask, a, pad) for a, pad in zip(arrays, pads)]
+    out = np.asarray(_fit_batched_jit(*arrays, mask))
+    return PerfParams(*(out[:, i] for i in range(7)))
+
