@@ -239,10 +239,12 @@ class FakeCloudLogging:
         self.entries: list[dict] = []
         self._keys: set[tuple[str, int, str]] = set()
         self.calls: list[tuple[str, int]] = []
+        self.list_bodies: list[dict] = []
+        self.auth_headers: list[str | None] = []
         self.latency_s = 0.0
         self.default_page_size = default_page_size
         self.max_page_size = max_page_size
-        self._faults: dict[str, list[tuple[int, str]]] = {"write": [], "list": []}
+        self._faults: dict[str, list[tuple[int, str, bool]]] = {"write": [], "list": []}
         self._lock = threading.Lock()
         self._seq = 0
         self._gate = threading.Event()
@@ -262,6 +264,7 @@ class FakeCloudLogging:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):  # quiet
                 pass
@@ -270,6 +273,8 @@ class FakeCloudLogging:
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""
                 path = self.path.split("?", 1)[0]
+                with srv._lock:
+                    srv.auth_headers.append(self.headers.get("Authorization"))
                 status, body = srv._dispatch(path, raw)
                 data = json.dumps(body).encode()
                 self.send_response(status)
@@ -280,7 +285,9 @@ class FakeCloudLogging:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -297,10 +304,22 @@ class FakeCloudLogging:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def fail(self, method: str, status: int, times: int = 1, message: str = "injected") -> None:
-        """Answer the next ``times`` calls of ``method`` ("write" or "list") with ``status``."""
+    def fail(
+        self,
+        method: str,
+        status: int,
+        times: int = 1,
+        message: str = "injected",
+        after_commit: bool = False,
+    ) -> None:
+        """Answer the next ``times`` calls of ``method`` ("write" or "list") with ``status``.
+
+        With ``after_commit`` the call is carried out first and the error sent
+        afterwards (a lost response: the client must retry, the service
+        de-duplicates).
+        """
         with self._lock:
-            self._faults[method].extend([(status, message)] * times)
+            self._faults[method].extend([(status, message, after_commit)] * times)
 
     @contextlib.contextmanager
     def hold(self):
@@ -316,6 +335,8 @@ class FakeCloudLogging:
             self.entries.clear()
             self._keys.clear()
             self.calls.clear()
+            self.list_bodies.clear()
+            self.auth_headers.clear()
             for v in self._faults.values():
                 v.clear()
             self.latency_s = 0.0
@@ -346,18 +367,24 @@ class FakeCloudLogging:
             time.sleep(self.latency_s)
         with self._lock:
             fault = self._faults[method].pop(0) if self._faults[method] else None
-        if fault is not None:
-            status, msg = fault
+        if fault is not None and not fault[2]:
+            status, msg, _ = fault
             self._record(method, status)
             return status, _error(status, msg)
         try:
             body = json.loads(raw or b"{}")
+            if method == "list":
+                with self._lock:
+                    self.list_bodies.append(body)
             out = self._write(body) if method == "write" else self._list(body)
             status = 200
         except HttpFault as e:
             out, status = _error(e.status, str(e)), e.status
         except (ValueError, KeyError, TypeError) as e:
             out, status = _error(400, f"{type(e).__name__}: {e}"), 400
+        if fault is not None:
+            status, msg, _ = fault
+            out = _error(status, msg)
         self._record(method, status)
         return status, out
 

@@ -41,6 +41,7 @@ import atexit
 import collections
 import dataclasses
 import datetime as _dt
+import functools
 import itertools
 import logging
 import math
@@ -126,8 +127,10 @@ def validate_logger_name(logger_name: Any) -> str:
     return logger_name
 
 
+@functools.lru_cache(maxsize=1)
 def _transient_errors() -> tuple[type[BaseException], ...]:
     from google.api_core import exceptions as gexc
+    from google.auth import exceptions as aexc
 
     errs: list[type[BaseException]] = [
         gexc.TooManyRequests,  # 429 (ResourceExhausted on gRPC is a subclass)
@@ -137,6 +140,7 @@ def _transient_errors() -> tuple[type[BaseException], ...]:
         gexc.GatewayTimeout,  # 504, DeadlineExceeded
         gexc.Aborted,
         gexc.RetryError,
+        aexc.TransportError,  # token refresh could not reach the auth server
         ConnectionError,
         TimeoutError,
     ]
@@ -147,6 +151,15 @@ def _transient_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # pragma: no cover - requests ships with the client
         pass
     return tuple(errs)
+
+
+@functools.lru_cache(maxsize=1)
+def _service_errors() -> tuple[type[BaseException], ...]:
+    """Errors of the service, the transport or authentication (all become StoreError on read)."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as aexc
+
+    return (gexc.GoogleAPIError, aexc.GoogleAuthError, *_transient_errors())
 
 
 def _error_text(exc: BaseException) -> str:
@@ -364,16 +377,19 @@ class CloudLoggingStore:
     def append(self, events: Sequence[Event]) -> None:
         """Queue events for a background write; never blocks on the network.
 
+        Every event is validated first; a bad one raises and nothing is queued.
+
         Raises:
-            TypeError: an item is not an :class:`Event`.
+            TypeError / ValueError: an item is not a valid :class:`Event`.
             StoreError: the store is closed.
         """
-        if isinstance(events, Event):
-            events = [events]
+        events = [events] if isinstance(events, Event) else list(events)
         entries = []
         for i, ev in enumerate(events):
             if not isinstance(ev, Event):
                 raise TypeError(f"events[{i}] ({ev!r}) must be an Event, not {type(ev).__name__}")
+            ev.validate()
+        for ev in events:
             entries.append(_Pending(self._to_entry(ev)))
         if not entries:
             return
@@ -693,16 +709,8 @@ class CloudLoggingStore:
                     out.append(ev)
                     if limit is not None and len(out) >= limit:
                         break
-        except self._transient as e:
+        except _service_errors() as e:
             raise StoreError(f"{self!r}: reading job {job_name!r} failed: {_error_text(e)}") from None
-        except Exception as e:
-            from google.api_core import exceptions as gexc
-
-            if isinstance(e, gexc.GoogleAPIError):
-                raise StoreError(
-                    f"{self!r}: reading job {job_name!r} failed: {_error_text(e)}"
-                ) from None
-            raise
         if high is None:
             return out, cursor if cursor is not None else CloudLoggingCursor(_utc_iso(self._start))
         low = _utc_iso(high - _dt.timedelta(seconds=self.read_overlap_seconds))
@@ -719,12 +727,8 @@ class CloudLoggingStore:
                 ev = self._decode(entry, None)
                 if ev is not None:
                     jobs.add(ev.job_name)
-        except Exception as e:
-            from google.api_core import exceptions as gexc
-
-            if isinstance(e, (gexc.GoogleAPIError, *self._transient)):
-                raise StoreError(f"{self!r}: listing jobs failed: {_error_text(e)}") from None
-            raise
+        except _service_errors() as e:
+            raise StoreError(f"{self!r}: listing jobs failed: {_error_text(e)}") from None
         return sorted(jobs)
 
 
