@@ -1,0 +1,215 @@
+"""One test per row of docs/semantics.md, with exact expected percentages.
+
+Every timeline is hand-built (timestamps in seconds) in a real SQLite store and
+measured with a fixed clock, so the numbers below are worked out by hand in the
+comments.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from goodput_jax.measure.calculator import BadputType as B
+from tests.measure._timeline import K, calc_for, events, new_store
+
+TOL = 1e-6
+
+
+def measure(spec_by_run, now=1e6, job="job", **kw):
+    """spec_by_run: list of (run_id, host, spec); returns (goodput, breakdown, last, details)."""
+    store = new_store()
+    for run, host, spec in spec_by_run:
+        store.append(events(job, run, spec, host=host))
+    calc = calc_for(store, job, now=now, **kw)
+    g, b, last = calc.get_job_goodput(include_badput_breakdown=True)
+    assert g + sum(b.values()) == pytest.approx(100.0, abs=0.01)
+    return g, b, last, calc.get_job_goodput_details()
+
+
+def only(b, **expected):
+    """All buckets not named are zero; named ones equal the given percentages."""
+    want = {getattr(B, k): v for k, v in expected.items()}
+    for bt, pct in b.items():
+        assert pct == pytest.approx(want.get(bt, 0.0), abs=TOL), bt
+
+
+def test_row01_buckets_and_innermost_span():
+    # accel [0,2) prep [2,4) startup [4,6); step 0 [6,10) minus data [6,7) = 3;
+    # step 1 [10,16) minus save [13,15) = 4; nothing open [16,20) = other 4. total 20
+    g, b, last, _ = measure([("r", 0, [
+        (K.JOB_START, 0), (K.ACCELERATOR_INIT_START, 0), (K.ACCELERATOR_INIT_END, 2),
+        (K.TRAINING_PREP_START, 2), (K.TRAINING_PREP_END, 4),
+        (K.PROGRAM_STARTUP_START, 4), (K.PROGRAM_STARTUP_END, 6),
+        (K.STEP_START, 6, 0), (K.DATA_LOADING_START, 6), (K.DATA_LOADING_END, 7),
+        (K.STEP_START, 10, 1), (K.CHECKPOINT_SAVE_START, 13, 1), (K.CHECKPOINT_SAVE_END, 15, 1),
+        (K.STEP_END, 16, 1), (K.JOB_END, 20)])])
+    assert g == pytest.approx(35.0, abs=TOL)
+    only(b, ACCELERATOR_INITIALIZATION=10, TRAINING_PREP=10, PROGRAM_STARTUP=10, DATA_LOADING=5,
+         UNPRODUCTIVE_CHECKPOINT_SAVE_TIME=10, OTHER=20)
+    assert last == 1
+
+
+def test_row02_restart_rolls_back_progress():
+    # run A: steps 0,1,2 complete (10 s each), step 3 in flight at the crash (t=30).
+    # run B starts at 40 and resumes at step 2: A's step 2 (10 s) is wasted progress;
+    # downtime 30->40 is recovery; B's [40,50) before its first step is other;
+    # B's steps 2 and 3 are productive (10 s each). total 70, productive 40.
+    g, b, last, d = measure([
+        ("A", 0, [(K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 10, 1),
+                  (K.STEP_START, 20, 2), (K.STEP_START, 30, 3)]),
+        ("B", 0, [(K.JOB_START, 40), (K.STEP_START, 50, 2), (K.STEP_START, 60, 3),
+                  (K.JOB_END, 70)]),
+    ])
+    assert g == pytest.approx(400 / 7, abs=TOL)
+    only(b, WASTED_PROGRESS_FROM_DISRUPTION=100 / 7,
+         INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION=100 / 7, OTHER=100 / 7)
+    assert last == 3
+    assert d["num_runs"] == 2 and d["num_disruptions"] == 1
+
+
+def test_row03_backwards_step_in_one_run_is_a_restart():
+    # steps 0..2 then step 1 again inside the same run: steps 1 and 2 (20 s) wasted.
+    g, b, last, _ = measure([("r", 0, [
+        (K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 10, 1), (K.STEP_START, 20, 2),
+        (K.STEP_START, 30, 1), (K.JOB_END, 40)])])
+    # productive: step0 10 + step1 (again) 10 = 20; wasted 20; total 40
+    assert g == pytest.approx(50.0, abs=TOL)
+    only(b, WASTED_PROGRESS_FROM_DISRUPTION=50.0)
+    assert last == 1
+
+
+def test_row04_gaps_in_step_numbers_are_productive():
+    g, b, last, _ = measure([("r", 0, [
+        (K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 10, 5), (K.STEP_START, 20, 10),
+        (K.JOB_END, 30)])])
+    assert g == pytest.approx(100.0, abs=TOL)
+    only(b)
+    assert last == 10
+
+
+def test_row05_last_step_before_a_crash():
+    # run A: step 0 complete (10 s), step 1 in flight when it crashed (last event t=10).
+    # B restarts at 25 resuming step 1: nothing completed is redone.
+    # recovery = in-flight step 1 of A (0 s recorded) + downtime 10->25 = 15.
+    spec = [
+        ("A", 0, [(K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 10, 1)]),
+        ("B", 0, [(K.JOB_START, 25), (K.STEP_START, 25, 1), (K.STEP_START, 35, 2),
+                  (K.JOB_END, 45)]),
+    ]
+    g, b, last, _ = measure(spec)
+    assert g == pytest.approx(200 / 3, abs=TOL)
+    only(b, INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION=100 / 3)
+    assert last == 2
+    # Seen while A is still the latest run (now=20): the in-flight step 1 is not productive.
+    g, b, last, _ = measure(spec[:1], now=20)
+    assert g == pytest.approx(50.0, abs=TOL)
+    only(b, OTHER=50.0)
+    assert last == 0
+
+
+def test_row06_nested_restore_inside_training_prep_counted_once():
+    # prep [0,8) contains restore [2,6): prep 4, restore 4; steps 20; total 28
+    g, b, _, _ = measure([("r", 0, [
+        (K.JOB_START, 0), (K.TRAINING_PREP_START, 0), (K.CHECKPOINT_RESTORE_START, 2, 7),
+        (K.CHECKPOINT_RESTORE_END, 6, 7), (K.TRAINING_PREP_END, 8),
+        (K.STEP_START, 8, 8), (K.STEP_START, 18, 9), (K.JOB_END, 28)])])
+    assert g == pytest.approx(2000 / 28, abs=TOL)
+    only(b, TRAINING_PREP=400 / 28, UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME=400 / 28)
+
+
+def test_row07_overlapping_custom_events_counted_once():
+    # A [2,6), B [4,8) inside step 0 [0,10): [2,4)->A, [4,8)->B (innermost), custom 6 s once.
+    g, b, _, d = measure([("r", 0, [
+        (K.JOB_START, 0), (K.STEP_START, 0, 0),
+        (K.CUSTOM_BADPUT_START, 2, None, "A"), (K.CUSTOM_BADPUT_START, 4, None, "B"),
+        (K.CUSTOM_BADPUT_END, 6, None, "A"), (K.CUSTOM_BADPUT_END, 8, None, "B"),
+        (K.STEP_START, 10, 1), (K.JOB_END, 20)])])
+    assert g == pytest.approx(70.0, abs=TOL)
+    only(b, CUSTOM_BADPUT_EVENTS=30.0)
+    assert d["custom_badput_time"] == pytest.approx({"A": 2.0, "B": 4.0})
+
+
+def test_row08_several_runs_under_one_job_name():
+    # A ends cleanly at 20; B (a new launch reusing the name) starts at 1000 from step 0.
+    # The idle 20->1000 is not job time; B redoing steps 0,1 wastes A's 20 s.
+    g, b, last, d = measure([
+        ("A", 0, [(K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 10, 1), (K.JOB_END, 20)]),
+        ("B", 0, [(K.JOB_START, 1000), (K.STEP_START, 1000, 0), (K.STEP_START, 1010, 1),
+                  (K.JOB_END, 1020)]),
+    ])
+    assert g == pytest.approx(50.0, abs=TOL)
+    only(b, WASTED_PROGRESS_FROM_DISRUPTION=50.0)
+    assert d["num_runs"] == 2 and d["num_disruptions"] == 0 and d["total_time"] == 40.0
+
+
+def test_row09_clock_skew_between_hosts():
+    a = ("A", 0, [(K.JOB_START, 100), (K.STEP_START, 100, 0), (K.STEP_START, 110, 1),
+                  (K.STEP_START, 120, 2)])
+    # B restarts on host 1 whose clock is 50 s behind: its events read 80..100.
+    behind = ("B", 1, [(K.JOB_START, 80), (K.STEP_START, 80, 2), (K.STEP_START, 90, 3),
+                       (K.JOB_END, 100)])
+    g, b, last, d = measure([a, behind])
+    # durations never mix clocks: steps 0..3 are 10 s each; the negative gap is clamped at 0
+    assert g == pytest.approx(100.0, abs=TOL)
+    only(b)
+    assert d["total_time"] == pytest.approx(40.0) and last == 3
+    # B's clock 50 s ahead: its events read 180..200; the gap 120->180 is recovery.
+    ahead = ("B", 1, [(K.JOB_START, 180), (K.STEP_START, 180, 2), (K.STEP_START, 190, 3),
+                      (K.JOB_END, 200)])
+    g, b, _, _ = measure([a, ahead])
+    assert g == pytest.approx(40.0, abs=TOL)
+    only(b, INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION=60.0)
+
+
+def test_row10_interval_ending_in_a_hang():
+    store = new_store()
+    store.append(events("job", "r", [(K.JOB_START, 0), (K.STEP_START, 0, 0),
+                                     (K.STEP_START, 10, 1), (K.STEP_START, 20, 2)]))
+    calc = calc_for(store, now=100)
+    # window [10, 60]: step 1 productive 10 s; step 2 never completes: 40 s other
+    g, b, last = calc.get_job_goodput_interval(10.0, 60.0)
+    assert g == pytest.approx(20.0, abs=TOL)
+    only(b, OTHER=80.0)
+    assert last == 1
+    # whole job up to now=100: productive 20, hang 80
+    g, b, _ = calc.get_job_goodput(include_badput_breakdown=True)
+    assert g == pytest.approx(20.0, abs=TOL)
+    only(b, OTHER=80.0)
+
+
+def test_row11_interval_clips_and_sees_later_rollbacks():
+    store = new_store()
+    store.append(events("job", "A", [(K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 10, 1),
+                                     (K.STEP_START, 20, 2), (K.STEP_START, 30, 3)]))
+    store.append(events("job", "B", [(K.JOB_START, 30), (K.STEP_START, 30, 2),
+                                     (K.STEP_START, 40, 3), (K.JOB_END, 50)]))
+    calc = calc_for(store, now=1000)
+    # [5, 25]: step0 5 s + step1 10 s productive; step 2's 5 s were later redone -> wasted
+    g, b, _ = calc.get_job_goodput_interval(5.0, 25.0)
+    assert g == pytest.approx(75.0, abs=TOL)
+    only(b, WASTED_PROGRESS_FROM_DISRUPTION=25.0)
+    # the window extending past the end of the job only counts job time
+    g, _, _ = calc.get_job_goodput_interval(40.0, 5000.0)
+    assert g == pytest.approx(100.0, abs=TOL)
+
+
+def test_row12_late_events_of_a_superseded_run_are_ignored():
+    store = new_store()
+    store.append(events("job", "A", [(K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 10, 1)]))
+    store.append(events("job", "B", [(K.JOB_START, 10), (K.STEP_START, 10, 1), (K.STEP_START, 20, 2)]))
+    store.append(events("job", "A", [(K.STEP_START, 15, 2)]))  # zombie of A
+    store.append(events("job", "B", [(K.JOB_END, 30)]))
+    calc = calc_for(store)
+    g, b, last = calc.get_job_goodput(include_badput_breakdown=True)
+    assert g == pytest.approx(100.0, abs=TOL) and last == 2
+    assert calc.get_job_goodput_details()["ignored_events"] == 1
+
+
+def test_row13_running_job_open_span_runs_to_now():
+    # a checkpoint save still in progress at now=30 counts as checkpoint save
+    store = new_store()
+    store.append(events("job", "r", [(K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_END, 10, 0),
+                                     (K.CHECKPOINT_SAVE_START, 10, 0)]))
+    g, b, _ = calc_for(store, now=30).get_job_goodput(include_badput_breakdown=True)
+    assert g == pytest.approx(100 / 3, abs=TOL)
+    only(b, UNPRODUCTIVE_CHECKPOINT_SAVE_TIME=200 / 3)
