@@ -1,0 +1,699 @@
+"""GoodputMonitor: uploads a job's goodput to TensorBoard from background threads.
+
+Same constructor as Google's ml-goodput-measurement ``GoodputMonitor``
+(``job_name, logger_name, tensorboard_dir, upload_interval,
+monitoring_enabled``), but:
+
+- every uploader is a **thread**, and all of them share **one** incremental,
+  thread-safe :class:`~goodput_jax.measure.calculator.GoodputCalculator` (no
+  processes, no shared cache file);
+- ``stop_*`` is bounded by a timeout, ends with a final upload, and is
+  idempotent; an exception in one poll is logged and counted, and the uploader
+  keeps going;
+- the store and the clock are injectable (``store=``, ``clock=``);
+- it writes real TensorBoard event files (``EventFileWriter``, ``simple_value``
+  scalars), only under ``tensorboard_dir``.
+
+Tags (stable; see ``docs/tensorboard_tags.md``). ``step`` is the job's last
+productive step unless noted:
+
+=====================================  ==============================================
+``goodput/total``                      goodput of the whole job so far (%)
+``badput/<type>``                      badput of each cause (%), ``<type>`` is the
+                                       lower-case :class:`BadputType` name, e.g.
+                                       ``badput/data_loading``
+``badput/custom/<label>``              custom badput per user label (%)
+``goodput/productive_time``            productive seconds
+``goodput/total_time``                 job seconds
+``goodput/interval_<W>s``              goodput of the last ``W`` seconds (%)
+``step_time/deviation``                step time minus ideal (s); step = step number
+``step_time/median`` ``step_time/p90`` ``step_time/mean``
+``step_time/ideal``                    configured or estimated ideal step time (s)
+``step_time/max_abs_deviation``        largest ``|deviation|`` (s)
+``model/gradient_noise_scale``         from the training hooks' hints (see below)
+``model/efficiency`` ``model/suggested_batch_size`` ``model/predicted_speedup``
+``model/init_batch_size`` ``model/grad_norm_sqr`` ``model/grad_variance``
+=====================================  ==============================================
+
+Example:
+    >>> monitor = GoodputMonitor("my-run", "goodput_my-run", "/tmp/tb", upload_interval=30,
+    ...                          monitoring_enabled=True)          # doctest: +SKIP
+    >>> monitor.start_goodput_uploader()                           # doctest: +SKIP
+    >>> ...                                                        # doctest: +SKIP
+    >>> monitor.stop_goodput_uploader()                            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import os
+import re
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from goodput_jax.measure.events import to_timestamp
+
+_log = logging.getLogger(__name__)
+
+#: hint keys (aliases, first match wins) -> TensorBoard tag.
+HINT_TAGS: dict[str, tuple[str, ...]] = {
+    "model/gradient_noise_scale": (
+        "gradientNoiseScale", "gradient_noise_scale", "noiseScale", "noise_scale", "gns",
+    ),
+    "model/efficiency": ("efficiency", "statisticalEfficiency", "statistical_efficiency"),
+    "model/suggested_batch_size": (
+        "suggestedBatchSize", "suggested_batch_size", "suggestedBsz", "suggested_bsz",
+    ),
+    "model/suggested_accumulation_steps": (
+        "suggestedAccumSteps", "suggested_accum_steps", "suggestedAccumulationSteps",
+        "suggested_accumulation_steps",
+    ),
+    "model/predicted_speedup": ("predictedSpeedup", "predicted_speedup", "speedup"),
+    "model/init_batch_size": ("initBatchSize", "init_batch_size"),
+    "model/max_batch_size": ("maxBatchSize", "max_batch_size"),
+}
+#: nested dicts searched for the same keys (e.g. ``{"suggestion": {"speedup": 1.7}}``).
+_HINT_CONTAINERS = ("suggestion", "suggest", "suggested", "goodput", "model")
+_SUGGESTION_ALIASES = {
+    "model/suggested_batch_size": ("batchSize", "batch_size", "bsz", "atomicBsz", "atomic_bsz"),
+    "model/suggested_accumulation_steps": ("accumSteps", "accum_steps", "accumulationSteps"),
+}
+
+_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
+
+
+def _tag_part(text: str) -> str:
+    """A label as a TensorBoard tag component: unsafe characters become ``_``."""
+    return _TAG_UNSAFE.sub("_", str(text)).strip("/") or "_"
+
+
+def _window_tag(window: float) -> str:
+    return f"goodput/interval_{window:g}s"
+
+
+def _finite_number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def hint_scalars(hints: Mapping[str, Any] | None) -> dict[str, float]:
+    """TensorBoard scalars from the training hooks' latest hints.
+
+    Explicit keys win (see :data:`HINT_TAGS`). ``gradParams {"norm", "var"}``
+    give ``model/grad_norm_sqr`` and ``model/grad_variance``; when no explicit
+    noise scale was published it is derived as
+    ``initBatchSize * var / norm`` (AdaptDL's convention: ``var`` is the
+    gradient variance at ``initBatchSize``, ``norm`` the squared gradient norm).
+
+    Example:
+        >>> hint_scalars({"gradParams": {"norm": 2.0, "var": 4.0}, "initBatchSize": 32})
+        {'model/init_batch_size': 32.0, 'model/grad_norm_sqr': 2.0, 'model/grad_variance': 4.0, 'model/gradient_noise_scale': 64.0}
+    """
+    if not isinstance(hints, Mapping):
+        return {}
+    out: dict[str, float] = {}
+    for tag, keys in HINT_TAGS.items():
+        for k in keys:
+            v = _finite_number(hints.get(k))
+            if v is not None:
+                out[tag] = v
+                break
+    for container in _HINT_CONTAINERS:
+        sub = hints.get(container)
+        if not isinstance(sub, Mapping):
+            continue
+        for tag, keys in list(HINT_TAGS.items()) + list(_SUGGESTION_ALIASES.items()):
+            if tag in out:
+                continue
+            for k in keys:
+                v = _finite_number(sub.get(k))
+                if v is not None:
+                    out[tag] = v
+                    break
+    grad = hints.get("gradParams", hints.get("grad_params"))
+    if isinstance(grad, Mapping):
+        norm = _finite_number(grad.get("norm", grad.get("sqr")))
+        var = _finite_number(grad.get("var"))
+        if norm is not None:
+            out["model/grad_norm_sqr"] = norm
+        if var is not None:
+            out["model/grad_variance"] = var
+        init_bsz = out.get("model/init_batch_size")
+        if (
+            "model/gradient_noise_scale" not in out
+            and norm is not None and norm > 0 and var is not None and init_bsz is not None
+        ):
+            out["model/gradient_noise_scale"] = init_bsz * var / norm
+    return out
+
+
+class _TBWriter:
+    """Thread-safe scalar writer on one TensorBoard event file (opened lazily)."""
+
+    def __init__(self, logdir: str, flush_secs: float = 5.0):
+        self.logdir = logdir
+        self._flush_secs = flush_secs
+        self._lock = threading.Lock()
+        self._writer = None
+        self._closed = False
+        self.file_name: str | None = None
+
+    def write(self, step: int, values: Mapping[str, float], wall_time: float) -> int:
+        if not values:
+            return 0
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        summary = summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=t, simple_value=float(v)) for t, v in values.items()]
+        )
+        event = event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary)
+        with self._lock:
+            if self._closed:
+                return 0  # a late poll of an uploader that outlived its stop timeout
+            self._open()
+            self._writer.add_event(event)
+        return len(values)
+
+    def write_series(self, tag: str, points: Iterable[tuple[int, float]], wall_time: float) -> int:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        n = 0
+        with self._lock:
+            if self._closed:
+                return 0
+            self._open()
+            for step, value in points:
+                summary = summary_pb2.Summary(
+                    value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
+                )
+                self._writer.add_event(
+                    event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary)
+                )
+                n += 1
+        return n
+
+    def _open(self) -> None:
+        if self._writer is None:
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+            writer = EventFileWriter(
+                self.logdir, max_queue_size=1000, flush_secs=self._flush_secs,
+                filename_suffix=".goodput_jax",
+            )
+            name = writer._file_name if hasattr(writer, "_file_name") else None
+            if name is not None and "://" not in self.logdir:
+                real_dir = os.path.realpath(self.logdir)
+                if os.path.commonpath([real_dir, os.path.realpath(name)]) != real_dir:
+                    writer.close()
+                    raise ValueError(
+                        f"tensorboard event file {name!r} would be outside "
+                        f"tensorboard_dir ({self.logdir!r})"
+                    )
+            self.file_name = name
+            self._writer = writer
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._writer is not None and not self._closed:
+                self._writer.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._writer is not None:
+                self._writer.close()
+
+
+class _Uploader:
+    """One background thread: poll, wait ``interval``, repeat; a final poll on stop."""
+
+    def __init__(self, name: str, interval: float, poll: Callable[[], Any], on_error):
+        self.name = name
+        self.interval = interval
+        self._poll = poll
+        self._on_error = on_error
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"goodput-monitor-{name}", daemon=True)
+        self.polls = 0
+
+    def _safe_poll(self) -> None:
+        try:
+            self._poll()
+        except Exception as e:  # logged and counted; the uploader keeps going
+            self._on_error(self.name, e)
+        finally:
+            self.polls += 1
+
+    def _run(self) -> None:
+        while True:
+            self._safe_poll()
+            if self._stop.wait(self.interval):
+                break
+        self._safe_poll()  # the final upload
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float) -> bool:
+        self._stop.set()
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
+class GoodputMonitor:
+    """Background uploader of a job's goodput to TensorBoard.
+
+    Args:
+        job_name: the job to monitor.
+        logger_name: kept for drop-in compatibility (the store decides where
+            events live); passed to the calculator.
+        tensorboard_dir: directory for the TensorBoard event file (created);
+            nothing is written outside it.
+        upload_interval: seconds between uploads (> 0).
+        monitoring_enabled: if False every ``start_*`` is a no-op (only one
+            worker of a multi-host job should monitor, e.g. process 0).
+        pathway_enabled: accepted for drop-in compatibility; ignored.
+        include_badput_breakdown: write ``badput/<type>`` tags.
+        include_step_deviation: also write the ``step_time/*`` summary tags
+            from the goodput uploader.
+        configured_ideal_step_time: ideal step time (s) for the step deviation;
+            None = robust estimate.
+        step_deviation_interval_seconds: interval of the step-deviation
+            uploader (default ``upload_interval``).
+        store: an EventStore, a store URL, or None (``$GOODPUT_JAX_STORE`` or
+            ``./goodput.db``).
+        clock: "now" as float UTC seconds (or aware datetime); default
+            ``time.time``. Used by the calculator and as TensorBoard wall time.
+        stop_timeout: default seconds a ``stop_*`` waits for its thread.
+        calculator: an existing GoodputCalculator to share (advanced).
+        max_deviation_points: at most this many new per-step deviations are
+            written per upload (the newest).
+
+    Example:
+        >>> m = GoodputMonitor("job", "goodput_job", "/tmp/tb", 30, True,
+        ...                    store="sqlite:///goodput.db")   # doctest: +SKIP
+        >>> m.upload_goodput()                                # one poll, now  # doctest: +SKIP
+        {'goodput/total': 93.1, ...}
+    """
+
+    def __init__(
+        self,
+        job_name: str,
+        logger_name: str | None,
+        tensorboard_dir: str | os.PathLike,
+        upload_interval: float,
+        monitoring_enabled: bool = False,
+        pathway_enabled: bool = False,
+        include_badput_breakdown: bool = True,
+        include_step_deviation: bool = True,
+        configured_ideal_step_time: float | None = None,
+        step_deviation_interval_seconds: float | None = None,
+        *,
+        store: Any = None,
+        clock: Callable[[], Any] | None = None,
+        stop_timeout: float = 10.0,
+        calculator: Any = None,
+        max_deviation_points: int = 10_000,
+    ) -> None:
+        if not isinstance(job_name, str) or not job_name:
+            raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
+        if not isinstance(tensorboard_dir, (str, os.PathLike)) or not os.fspath(tensorboard_dir):
+            raise ValueError(f"tensorboard_dir ({tensorboard_dir!r}) must be a non-empty path")
+        self.upload_interval = _positive("upload_interval", upload_interval)
+        self.step_deviation_interval_seconds = (
+            self.upload_interval
+            if step_deviation_interval_seconds is None
+            else _positive("step_deviation_interval_seconds", step_deviation_interval_seconds)
+        )
+        self.stop_timeout = _nonneg("stop_timeout", stop_timeout)
+        if isinstance(max_deviation_points, bool) or not isinstance(max_deviation_points, int) \
+                or max_deviation_points < 0:
+            raise ValueError(
+                f"max_deviation_points ({max_deviation_points!r}) must be a non-negative int"
+            )
+        if clock is not None and not callable(clock):
+            raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
+        self.job_name = job_name
+        self.logger_name = logger_name
+        self.tensorboard_dir = os.fspath(tensorboard_dir)
+        self.monitoring_enabled = bool(monitoring_enabled)
+        self.pathway_enabled = bool(pathway_enabled)
+        self.include_badput_breakdown = bool(include_badput_breakdown)
+        self.include_step_deviation = bool(include_step_deviation)
+        self.max_deviation_points = max_deviation_points
+        self._clock = clock or time.time
+        self._owns_store = False
+        if calculator is None:
+            from goodput_jax.measure.calculator import GoodputCalculator
+            from goodput_jax.measure.stores import resolve_store
+
+            self._owns_store = store is None or isinstance(store, str)
+            calculator = GoodputCalculator(
+                job_name,
+                logger_name,
+                store=resolve_store(store),
+                clock=self._clock,
+                configured_ideal_step_time=configured_ideal_step_time,
+            )
+        self.calculator = calculator
+        self.configured_ideal_step_time = configured_ideal_step_time
+        self._writer = _TBWriter(self.tensorboard_dir)
+        self._lock = threading.Lock()
+        self._uploaders: dict[str, _Uploader] = {}
+        self._rolling_windows: tuple[float, ...] = ()
+        self._last_dev_step = -1
+        self._dev_lock = threading.Lock()
+        #: Polls that raised (each is logged).
+        self.poll_errors = 0
+        self.last_error: str | None = None
+        self._closed = False
+
+    # ----------------------------------------------------------------- one poll each
+    def _now(self) -> float:
+        return to_timestamp(self._clock(), name="clock()")
+
+    def upload_goodput(self) -> dict[str, float]:
+        """Query the calculator once and write ``goodput/*``, ``badput/*``, ``model/*``
+        (and ``step_time/*`` summaries with ``include_step_deviation``).
+
+        Returns:
+            The scalars written, by tag (empty if the job has no events yet).
+
+        Example:
+            >>> monitor.upload_goodput()["goodput/total"]  # doctest: +SKIP
+            91.7
+        """
+        from goodput_jax.measure.calculator import NoEventsError
+
+        calc = self.calculator
+        try:
+            goodput, badput, last_step = calc.get_job_goodput(
+                include_badput_breakdown=self.include_badput_breakdown
+            )
+        except NoEventsError as e:
+            _log.info("goodput monitor: nothing to upload yet (%s)", e)
+            return {}
+        values: dict[str, float] = {"goodput/total": float(goodput)}
+        if self.include_badput_breakdown:
+            for kind, pct in badput.items():
+                values[f"badput/{kind.name.lower()}"] = float(pct)
+            details = calc.get_job_goodput_details()
+            total = float(details["total_time"])
+            values["goodput/productive_time"] = float(details["productive_time"])
+            values["goodput/total_time"] = total
+            if total > 0:
+                for label, secs in sorted(details.get("custom_badput_time", {}).items()):
+                    values[f"badput/custom/{_tag_part(label)}"] = 100.0 * float(secs) / total
+        if self.include_step_deviation:
+            values.update(self._step_summary())
+        values.update(hint_scalars(calc.get_latest_hints()))
+        self._writer.write(int(last_step), values, self._now())
+        self._writer.flush()
+        return values
+
+    def _step_summary(self) -> dict[str, float]:
+        dev = self.calculator.get_step_deviation()
+        if not dev.num_steps:
+            return {}
+        summary = dev.as_dict()
+        out = {
+            "step_time/median": summary["median"],
+            "step_time/p90": summary["p90"],
+            "step_time/mean": summary["mean"],
+            "step_time/ideal": summary["ideal_step_time"],
+            "step_time/max_abs_deviation": summary["max_abs_deviation"],
+        }
+        return {k: float(v) for k, v in out.items() if _finite_number(v) is not None}
+
+    def upload_step_deviation(self) -> dict[str, float]:
+        """Write ``step_time/deviation`` for every step completed since the last
+        upload (step = the step number), plus the ``step_time/*`` summaries.
+
+        Returns:
+            The summary scalars written, plus ``"points"``: new per-step values.
+        """
+        from goodput_jax.measure.calculator import NoEventsError
+
+        try:
+            dev = self.calculator.get_step_deviation()
+        except NoEventsError as e:
+            _log.info("goodput monitor: no step times yet (%s)", e)
+            return {}
+        now = self._now()
+        with self._dev_lock:
+            steps = dev.steps.tolist()
+            devs = dev.deviations.tolist()
+            new = [(s, d) for s, d in zip(steps, devs) if s > self._last_dev_step]
+            if self.max_deviation_points and len(new) > self.max_deviation_points:
+                new = new[-self.max_deviation_points:]
+            elif not self.max_deviation_points:
+                new = []
+            points = self._writer.write_series("step_time/deviation", new, now)
+            if steps:
+                self._last_dev_step = max(self._last_dev_step, max(steps))
+        values: dict[str, float] = {}
+        if dev.num_steps:
+            summary = dev.as_dict()
+            for tag, key in (
+                ("step_time/median", "median"), ("step_time/p90", "p90"),
+                ("step_time/mean", "mean"), ("step_time/ideal", "ideal_step_time"),
+                ("step_time/max_abs_deviation", "max_abs_deviation"),
+            ):
+                v = _finite_number(summary[key])
+                if v is not None:
+                    values[tag] = v
+            self._writer.write(int(max(steps)), values, now)
+        self._writer.flush()
+        values["points"] = float(points)
+        return values
+
+    def upload_rolling_window_goodput(
+        self, window_seconds: float | Iterable[float] | None = None
+    ) -> dict[str, float]:
+        """Write ``goodput/interval_<W>s`` for each window ``W`` ending now.
+
+        Args:
+            window_seconds: one window or several (s); default: the windows of
+                the running rolling-window uploader.
+        """
+        from goodput_jax.measure.calculator import NoEventsError
+
+        windows = self._rolling_windows if window_seconds is None else _windows(window_seconds)
+        now = self._now()
+        values: dict[str, float] = {}
+        last_step = 0
+        for w in windows:
+            try:
+                pct, _, last_step = self.calculator.get_job_goodput_interval(now - w, now)
+            except NoEventsError as e:
+                _log.info("goodput monitor: nothing to upload yet (%s)", e)
+                return {}
+            except ValueError as e:  # e.g. no job time inside the window
+                _log.debug("goodput monitor: window %gs skipped: %s", w, e)
+                continue
+            values[_window_tag(w)] = float(pct)
+        self._writer.write(int(last_step), values, now)
+        self._writer.flush()
+        return values
+
+    # ----------------------------------------------------------------- threads
+    def _on_error(self, name: str, exc: BaseException) -> None:
+        with self._lock:
+            self.poll_errors += 1
+            first = self.poll_errors == 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        if first:
+            _log.warning("goodput monitor: %s upload failed; will retry", name, exc_info=exc)
+        else:
+            _log.warning("goodput monitor: %s upload failed (%s); will retry",
+                         name, self.last_error)
+
+    def _start(self, name: str, interval: float, poll: Callable[[], Any]) -> bool:
+        if not self.monitoring_enabled:
+            _log.info("goodput monitor: monitoring is disabled; %s uploader not started", name)
+            return False
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("GoodputMonitor is closed")
+            running = self._uploaders.get(name)
+            if running is not None and running.thread.is_alive():
+                _log.info("goodput monitor: %s uploader already running", name)
+                return False
+            up = _Uploader(name, interval, poll, self._on_error)
+            self._uploaders[name] = up
+            up.start()
+        return True
+
+    def _stop(self, name: str, timeout: float | None) -> bool:
+        timeout = self.stop_timeout if timeout is None else _nonneg("timeout", timeout)
+        with self._lock:
+            up = self._uploaders.pop(name, None)
+        if up is None:
+            return True
+        done = up.stop(timeout)
+        if not done:
+            _log.warning(
+                "goodput monitor: %s uploader did not finish within %.3gs "
+                "(the store may be hanging); left it behind as a daemon thread",
+                name, timeout,
+            )
+        self._writer.flush()
+        return done
+
+    def start_goodput_uploader(self) -> bool:
+        """Start uploading ``goodput/*`` and ``badput/*`` every ``upload_interval``.
+
+        Returns True if a thread was started (False if disabled or running).
+        """
+        return self._start("goodput", self.upload_interval, self.upload_goodput)
+
+    def stop_goodput_uploader(self, timeout: float | None = None) -> bool:
+        """Stop the goodput uploader after a final upload; bounded by ``timeout``.
+
+        Returns True if the thread finished in time. Idempotent.
+        """
+        return self._stop("goodput", timeout)
+
+    def start_step_deviation_uploader(self) -> bool:
+        """Start uploading ``step_time/*`` every ``step_deviation_interval_seconds``."""
+        return self._start(
+            "step_deviation", self.step_deviation_interval_seconds, self.upload_step_deviation
+        )
+
+    def stop_step_deviation_uploader(self, timeout: float | None = None) -> bool:
+        """Stop the step-deviation uploader (final upload, bounded, idempotent)."""
+        return self._stop("step_deviation", timeout)
+
+    def start_rolling_window_goodput_uploader(
+        self, window_seconds: float | Iterable[float]
+    ) -> bool:
+        """Start uploading ``goodput/interval_<W>s`` for one or several windows.
+
+        Args:
+            window_seconds: a window length in seconds, or a list of them.
+        """
+        windows = _windows(window_seconds)
+        if self.monitoring_enabled:
+            self._rolling_windows = windows
+        return self._start("rolling_window", self.upload_interval, self.upload_rolling_window_goodput)
+
+    def stop_rolling_window_goodput_uploader(self, timeout: float | None = None) -> bool:
+        """Stop the rolling-window uploader (final upload, bounded, idempotent)."""
+        return self._stop("rolling_window", timeout)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop every uploader (sharing ``timeout``) and close the event file. Idempotent."""
+        timeout = self.stop_timeout if timeout is None else _nonneg("timeout", timeout)
+        deadline = time.monotonic() + timeout
+        ok = True
+        for name in list(self._uploaders):
+            ok &= self._stop(name, max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            if self._closed:
+                return ok
+            self._closed = True
+        self._writer.close()
+        if self._owns_store:
+            close = getattr(self.calculator.store, "close", None)
+            if ok and close is not None:
+                close()
+        return ok
+
+    def __enter__(self) -> GoodputMonitor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def event_file(self) -> str | None:
+        """Path of the TensorBoard event file (None until the first upload)."""
+        return self._writer.file_name
+
+
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} ({value!r}) must be a positive number of seconds")
+    v = float(value)
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} ({value!r}) must be a positive finite number of seconds")
+    return v
+
+
+def _nonneg(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} ({value!r}) must be a number of seconds")
+    v = float(value)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{name} ({value!r}) must be a finite number of seconds >= 0")
+    return v
+
+
+def _windows(window_seconds: Any) -> tuple[float, ...]:
+    if isinstance(window_seconds, (str, bytes)):
+        raise TypeError(f"window_seconds ({window_seconds!r}) must be a number or a list of numbers")
+    if isinstance(window_seconds, numbers.Real):
+        items = [window_seconds]
+    else:
+        try:
+            items = list(window_seconds)
+        except TypeError:
+            raise TypeError(
+                f"window_seconds ({window_seconds!r}) must be a number or a list of numbers"
+            ) from None
+    if not items:
+        raise ValueError("window_seconds ([]) must name at least one window")
+    return tuple(sorted({_positive("window_seconds", w) for w in items}))
+
+
+def cli_main(args: Any) -> int:
+    """``goodput-jax monitor``: upload a job's goodput to TensorBoard.
+
+    Uses ``args.job``, ``args.store``, ``args.tensorboard_dir``,
+    ``args.interval``, ``args.once`` and ``args.duration``.
+
+    Example:
+        $ goodput-jax monitor --job demo --store sqlite:///goodput.db --tensorboard-dir tb --once
+    """
+    from goodput_jax.measure.calculator import NoEventsError
+    from goodput_jax.measure.stores import open_store
+
+    store = open_store(args.store)
+    monitor = GoodputMonitor(
+        args.job, f"goodput_{args.job}", args.tensorboard_dir, args.interval,
+        monitoring_enabled=True, store=store,
+    )
+    try:
+        if args.once:
+            values = monitor.upload_goodput()
+            if not values:
+                raise NoEventsError(
+                    f"no goodput events for job {args.job!r} in store {store.url!r}"
+                )
+            monitor.upload_step_deviation()
+            print(f"goodput/total = {values['goodput/total']:.2f}% "
+                  f"-> {monitor.event_file}")
+            return 0
+        if args.duration is not None:
+            _nonneg("--duration", args.duration)
+        monitor.start_goodput_uploader()
+        monitor.start_step_deviation_uploader()
+        print(f"uploading goodput of {args.job!r} every {args.interval:g}s to "
+              f"{monitor.tensorboard_dir} (Ctrl-C to stop)")
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(0.1 if deadline is None else min(0.1, max(0.0, deadline - time.monotonic())))
+        except KeyboardInterrupt:
+            pass
+        return 0
+    finally:
+        monitor.close()
+        store.close()
