@@ -522,8 +522,16 @@ def _accumulate(
         acc = jax.tree.map(lambda a, x: a + x.astype(a.dtype), acc, g)
         return (acc, sq + sqnorm(g, preconditioner), loss_sum + loss.astype(jnp.float32)), aux
 
-    acc0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.promote_types(p.dtype, jnp.float32)), params)
-    zero = jnp.zeros([], jnp.float32)
+    # Inside shard_map the carry must vary over the same mesh axes as the gradients,
+    # which vary over the union of the inputs' varying axes.
+    axes = frozenset().union(*(_varying_axes(x) for x in jax.tree.leaves((params, batch))))
+
+    def zeros(shape, dtype):
+        z = jnp.zeros(shape, dtype)
+        return jax.lax.pcast(z, tuple(sorted(axes)), to="varying") if axes else z
+
+    acc0 = jax.tree.map(lambda p: zeros(p.shape, jnp.promote_types(p.dtype, jnp.float32)), params)
+    zero = zeros([], jnp.float32)
     (acc, sq, loss_sum), aux = jax.lax.scan(body, (acc0, zero, zero), micro)
     inv = 1.0 / num_microbatches
     grads = jax.tree.map(lambda a, p: (a * inv).astype(p.dtype), acc, params)
@@ -837,7 +845,8 @@ def gradient_noise_scale(
         prev = jax.tree.map(
             lambda g, p: jnp.where(finite, g.astype(p.dtype), p), updates, state.prev_grads
         )
-        return updates, GradientNoiseScaleState(stats, prev, finite)
+        # A non-finite gradient is not kept; the previous one stays usable.
+        return updates, GradientNoiseScaleState(stats, prev, finite | state.has_prev)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 

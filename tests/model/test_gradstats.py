@@ -1,0 +1,391 @@
+"""Gradient noise statistics: accuracy on known answers, collection modes, Adam, robustness."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from goodput_jax.model import gradstats as gs
+from goodput_jax.model.types import GradParams
+
+# ----------------------------------------------------------------------------- linear regression
+# y = x.w* + eps, x ~ N(0, I_d), eps ~ N(0, sigma^2), per-example loss 0.5 (x.w - y)^2.
+# At w = w* + delta: G = delta, tr(Sigma) = (d + 1)|delta|^2 + d sigma^2 (Gaussian 4th moment).
+
+D, SIGMA, M0, BATCH, STEPS = 10, 1.0, 8, 32, 1500
+DELTA = jnp.full((D,), 1.0 / math.sqrt(D), jnp.float32)  # |delta|^2 = 1
+W_STAR = jnp.linspace(-1.0, 1.0, D, dtype=jnp.float32)
+TRUE_SQR = 1.0
+TRUE_VAR = ((D + 1) * 1.0 + D * SIGMA**2) / M0  # tr(Sigma) at the initial batch size
+
+
+def lin_loss(w, batch):
+    return 0.5 * jnp.mean((batch["x"] @ w - batch["y"]) ** 2)
+
+
+def lin_batch(key, n=BATCH):
+    kx, ke = jax.random.split(key)
+    x = jax.random.normal(kx, (n, D), jnp.float32)
+    return {"x": x, "y": x @ W_STAR + SIGMA * jax.random.normal(ke, (n,), jnp.float32)}
+
+
+def _run(step_fn, state0):
+    keys = jax.random.split(jax.random.key(0), STEPS)
+
+    def body(state, key):
+        return step_fn(state, lin_batch(key)), None
+
+    return jax.lax.scan(body, state0, keys)[0]
+
+
+@functools.partial(jax.jit, static_argnames="mode")
+def _linreg_stats(mode):
+    w = W_STAR + DELTA
+    if mode == "multi_steps":
+        tx = gs.multi_steps(optax.sgd(0.0), 4, M0, BATCH // 4)
+
+        def step(st, batch):
+            for j in range(4):
+                mb = jax.tree.map(lambda x: x[j * 8:(j + 1) * 8], batch)
+                _, st = tx.update(jax.grad(lin_loss)(w, mb), st, w)
+            return st
+
+        st = _run(step, tx.init(w))
+        return gs.grad_params_from_stats(st.stats), st.stats
+    tx = gs.gradient_noise_scale(M0)
+
+    def step(st, batch):
+        if mode == "microbatch":
+            _, g, sq = gs.microbatch_grads(lin_loss, w, batch, 4)
+        elif mode == "grouped":
+            _, g, sq = gs.grouped_grads(lin_loss, w, batch, 4)
+        else:  # differenced: one part per step
+            g, sq = jax.grad(lin_loss)(w, batch), None
+        return tx.update(g, st, w, grad_sqnorms=sq, batch_size=BATCH)[1]
+
+    st = _run(step, tx.init(w))
+    return gs.grad_params_from_stats(st.stats), st.stats
+
+
+@pytest.mark.parametrize("mode", ["microbatch", "grouped", "multi_steps", "differenced"])
+def test_linear_regression_closed_form_within_10_percent(mode):
+    gp, stats = _linreg_stats(mode)
+    assert int(stats.count) > 0
+    assert bool(stats.biased) == (mode == "differenced")
+    assert float(gp.sqr) == pytest.approx(TRUE_SQR, rel=0.10)
+    assert float(gp.var) == pytest.approx(TRUE_VAR, rel=0.10)
+    assert float(gs.noise_scale(gp, M0)) == pytest.approx(TRUE_VAR * M0 / TRUE_SQR, rel=0.2)
+
+
+# ----------------------------------------------------------------------------- pure estimators
+
+
+def test_estimator_formulas_and_ema_closed_form():
+    est = gs.estimate_grad_params(5.0, 2.0, 4, 4.0)
+    assert (float(est.sqr), float(est.var)) == (1.0, 4.0)
+    # Two samples with scales 2 and 4: bias-corrected EMA with theta = 0.999 ** scale.
+    s = gs.init_grad_stats()
+    s = gs.update_grad_stats(s, gs.GradSqNorms(5.0, 2.0, 4, 16), 8)  # sqr 1, var 2
+    s = gs.update_grad_stats(s, gs.GradSqNorms(9.0, 3.0, 3, 32), 8)  # sqr 0, var 12
+    t1, t2 = 0.999**2, 0.999**4
+    norm = t2 * (1 - t1) + (1 - t2)
+    want_sqr = (t2 * (1 - t1) * 1.0 + (1 - t2) * 0.0) / norm
+    want_var = (t2 * (1 - t1) * 2.0 + (1 - t2) * 12.0) / norm
+    gp = gs.grad_params_from_stats(s)
+    np.testing.assert_allclose([gp.sqr, gp.var], [want_sqr, want_var], rtol=1e-5)
+    # Same under jit.
+    upd = jax.jit(gs.update_grad_stats, static_argnums=2)
+    sj = upd(upd(gs.init_grad_stats(), gs.GradSqNorms(5.0, 2.0, 4, 16), 8),
+             gs.GradSqNorms(9.0, 3.0, 3, 32), 8)
+    np.testing.assert_allclose(gs.grad_params_from_stats(sj), gp, rtol=1e-6)
+    assert s.count.dtype == jnp.int32 and int(s.count) == 2
+
+
+def test_clamps_and_count_one_ignored():
+    s = gs.update_grad_stats(gs.init_grad_stats(), gs.GradSqNorms(1.0, 5.0, 2, 8), 8)
+    gp = gs.grad_params_from_stats(s)  # raw sqr = 9, var = -4 -> clamped
+    assert float(gp.var) == pytest.approx(gs.MIN_VAR)
+    s = gs.update_grad_stats(gs.init_grad_stats(), gs.GradSqNorms(5.0, 1.0, 2, 8), 8)
+    assert float(gs.grad_params_from_stats(s).sqr) == 0.0  # raw sqr = -3
+    one = gs.update_grad_stats(gs.init_grad_stats(), gs.GradSqNorms(5.0, 1.0, 1, 8), 8)
+    assert int(one.count) == 0 and int(one.skipped) == 0
+
+
+def test_biased_samples_reset_when_unbiased_arrive():
+    s = gs.init_grad_stats()
+    for _ in range(3):
+        s = gs.update_grad_stats(s, gs.GradSqNorms(20.0, 2.0, 2, 16), 8, biased=True)
+    assert bool(s.biased) and int(s.count) == 3
+    s = gs.update_grad_stats(s, gs.GradSqNorms(5.0, 2.0, 4, 32), 8)
+    assert not bool(s.biased) and int(s.count) == 1
+    np.testing.assert_allclose(gs.grad_params_from_stats(s), (1.0, 4.0), rtol=1e-6)
+
+
+def test_bad_arguments_name_the_value():
+    with pytest.raises(ValueError, match=r"init_batch_size \(0\)"):
+        gs.gradient_noise_scale(0)
+    with pytest.raises(ValueError, match=r"smoothing \(1.5\)"):
+        gs.gradient_noise_scale(8, smoothing=1.5)
+    with pytest.raises(ValueError, match=r"not divisible by num_microbatches \(3\)"):
+        gs.microbatch_grads(lin_loss, W_STAR, lin_batch(jax.random.key(1), 8), 3)
+    with pytest.raises(TypeError, match="num_microbatches"):
+        gs.microbatch_grads(lin_loss, W_STAR, lin_batch(jax.random.key(1), 8), 2.0)
+    with pytest.raises(ValueError, match="no gradient statistics"):
+        gs.get_grad_params(optax.sgd(0.1).init(W_STAR))
+    with pytest.raises(ValueError, match="every_k_schedule"):
+        gs.multi_steps(optax.sgd(0.1), 0, 8, 8)
+
+
+# ----------------------------------------------------------------------------- MLP, brute force
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.tanh(nn.Dense(16)(x))
+        return nn.Dense(1)(x)[..., 0]
+
+
+_MLP = MLP()
+
+
+def mlp_loss(params, batch):
+    return jnp.mean((_MLP.apply(params, batch["x"]) - batch["y"]) ** 2)
+
+
+@pytest.fixture(scope="module")
+def mlp_problem():
+    kx, ky, kp = jax.random.split(jax.random.key(42), 3)
+    batch = {"x": jax.random.normal(kx, (16, 5)), "y": jax.random.normal(ky, (16,))}
+    params = _MLP.init(kp, batch["x"])
+    return params, batch
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _mb(params, batch, n):
+    return gs.microbatch_grads(mlp_loss, params, batch, n)
+
+
+_mlp_grad = jax.jit(jax.grad(mlp_loss))
+
+
+def _flat(tree):
+    return jnp.concatenate([x.reshape(-1) for x in jax.tree.leaves(tree)])
+
+
+def test_mlp_matches_brute_force_per_example_gradients(mlp_problem):
+    params, batch = mlp_problem
+    per_ex = jax.vmap(lambda x, y: _flat(jax.grad(mlp_loss)(params, {"x": x[None], "y": y[None]})))(
+        batch["x"], batch["y"]
+    )  # [16, P]
+    for n in (4, 16):
+        parts = per_ex.reshape(n, 16 // n, -1).mean(axis=1)
+        loss, g, sq = _mb(params, batch, n)
+        np.testing.assert_allclose(_flat(g), per_ex.mean(0), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(sq.local_sqr, jnp.mean(jnp.sum(parts**2, -1)), rtol=1e-4)
+        np.testing.assert_allclose(sq.total_sqr, jnp.sum(per_ex.mean(0) ** 2), rtol=1e-4)
+        assert (sq.count, sq.batch_size) == (n, 16)
+        np.testing.assert_allclose(loss, mlp_loss(params, batch), rtol=1e-5)
+    # Per-example parts: var = unbiased tr(Sigma) / M0, sqr = |g|^2 - tr(Sigma)/B.
+    _, g, sq = _mb(params, batch, 16)
+    m0 = 4
+    est = gs.estimate_grad_params(sq.local_sqr, sq.total_sqr, sq.count, sq.batch_size / m0)
+    gbar = per_ex.mean(0)
+    tr_sigma = jnp.sum((per_ex - gbar) ** 2) / 15.0
+    np.testing.assert_allclose(est.var, tr_sigma / m0, rtol=1e-3)
+    np.testing.assert_allclose(est.sqr, jnp.sum(gbar**2) - tr_sigma / 16, rtol=1e-3, atol=1e-6)
+
+
+def test_has_aux_and_grouped_match_microbatch(mlp_problem):
+    params, batch = mlp_problem
+
+    def loss_aux(p, b):
+        out = mlp_loss(p, b)
+        return out, {"n": b["y"].shape[0]}
+
+    (loss, aux), g, sq = jax.jit(
+        lambda p, b: gs.microbatch_grads(loss_aux, p, b, 4, has_aux=True))(params, batch)
+    assert aux["n"].shape == (4,)
+    _, g2, sq2 = jax.jit(lambda p, b: gs.grouped_grads(mlp_loss, p, b, 4))(params, batch)
+    np.testing.assert_allclose(_flat(g), _flat(g2), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose([sq.local_sqr, sq.total_sqr], [sq2.local_sqr, sq2.total_sqr],
+                               rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- shard_map mode
+
+
+def _dp_fn(mesh, n_micro, check_vma=True):
+    def step(params, batch):
+        return gs.data_parallel_grads(mlp_loss, params, batch, "data", num_microbatches=n_micro)
+
+    return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P("data")),
+                                 out_specs=(P(), P(), P()), check_vma=check_vma))
+
+
+@pytest.mark.parametrize("devices,n_micro,check_vma", [(4, 1, True), (8, 1, True), (4, 2, True),
+                                                        (8, 1, False)])
+def test_shard_map_agrees_with_microbatch(mlp_problem, devices, n_micro, check_vma):
+    if jax.device_count() < devices:
+        pytest.skip(f"needs {devices} devices")
+    params, batch = mlp_problem
+    mesh = jax.make_mesh((devices,), ("data",), devices=jax.devices()[:devices])
+    sbatch = jax.device_put(batch, NamedSharding(mesh, P("data")))
+    loss, g, sq = _dp_fn(mesh, n_micro, check_vma)(params, sbatch)
+    loss_r, g_r, sq_r = _mb(params, batch, devices * n_micro)
+    assert (sq.count, sq.batch_size) == (devices * n_micro, 16)
+    np.testing.assert_allclose(_flat(g), _flat(g_r), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(sq.local_sqr, sq_r.local_sqr, rtol=1e-5)
+    np.testing.assert_allclose(sq.total_sqr, sq_r.total_sqr, rtol=1e-5)
+    np.testing.assert_allclose(loss, loss_r, rtol=1e-5)
+    # The per-device norms are true per-device norms: S > T for distinct shards
+    # (a psum'ed gradient would make every "local" norm equal to devices^2 * T).
+    assert float(sq.local_sqr) > float(sq.total_sqr)
+    assert float(sq.local_sqr) < devices * float(sq.total_sqr) * devices
+
+
+def test_shard_map_uses_one_scalar_collective_beyond_the_gradient_mean(mlp_problem):
+    params, batch = mlp_problem
+    mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4])
+    sbatch = jax.device_put(batch, NamedSharding(mesh, P("data")))
+    text = _dp_fn(mesh, 1).lower(params, sbatch).as_text()
+    # One all-reduce per gradient leaf (the gradient pmean) + one for the stacked [loss, S].
+    assert text.count("stablehlo.all_reduce") == len(jax.tree.leaves(params)) + 1
+
+
+# ----------------------------------------------------------------------------- Adam
+
+
+def test_adam_preconditioner_auto_selected(mlp_problem):
+    params, batch = mlp_problem
+    tx = optax.chain(gs.gradient_noise_scale(4), optax.adam(1e-3))
+    assert gs.auto_preconditioner(optax.chain(gs.gradient_noise_scale(4), optax.sgd(0.1))
+                                  .init(params)) is None
+
+    @jax.jit
+    def step(params, st, batch):
+        pre = gs.auto_preconditioner(st)
+        _, g, sq = gs.microbatch_grads(mlp_loss, params, batch, 4, preconditioner=pre)
+        upd, st = tx.update(g, st, params, grad_sqnorms=sq)
+        return optax.apply_updates(params, upd), st, sq
+
+    st = tx.init(params)
+    p1, st, sq0 = step(params, st, batch)
+    assert not bool(sq0.valid)  # Adam's second moment is empty on the first step
+    assert int(gs.get_grad_stats(st).count) == 0
+    adam = gs.find_adam_state(st)
+    assert isinstance(adam, optax.ScaleByAdamState) and int(adam.count) == 1
+    p2, st2, sq = step(p1, st, batch)
+    assert bool(sq.valid) and int(gs.get_grad_stats(st2).count) == 1
+    # Manual preconditioned norms with nu_hat = nu / (1 - b2**count).
+    pinv = jax.tree.map(lambda nu: 1.0 / (jnp.sqrt(nu / (1 - 0.999)) + 1e-8), adam.nu)
+    per_mb = [_mlp_grad(p1, jax.tree.map(lambda x: x[4 * i:4 * i + 4], batch))
+              for i in range(4)]
+    pre_sq = [float(sum(jnp.sum((a * b) ** 2) for a, b in
+                        zip(jax.tree.leaves(g), jax.tree.leaves(pinv)))) for g in per_mb]
+    np.testing.assert_allclose(sq.local_sqr, np.mean(pre_sq), rtol=1e-4)
+    plain = jax.jit(lambda p, b: gs.microbatch_grads(mlp_loss, p, b, 4))(p1, batch)[2]
+    assert abs(float(plain.local_sqr) - float(sq.local_sqr)) > 1e-3 * float(sq.local_sqr)
+
+
+def test_auto_preconditioner_reads_injected_hyperparams():
+    params = {"w": jnp.ones(3)}
+    st = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3, b2=0.9, eps=1e-3).init(params)
+    st = st._replace(inner_state=jax.tree.map(lambda x: x, st.inner_state))
+    adam = gs.find_adam_state(st)
+    adam = adam._replace(count=jnp.int32(1), nu={"w": jnp.full(3, 0.01)})
+    pre = gs.adam_preconditioner(adam, b2=0.9, eps=1e-3)
+    np.testing.assert_allclose(pre.scale["w"], 1.0 / (math.sqrt(0.01 / 0.1) + 1e-3), rtol=1e-6)
+    auto = gs.auto_preconditioner(st)  # count 0 -> invalid, picks b2/eps from hyperparams
+    assert not bool(auto.valid)
+
+
+def test_multi_steps_matches_optax_and_microbatch_with_adam(mlp_problem):
+    params, batch = mlp_problem
+    k = 4
+    tx = gs.multi_steps(optax.adam(1e-2), k, init_batch_size=4, micro_batch_size=4)
+    ref = optax.MultiSteps(optax.adam(1e-2), k)
+    st, rst = tx.init(params), ref.init(params)
+    upd, rupd = jax.jit(tx.update), jax.jit(ref.update)
+    mbs = [jax.tree.map(lambda x: x[4 * i:4 * i + 4], batch) for i in range(k)]
+    p = params
+    for _ in range(2):  # two optimizer steps; the second is preconditioned
+        pre = gs.auto_preconditioner(st.inner.inner_opt_state)
+        for mb in mbs:
+            g = _mlp_grad(p, mb)
+            u, st = upd(g, st, p)
+            ru, rst = rupd(g, rst, p)
+            np.testing.assert_allclose(_flat(u), _flat(ru), rtol=1e-5, atol=1e-8)
+        want = jax.jit(lambda p, b, pre: gs.microbatch_grads(mlp_loss, p, b, k,
+                                                            preconditioner=pre))(p, batch, pre)[2]
+        p = optax.apply_updates(p, u)
+    stats = gs.get_grad_stats(st)
+    assert int(stats.count) == 1  # first window skipped: Adam state still empty
+    gp = gs.grad_params_from_stats(stats)
+    est = gs.estimate_grad_params(want.local_sqr, want.total_sqr, k, 16 / 4)
+    np.testing.assert_allclose([gp.sqr, gp.var], [max(float(est.sqr), 0.0), float(est.var)],
+                               rtol=1e-3)
+
+
+# ----------------------------------------------------------------------------- robustness
+
+
+def test_nan_gradients_leave_state_finite(mlp_problem):
+    params, batch = mlp_problem
+    tx = gs.gradient_noise_scale(4)
+    upd = jax.jit(lambda g, st, sq: tx.update(g, st, params, grad_sqnorms=sq))
+    upd1 = jax.jit(lambda g, st: tx.update(g, st, params))
+    st = tx.init(params)
+    _, g, sq = _mb(params, batch, 4)
+    _, st = upd(g, st, sq)
+    before = gs.get_grad_params(st)
+    nan_g = jax.tree.map(lambda x: x.at[(0,) * x.ndim].set(jnp.nan), g)
+    nan_sq = sq._replace(local_sqr=jnp.float32(jnp.nan))
+    _, st = upd(nan_g, st, nan_sq)
+    # Differenced path with NaN: neither the statistics nor prev_grads are poisoned.
+    _, st = upd1(g, st)
+    _, st = upd1(nan_g, st)
+    _, st = upd1(jax.tree.map(lambda x: x * 1.1, g), st)
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(st))
+    s = gs.get_grad_stats(st)
+    assert int(s.skipped) >= 1
+    after = gs.get_grad_params(st)
+    assert np.isfinite(float(after.sqr)) and np.isfinite(float(after.var))
+    assert bool(s.biased)  # the last accepted sample came from the differenced path
+    del before
+
+
+def test_transformation_is_identity_and_differenced_path(mlp_problem):
+    params, batch = mlp_problem
+    tx = optax.chain(gs.gradient_noise_scale(16), optax.identity())
+    upd = jax.jit(tx.update, static_argnames="batch_size")
+    st = tx.init(params)
+    g1 = _mlp_grad(params, batch)
+    g2 = jax.tree.map(lambda x: 0.5 * x + 0.01, g1)
+    u, st = upd(g1, st, params)
+    assert all(bool(jnp.array_equal(a, b)) for a, b in zip(jax.tree.leaves(u), jax.tree.leaves(g1)))
+    assert int(gs.get_grad_stats(st).count) == 0  # no previous gradient yet
+    _, st = upd(g2, st, params, batch_size=16)
+    sq = gs.differenced_sqnorms(g2, g1, 16)
+    est = gs.estimate_grad_params(sq.local_sqr, sq.total_sqr, 2, 32 / 16)
+    gp = gs.get_grad_params(st)
+    np.testing.assert_allclose([gp.sqr, gp.var],
+                               [max(float(est.sqr), 0.0), max(float(est.var), 1e-6)], rtol=1e-5)
+    assert bool(gs.get_grad_stats(st).biased)
+    with pytest.raises(ValueError, match="differenced=False"):
+        gs.gradient_noise_scale(16, differenced=False).update(g1, gs.gradient_noise_scale(
+            16, differenced=False).init(params), params)
+
+
+def test_noise_scale_helper():
+    assert float(gs.noise_scale(GradParams(2.0, 6.0))) == 3.0
+    assert float(gs.noise_scale(GradParams(2.0, 6.0), 32)) == 96.0
