@@ -252,7 +252,7 @@ def _callable_table(fn: Callable, max_nodes: int, max_replicas: int) -> np.ndarr
     return table
 
 
-def _group_key(fn: SpeedupFunction) -> tuple | None:
+def _group_key(fn: SpeedupFunction) -> bool | None:
     """Jobs whose tables can come from one vmapped goodput call share this key."""
     from goodput_jax.model import goodput as goodput_mod
 
@@ -260,9 +260,7 @@ def _group_key(fn: SpeedupFunction) -> tuple | None:
     if cls is None or type(fn.goodput_fn) is not cls \
             or not hasattr(goodput_mod, "optimize_fn"):
         return None
-    bsz = fn.atomic_bsz_range
-    return (fn.accumulation, fn.max_batch_size is None,
-            bsz is None or bsz[0] is None, bsz is None or bsz[1] is None)
+    return fn.accumulation
 
 
 def speedup_tables(speedup_fns: Sequence[Callable], max_nodes: int,
@@ -320,9 +318,45 @@ def speedup_tables(speedup_fns: Sequence[Callable], max_nodes: int,
 
 
 def _vmapped_tables(members: list[SpeedupFunction], max_nodes: int,
-                    max_replicas: int) -> np.ndarray:
-    """Tables of same-configuration SpeedupFunctions from one vmapped optimize_fn call."""
-    if len(members) == 1:
-        fn = members[0]
-        return fn.table(max_nodes, max_replicas)[None]
-    return np.stack([fn.table(max_nodes, max_replicas) for fn in members])
+                    max_replicas: int) -> list[np.ndarray]:
+    """Tables of SpeedupFunctions sharing ``accumulation``, from one batched optimize_fn call.
+
+    Job parameters are stacked along a leading axis (padded to a power of two
+    so the jitted kernel compiles once per bucket) and broadcast against the
+    ``(n, r)`` grid, so the goodput optimisation of every job and every cell
+    runs as one XLA computation.
+    """
+    import jax.numpy as jnp
+
+    from goodput_jax.model.goodput import optimize_fn
+    from goodput_jax.model.types import GradParams, PerfParams
+
+    dims = table_dims(max_nodes, max_replicas)
+    for fn in members:
+        have_n, have_r = fn._table.shape
+        dims = (max(dims[0], have_n - 1), max(dims[1], have_r - 1))
+    n, r, valid = _grid(*dims)
+    count = len(members)
+    padded = _bucket(count, minimum=1)
+    rows = []
+    for fn in members:
+        g = fn.goodput_fn
+        lo, hi = (None, None) if fn.atomic_bsz_range is None else fn.atomic_bsz_range
+        rows.append([float(x) for x in g.perf_params] + [float(x) for x in g.grad_params] + [
+            float(g.init_batch_size),
+            float(g.init_batch_size if fn.max_batch_size is None else fn.max_batch_size),
+            float(lo or 1), float(hi or np.inf)])
+    rows += [rows[0]] * (padded - count)
+    params = np.asarray(rows)[:, :, None, None]  # [F, 14, 1, 1]
+    perf = PerfParams(*(params[:, i] for i in range(7)))
+    grad = GradParams(params[:, 7], params[:, 8])
+    goodput, _, _ = optimize_fn(perf, grad, params[:, 9], np.maximum(n, 1)[None],
+                                np.maximum(r, 1)[None], params[:, 10], params[:, 11],
+                                params[:, 12], accumulation=members[0].accumulation)
+    goodput = np.asarray(jnp.asarray(goodput), dtype=np.float64)[:count]
+    goodput = np.where(np.isfinite(goodput), np.maximum(goodput, 0.0), 0.0)
+    base = np.array([fn.base_goodput for fn in members])[:, None, None]
+    tables = np.where(valid[None], goodput / base, 0.0)
+    # Keep the memo consistent with single-job evaluation at (1, 1).
+    tables[:, 1, 1] = np.where(tables[:, 1, 1] > 0, 1.0, tables[:, 1, 1])
+    return list(tables)

@@ -1,0 +1,734 @@
+"""Pollux cluster scheduling policy as a vectorised genetic search in JAX.
+
+One scheduling cycle (:meth:`PolluxPolicy.optimize`) decides how many
+replicas of every job run on every node.  The state is a ``jobs x nodes``
+integer matrix.  The search maximises the power mean (fairness power ``p``)
+of each job's speedup relative to its fair share of the cluster, with a
+restart penalty for jobs whose running allocation changes:
+
+* ``speedup_j = speedup_fn_j(nodes_j, replicas_j)`` (a dense table lookup);
+* ``x_j = speedup_j * penalty_j / fair_j`` where ``fair_j`` is the speedup of
+  job ``j`` on ``1/J`` of the cluster's replica slots, and ``penalty_j`` is
+  AdaptDL's ``max(age - restarts * 30 s, 0) / (age + 30 s)`` when a running
+  job's allocation changes (1 otherwise; starting a waiting job is not a
+  restart);
+* ``objective = (mean_j (x_j + eps)^p)^(1/p)`` (geometric mean for ``p = 0``;
+  ``eps = 0.01`` only for ``p <= 0``, so that a job left without resources
+  counts as a large but finite loss instead of zeroing the whole mean).
+  ``p = -1`` is the paper's default; ``p = 1`` is AdaptDL master's sum
+  (divided by the job count).
+
+Constraints are enforced by a vectorised *repair* applied to every candidate:
+node capacity for every resource type (nodes that cannot hold one replica of a
+job are never used by it), ``max_replicas``, ``min_replicas`` (below it a job
+gets nothing), pinned jobs (non-preemptible jobs that hold an allocation keep
+it) and at most one distributed (multi-node) job per node.
+
+The search is a (mu + lambda) genetic algorithm: tournament selection,
+row-wise (per job) uniform crossover, per-job mutations (add a replica, remove
+one, stop the job, move it to one node), repair, and truncation selection of
+the best distinct candidates.  The whole population is evaluated with
+``vmap`` and the generation loop is a ``lax.fori_loop`` under ``jit``.  The
+initial population holds the previous allocation, two greedy allocations (from
+scratch and from the previous allocation) and the previous cycle's
+population, so the result is never worse than any of them.  Jobs and nodes
+are padded to power-of-two buckets, so a changing job count does not
+recompile.
+
+Autoscaling (``desired_nodes``) is computed separately from the search: a
+greedy allocation on the real nodes followed by ``max(N, 1)`` copies of
+``node_template`` gives the best allocation for every cluster size ``m``;
+cluster utility is total speedup per accelerator.  If the current cluster's
+utility is inside ``[0.35, 0.65]`` the size is kept, otherwise the answer is
+the largest size that still improves the objective and keeps utility at or
+above the 0.5 midpoint.
+
+Example:
+    >>> from datetime import datetime
+    >>> from goodput_jax.sched.types import JobInfo, NodeInfo
+    >>> nodes = {"a": NodeInfo({"gpu": 4}, preemptible=False)}
+    >>> jobs = {"j1": JobInfo({"gpu": 1}, lambda n, r: r, datetime(2024, 1, 1), 0, 8),
+    ...         "j2": JobInfo({"gpu": 1}, lambda n, r: r, datetime(2024, 1, 2), 0, 8)}
+    >>> allocations, desired = PolluxPolicy().optimize(jobs, nodes, {}, nodes["a"])
+    >>> sorted(len(v) for v in allocations.values())
+    [2, 2]
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from goodput_jax.sched.speedup import speedup_tables, table_dims
+from goodput_jax.sched.types import JobInfo, NodeInfo
+
+__all__ = ["PolluxPolicy", "CycleStats"]
+
+_BIG = 1 << 20
+_TOL = 1e-4  # relative slack when dividing float resources
+_EPS = 1e-2  # zero-speedup offset in the power mean for p <= 0
+
+
+def _bucket(value: int, minimum: int = 8) -> int:
+    value = max(int(value), minimum)
+    return 1 << (value - 1).bit_length()
+
+
+# --------------------------------------------------------------------------- #
+# Problem arrays (host side) and the pure functions that use them.
+# --------------------------------------------------------------------------- #
+
+
+_Arrays = dict  # name -> array of one padded problem (a plain dict is a pytree)
+
+
+def _fit(free: jax.Array, res: jax.Array) -> jax.Array:
+    """Replicas of each job that fit in each node's free resources: [J, N] int32.
+
+    ``free`` is [..., N, K] (or [N, K]), ``res`` is [J, K]; resources a job does
+    not request do not constrain it.
+    """
+    ratio = free[..., None, :, :] / jnp.where(res > 0, res, 1.0)[:, None, :]
+    ratio = jnp.where(res[:, None, :] > 0, jnp.floor(ratio + _TOL), _BIG)
+    return jnp.clip(jnp.min(ratio, axis=-1), 0, _BIG).astype(jnp.int32)
+
+
+def _lookup(a: _Arrays, num_nodes: jax.Array, num_replicas: jax.Array) -> jax.Array:
+    table = a["table"]
+    tn, tr = table.shape[1] - 1, table.shape[2] - 1
+    n = jnp.clip(num_nodes, 0, tn)
+    r = jnp.clip(num_replicas, 0, tr)
+    flat = table.reshape(-1)
+    idx = (jnp.arange(table.shape[0]) * (tn + 1) + n) * (tr + 1) + r
+    return flat[idx]
+
+
+def _utility(x: jax.Array, p: float) -> jax.Array:
+    """Additive per-job utility whose sum orders states like the power mean."""
+    if p > 0:
+        return x ** p / p
+    if p == 0:
+        return jnp.log(x + _EPS)
+    return (x + _EPS) ** p / p
+
+
+def _job_terms(a: _Arrays, state: jax.Array):
+    """Per-job (absolute speedup, penalised relative speedup) of one state [J, N]."""
+    replicas = state.sum(axis=1)
+    nodes = (state > 0).sum(axis=1)
+    speedup = _lookup(a, nodes, replicas)
+    changed = jnp.any(state != a["base"], axis=1)
+    penalised = jnp.where(changed & a["running"], speedup * a["factor"], speedup)
+    return speedup, penalised / a["fair"]
+
+
+def _fitness(a: _Arrays, state: jax.Array, p: float) -> jax.Array:
+    _, x = _job_terms(a, state)
+    return jnp.sum(jnp.where(a["valid_job"], _utility(x, p), 0.0))
+
+
+def _repair(a: _Arrays, state: jax.Array, noise: jax.Array) -> jax.Array:
+    """Nearest feasible state by removal only (idempotent on feasible states).
+
+    ``noise`` ([J] uniform) orders the non-pinned jobs: earlier jobs keep their
+    replicas when a node is over-subscribed.
+    """
+    state = jnp.where(a["pinned"][:, None], a["base"], state)
+    state = jnp.clip(state, 0, a["fit"])  # unusable nodes, padding
+    before = jnp.cumsum(state, axis=1) - state
+    state = jnp.clip(a["max_r"][:, None] - before, 0, state)  # max_replicas, node order
+    # Priority: pinned jobs first, then a random order (a different one per call).
+    prio = jnp.where(a["pinned"], -1.0, noise)
+    perm = jnp.argsort(prio)
+    s = state[perm]
+    res = a["res"][perm]
+    occ = s > 0
+    dist = occ & (occ.sum(axis=1) > 1)[:, None]
+    s = jnp.where(dist & (jnp.cumsum(dist, axis=0) > 1), 0, s)  # one distributed job per node
+    use = s[:, :, None].astype(res.dtype) * res[:, None, :]
+    before = jnp.cumsum(use, axis=0) - use  # [J, N, K] usage of higher-priority jobs
+    room = a["cap"][None] - before
+    ratio = jnp.where(res[:, None, :] > 0,
+                      jnp.floor(room / jnp.where(res > 0, res, 1.0)[:, None, :] + _TOL), _BIG)
+    allowed = jnp.clip(jnp.min(ratio, axis=-1), 0, _BIG).astype(jnp.int32)
+    s = jnp.minimum(s, allowed)
+    s = jnp.where((s.sum(axis=1) < a["min_r"][perm])[:, None], 0, s)
+    return jnp.zeros_like(s).at[perm].set(s)
+
+
+def _mutate(a: _Arrays, state: jax.Array, u: jax.Array, rate: jax.Array) -> jax.Array:
+    """Per-job random moves: add a replica, remove one, stop the job, move it to one node.
+
+    ``u`` is [J, 5] uniform noise (one random call per generation keeps compiles small).
+    """
+    num_jobs, num_nodes = state.shape
+    replicas = state.sum(axis=1)
+    occ = state > 0
+    nnz = occ.sum(axis=1)
+    do = u[:, 0] < rate
+    kind = jnp.floor(u[:, 1] * 4).astype(jnp.int32)
+    rand_node = jnp.floor(u[:, 2] * jnp.maximum(a["num_nodes"], 1)).astype(jnp.int32)
+    kth = jnp.floor(u[:, 3] * nnz).astype(jnp.int32)
+    occ_node = jnp.argmax(occ & (jnp.cumsum(occ, axis=1) == (kth + 1)[:, None]), axis=1)
+    add_node = jnp.where((u[:, 4] < 0.5) & (nnz > 0), occ_node, rand_node)
+    cols = jnp.arange(num_nodes)[None, :]
+    start = jnp.maximum(a["min_r"], 1)
+    add = jnp.where(replicas == 0, start, 1)[:, None] * (cols == add_node[:, None])
+    remove = (cols == occ_node[:, None]) & (nnz > 0)[:, None]
+    moved = jnp.maximum(replicas, start)[:, None] * (cols == rand_node[:, None])
+    kind = jnp.where(do, kind, -1)[:, None]
+    out = jnp.where(kind == 0, state + add, state)
+    out = jnp.where(kind == 1, state - remove, out)
+    out = jnp.where(kind == 2, 0, out)
+    out = jnp.where(kind == 3, moved, out)
+    return out
+
+
+def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_steps: int):
+    """Marginal-gain greedy: repeatedly give the best job one more replica (a started
+    job gets ``max(min_replicas, 1)``), preferring nodes it already uses, else the
+    first node that fits and keeps at most one distributed job per node.
+
+    Returns the final state and per-step history ``(prefix, total_speedup, fitness)``
+    where ``prefix`` is one past the highest node index in use (adds only ever grow it).
+    """
+    num_jobs, num_nodes = state.shape
+    res, cap = a["res"], a["cap"]
+    used0 = jnp.einsum("jn,jk->nk", state.astype(res.dtype), res)
+    fit_free0 = _fit(cap - used0, res)
+    speedup0, x0 = _job_terms(a, state)
+    util0 = jnp.where(a["valid_job"], _utility(x0, p), 0.0)
+    diff0 = (state != a["base"]).sum(axis=1)
+    cols = jnp.arange(num_nodes)
+    rows = jnp.arange(num_jobs)
+    start = jnp.maximum(a["min_r"], 1)
+    prefix0 = jnp.max(jnp.where(jnp.any(state > 0, axis=0), cols + 1, 0))
+    hist = (jnp.zeros(max_steps, jnp.int32), jnp.zeros(max_steps), jnp.zeros(max_steps))
+
+    def cond(c):
+        return c["go"] & (c["it"] < max_steps)
+
+    def body(c):
+        s, fit_free, used = c["state"], c["fit_free"], c["used"]
+        occ = s > 0
+        replicas = s.sum(axis=1)
+        nnz = occ.sum(axis=1)
+        dist = occ & (nnz > 1)[:, None]
+        other = dist.sum(axis=0)[None, :] - dist  # other distributed jobs on each node
+        conflict = jnp.any(occ & (other > 0), axis=1)
+        delta = jnp.where(replicas == 0, start, 1)
+        same_ok = occ & (fit_free >= 1)
+        same_any = jnp.any(same_ok, axis=1)
+        new_ok = (~occ) & (fit_free >= delta[:, None]) & node_mask[None, :]
+        new_ok &= jnp.where((replicas > 0)[:, None], (other == 0) & ~conflict[:, None], True)
+        target = jnp.where(same_any, jnp.argmax(same_ok, axis=1), jnp.argmax(new_ok, axis=1))
+        ok = (same_any | jnp.any(new_ok, axis=1)) & ~a["pinned"] & a["valid_job"]
+        ok &= replicas + delta <= a["max_r"]
+        r2 = replicas + delta
+        n2 = nnz + jnp.where(same_any, 0, 1)
+        s_new = _lookup(a, n2, r2)
+        cur_t = s[rows, target]
+        base_t = a["base"][rows, target]
+        diff2 = c["diff"] - (cur_t != base_t) + (cur_t + delta != base_t)
+        pen = jnp.where((diff2 > 0) & a["running"], s_new * a["factor"], s_new)
+        util_new = _utility(pen / a["fair"], p)
+        gain = jnp.where(ok, (util_new - c["util"]) / delta, -jnp.inf)
+        j = jnp.argmax(gain)
+        go = gain[j] > 1e-7
+        t = target[j]
+        d = jnp.where(go, delta[j], 0)
+        s = s.at[j, t].add(d)
+        used = used.at[t].add(res[j] * d)
+        fit_free = fit_free.at[:, t].set(_fit(cap[t][None] - used[t][None], res)[:, 0])
+        speed = c["speed"].at[j].set(jnp.where(go, s_new[j], c["speed"][j]))
+        util = c["util"].at[j].set(jnp.where(go, util_new[j], c["util"][j]))
+        diff = c["diff"].at[j].set(jnp.where(go, diff2[j], c["diff"][j]))
+        prefix = jnp.where(go, jnp.maximum(c["prefix"], t + 1), c["prefix"])
+        it = c["it"]
+        hp, hs, hf = c["hist"]
+        hist = (hp.at[it].set(prefix), hs.at[it].set(jnp.sum(jnp.where(a["valid_job"], speed, 0.0))),
+                hf.at[it].set(jnp.sum(util)))
+        return dict(state=s, fit_free=fit_free, used=used, speed=speed, util=util, diff=diff,
+                    prefix=prefix, it=it + go.astype(jnp.int32), go=go, hist=hist)
+
+    init = dict(state=state, fit_free=fit_free0, used=used0, speed=speedup0, util=util0,
+                diff=diff0, prefix=prefix0, it=jnp.int32(0), go=jnp.bool_(True), hist=hist)
+    out = jax.lax.while_loop(cond, body, init)
+    start_stats = (prefix0, jnp.sum(jnp.where(a["valid_job"], speedup0, 0.0)), jnp.sum(util0))
+    return out["state"], out["it"], out["hist"], start_stats
+
+
+@functools.partial(jax.jit, static_argnames=("p", "population", "generations", "greedy_steps"))
+def _search(a: _Arrays, seeds: jax.Array, num_seeds: jax.Array, key: jax.Array, rate: jax.Array,
+            *, p: float, population: int, generations: int, greedy_steps: int):
+    """Greedy seeds + genetic search. Returns (best, best_fitness, population, fitness, seed fitness)."""
+    num_jobs = seeds.shape[1]
+    all_nodes = a["valid_node"]
+    # Seed 0 is the previous allocation; repair it, then grow it greedily and
+    # also build a greedy allocation from the pinned jobs alone (one vmapped loop).
+    base = _repair(a, seeds[0], jnp.zeros(num_jobs))
+    pinned_only = jnp.where(a["pinned"][:, None], base, 0)
+    greedy, _, _, _ = jax.vmap(lambda s: _greedy(a, s, all_nodes, p, greedy_steps))(
+        jnp.stack([pinned_only, base]))
+    seeds = seeds.at[0].set(base)
+    seeds = jnp.concatenate([greedy, seeds], axis=0)
+    count = num_seeds + 2
+    # Seeds and carried-over states fill the population cyclically; the copies
+    # share a fitness value, so selection discards them as soon as children
+    # (which are mutated) are better than the worst distinct member.
+    pop = seeds[jnp.arange(population) % count]
+    fit = jax.vmap(lambda s: _fitness(a, s, p))(pop)
+    fit = jnp.where(jnp.arange(population) < count, fit, -jnp.inf)
+    seed_fit = fit[:3]  # greedy from scratch, greedy from previous, previous
+
+    def generation(g, carry):
+        pop, fit = carry
+        u = jax.random.uniform(jax.random.fold_in(key, g), (population, num_jobs, 8))
+        t = jnp.floor(u[:, :4, 7] * population).astype(jnp.int32)
+        pa = jnp.where(fit[t[:, 0]] >= fit[t[:, 1]], t[:, 0], t[:, 1])
+        pb = jnp.where(fit[t[:, 2]] >= fit[t[:, 3]], t[:, 2], t[:, 3])
+        mask = u[:, :, 6] < 0.5
+        child = jnp.where(mask[:, :, None], pop[pa], pop[pb])
+        child = jax.vmap(lambda s, uu: _repair(a, _mutate(a, s, uu[:, :5], rate), uu[:, 5]))(
+            child, u)
+        cfit = jax.vmap(lambda s: _fitness(a, s, p))(child)
+        # Drop children identical (by fitness) to a parent or an earlier child: keeps diversity.
+        dup = jnp.any(cfit[:, None] == fit[None, :], axis=1)
+        tri = jnp.tril(jnp.ones((population, population), bool), -1)
+        dup |= jnp.any((cfit[:, None] == cfit[None, :]) & tri, axis=1)
+        cfit = jnp.where(dup, -jnp.inf, cfit)
+        allpop = jnp.concatenate([pop, child])
+        allfit = jnp.concatenate([fit, cfit])
+        _, top = jax.lax.top_k(allfit, population)
+        return allpop[top], allfit[top]
+
+    pop, fit = jax.lax.fori_loop(0, generations, generation, (pop, fit))
+    best = jnp.argmax(fit)
+    return pop[best], fit[best], pop, fit, seed_fit
+
+
+@functools.partial(jax.jit, static_argnames=("p", "greedy_steps"))
+def _autoscale_curve(a: _Arrays, start: jax.Array, p: float, greedy_steps: int):
+    _, steps, hist, start_stats = _greedy(a, start, a["valid_node"], p, greedy_steps)
+    return steps, hist, start_stats
+
+
+@functools.partial(jax.jit, static_argnames=("p",))
+def _evaluate_states(a: _Arrays, states: jax.Array, p: float):
+    def one(s):
+        speedup, x = _job_terms(a, s)
+        return (jnp.sum(jnp.where(a["valid_job"], _utility(x, p), 0.0)),
+                jnp.where(a["valid_job"], speedup, 0.0), jnp.where(a["valid_job"], x, 0.0))
+    return jax.vmap(one)(states)
+
+
+# --------------------------------------------------------------------------- #
+# Host-side problem construction.
+# --------------------------------------------------------------------------- #
+
+
+def _sorted_nodes(nodes: Mapping[Hashable, NodeInfo]) -> list:
+    """Node keys, non-preemptible first, then by key (input order if keys don't compare)."""
+    keys = list(nodes)
+    try:
+        return sorted(keys, key=lambda k: (nodes[k].preemptible, k))
+    except TypeError:
+        return sorted(keys, key=lambda k: nodes[k].preemptible)
+
+
+def _is_accelerator(name: str) -> bool:
+    low = name.lower()
+    return any(tag in low for tag in ("gpu", "tpu", "accelerator", "neuron"))
+
+
+@dataclass
+class CycleStats:
+    """Diagnostics of the last :meth:`PolluxPolicy.optimize` call.
+
+    Attributes:
+        objective: power-mean objective of the returned allocation.
+        greedy_objective: objective of the greedy allocation built from scratch.
+        previous_objective: objective of the (repaired) previous allocation.
+        utility: total speedup per accelerator of the returned allocation.
+        desired_nodes: the autoscaling answer.
+        seconds: wall time of the cycle.
+    """
+
+    objective: float
+    greedy_objective: float
+    previous_objective: float
+    utility: float
+    desired_nodes: int
+    seconds: float
+
+
+class PolluxPolicy:
+    """Pollux scheduling policy (goodput-driven, fair, restart-aware), searched in JAX.
+
+    Args:
+        p: fairness power of the power mean (-1: the paper's default; 1: sum).
+        restart_penalty: seconds a restart costs (AdaptDL: 30).
+        population: candidate allocations per generation.
+        generations: generations per cycle.
+        seed: PRNG seed; the same seed and the same sequence of calls give the
+            same allocations.
+        min_util, max_util: target band of cluster utility for autoscaling.
+        clock: returns the current POSIX time; used for job ages when
+            ``JobInfo.age`` is not set.
+
+    Example:
+        >>> from goodput_jax.sched.types import JobInfo, NodeInfo
+        >>> policy = PolluxPolicy(seed=0)
+        >>> nodes = {0: NodeInfo({"gpu": 2}, preemptible=False)}
+        >>> policy.allocate_job(JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 2, 4), nodes)
+        [0, 0]
+    """
+
+    def __init__(self, p: float = -1.0, restart_penalty: float = 30.0, population: int = 64,
+                 generations: int = 100, seed: int = 0, min_util: float = 0.35,
+                 max_util: float = 0.65, clock: Callable[[], float] = time.time):
+        if not math.isfinite(p):
+            raise ValueError(f"p must be finite, got {p!r}")
+        if not (restart_penalty >= 0 and math.isfinite(restart_penalty)):
+            raise ValueError(f"restart_penalty must be >= 0 seconds, got {restart_penalty!r}")
+        if int(population) < 4:
+            raise ValueError(f"population must be >= 4, got {population!r}")
+        if int(generations) < 0:
+            raise ValueError(f"generations must be >= 0, got {generations!r}")
+        if not (0 <= min_util <= max_util):
+            raise ValueError(f"need 0 <= min_util <= max_util, got {min_util!r}, {max_util!r}")
+        self.p = float(p)
+        self.restart_penalty = float(restart_penalty)
+        self.population = int(population)
+        self.generations = int(generations)
+        self.seed = int(seed)
+        self.min_util = float(min_util)
+        self.max_util = float(max_util)
+        self._clock = clock
+        self._cycle = 0
+        self._prev = None  # (job_keys, node_keys, population array) of the last cycle
+        self.last_stats: CycleStats | None = None
+
+    # ------------------------------------------------------------------ #
+    def allocate_job(self, job_info: JobInfo, nodes: Mapping[Hashable, NodeInfo]) -> list:
+        """First allocation of a new job: ``max(min_replicas, 1)`` replicas on the
+        first node (non-preemptible nodes first) that holds them all.
+
+        Args:
+            job_info: the job.
+            nodes: node key -> NodeInfo (their full capacity is considered).
+
+        Returns:
+            ``[node_key] * replicas``, or ``[]`` if no single node fits them.
+
+        Example:
+            >>> from goodput_jax.sched.types import JobInfo, NodeInfo
+            >>> nodes = {"small": NodeInfo({"gpu": 1}, False), "big": NodeInfo({"gpu": 4}, False)}
+            >>> PolluxPolicy().allocate_job(JobInfo({"gpu": 1}, lambda n, r: r, 0, 2, 2), nodes)
+            ['big', 'big']
+        """
+        if not isinstance(job_info, JobInfo):
+            raise TypeError(f"job_info must be a JobInfo, got {type(job_info).__name__}")
+        replicas = max(job_info.min_replicas, 1)
+        for key in _sorted_nodes(nodes):
+            node = nodes[key]
+            fits = min((node.resources.get(name, 0) / amount + _TOL) // 1
+                       for name, amount in job_info.resources.items() if amount > 0) \
+                if any(v > 0 for v in job_info.resources.values()) else _BIG
+            if fits >= replicas:
+                return [key] * replicas
+        return []
+
+    # ------------------------------------------------------------------ #
+    def _build(self, jobs, nodes, node_template, base_allocations, extra_template: int = 0):
+        """Padded arrays for jobs x (real nodes [+ template copies])."""
+        job_keys = list(jobs)
+        for k in job_keys:
+            if not isinstance(jobs[k], JobInfo):
+                raise TypeError(f"jobs[{k!r}] must be a JobInfo, got {type(jobs[k]).__name__}")
+        node_keys = _sorted_nodes(nodes)
+        for k in node_keys:
+            if not isinstance(nodes[k], NodeInfo):
+                raise TypeError(f"nodes[{k!r}] must be a NodeInfo, got {type(nodes[k]).__name__}")
+        node_index = {k: i for i, k in enumerate(node_keys)}
+        n_jobs, n_nodes = len(job_keys), len(node_keys)
+        # Base allocation (unknown jobs/nodes dropped).
+        base = np.zeros((n_jobs, n_nodes), np.int32)
+        for j, key in enumerate(job_keys):
+            for node_key in base_allocations.get(key, ()) or ():
+                if node_key in node_index:
+                    base[j, node_index[node_key]] += 1
+        pinned = np.array([(not jobs[k].preemptible) and base[j].sum() > 0
+                           for j, k in enumerate(job_keys)], bool)
+        # Order: pinned, then min_replicas, then creation time (stable).
+        order = sorted(range(n_jobs), key=lambda j: (not pinned[j], jobs[job_keys[j]].min_replicas,
+                                                     jobs[job_keys[j]].creation_time))
+        job_keys = [job_keys[j] for j in order]
+        base, pinned = base[order], pinned[order]
+        infos = [jobs[k] for k in job_keys]
+        rtypes = sorted({r for job in infos for r, v in job.resources.items() if v > 0})
+        total_nodes = n_nodes + extra_template
+        jb, nb, kb = _bucket(n_jobs), _bucket(total_nodes), max(len(rtypes), 1)
+        res = np.zeros((jb, kb), np.float32)
+        for j, job in enumerate(infos):
+            for r, name in enumerate(rtypes):
+                res[j, r] = job.resources.get(name, 0)
+        node_infos = [nodes[k] for k in node_keys] + [node_template] * extra_template
+        cap = np.zeros((nb, kb), np.float32)
+        for n, node in enumerate(node_infos):
+            for r, name in enumerate(rtypes):
+                cap[n, r] = node.resources.get(name, 0)
+        # Replicas of each job that fit alone on each node.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(res[:, None, :] > 0,
+                             np.floor(cap[None] / np.where(res > 0, res, 1)[:, None, :] + _TOL),
+                             _BIG)
+        fit = np.clip(ratio.min(axis=-1), 0, _BIG).astype(np.int32)
+        fit[n_jobs:] = 0
+        fit[:, total_nodes:] = 0
+        if not rtypes:  # jobs request nothing: one replica slot per node and job
+            fit[:n_jobs, :total_nodes] = _BIG
+        min_r = np.zeros(jb, np.int32)
+        max_r = np.zeros(jb, np.int32)
+        min_r[:n_jobs] = [job.min_replicas for job in infos]
+        max_r[:n_jobs] = [job.max_replicas for job in infos]
+        max_r[:n_jobs] = np.minimum(max_r[:n_jobs], fit[:n_jobs].sum(axis=1).clip(0, _BIG))
+        # Speedup tables (n <= min(replicas, nodes)).
+        top_r = int(max(max_r.max(), 1))
+        tn, tr = table_dims(min(top_r, max(total_nodes, 1)), top_r)
+        table = np.zeros((jb, tn + 1, tr + 1), np.float32)
+        if n_jobs:
+            table[:n_jobs] = speedup_tables([job.speedup_fn for job in infos], tn, tr)
+        # Fair share over the real nodes: 1/J of the job's replica slots.
+        slots = fit[:n_jobs, :n_nodes].astype(np.float64).sum(axis=1)
+        share = slots / max(n_jobs, 1)
+        fair = np.ones(jb, np.float32)
+        for j in range(n_jobs):
+            per_node = max(int(fit[j, :n_nodes].max(initial=0)), 1)
+            if share[j] >= 1:
+                r = int(min(math.floor(share[j]), max(max_r[j], 1)))
+                value = table[j, min(math.ceil(r / per_node), tn), min(r, tr)]
+            else:
+                value = share[j] * table[j, 1, 1]
+            fair[j] = value if value > 0 else 1.0
+        # Restart penalty factor.
+        now = self._clock()
+        factor = np.ones(jb, np.float32)
+        for j, job in enumerate(infos):
+            age = job.age if job.age is not None else now - job.creation_time
+            age = max(age, 0.0)
+            pen = self.restart_penalty
+            factor[j] = max(age - job.num_restarts * pen, 0.0) / (age + pen) if age + pen > 0 else 1.0
+        base_p = np.zeros((jb, nb), np.int32)
+        base_p[:n_jobs, :n_nodes] = base
+        pinned_p = np.zeros(jb, bool)
+        pinned_p[:n_jobs] = pinned
+        valid_job = np.arange(jb) < n_jobs
+        valid_node = np.arange(nb) < total_nodes
+        arrays = _Arrays(
+            res=res, cap=cap, fit=fit, min_r=min_r, max_r=max_r, table=table, fair=fair,
+            factor=factor, base=base_p, running=base_p.sum(axis=1) > 0, pinned=pinned_p,
+            valid_job=valid_job, valid_node=valid_node, num_nodes=np.int32(total_nodes))
+        accel = [i for i, name in enumerate(rtypes) if _is_accelerator(name)]
+        if accel:
+            per_node_accel = cap[:total_nodes, accel[0]].astype(np.float64)
+        else:
+            per_node_accel = fit[:n_jobs, :total_nodes].max(axis=0, initial=0).astype(np.float64)
+        meta = dict(job_keys=job_keys, node_keys=node_keys, n_jobs=n_jobs, n_nodes=n_nodes,
+                    jb=jb, nb=nb, accel=per_node_accel, slots=int(fit.max(axis=0).sum()))
+        return arrays, meta
+
+    def _greedy_steps(self, arrays: _Arrays, meta) -> int:
+        demand = int(np.minimum(arrays["max_r"], arrays["fit"].sum(axis=1)).sum())
+        return _bucket(max(min(demand, meta["slots"]), 1), minimum=16)
+
+    def _state_to_allocations(self, state: np.ndarray, meta) -> dict:
+        out = {}
+        for j, key in enumerate(meta["job_keys"]):
+            placement = []
+            for n in np.nonzero(state[j, :meta["n_nodes"]])[0]:
+                placement += [meta["node_keys"][n]] * int(state[j, n])
+            out[key] = placement
+        return out
+
+    def _objective_value(self, fitness: float, n_jobs: int) -> float:
+        """Power mean from the summed utility."""
+        if n_jobs == 0:
+            return 0.0
+        mean = fitness / n_jobs
+        p = self.p
+        if p == 0:
+            return float(math.exp(mean) - _EPS)
+        inner = mean * p
+        if inner <= 0:
+            return 0.0
+        value = inner ** (1.0 / p)
+        return float(value - _EPS if p < 0 else value)
+
+    # ------------------------------------------------------------------ #
+    def evaluate(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
+                 allocations: Mapping[Hashable, Sequence], base_allocations: Mapping = None
+                 ) -> float:
+        """Objective (power mean of penalised fair-share speedups) of an allocation.
+
+        Args:
+            jobs, nodes: as for :meth:`optimize`.
+            allocations: job key -> list of node keys to score.
+            base_allocations: the previous allocation (for restart penalties);
+                ``None`` means no job was running.
+
+        Returns:
+            The objective as a Python float (higher is better).
+
+        Example:
+            >>> from goodput_jax.sched.types import JobInfo, NodeInfo
+            >>> nodes = {0: NodeInfo({"gpu": 2}, False)}
+            >>> jobs = {0: JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 0, 2)}
+            >>> round(PolluxPolicy().evaluate(jobs, nodes, {0: [0, 0]}), 3)
+            1.0
+        """
+        arrays, meta = self._build(jobs, nodes, None, base_allocations or {})
+        state = self._allocations_to_state(allocations, meta, arrays)
+        fit, _, _ = _evaluate_states(arrays, state[None], p=self.p)
+        return self._objective_value(float(fit[0]), meta["n_jobs"])
+
+    def _allocations_to_state(self, allocations, meta, arrays) -> np.ndarray:
+        node_index = {k: i for i, k in enumerate(meta["node_keys"])}
+        state = np.zeros(arrays["base"].shape, np.int32)
+        for j, key in enumerate(meta["job_keys"]):
+            for node_key in allocations.get(key, ()) or ():
+                if node_key not in node_index:
+                    raise ValueError(f"allocations[{key!r}] names unknown node {node_key!r}")
+                state[j, node_index[node_key]] += 1
+        return state
+
+    # ------------------------------------------------------------------ #
+    def optimize(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
+                 base_allocations: Mapping[Hashable, Sequence],
+                 node_template: NodeInfo) -> tuple[dict, int]:
+        """Runs one scheduling cycle.
+
+        Args:
+            jobs: job key -> JobInfo.
+            nodes: node key -> NodeInfo (the real cluster).
+            base_allocations: job key -> node keys (one per replica) currently
+                held; unknown jobs and nodes are ignored.
+            node_template: the node type the cluster would be grown with.
+
+        Returns:
+            ``(allocations, desired_nodes)``: job key -> list of node keys (one
+            entry per replica, ``[]`` for jobs that get nothing; every job in
+            ``jobs`` appears), and the cluster size autoscaling should aim for.
+
+        Example:
+            >>> from goodput_jax.sched.types import JobInfo, NodeInfo
+            >>> nodes = {0: NodeInfo({"gpu": 1}, False)}
+            >>> jobs = {k: JobInfo({"gpu": 1}, lambda n, r: r, float(k), 0, 1) for k in range(3)}
+            >>> alloc, desired = PolluxPolicy(generations=5).optimize(jobs, nodes, {}, nodes[0])
+            >>> sum(map(len, alloc.values())), desired > 1
+            (1, True)
+        """
+        started = time.perf_counter()
+        if not isinstance(node_template, NodeInfo):
+            raise TypeError(f"node_template must be a NodeInfo, got {type(node_template).__name__}")
+        if not isinstance(base_allocations, Mapping):
+            raise TypeError(f"base_allocations must be a mapping, got {type(base_allocations).__name__}")
+        if not jobs:
+            desired = sum(1 for node in nodes.values() if not node.preemptible)
+            self.last_stats = CycleStats(0.0, 0.0, 0.0, 0.0, desired, time.perf_counter() - started)
+            return {}, desired
+        arrays, meta = self._build(jobs, nodes, node_template, base_allocations)
+        n_jobs, n_nodes = meta["n_jobs"], meta["n_nodes"]
+        seeds = [arrays["base"]]
+        if self._prev is not None:
+            seeds += self._carry_population(meta, arrays)
+        num_seeds = len(seeds)
+        pad = np.zeros((self.population - 2, *arrays["base"].shape), np.int32)
+        pad[:num_seeds] = np.stack(seeds)[: self.population - 2]
+        key = jax.random.fold_in(jax.random.key(self.seed, impl="rbg"), self._cycle)
+        self._cycle += 1
+        rate = np.float32(min(1.0, 2.0 / max(n_jobs, 1)))
+        steps = self._greedy_steps(arrays, meta)
+        best, best_fit, pop, pop_fit, seed_fit = _search(
+            arrays, pad, np.int32(min(num_seeds, self.population - 2)), key, rate, p=self.p,
+            population=self.population, generations=self.generations, greedy_steps=steps)
+        best = np.asarray(best)
+        self._prev = (meta["job_keys"], meta["node_keys"], np.asarray(pop), np.asarray(pop_fit))
+        allocations = self._state_to_allocations(best, meta)
+        _, speedup, _ = _evaluate_states(arrays, best[None], p=self.p)
+        total_speedup = float(np.asarray(speedup).sum())
+        accel_real = float(meta["accel"][:n_nodes].sum())
+        utility = total_speedup / accel_real if accel_real > 0 else 0.0
+        desired = self._desired_nodes(jobs, nodes, node_template, base_allocations, utility,
+                                      n_nodes)
+        seed_fit = np.asarray(seed_fit)
+        self.last_stats = CycleStats(
+            objective=self._objective_value(float(best_fit), n_jobs),
+            greedy_objective=self._objective_value(float(seed_fit[0]), n_jobs),
+            previous_objective=self._objective_value(float(seed_fit[2]), n_jobs),
+            utility=utility, desired_nodes=desired, seconds=time.perf_counter() - started)
+        return allocations, desired
+
+    def _carry_population(self, meta, arrays) -> list:
+        """Previous cycle's population mapped onto this cycle's jobs and nodes."""
+        prev_jobs, prev_nodes, prev_pop, prev_fit = self._prev
+        jpos = {k: i for i, k in enumerate(prev_jobs)}
+        npos = {k: i for i, k in enumerate(prev_nodes)}
+        rows = np.array([jpos.get(k, -1) for k in meta["job_keys"]])
+        cols = np.array([npos.get(k, -1) for k in meta["node_keys"]])
+        keep = min(len(prev_pop), self.population // 4)
+        order = np.argsort(-prev_fit)[:keep]
+        out = []
+        for i in order:
+            state = np.zeros(arrays["base"].shape, np.int32)
+            if len(rows) and len(cols):
+                sub = prev_pop[i][np.maximum(rows, 0)][:, np.maximum(cols, 0)]
+                sub = sub * (rows >= 0)[:, None] * (cols >= 0)[None, :]
+                state[:len(rows), :len(cols)] = sub
+            out.append(state)
+        return out
+
+    def _desired_nodes(self, jobs, nodes, node_template, base_allocations, utility: float,
+                       n_nodes: int) -> int:
+        if n_nodes > 0 and self.min_util <= utility <= self.max_util:
+            return n_nodes
+        extra = max(n_nodes, 1)
+        arrays, meta = self._build(jobs, nodes, node_template, base_allocations,
+                                   extra_template=extra)
+        # Size the cluster for the steady state: no restart penalties here.
+        arrays["factor"] = np.ones_like(arrays["factor"])
+        pinned_only = np.where(arrays["pinned"][:, None], arrays["base"], 0)
+        steps = self._greedy_steps(arrays, meta)
+        count, hist, start = _autoscale_curve(arrays, pinned_only, p=self.p, greedy_steps=steps)
+        count = int(count)
+        prefix = np.concatenate([[int(start[0])], np.asarray(hist[0])[:count]])
+        speed = np.concatenate([[float(start[1])], np.asarray(hist[1])[:count]])
+        value = np.concatenate([[float(start[2])], np.asarray(hist[2])[:count]])
+        accel = np.cumsum(meta["accel"])
+        total = n_nodes + extra
+        target = 0.5 * (self.min_util + self.max_util)
+        # t(m): last greedy step whose allocation fits on the first m nodes
+        # (adds only, so the highest used node index never decreases).
+        best_value = value[0]
+        front = []  # sizes where one more node still improves the objective
+        for m in range(1, total + 1):
+            t = np.nonzero(prefix <= m)[0]
+            if len(t) == 0:
+                continue
+            t = t[-1]
+            if value[t] > best_value + 1e-6 * max(1.0, abs(best_value)):
+                best_value = value[t]
+                front.append((m, speed[t] / accel[m - 1] if accel[m - 1] > 0 else 0.0))
+        good = [m for m, u in front if u >= target]
+        if good:
+            return int(max(good))
+        if front:
+            return int(min(m for m, _ in front))
+        return max(int(prefix[0]), 1)
