@@ -577,3 +577,24 @@ def make_store(server: FakeCloudLogging, logger_name: str = "goodput_test", **kw
     kwargs.setdefault("flush_interval", 0.005)
     kwargs.setdefault("close_timeout", 2.0)
     return CloudLoggingStore(client=server.client(), logger_name=logger_name, **kwargs)
+
+
+def _serve_main(argv: list[str] | None = None) -> int:
+    """``python -m tests.measure.gcl_server [--latency-ms L]``: serve on a loopback port
+    (printed on stdout as the endpoint) until stdin closes. Used by benchmarks so the
+    server's CPU time does not share the benchmark process's GIL."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--latency-ms", type=float, default=0.0)
+    args = p.parse_args(argv)
+    with FakeCloudLogging() as srv:
+        srv.latency_s = args.latency_ms / 1e3
+        print(srv.endpoint, flush=True)
+        sys.stdin.read()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_serve_main())
