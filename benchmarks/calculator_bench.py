@@ -210,8 +210,11 @@ class Logger:
     job_start_time = None
     def __init__(self, entries): self.entries = entries
     def write_cloud_logging_entry(self, entry): self.entries.append(entry)
-    def read_cloud_logging_entries(self, start_time=None, end_time=None, *a, **k):
-        return self.entries
+    def read_cloud_logging_entries(self, start_time=None, end_time=None, last_entry_info=None):
+        if last_entry_info is not None:
+            return [], last_entry_info
+        last = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+        return self.entries, (last, "last")
 entries = [json.loads(l) for l in open(path)]
 class FixedNow(dt.datetime):
     @classmethod
