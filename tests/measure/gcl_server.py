@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import base64
+import bisect
 import contextlib
 import datetime as _dt
 import http.server
@@ -237,6 +238,8 @@ class FakeCloudLogging:
 
     def __init__(self, default_page_size: int = 50, max_page_size: int = 1000):
         self.entries: list[dict] = []
+        self._sorted_keys: list[tuple[int, str]] = []
+        self._sorted: list[dict] = []
         self._keys: set[tuple[str, int, str]] = set()
         self.calls: list[tuple[str, int]] = []
         self.list_bodies: list[dict] = []
@@ -247,6 +250,7 @@ class FakeCloudLogging:
         self._faults: dict[str, list[tuple[int, str, bool]]] = {"write": [], "list": []}
         self._lock = threading.Lock()
         self._seq = 0
+        self._generation = 0
         self._gate = threading.Event()
         self._gate.set()
         self._server: http.server.ThreadingHTTPServer | None = None
@@ -332,7 +336,10 @@ class FakeCloudLogging:
 
     def reset(self) -> None:
         with self._lock:
+            self._generation += 1
             self.entries.clear()
+            self._sorted_keys.clear()
+            self._sorted.clear()
             self._keys.clear()
             self.calls.clear()
             self.list_bodies.clear()
@@ -362,9 +369,13 @@ class FakeCloudLogging:
         method = {"/v2/entries:write": "write", "/v2/entries:list": "list"}.get(path)
         if method is None:
             return 404, _error(404, f"no such method {path}")
+        generation = self._generation
         self._gate.wait()
         if self.latency_s:
             time.sleep(self.latency_s)
+        if generation != self._generation:
+            # Held across a reset(): a previous test's request must not leak into this one.
+            return 503, _error(503, "server was reset")
         with self._lock:
             fault = self._faults[method].pop(0) if self._faults[method] else None
         if fault is not None and not fault[2]:
@@ -434,6 +445,10 @@ class FakeCloudLogging:
                 self._keys.add(key)
                 e["_nanos"] = nanos
                 self.entries.append(e)
+                k = (nanos, e["insertId"])
+                i = bisect.bisect_right(self._sorted_keys, k)
+                self._sorted_keys.insert(i, k)
+                self._sorted.insert(i, e)
         return {}
 
     def _list(self, body: dict) -> dict:
@@ -466,17 +481,23 @@ class FakeCloudLogging:
                     raise ValueError("query changed")
             except (ValueError, KeyError, TypeError) as e:
                 raise HttpFault(400, f"invalid pageToken: {e}") from None
+        # Entries are kept sorted by (timestamp, insertId): scan from the token's
+        # position and stop once a page (plus one, to know about a next page) matched.
         with self._lock:
-            candidates = [
-                e for e in self.entries if e["logName"].split("/")[1] in projects
-            ]
-        matched = [e for e in candidates if _evaluate(tree, e)]
-        matched.sort(key=lambda e: (e["_nanos"], e["insertId"]), reverse=desc)
-        if after is not None:
+            keys, entries = self._sorted_keys, self._sorted
             if desc:
-                matched = [e for e in matched if (e["_nanos"], e["insertId"]) < after]
+                start = len(keys) if after is None else bisect.bisect_left(keys, after)
+                order_idx = range(start - 1, -1, -1)
             else:
-                matched = [e for e in matched if (e["_nanos"], e["insertId"]) > after]
+                start = 0 if after is None else bisect.bisect_right(keys, after)
+                order_idx = range(start, len(keys))
+            matched = []
+            for i in order_idx:
+                e = entries[i]
+                if e["logName"].split("/")[1] in projects and _evaluate(tree, e):
+                    matched.append(e)
+                    if len(matched) > size:
+                        break
         page = matched[:size]
         out: dict[str, Any] = {
             "entries": [{k: v for k, v in e.items() if k != "_nanos"} for e in page]
