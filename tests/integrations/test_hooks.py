@@ -1,0 +1,202 @@
+"""GoodputHooks: profiling semantics with an injected clock, and a real Flax/optax run end to end."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from goodput_jax.integrations import GoodputHooks
+from goodput_jax.measure.events import EventKind
+from goodput_jax.measure.recorder import GoodputRecorder
+from goodput_jax.measure.stores.sqlite import SQLiteStore
+from goodput_jax.model import gradstats as gs
+from goodput_jax.model.types import GradParams, PerfParams
+
+HINT_KEYS = {"perfParams", "gradParams", "initBatchSize", "maxBatchSize", "localBszBounds",
+             "gradientAccumulation", "maxProfiledReplicas"}
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+    def work(self, seconds):
+        """A 'train step' that takes ``seconds`` of fake time."""
+        def fn():
+            self.t += seconds
+            return seconds
+        return fn
+
+
+def _events(store, job):
+    return store.read_events(job)[0]
+
+
+def test_profile_split_first_step_excluded_and_refit_interval(tmp_path):
+    store = SQLiteStore(str(tmp_path / "g.db"))
+    clock = FakeClock()
+    rec = GoodputRecorder("prof", "l", logging_enabled=True, store=store)
+    hooks = GoodputHooks("prof", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
+                         max_batch_size=128, recorder=rec, refit_interval=1.0, clock=clock,
+                         is_primary=True)
+    # Synthetic step times from a known model: t = 0.05 + 0.01 * bsz (one replica).
+    step = 0
+    for bsz in (8, 16, 32):
+        hooks.set_config(atomic_bsz=bsz)
+        for _ in range(3):
+            hooks.step(step, clock.work(0.05 + 0.01 * bsz))
+            step += 1
+    e = hooks.profile[(1, 1, 16, 0)]
+    assert (e.optim_count, e.accum_count) == (2, 0)  # first step of each config dropped
+    assert e.optim_time == pytest.approx(2 * 0.21)
+    # Fused accumulation: T = 0.6 with 2 extra micro-steps -> 3 parts of 0.2.
+    hooks.set_config(atomic_bsz=16, accum_steps=2)
+    for _ in range(2):
+        hooks.step(step, clock.work(0.6))
+        step += 1
+    e = hooks.profile[(1, 1, 16, 2)]
+    assert (e.accum_count, e.optim_count) == (2, 1)
+    assert e.accum_time == pytest.approx(0.4) and e.optim_time == pytest.approx(0.2)
+    # Separate micro-steps (mode (c)): accum_step times accumulation, step the optimizer.
+    hooks.set_config(atomic_bsz=8, accum_steps=1)
+    for _ in range(2):
+        hooks.accum_step(clock.work(0.13))
+        hooks.step(step, clock.work(0.15))
+        step += 1
+    e = hooks.profile[(1, 1, 8, 1)]
+    assert (e.accum_count, e.optim_count) == (1, 1)
+    assert e.accum_time == pytest.approx(0.13) and e.optim_time == pytest.approx(0.15)
+    # ~1.9 s of profiled time with a 1 s interval: refit at least once, not every step.
+    assert 1 <= hooks.fit_count < step
+    p = hooks.perf_params
+    assert isinstance(p, PerfParams)
+    assert p.beta_c == pytest.approx(0.01, rel=0.3)
+    # No gradient statistics yet: no suggestion, hints without gradParams.
+    assert hooks.suggest() is None
+    h = hooks.hints()
+    assert HINT_KEYS <= set(h) and h["gradParams"] is None and h["maxProfiledReplicas"] == 1
+    rec.flush()
+    kinds = [ev.kind for ev in _events(store, "prof")]
+    assert kinds.count(EventKind.STEP_START) == step and EventKind.HINTS in kinds
+    rec.close()
+    store.close()
+
+
+def test_suggestion_from_known_params_and_hint_values():
+    hooks = GoodputHooks("s", init_batch_size=32, atomic_bsz=32, num_nodes=1, num_replicas=2,
+                         max_batch_size=512, local_bsz_bounds=(8, 128), gradient_accumulation=True,
+                         is_primary=False)
+    hooks.perf_params = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14)
+    hooks.update_grad_params(GradParams(sqr=0.00136, var=0.000502))
+    sug = hooks.suggest()
+    fn = hooks.goodput_function()
+    g, b, s = fn.optimize(1, 2, max_batch_size=512, atomic_bsz_range=(8, 128), accumulation=True)
+    assert (sug.atomic_bsz, sug.accum_steps) == (b, s)
+    assert sug.batch_size == 2 * b * (s + 1) <= 512
+    assert sug.predicted_speedup == pytest.approx(g / fn.evaluate(1, 2, 32, 0), rel=1e-6)
+    assert sug.predicted_speedup >= 1.0 - 1e-9
+    h = hooks.hints()
+    assert h["gradParams"] == {"norm": pytest.approx(0.00136), "var": pytest.approx(0.000502)}
+    assert h["gradientNoiseScale"] == pytest.approx(32 * 0.000502 / 0.00136)
+    assert h["suggestedBatchSize"] == sug.batch_size
+    assert h["perfParams"]["gamma"] == pytest.approx(1.14)
+    assert h["localBszBounds"] == [8, 128] and h["gradientAccumulation"] is True
+    assert h["efficiency"] == pytest.approx(fn.efficiency(64))
+
+
+def test_non_primary_does_not_fit_or_publish():
+    clock = FakeClock()
+    hooks = GoodputHooks("np", init_batch_size=8, num_replicas=1, num_nodes=1, refit_interval=0.0,
+                         clock=clock, is_primary=False)
+    for i in range(4):
+        hooks.step(i, clock.work(0.1))
+    assert hooks.fit_count == 0 and hooks.perf_params is None and hooks.last_hints is None
+    assert hooks.profile[(1, 1, 8, 0)].optim_count == 3
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match=r"init_batch_size \(0\)"):
+        GoodputHooks("j", init_batch_size=0, is_primary=False)
+    with pytest.raises(ValueError, match=r"num_nodes \(2\) > num_replicas \(1\)"):
+        GoodputHooks("j", init_batch_size=8, num_nodes=2, num_replicas=1, is_primary=False)
+    with pytest.raises(ValueError, match=r"max_batch_size \(4\) < init_batch_size \(8\)"):
+        GoodputHooks("j", init_batch_size=8, max_batch_size=4, num_replicas=1, is_primary=False)
+    with pytest.raises(ValueError, match="local_bsz_bounds"):
+        GoodputHooks("j", init_batch_size=8, local_bsz_bounds=(9, 3), num_replicas=1,
+                     is_primary=False)
+    h = GoodputHooks("j", init_batch_size=8, num_replicas=1, is_primary=False)
+    with pytest.raises(ValueError, match=r"accum_steps \(-1\)"):
+        h.set_config(accum_steps=-1)
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(1)(nn.relu(nn.Dense(32)(x)))[..., 0]
+
+
+M0 = 16
+
+
+def test_real_flax_training_run_end_to_end(tmp_path):
+    model = MLP()
+    key = jax.random.key(0)
+    w_true = jax.random.normal(key, (8,))
+    params = model.init(key, jnp.ones((1, 8)))
+    tx = optax.chain(gs.gradient_noise_scale(M0), optax.adam(1e-2))
+    opt_state = tx.init(params)
+
+    def loss_fn(p, batch):
+        return jnp.mean((model.apply(p, batch["x"]) - batch["y"]) ** 2)
+
+    @jax.jit
+    def train_step(params, opt_state, batch):
+        pre = gs.auto_preconditioner(opt_state)
+        loss, grads, sq = gs.microbatch_grads(loss_fn, params, batch, 2, preconditioner=pre)
+        updates, opt_state = tx.update(grads, opt_state, params, grad_sqnorms=sq)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    store = SQLiteStore(str(tmp_path / "e2e.db"))
+    hooks = GoodputHooks("e2e", init_batch_size=M0, atomic_bsz=M0, num_nodes=1, num_replicas=1,
+                         max_batch_size=256, local_bsz_bounds=(4, 128), gradient_accumulation=True,
+                         store=store, refit_interval=1e9, is_primary=True)
+    step = 0
+    with hooks.job():
+        for bsz in (8, 16, 32):
+            hooks.set_config(atomic_bsz=bsz)
+            for _ in range(5):
+                k = jax.random.fold_in(key, step)
+                x = jax.random.normal(k, (bsz, 8))
+                batch = {"x": x, "y": x @ w_true + 0.5 * jax.random.normal(k, (bsz,))}
+                params, opt_state, loss = hooks.step(step, train_step, params, opt_state, batch)
+                step += 1
+    assert np.isfinite(float(loss))
+    assert hooks.fit_count == 1  # the final refit on leaving job()
+    assert isinstance(hooks.perf_params, PerfParams)
+    assert all(np.isfinite(v) and v > 0 for v in hooks.perf_params)
+    gp = hooks.grad_params
+    assert gp is not None and gp.var >= 1e-6 and gp.sqr >= 0.0
+    np.testing.assert_allclose(gp, [float(v) for v in gs.get_grad_params(opt_state)], rtol=1e-6)
+    sug = hooks.suggest()
+    assert sug is not None
+    assert 4 <= sug.atomic_bsz <= 128 and sug.batch_size <= 256 and sug.predicted_speedup > 0
+    hooks.close()
+    events = _events(store, "e2e")
+    hints = [ev.payload for ev in events if ev.kind == EventKind.HINTS]
+    assert hints and HINT_KEYS <= set(hints[-1])
+    assert hints[-1]["gradParams"]["norm"] == pytest.approx(gp.sqr, rel=1e-6)
+    assert hints[-1]["suggestedAtomicBsz"] == sug.atomic_bsz
+    kinds = [ev.kind for ev in events]
+    assert kinds[0] == EventKind.JOB_START and kinds[-1] == EventKind.JOB_END
+    assert kinds.count(EventKind.STEP_START) == step
+    store.close()
