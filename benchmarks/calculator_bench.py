@@ -152,7 +152,7 @@ def child_ours(path: str, now: float) -> dict:
     clock = {"t": now}
     calc = GoodputCalculator(JOB, "bench", store=store, clock=lambda: clock["t"])
     t = time.perf_counter()
-    g, b, last = calc.get_job_goodput(include_badput_breakdown=True)
+    g, _, last = calc.get_job_goodput(include_badput_breakdown=True)
     cold = time.perf_counter() - t
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     # incremental: 5 rounds of 1k new events (333 steps x 3 + 1), then a query
@@ -233,7 +233,8 @@ print(json.dumps({"cold_s": cold, "rss_mb": rss, "goodput": res[0]}))
 
 
 def run_child(args: list[str], python: str = sys.executable, timeout: float = 900) -> dict:
-    r = subprocess.run([python, *args], capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run([python, *args], capture_output=True, text=True, timeout=timeout,
+                       check=False)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1][:120]}
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -172,7 +172,8 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
     rec.record_job_start_time()
     with rec.accelerator_init():
         import jax
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
 
         devices = jax.devices()
         mesh = Mesh(devices, ("data",))

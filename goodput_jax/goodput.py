@@ -28,7 +28,7 @@ import importlib
 from goodput_jax.measure.calculator import BadputType, GoodputCalculator, StepDeviation
 from goodput_jax.measure.recorder import GoodputRecorder
 
-__all__ = ["GoodputRecorder", "GoodputCalculator", "GoodputMonitor", "BadputType", "StepDeviation"]
+__all__ = ["BadputType", "GoodputCalculator", "GoodputMonitor", "GoodputRecorder", "StepDeviation"]  # noqa: F822
 
 
 def __getattr__(name: str):

@@ -32,8 +32,10 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, Self
 
+from goodput_jax.measure.events import KIND_CODES as _K
 from goodput_jax.measure.events import (
     KINDS_BY_CODE,
     Event,
@@ -42,7 +44,6 @@ from goodput_jax.measure.events import (
     new_run_id,
     to_timestamp,
 )
-from goodput_jax.measure.events import KIND_CODES as _K
 from goodput_jax.measure.stores import EventStore, resolve_store
 
 logger = logging.getLogger(__name__)
@@ -536,7 +537,7 @@ class GoodputRecorder:
         if self._owns_store:
             self._store.close()
 
-    def __enter__(self) -> GoodputRecorder:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -48,13 +48,13 @@ def format_report(calculator: GoodputCalculator) -> str:
     lines = [
         f"Goodput report for job {calculator.job_name!r}",
         f"store: {getattr(calculator.store, 'url', calculator.store)}",
-        f"runs: {d['num_runs']}  disruptions: {d['num_disruptions']}  events: {d['num_events']}"
-        f"  last productive step: {d['last_productive_step']}",
+        (f"runs: {d['num_runs']}  disruptions: {d['num_disruptions']}  events: {d['num_events']}"
+         f"  last productive step: {d['last_productive_step']}"),
         "",
         f"{'bucket':<{w}} {'seconds':>12} {'%':>8}",
         "-" * (w + 22),
-        f"{'GOODPUT (productive step time)':<{w}} {d['productive_time']:>12.3f} "
-        f"{pct(d['productive_time']):>8.2f}",
+        (f"{'GOODPUT (productive step time)':<{w}} {d['productive_time']:>12.3f} "
+         f"{pct(d['productive_time']):>8.2f}"),
     ]
     for bt, label in BADPUT_LABELS:
         s = d["badput_time"][bt]

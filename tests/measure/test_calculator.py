@@ -53,15 +53,15 @@ def timelines(draw):
 
 def _details_equal(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], dict):
-            assert a[k].keys() == b[k].keys()
-            for kk in a[k]:
-                assert a[k][kk] == pytest.approx(b[k][kk], abs=1e-9), (k, kk)
-        elif isinstance(a[k], float):
-            assert a[k] == pytest.approx(b[k], abs=1e-9), k
+    for k, va in a.items():
+        if isinstance(va, dict):
+            assert va.keys() == b[k].keys()
+            for kk, v in va.items():
+                assert v == pytest.approx(b[k][kk], abs=1e-9), (k, kk)
+        elif isinstance(va, float):
+            assert va == pytest.approx(b[k], abs=1e-9), k
         else:
-            assert a[k] == b[k], k
+            assert va == b[k], k
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -71,7 +71,7 @@ def test_buckets_sum_to_100_and_goodput_in_range(evs, now):
     store.append(evs)
     calc = calc_for(store, now=now)
     try:
-        g, b, last = calc.get_job_goodput(include_badput_breakdown=True)
+        g, b, _ = calc.get_job_goodput(include_badput_breakdown=True)
     except NoEventsError:
         assert all(e.kind is K.HINTS for e in evs)
         return
@@ -195,7 +195,7 @@ def test_bad_arguments():
 
 def test_aware_datetimes_and_clock_returning_datetime():
     store = new_store()
-    t0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
     base = t0.timestamp()
     store.append(events("j", "r", [(K.JOB_START, base), (K.STEP_START, base, 0),
                                    (K.STEP_START, base + 10, 1)]))
@@ -274,7 +274,7 @@ def test_thread_safe_queries_while_appending():
                 g, b, _ = calc.get_job_goodput(include_badput_breakdown=True)
                 assert g + sum(b.values()) == pytest.approx(100.0, abs=0.01)
                 calc.get_step_deviation()
-        except Exception as e:  # pragma: no cover - reported below
+        except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
     threads = [threading.Thread(target=reader) for _ in range(4)]

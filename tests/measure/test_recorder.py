@@ -90,9 +90,8 @@ def test_events_round_trip_with_context_managers(store):
     with rec.job():
         with rec.accelerator_init():
             tick()
-        with rec.training_prep():
-            with rec.checkpoint_restore(step=4):
-                tick()
+        with rec.training_prep(), rec.checkpoint_restore(step=4):
+            tick()
         with rec.program_startup():
             tick()
         for i in range(5, 7):
@@ -106,7 +105,7 @@ def test_events_round_trip_with_context_managers(store):
             tick()
         with rec.badput("eval"):
             tick()
-        rec.record_checkpoint_progress(6, dt.datetime.fromtimestamp(clock.t, dt.timezone.utc))
+        rec.record_checkpoint_progress(6, dt.datetime.fromtimestamp(clock.t, dt.UTC))
         rec.record_hints({"gns": 12.5})
     assert rec.flush(timeout=30)
     got, _ = store.read_events("job")

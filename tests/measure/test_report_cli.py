@@ -26,7 +26,7 @@ def db(tmp_path):
 
 
 def _row(text, label):
-    m = re.search(rf"^\s*{re.escape(label)}\s+([\d.]+)\s+([\d.]+)\s*$", text, re.M)
+    m = re.search(rf"^\s*{re.escape(label)}\s+([\d.]+)\s+([\d.]+)\s*$", text, re.MULTILINE)
     assert m, (label, text)
     return float(m.group(1)), float(m.group(2))
 

@@ -132,7 +132,7 @@ def test_row07_overlapping_custom_events_counted_once():
 def test_row08_several_runs_under_one_job_name():
     # A ends cleanly at 20; B (a new launch reusing the name) starts at 1000 from step 0.
     # The idle 20->1000 is not job time; B redoing steps 0,1 wastes A's 20 s.
-    g, b, last, d = measure([
+    g, b, _, d = measure([
         ("A", 0, [(K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 10, 1), (K.JOB_END, 20)]),
         ("B", 0, [(K.JOB_START, 1000), (K.STEP_START, 1000, 0), (K.STEP_START, 1010, 1),
                   (K.JOB_END, 1020)]),
@@ -200,7 +200,7 @@ def test_row12_late_events_of_a_superseded_run_are_ignored():
     store.append(events("job", "A", [(K.STEP_START, 15, 2)]))  # zombie of A
     store.append(events("job", "B", [(K.JOB_END, 30)]))
     calc = calc_for(store)
-    g, b, last = calc.get_job_goodput(include_badput_breakdown=True)
+    g, _, last = calc.get_job_goodput(include_badput_breakdown=True)
     assert g == pytest.approx(100.0, abs=TOL) and last == 2
     assert calc.get_job_goodput_details()["ignored_events"] == 1
 

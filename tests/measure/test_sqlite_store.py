@@ -46,10 +46,12 @@ def test_newer_schema_is_refused_and_left_untouched(tmp_path):
     c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     c.commit()
     c.close()
-    before = open(path, "rb").read()
+    with open(path, "rb") as f:
+        before = f.read()
     with pytest.raises(StoreError, match=r"schema version 2, newer"):
         SQLiteStore(path)
-    assert open(path, "rb").read() == before
+    with open(path, "rb") as f:
+        assert f.read() == before
 
 
 def test_corrupt_and_foreign_files_are_refused(tmp_path):

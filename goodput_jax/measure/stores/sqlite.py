@@ -36,7 +36,8 @@ import json
 import os
 import sqlite3
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, Self
 
 from goodput_jax.measure.events import KIND_CODES, KINDS_BY_CODE, Event
 from goodput_jax.measure.stores.base import StoreError
@@ -47,11 +48,11 @@ _FORMAT = "goodput_jax.events"
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
-    "CREATE TABLE IF NOT EXISTS streams (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-    " run_id TEXT NOT NULL, host INTEGER NOT NULL, UNIQUE(job_id, run_id, host))",
-    "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-    " stream_id INTEGER NOT NULL, kind INTEGER NOT NULL, ts REAL NOT NULL, step INTEGER,"
-    " label TEXT, payload TEXT)",
+    ("CREATE TABLE IF NOT EXISTS streams (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
+     " run_id TEXT NOT NULL, host INTEGER NOT NULL, UNIQUE(job_id, run_id, host))"),
+    ("CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
+     " stream_id INTEGER NOT NULL, kind INTEGER NOT NULL, ts REAL NOT NULL, step INTEGER,"
+     " label TEXT, payload TEXT)"),
     "CREATE INDEX IF NOT EXISTS events_job_ts ON events(job_id, ts)",
     "CREATE INDEX IF NOT EXISTS events_job_id ON events(job_id, id)",
 )
@@ -417,7 +418,7 @@ class SQLiteStore:
             if conn is not None:
                 conn.close()
 
-    def __enter__(self) -> SQLiteStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
