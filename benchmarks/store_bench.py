@@ -20,6 +20,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import subprocess
@@ -29,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from goodput_jax.measure.events import Event, EventKind  # noqa: E402
+from goodput_jax.measure.events import Event, EventKind
 
 TARGET_US = 5.0
 
@@ -130,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         for label, latency, _ in configs:
             server = None
             if label.startswith("no-op"):
-                factory = lambda name: _NullStore()  # noqa: E731
+                factory = lambda name: _NullStore()
             elif latency is None:
-                factory = lambda name: SQLiteStore(os.path.join(tmp, name + ".db"))  # noqa: E731
+                factory = lambda name: SQLiteStore(os.path.join(tmp, name + ".db"))
             else:
                 # The server runs in its own process: its CPU time must not share our GIL.
                 server = subprocess.Popen(
@@ -182,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, w, r, us, written, dropped in rows:
         ok = us < TARGET_US
         ok_all &= ok
-        ws = "n/a" if w != w else f"{w:,.0f}"
-        rs = "n/a" if r != r else f"{r:,.0f}"
+        ws = "n/a" if math.isnan(w) else f"{w:,.0f}"
+        rs = "n/a" if math.isnan(r) else f"{r:,.0f}"
         print(f"| {label:34s} | {ws:>11s} | {rs:>10s} | {us:16.2f} | {'< 5':>7s} | "
               f"{'yes' if ok else 'NO':>3s} | {f'{written}/{dropped}':>15s} |")
     base_us = rows[0][3]

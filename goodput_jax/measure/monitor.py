@@ -52,7 +52,8 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Self
 
 from goodput_jax.measure.events import to_timestamp
 
@@ -246,7 +247,7 @@ class _Uploader:
     def _safe_poll(self) -> None:
         try:
             self._poll()
-        except Exception as e:  # logged and counted; the uploader keeps going
+        except Exception as e:  # noqa: BLE001 - logged and counted; the uploader keeps going
             self._on_error(self.name, e)
         finally:
             self.polls += 1
@@ -606,7 +607,7 @@ class GoodputMonitor:
                 close()
         return ok
 
-    def __enter__(self) -> GoodputMonitor:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

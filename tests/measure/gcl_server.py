@@ -36,7 +36,7 @@ import json
 import re
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 _TS_RE = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$"
@@ -49,18 +49,18 @@ def parse_rfc3339_nanos(value: str) -> int:
     if not m:
         raise ValueError(f"bad timestamp {value!r}")
     y, mo, d, h, mi, s, frac, tz = m.groups()
-    base = _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=_dt.timezone.utc)
+    base = _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=_dt.UTC)
     if tz != "Z":
         sign = 1 if tz[0] == "+" else -1
         base -= sign * _dt.timedelta(hours=int(tz[1:3]), minutes=int(tz[4:6]))
-    secs = int((base - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)).total_seconds())
+    secs = int((base - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)).total_seconds())
     nanos = int((frac or "0").ljust(9, "0"))
     return secs * 1_000_000_000 + nanos
 
 
 def format_rfc3339_nanos(nanos: int) -> str:
     secs, frac = divmod(nanos, 1_000_000_000)
-    base = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(seconds=secs)
+    base = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(seconds=secs)
     return base.strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
 
 
@@ -273,7 +273,7 @@ class FakeCloudLogging:
             def log_message(self, *args):  # quiet
                 pass
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""
                 path = self.path.split("?", 1)[0]
@@ -302,7 +302,7 @@ class FakeCloudLogging:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> FakeCloudLogging:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from goodput_jax.measure.calculator import BadputType, GoodputCalculator
-from goodput_jax.measure.events import Event, EventKind as K
+from goodput_jax.measure.events import Event
+from goodput_jax.measure.events import EventKind as K
 from goodput_jax.measure.stores import open_store
 from goodput_jax.measure.stores.base import StoreError
 from goodput_jax.measure.stores.cloud_logging import (
@@ -126,7 +127,7 @@ def test_list_fault_is_a_store_error_and_the_cursor_survives(srv, new_store):
     store = new_store()
     store.append(steps("job", 5))
     assert store.flush(5)
-    got, cur = store.read_events("job")
+    _, cur = store.read_events("job")
     store.append(steps("job", 3, t0=T0 + 10))
     assert store.flush(5)
     srv.fail("list", 503)
@@ -400,7 +401,7 @@ def test_goodput_from_cloud_logging_equals_goodput_from_sqlite(srv, new_store, t
         gcl_store.append(events[i:i + 7])
         sql_store.append(events[i:i + 7])
     assert gcl_store.flush(5)
-    clock = lambda: T0 + 100.0  # noqa: E731
+    clock = lambda: T0 + 100.0
     calcs = [GoodputCalculator("parity", "goodput_test", store=s, clock=clock)
              for s in (gcl_store, sql_store)]
     (g1, b1, s1), (g2, b2, s2) = (c.get_job_goodput(include_badput_breakdown=True) for c in calcs)

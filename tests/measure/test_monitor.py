@@ -11,7 +11,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from goodput_jax.measure.calculator import GoodputCalculator
-from goodput_jax.measure.events import Event, EventKind as K
+from goodput_jax.measure.events import Event
+from goodput_jax.measure.events import EventKind as K
 from goodput_jax.measure.monitor import GoodputMonitor, hint_scalars
 from goodput_jax.measure.stores.base import StoreError
 from goodput_jax.measure.stores.sqlite import SQLiteStore

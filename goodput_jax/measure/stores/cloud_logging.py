@@ -52,7 +52,8 @@ import time
 import urllib.parse
 import uuid
 import weakref
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from goodput_jax.measure.events import Event
 from goodput_jax.measure.stores.base import StoreError
@@ -70,12 +71,12 @@ _PROJECT_RE = re.compile(r"^(?:[a-z0-9][a-z0-9.\-]*:)?[a-z][a-z0-9\-]{0,61}[a-z0
 _LOG_ID_RE = re.compile(r"^[A-Za-z0-9_\-./]{1,511}$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _WRITER_IDLE_EXIT_S = 30.0
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 def _utc_iso(value: _dt.datetime) -> str:
     """RFC 3339 with microseconds and a ``Z`` suffix (what Cloud Logging accepts)."""
-    return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _ts_to_datetime(ts: float) -> _dt.datetime:
@@ -474,7 +475,7 @@ class CloudLoggingStore:
                 self._in_flight = n
             try:
                 self._send_with_retry(batch)
-            except BaseException:  # pragma: no cover - never let the writer die silently
+            except BaseException:  # noqa: BLE001 - never let the writer die silently
                 _log.exception("%r: writer failed", self)
                 self._drop(batch, "unexpected writer error")
             finally:
@@ -516,7 +517,7 @@ class CloudLoggingStore:
                 else:
                     self._drop(batch, f"rejected by Cloud Logging ({self.last_error})")
                 return
-            except Exception as e:  # permanent (401, 403, 404, ...) or unexpected
+            except Exception as e:  # noqa: BLE001 - permanent (401, 403, 404, ...) or unexpected
                 self.last_error = _error_text(e)
                 self._drop(batch, f"write failed permanently ({self.last_error})")
                 return
@@ -764,7 +765,7 @@ def _check_endpoint(endpoint: str) -> None:
     )
 
 
-_LIVE: "weakref.WeakSet[CloudLoggingStore]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[CloudLoggingStore] = weakref.WeakSet()
 _ATEXIT_LOCK = threading.Lock()
 _ATEXIT_REGISTERED = False
 
@@ -782,5 +783,5 @@ def _close_all() -> None:
     for store in list(_LIVE):
         try:
             store.close()
-        except Exception:  # pragma: no cover - best effort at exit
+        except Exception:  # noqa: BLE001 - best effort at exit
             _log.exception("closing %r at exit failed", store)
