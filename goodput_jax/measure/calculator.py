@@ -178,6 +178,10 @@ class _Engine:
             if kind == _HINTS:
                 self.hints = label  # the payload travels in the label column
                 continue
+            if kind == _CKPT_PROGRESS:
+                # informational (its time is the checkpoint's start, usually in the past)
+                self.last_ckpt_step = step
+                continue
             if sid != cur:
                 if sid in seen:
                     self.ignored += 1
@@ -264,8 +268,6 @@ class _Engine:
                     pending = 0.0
                 spans = []
                 ended = True
-            elif kind == _CKPT_PROGRESS:
-                self.last_ckpt_step = step
             # JOB_START: only marks the stream's beginning
         self.cur, self.ended, self.last_t = cur, ended, last_t
         self.spans, self.open_step, self.pending = spans, open_step, pending
