@@ -424,3 +424,64 @@ def test_goodput_from_cloud_logging_equals_goodput_from_sqlite(srv, new_store, t
     g1, g2 = (c.get_job_goodput()[0] for c in calcs)
     assert g1 == pytest.approx(g2, abs=1e-9)
     sql_store.close()
+
+
+def test_environment_variable_selects_cloud_logging(srv, stores, monkeypatch):
+    monkeypatch.setenv(
+        "GOODPUT_JAX_STORE", f"gcl://test-project/goodput_env?api_endpoint={srv.endpoint}&anonymous=1"
+    )
+    store = open_store()
+    stores.append(store)
+    assert isinstance(store, CloudLoggingStore) and store.logger_name == "goodput_env"
+
+
+def test_read_argument_validation(new_store):
+    store = new_store()
+    with pytest.raises(TypeError, match="cursor"):
+        store.read_events("job", cursor=17)
+    with pytest.raises(ValueError, match="limit"):
+        store.read_events("job", limit=0)
+    with pytest.raises(TypeError, match="job_name"):
+        store.read_events(None)
+
+
+def test_recorder_to_cloud_logging_to_calculator(srv, new_store, tmp_path):
+    """The whole path: GoodputRecorder -> CloudLoggingStore -> (another reader) -> calculator,
+    against the same recorder calls into SQLite."""
+    from goodput_jax.measure.recorder import GoodputRecorder
+
+    def run(store):
+        t = [T0]
+        rec = GoodputRecorder("e2e", "goodput_test", logging_enabled=True, store=store,
+                              clock=lambda: t[0], run_id="run-e2e", flush_interval=0.01)
+        rec.record_job_start_time()
+        rec.record_tpu_init_start_time()
+        t[0] += 3.0
+        rec.record_tpu_init_end_time()
+        for step in range(12):
+            t[0] += 0.25
+            rec.record_step_start_time(step)
+            t[0] += 1.0 + 0.1 * (step % 3)
+        rec.record_hints({"gradParams": {"norm": 1.0, "var": 0.5}, "initBatchSize": 16})
+        rec.record_job_end_time()
+        rec.close(timeout=10)
+        return t[0]
+
+    writer = new_store()
+    end = run(writer)
+    assert writer.flush(5) and writer.dropped_events == 0
+    reader = new_store()  # e.g. the monitor, on another machine
+    sql = SQLiteStore(str(tmp_path / "e2e.db"))
+    run(sql)
+    results = []
+    for store in (reader, sql):
+        calc = GoodputCalculator("e2e", "goodput_test", store=store, clock=lambda: end + 5)
+        results.append((calc.get_job_goodput(include_badput_breakdown=True),
+                        calc.get_latest_hints()))
+    (g1, b1, s1), h1 = results[0]
+    (g2, b2, s2), h2 = results[1]
+    assert s1 == s2 == 11 and g1 == pytest.approx(g2, abs=1e-9) and 0 < g1 < 100
+    accel = BadputType.ACCELERATOR_INITIALIZATION
+    assert b1[accel] > 0 and b1[accel] == pytest.approx(b2[accel])
+    assert h1 == h2 == {"gradParams": {"norm": 1.0, "var": 0.5}, "initBatchSize": 16}
+    sql.close()
