@@ -674,7 +674,7 @@ class CloudLoggingStore:
 
         Example:
             >>> events, cur = store.read_events("job")          # doctest: +SKIP
-            >>> more, cur = store.read_events("job", cur)       # only new ones
+            >>> more, cur = store.read_events("job", cur)       # doctest: +SKIP
         """
         quote_filter_value(job_name, name="job_name")
         if limit is not None:
