@@ -1,0 +1,154 @@
+"""``goodput-jax simulate``: run the trace-driven cluster simulator.
+
+One workload and policy::
+
+    goodput-jax simulate workloads/workload-6.csv --policy pollux --out sim-out
+
+prints the average JCT, the p99 JCT and the makespan, and writes to ``--out``:
+
+- ``<workload>-<policy>.jsonl``: one JSON line per scheduling interval (allocations, batch
+  sizes, epochs, progress, goodput of every active job);
+- ``<workload>-<policy>.json``: the summary and every job's JCT;
+- ``<workload>-<policy>.png``: GPUs allocated per job over time, and the JCT distribution of
+  this policy and of every other policy already run on the same workload into ``--out``.
+
+``--all`` runs the 8 workloads (of ``workloads/``, or of the directory given as the
+workload argument, e.g. ``workloads-realistic``) under all three policies and prints the
+table of average JCTs and Pollux's reductions (plus ``all.png``).
+
+Workloads resolve against the trace data root, so ``6``, ``workload-6`` and
+``workloads-1.5/workload-6`` work as well as CSV paths.
+
+Example:
+    $ goodput-jax simulate 6 --policy tiresias --no-progress
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from goodput_jax.sched.sim.apps import find_traces_dir, find_workload, load_applications
+from goodput_jax.sched.sim.cluster import SimResult
+from goodput_jax.sched.sim.runner import POLICIES, PUBLISHED_REDUCTION, ProgressBar, run_workload
+
+__all__ = ["main", "format_table"]
+
+
+def _stem(path: Path) -> str:
+    parent = path.parent.name
+    return path.stem if parent == "workloads" else f"{parent}-{path.stem}"
+
+
+def _save(result: SimResult, out: Path, stem: str) -> Path:
+    path = out / f"{stem}-{result.policy}.json"
+    data = result.summary()
+    data["jcts"] = result.jcts
+    data["unfinished_jobs"] = result.unfinished
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def _load_others(out: Path, stem: str, policy: str) -> list[SimResult]:
+    others = []
+    for pol in POLICIES:
+        f = out / f"{stem}-{pol}.json"
+        if pol == policy or not f.is_file():
+            continue
+        try:
+            d = json.loads(f.read_text())
+            others.append(SimResult(policy=pol, workload=d.get("workload", stem), jcts=d["jcts"],
+                                    unfinished=[], end_time=0.0, makespan=d.get("makespan", 0.0),
+                                    wall_time=0.0, num_intervals=0))
+        except (ValueError, KeyError):
+            continue
+    return others
+
+
+def _fmt(x: float) -> str:
+    return f"{x:8.0f}" if x == x else "     n/a"
+
+
+def format_table(results: dict[str, dict[str, SimResult]]) -> str:
+    """Markdown table: average JCT per workload and policy, Pollux's reductions, means.
+
+    Example:
+        >>> print(format_table({}))   # doctest: +ELLIPSIS
+        | workload | ...
+    """
+    head = ("| workload | pollux avg JCT (s) | optimus avg JCT (s) | tiresias avg JCT (s) "
+            "| reduction vs optimus | reduction vs tiresias |")
+    lines = [head, "|" + "---|" * 6]
+    reds: dict[str, list[float]] = {"optimus": [], "tiresias": []}
+    for w, runs in results.items():
+        avg = {p: runs[p].avg_jct if p in runs else float("nan") for p in POLICIES}
+        cells = []
+        for base in ("optimus", "tiresias"):
+            r = 1.0 - avg["pollux"] / avg[base]
+            if r == r:
+                reds[base].append(r)
+            cells.append(f"{100 * r:5.1f}%" if r == r else "n/a")
+        lines.append(f"| {w} | {_fmt(avg['pollux'])} | {_fmt(avg['optimus'])} | "
+                     f"{_fmt(avg['tiresias'])} | {cells[0]} | {cells[1]} |")
+    if results:
+        mean = {b: sum(v) / len(v) if v else float("nan") for b, v in reds.items()}
+        lines.append(f"| mean reduction (paper) | | | | {100 * mean['optimus']:5.1f}% "
+                     f"({100 * PUBLISHED_REDUCTION['optimus']:.0f}%) | "
+                     f"{100 * mean['tiresias']:5.1f}% "
+                     f"({100 * PUBLISHED_REDUCTION['tiresias']:.0f}%) |")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of ``goodput-jax simulate`` (arguments defined in ``goodput_jax.cli``)."""
+    from goodput_jax.sched.sim.plots import plot_run, plot_table
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    apps = load_applications(args.traces)
+    common = dict(apps=apps, traces=args.traces, interval=args.interval,
+                  interference=args.interference, seed=args.seed, max_jobs=args.max_jobs)
+    show = not args.no_progress
+    if args.all:
+        root = find_traces_dir(args.traces).parent
+        wdir = Path(args.workload) if args.workload else root / "workloads"
+        if not wdir.is_dir():
+            wdir = root / str(args.workload)
+        files = sorted(wdir.glob("workload-*.csv"), key=lambda p: int(p.stem.split("-")[-1]))
+        if not files:
+            raise FileNotFoundError(f"no workload-*.csv in {wdir}")
+        results: dict[str, dict[str, SimResult]] = {}
+        for f in files:
+            stem = _stem(f)
+            results[stem] = {}
+            for pol in POLICIES:
+                bar = ProgressBar(f"{stem} {pol}", enabled=show)
+                res = run_workload(f, pol, log_path=out / f"{stem}-{pol}.jsonl", progress=bar,
+                                   **common)
+                bar.close()
+                _save(res, out, stem)
+                results[stem][pol] = res
+        print(format_table(results))
+        print(f"plot: {plot_table(results, out / 'all.png')}")
+        return 0
+    if args.workload is None:
+        raise ValueError("workload is required (a CSV path or a name such as 6), or use --all")
+    path = find_workload(args.workload, args.traces)
+    stem = _stem(path)
+    bar = ProgressBar(args.policy, enabled=show)
+    res = run_workload(path, args.policy, log_path=out / f"{stem}-{args.policy}.jsonl",
+                       progress=bar, **common)
+    bar.close()
+    _save(res, out, stem)
+    png = plot_run(res, out / f"{stem}-{args.policy}.png",
+                   others=_load_others(out, stem, args.policy), total_gpus=64)
+    print(f"policy {res.policy} on {res.workload}: {len(res.jcts)} jobs finished"
+          + (f", {len(res.unfinished)} unfinished" if res.unfinished else ""))
+    print(f"average JCT {res.avg_jct:.0f} s ({res.avg_jct / 3600:.2f} h)")
+    print(f"p99 JCT     {res.p99_jct:.0f} s ({res.p99_jct / 3600:.2f} h)")
+    print(f"makespan    {res.makespan:.0f} s ({res.makespan / 3600:.2f} h)")
+    print(f"wall time   {res.wall_time:.1f} s (policy {res.policy_time:.1f} s, model "
+          f"{res.model_time:.1f} s)")
+    print(f"log: {res.log_path}\nplot: {png}")
+    return 0

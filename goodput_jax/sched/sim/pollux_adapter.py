@@ -1,0 +1,285 @@
+"""Pollux in the simulator: batched goodput-model calls and a thin adapter to PolluxPolicy.
+
+:class:`PolluxModel` does the per-job model work of adaptive jobs, always batched over jobs:
+
+- :meth:`PolluxModel.refit`: one :func:`~goodput_jax.model.perf.fit_perf_params_batched`
+  call re-fits the throughput model of every job that met a new configuration;
+- :meth:`PolluxModel.reoptimize`: one :func:`~goodput_jax.model.goodput.optimize_fn` call
+  picks ``(atomic_bsz, accum_steps)`` for every job (gradient accumulation on, the job's
+  maximum batch size and atomic range, the oracle gradient statistics of its epoch);
+- :meth:`PolluxModel.speedup_tables`: one ``optimize_fn`` call over jobs x nodes x replicas
+  gives every job's dense speedup table ``goodput(n, r) / goodput(1, 1)`` (the
+  :class:`~goodput_jax.sched.speedup.SpeedupFunction` definition); tables are cached per job
+  until its model parameters change.
+
+Shapes are padded to power-of-two buckets so the jitted kernels compile a handful of times
+per run.
+
+:class:`PolluxAdapter` turns the active jobs into :class:`~goodput_jax.sched.JobInfo` (speedup
+= the precomputed table; linear before the first fit; at most twice the largest replica count
+profiled so far; ncf, whose batch size is fixed, one replica) and calls
+:class:`~goodput_jax.sched.PolluxPolicy`.
+
+Example:
+    >>> model = PolluxModel()                                  # doctest: +SKIP
+    >>> policy = PolluxAdapter(model, p=-1.0, seed=0)          # doctest: +SKIP
+    >>> result = simulate(jobs, policy, model=model)           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from goodput_jax.model.goodput import optimize_fn
+from goodput_jax.model.perf import fit_perf_params_batched
+from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.sched.sim.job import SimJob
+
+__all__ = ["PolluxAdapter", "PolluxModel", "TableSpeedup"]
+
+MAX_REPLICAS = 64  # the simulator's cluster size
+# Jobs per batched call: fixed sizes, so each jitted kernel compiles once per run.
+FIT_CHUNK = 8
+OPT_CHUNK = 16
+TABLE_CHUNK = 8
+
+
+def _bucket(n: int, minimum: int = 8) -> int:
+    n = max(int(n), minimum)
+    return 1 << (n - 1).bit_length()
+
+
+class TableSpeedup:
+    """``speedup(num_nodes, num_replicas)`` read from a dense table ``t[n, r]``.
+
+    Queries beyond the table are clamped to its last row/column (the table always covers the
+    job's ``max_replicas``).
+
+    Example:
+        >>> s = TableSpeedup(np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 1.8], [0.0, 0.0, 1.5]]))
+        >>> s(1, 2), s(2, 2), s(0, 0)
+        (1.8, 1.5, 0.0)
+    """
+
+    def __init__(self, table: np.ndarray) -> None:
+        self.table = np.asarray(table, dtype=np.float64)
+
+    def __call__(self, num_nodes: Any, num_replicas: Any) -> Any:
+        n = np.minimum(np.asarray(num_nodes, dtype=np.int64), self.table.shape[0] - 1)
+        r = np.minimum(np.asarray(num_replicas, dtype=np.int64), self.table.shape[1] - 1)
+        out = self.table[n, r]
+        return float(out) if np.ndim(out) == 0 else out
+
+
+class LinearSpeedup:
+    """Speedup of a job without a fitted model: ``num_replicas`` (the authors' rule).
+
+    Example:
+        >>> LinearSpeedup()(1, 3)
+        3.0
+    """
+
+    def __call__(self, num_nodes: Any, num_replicas: Any) -> Any:
+        out = np.asarray(num_replicas, dtype=np.float64)
+        return float(out) if out.ndim == 0 else out
+
+
+class PolluxModel:
+    """Batched goodput-model work of the adaptive jobs (see the module docstring).
+
+    Example:
+        >>> model = PolluxModel()
+        >>> model.refit([])
+    """
+
+    def __init__(self) -> None:
+        self._tables: dict[str, tuple[tuple, np.ndarray]] = {}
+        self.calls = {"refit": 0, "reoptimize": 0, "tables": 0}
+
+    # ------------------------------------------------------------------ fitting
+    def refit(self, jobs: Sequence[SimJob]) -> None:
+        """Fit every job's PerfParams to its profile (batched, fixed-size chunks of jobs)."""
+        jobs = [j for j in jobs if j.profile]
+        for start in range(0, len(jobs), FIT_CHUNK):
+            self._refit(jobs[start:start + FIT_CHUNK])
+
+    def _refit(self, jobs: Sequence[SimJob]) -> None:
+        self.calls["refit"] += 1
+        J = FIT_CHUNK
+        P = _bucket(max(len(j.profile) for j in jobs), 16)
+        arr = np.ones((5, J, P))
+        mask = np.zeros((J, P), bool)
+        for i, job in enumerate(jobs):
+            cols = job.profile_arrays()
+            k = len(cols[0])
+            for c in range(5):
+                arr[c, i, :k] = cols[c]
+            mask[i, :k] = True
+        mask[len(jobs):, 0] = True  # padding rows: one dummy point each
+        params = fit_perf_params_batched(arr[0], arr[1], arr[2], arr[3], arr[4], mask)
+        out = np.stack([np.asarray(x, dtype=np.float64) for x in params], axis=1)
+        for i, job in enumerate(jobs):
+            job.perf_params = tuple(float(x) for x in out[i])
+
+    # ------------------------------------------------------------------ batch size
+    @staticmethod
+    def _params(jobs: Sequence[SimJob], J: int) -> tuple[PerfParams, GradParams, np.ndarray,
+                                                         np.ndarray, np.ndarray, np.ndarray]:
+        perf = np.tile(np.array([[0.1, 0.01, 1e-8, 1e-8, 1e-8, 1e-8, 1.0]]), (J, 1))
+        grad = np.tile(np.array([[0.0, 1.0]]), (J, 1))
+        m0 = np.ones(J)
+        max_bs = np.ones(J)
+        lo = np.ones(J)
+        hi = np.ones(J)
+        for i, job in enumerate(jobs):
+            perf[i] = job.perf_params
+            grad[i] = job.grad_params if job.grad_params is not None else (0.0, 1.0)
+            app = job.app
+            m0[i], max_bs[i] = app.init_batch_size, app.max_batch_size
+            lo[i], hi[i] = app.min_local_bsz, app.max_local_bsz
+        return (PerfParams(*(jnp.asarray(perf[:, k]) for k in range(7))),
+                GradParams(jnp.asarray(grad[:, 0]), jnp.asarray(grad[:, 1])),
+                m0, max_bs, lo, hi)
+
+    def reoptimize(self, jobs: Sequence[SimJob]) -> None:
+        """Set ``(atomic_bsz, accum_steps)`` of the running adaptive ``jobs`` (one call)."""
+        todo = [j for j in jobs if j.placement and j.adaptive]
+        for j in todo:
+            if j.perf_params is None:
+                j.set_batch_config(*j.default_batch_config())
+        todo = [j for j in todo if j.perf_params is not None]
+        for start in range(0, len(todo), OPT_CHUNK):
+            self._reoptimize(todo[start:start + OPT_CHUNK])
+
+    def _reoptimize(self, todo: Sequence[SimJob]) -> None:
+        self.calls["reoptimize"] += 1
+        J = OPT_CHUNK
+        perf, grad, m0, max_bs, lo, hi = self._params(todo, J)
+        nodes = np.ones(J)
+        reps = np.ones(J)
+        for i, j in enumerate(todo):
+            nodes[i], reps[i] = j.num_nodes, j.num_replicas
+        _, atomic, accum = optimize_fn(perf, grad, m0, nodes, reps, max_bs, lo, hi,
+                                       accumulation=True)
+        atomic, accum = np.asarray(atomic), np.asarray(accum)
+        for i, j in enumerate(todo):
+            j.set_batch_config(int(atomic[i]), int(accum[i]))
+
+    # ------------------------------------------------------------------ speedup
+    def speedup_tables(self, jobs: Sequence[SimJob], max_replicas: Sequence[int],
+                       max_nodes: int = 16) -> list[np.ndarray]:
+        """Dense speedup tables ``t[n, r]`` (``n <= max_nodes``, ``r <= 64``).
+
+        Jobs without a fitted model get ``None`` (linear speedup). Cached per job until its
+        model parameters (PerfParams or gradient statistics) change. ``max_replicas`` is
+        accepted for interface symmetry; the policy applies the caps itself.
+        """
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        todo = []
+        for i, (job, cap) in enumerate(zip(jobs, max_replicas)):
+            if job.perf_params is None:
+                continue
+            key = (job.perf_params, job.grad_params)
+            hit = self._tables.get(job.name)
+            if hit is not None and hit[0] == key:
+                out[i] = hit[1]
+            else:
+                todo.append((i, job, key))
+        for start in range(0, len(todo), TABLE_CHUNK):
+            self._tables_chunk(todo[start:start + TABLE_CHUNK], out, max_nodes)
+        return out
+
+    def _tables_chunk(self, todo, out, max_nodes: int) -> None:
+        self.calls["tables"] += 1
+        J, R = TABLE_CHUNK, MAX_REPLICAS
+        N = min(max_nodes, R)
+        perf, grad, m0, max_bs, lo, hi = self._params([t[1] for t in todo], J)
+        col = lambda x: jnp.asarray(x).reshape(J, 1, 1)  # noqa: E731
+        perf = PerfParams(*(col(x) for x in perf))
+        grad = GradParams(col(grad.sqr), col(grad.var))
+        n = np.arange(N + 1, dtype=np.float64).reshape(1, N + 1, 1)
+        r = np.arange(R + 1, dtype=np.float64).reshape(1, 1, R + 1)
+        valid = (n >= 1) & (n <= r)
+        nn = np.where(valid, n, 1.0)
+        rr = np.where(valid, r, 1.0)
+        good, _, _ = optimize_fn(perf, grad, col(m0), nn, rr, col(max_bs), col(lo), col(hi),
+                                 accumulation=True)
+        good = np.where(valid, np.asarray(good, dtype=np.float64), 0.0)
+        base = good[:, 1:2, 1:2]
+        tables = np.where(base > 0, good / np.where(base > 0, base, 1.0), 0.0)
+        for t, (i, job, key) in enumerate(todo):
+            table = tables[t]
+            self._tables[job.name] = (key, table)
+            out[i] = table
+        return out
+
+
+class PolluxAdapter:
+    """Our :class:`~goodput_jax.sched.PolluxPolicy` behind the simulator's policy interface.
+
+    Args:
+        model: the :class:`PolluxModel` shared with the cluster loop.
+        p: fairness power of the policy (-1 = the paper's default).
+        seed: random seed of the policy's search.
+        **policy_kwargs: passed to ``PolluxPolicy``.
+
+    Example:
+        >>> adapter = PolluxAdapter(PolluxModel(), p=-1.0)   # doctest: +SKIP
+    """
+
+    name = "pollux"
+
+    def __init__(self, model: PolluxModel, p: float = -1.0, seed: int = 0,
+                 **policy_kwargs: Any) -> None:
+        from goodput_jax.sched.pollux import PolluxPolicy
+
+        class _FixedClusterPolicy(PolluxPolicy):
+            """The simulated cluster never scales: skip the desired-nodes computation."""
+
+            def _desired_nodes(self, jobs, nodes, node_template, base_allocations, utility,
+                               n_nodes):  # noqa: D102
+                return n_nodes
+
+        self.model = model
+        cls = _FixedClusterPolicy if hasattr(PolluxPolicy, "_desired_nodes") else PolluxPolicy
+        self.policy = cls(p=p, seed=seed, **policy_kwargs)
+
+    @staticmethod
+    def max_replicas(job: SimJob) -> int:
+        """Replica cap: twice the largest profiled count (1 before any), at most 64 and
+        the application's max batch size / min local bsz; 1 for fixed-batch-size jobs."""
+        if not job.adaptive:
+            return 1
+        app = job.app
+        return max(1, min(max(2 * job.max_profiled_replicas, 1), MAX_REPLICAS,
+                          app.max_batch_size // app.min_local_bsz))
+
+    def optimize(self, jobs: Mapping[str, SimJob], nodes: Mapping[int, int],
+                 prev_allocations: Mapping[str, Sequence[int]], now: float,
+                 ) -> dict[str, list[int]]:
+        """Allocations from PolluxPolicy for the active ``jobs``."""
+        from goodput_jax.sched.types import JobInfo, NodeInfo
+
+        if not jobs:
+            return {}
+        names = list(jobs)
+        caps = [self.max_replicas(jobs[k]) for k in names]
+        tables = self.model.speedup_tables([jobs[k] for k in names], caps,
+                                           max_nodes=len(nodes))
+        infos = {}
+        for k, cap, table in zip(names, caps, tables):
+            job = jobs[k]
+            fn = LinearSpeedup() if table is None else TableSpeedup(table)
+            infos[k] = JobInfo({"nvidia.com/gpu": 1}, fn, job.submission_time, 0, cap,
+                               True, age=max(now - job.submission_time, 0.0),
+                               num_restarts=job.num_restarts or 0)
+        node_infos = {n: NodeInfo({"nvidia.com/gpu": g}, preemptible=False)
+                      for n, g in nodes.items()}
+        template = next(iter(node_infos.values()))
+        out = self.policy.optimize(infos, node_infos, {k: list(v) for k, v in
+                                                       prev_allocations.items()}, template)
+        allocations = out[0] if isinstance(out, tuple) else out
+        return {k: [int(n) for n in v] for k, v in allocations.items() if v}

@@ -1,0 +1,129 @@
+"""One-call entry points: run a workload under a policy, and the published reference numbers.
+
+Example:
+    >>> from goodput_jax.sched.sim.runner import run_workload
+    >>> res = run_workload("6", "tiresias")          # doctest: +SKIP
+    >>> print(f"{res.avg_jct:.0f} s")                 # doctest: +SKIP
+    3493 s
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from goodput_jax.sched.sim.apps import Application, find_workload, load_applications
+from goodput_jax.sched.sim.cluster import SimResult, load_workload, make_jobs, simulate
+
+__all__ = ["POLICIES", "PUBLISHED_WORKLOAD6", "PUBLISHED_REDUCTION", "ProgressBar",
+           "make_policy", "run_workload"]
+
+POLICIES = ("pollux", "optimus", "tiresias")
+
+#: Average JCT (s) the Pollux paper reports for workload-6 at load 1.0.
+PUBLISHED_WORKLOAD6 = {"pollux": 2446.0, "optimus": 5302.0, "tiresias": 3470.0}
+#: Mean reduction of Pollux's average JCT over the 8 workloads at load 1.0 (paper).
+PUBLISHED_REDUCTION = {"optimus": 0.52, "tiresias": 0.32}
+
+
+def make_policy(policy: str, *, seed: int = 0, p: float = -1.0):
+    """Policy object and goodput model (None for the baselines) for a policy name.
+
+    Raises:
+        ValueError: for an unknown name.
+
+    Example:
+        >>> make_policy("tiresias")[0].name
+        'tiresias'
+    """
+    from goodput_jax.sched.sim.policies import OptimusPolicy, TiresiasPolicy
+
+    if policy == "tiresias":
+        return TiresiasPolicy(), None
+    if policy == "optimus":
+        return OptimusPolicy(), None
+    if policy == "pollux":
+        from goodput_jax.sched.sim.pollux_adapter import PolluxAdapter, PolluxModel
+
+        model = PolluxModel()
+        return PolluxAdapter(model, p=p, seed=seed), model
+    raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+
+
+class ProgressBar:
+    """A tiny single-line progress bar on stderr (no dependency).
+
+    Example:
+        >>> bar = ProgressBar("tiresias", enabled=False)
+        >>> bar(10, 160, 3600.0); bar.close()
+    """
+
+    def __init__(self, label: str, enabled: bool = True, stream=None, min_interval: float = 0.25):
+        self.label = label
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.min_interval = min_interval
+        self._last = 0.0
+        self._start = time.perf_counter()
+        self._shown = False
+
+    def __call__(self, done: int, total: int, sim_time: float) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self._last < self.min_interval and done < total:
+            return
+        self._last = now
+        width = 30
+        fill = int(width * done / max(total, 1))
+        self.stream.write(f"\r{self.label:>10} [{'#' * fill}{'.' * (width - fill)}] "
+                          f"{done}/{total} jobs  t={sim_time / 3600:6.2f} h  "
+                          f"{now - self._start:6.1f} s")
+        self.stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        if self.enabled and self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run_workload(workload: str | os.PathLike[str], policy: str, *,
+                 traces: str | os.PathLike[str] | None = None,
+                 apps: Mapping[str, Application] | None = None, interval: float = 60.0,
+                 interference: float = 0.0, seed: int = 0, p: float = -1.0,
+                 max_jobs: int | None = None, log_path: str | os.PathLike[str] | None = None,
+                 progress: Callable[[int, int, float], None] | None = None,
+                 num_nodes: int = 16, gpus_per_node: int = 4) -> SimResult:
+    """Simulate one workload CSV under ``policy`` ("pollux", "optimus" or "tiresias").
+
+    Args:
+        workload: CSV path or a name resolved by :func:`~.apps.find_workload` (``"6"``).
+        policy: policy name.
+        traces: trace directory (see :func:`~.apps.find_traces_dir`).
+        apps: preloaded applications (to share interpolation caches between runs).
+        interval, interference, num_nodes, gpus_per_node: cluster settings.
+        seed, p: Pollux search seed and fairness power.
+        max_jobs: only the first N jobs of the workload.
+        log_path: JSON Lines per-interval log.
+        progress: callback ``(finished, total, sim_time)``.
+
+    Returns:
+        The :class:`~.cluster.SimResult`.
+
+    Example:
+        >>> run_workload("6", "optimus", max_jobs=20).avg_jct > 0    # doctest: +SKIP
+        True
+    """
+    path = find_workload(workload, traces)
+    apps = apps if apps is not None else load_applications(traces)
+    rows = load_workload(path, max_jobs=max_jobs)
+    pol, model = make_policy(policy, seed=seed, p=p)
+    jobs = make_jobs(rows, apps, policy)
+    label = f"{Path(path).parent.name}/{Path(path).stem}"
+    return simulate(jobs, pol, model=model, interval=interval, interference=interference,
+                    num_nodes=num_nodes, gpus_per_node=gpus_per_node, log_path=log_path,
+                    workload=label, progress=progress)
