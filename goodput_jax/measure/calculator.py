@@ -180,7 +180,7 @@ class _Engine:
                 continue
             if kind == _CKPT_PROGRESS:
                 # informational (its time is the checkpoint's start, usually in the past)
-                self.last_ckpt_step = step
+                self.last_ckpt_step = step if step is not None and step >= 0 else None
                 continue
             if sid != cur:
                 if sid in seen:
@@ -226,7 +226,7 @@ class _Engine:
                 last_t = t
             # apply the event
             if kind == _STEP_START:
-                if step is None:
+                if step is None or step < 0:  # columnar reads use -1 for "no step"
                     self.unmatched += 1
                     continue
                 if open_step >= 0:
@@ -273,6 +273,15 @@ class _Engine:
         self.spans, self.open_step, self.pending = spans, open_step, pending
         self.productive = productive
         self.events += n
+
+    def feed_columns(self, cols: dict) -> None:
+        """Feed a columnar chunk (see ``SQLiteStore.read_columns``)."""
+        n = cols["kind"].size
+        labels = [None] * n
+        for pos, label in cols["labels"].items():
+            labels[pos] = label
+        self.feed(zip(cols["kind"].tolist(), cols["stream"].tolist(), cols["ts"].tolist(),
+                      cols["step"].tolist(), labels))
 
     def totals(self, now: float) -> tuple[float, list[float], dict[str, float]]:
         """(productive, bucket seconds, custom seconds) including the live tail up to now."""
@@ -371,7 +380,7 @@ class GoodputCalculator:
         >>> goodput, badput, last_step = calc.get_job_goodput(include_badput_breakdown=True)  # doctest: +SKIP
     """
 
-    _CHUNK = 200_000
+    _CHUNK = 250_000
 
     def __init__(
         self,
@@ -394,7 +403,7 @@ class GoodputCalculator:
         self._engine = _Engine()
         self._cursor: Any = None
         self._stream_keys: dict[tuple[str, int], int] = {}
-        self._fast = callable(getattr(self.store, "read_rows", None))
+        self._columnar = callable(getattr(self.store, "read_columns", None))
 
     # ----------------------------------------------------------------- reading
     def _now(self) -> float:
@@ -413,29 +422,35 @@ class GoodputCalculator:
             out.append((code, sid, ev.timestamp, ev.step, extra))
         return out
 
-    def _iter_new_rows(self, cursor: Any):
-        """Yield (rows, cursor) chunks of rows newer than ``cursor``."""
+    def _feed_new(self, eng: _Engine, cursor: Any):
+        """Feed ``eng`` every event newer than ``cursor``, one chunk at a time.
+
+        Yields ``(cursor, count)`` after each chunk has been fed.
+        """
         while True:
-            if self._fast:
-                rows, cursor, done = self.store.read_rows(self.job_name, cursor, self._CHUNK)
+            if self._columnar:
+                cols, cursor, done = self.store.read_columns(self.job_name, cursor, self._CHUNK)
+                n = 0
+                if cols is not None:
+                    eng.feed_columns(cols)
+                    n = cols["kind"].size
             else:
                 events, cursor = self.store.read_events(self.job_name, cursor, self._CHUNK)
-                rows = self._rows_from_events(events)
+                eng.feed(self._rows_from_events(events))
+                n = len(events)
                 done = len(events) < self._CHUNK
-            if rows or cursor is not None:
-                yield rows, cursor
+            yield cursor, n
             if done:
                 return
 
     def refresh(self) -> int:
         """Read events appended since the last call; returns how many were new."""
         with self._lock:
-            n = 0
-            for rows, cursor in self._iter_new_rows(self._cursor):
-                self._engine.feed(rows)
-                self._cursor = cursor
-                n += len(rows)
-            return n
+            total = 0
+            for cursor, n in self._feed_new(self._engine, self._cursor):
+                self._cursor = cursor  # advanced chunk by chunk: a failed read resumes here
+                total += n
+            return total
 
     def _require_events(self, eng: _Engine) -> None:
         if eng.runs == 0:
@@ -505,8 +520,8 @@ class GoodputCalculator:
             )
         with self._lock:
             eng = _Engine(ws, we)
-            for rows, _ in self._iter_new_rows(None):
-                eng.feed(rows)
+            for _ in self._feed_new(eng, None):
+                pass
             return self._result(eng, self._now(), True, f"the interval [{ws}, {we}]")
 
     def get_job_goodput_details(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from goodput_jax.measure.events import Event, EventKind
+from goodput_jax.measure.events import KIND_CODES, Event, EventKind
 from goodput_jax.measure.stores import StoreError, open_store
 from goodput_jax.measure.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
@@ -48,7 +48,7 @@ def test_newer_schema_is_refused_and_left_untouched(tmp_path):
     c.close()
     with open(path, "rb") as f:
         before = f.read()
-    with pytest.raises(StoreError, match=r"schema version 2, newer"):
+    with pytest.raises(StoreError, match=rf"schema version {SCHEMA_VERSION + 1}, newer"):
         SQLiteStore(path)
     with open(path, "rb") as f:
         assert f.read() == before
@@ -158,3 +158,39 @@ def test_open_store_urls_and_environment(tmp_path, monkeypatch):
     s.close()
     with pytest.raises(ValueError, match="unknown scheme"):
         open_store("mysql://x")
+
+
+def test_read_columns_matches_read_events_from_any_cursor(tmp_path):
+    store = SQLiteStore(str(tmp_path / "g.db"))
+    batch = []
+    for i in range(30):
+        run = "r1" if i % 7 < 4 else "r2"
+        kind = [K.STEP_START, K.CUSTOM_BADPUT_START, K.CUSTOM_BADPUT_END, K.HINTS][i % 4]
+        batch.append(Event(kind, "a", run, i % 2, float(i), step=i if kind is K.STEP_START else None,
+                           label=f"l{i}" if "CUSTOM" in kind.name else None,
+                           payload={"i": i} if kind is K.HINTS else None))
+        batch.append(ev("b", t=i, step=i))
+        if i % 6 == 5:
+            store.append(batch)
+            batch = []
+    all_events, _ = store.read_events("a")
+    for start in (None, 1, 3, 17, 29):
+        if start is None:
+            want, cursor = all_events, None
+        else:
+            _, cursor = store.read_events("a", None, limit=start)
+            want = store.read_events("a", cursor)[0]
+        got = []
+        done = False
+        while not done:
+            cols, cursor, done = store.read_columns("a", cursor, max_events=4)
+            if cols is None:
+                continue
+            for j in range(cols["kind"].size):
+                got.append((int(cols["kind"][j]), float(cols["ts"][j]), int(cols["step"][j]),
+                            cols["labels"].get(j)))
+        expect = []
+        for e in want:
+            extra = e.label if e.label is not None else (e.payload_json() if e.payload else None)
+            expect.append((KIND_CODES[e.kind], e.timestamp, -1 if e.step is None else e.step, extra))
+        assert got == expect, start

@@ -6,13 +6,15 @@ file carries a schema version: a file written by a newer goodput_jax, or a file
 that is not a goodput_jax store, is refused with a clear :class:`StoreError`
 instead of being modified.
 
-Layout (schema version 1)::
+Layout (schema version 2)::
 
     meta(key PRIMARY KEY, value)                       -- 'schema_version', 'format'
     jobs(id INTEGER PRIMARY KEY, name UNIQUE)
     streams(id INTEGER PRIMARY KEY, job_id, run_id, host, UNIQUE(job_id, run_id, host))
     events(id INTEGER PRIMARY KEY, job_id, stream_id, kind, ts, step, label, payload)
     INDEX events(job_id, ts), INDEX events(job_id, id)
+    blocks(id, job_id, stream_id, first_id, last_id, kinds, ts, steps)  -- columnar copy
+    INDEX blocks(job_id, last_id)
 
 The cursor returned by :meth:`SQLiteStore.read_events` is the insertion id of
 the last event returned; ids grow in commit order, so resuming from a cursor
@@ -39,10 +41,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Self
 
-from goodput_jax.measure.events import KIND_CODES, KINDS_BY_CODE, Event
+import numpy as np
+
+from goodput_jax.measure.events import KIND_CODES, KINDS_BY_CODE, Event, EventKind
 from goodput_jax.measure.stores.base import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _FORMAT = "goodput_jax.events"
 
 _SCHEMA = (
@@ -55,6 +59,20 @@ _SCHEMA = (
      " label TEXT, payload TEXT)"),
     "CREATE INDEX IF NOT EXISTS events_job_ts ON events(job_id, ts)",
     "CREATE INDEX IF NOT EXISTS events_job_id ON events(job_id, id)",
+    # Columnar copy of the timeline for fast cold reads: one row per run of
+    # consecutive events of one (job, stream) in an appended batch; event ids
+    # first_id..last_id are contiguous. kinds int8, ts float64, steps int64 (-1 = none).
+    ("CREATE TABLE IF NOT EXISTS blocks (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
+     " stream_id INTEGER NOT NULL, first_id INTEGER NOT NULL, last_id INTEGER NOT NULL,"
+     " kinds BLOB NOT NULL, ts BLOB NOT NULL, steps BLOB NOT NULL)"),
+    "CREATE INDEX IF NOT EXISTS blocks_job_last ON blocks(job_id, last_id)",
+)
+
+#: kinds whose label / payload column matters to the calculator
+_LABELLED_KINDS = (
+    KIND_CODES[EventKind.CUSTOM_BADPUT_START],
+    KIND_CODES[EventKind.CUSTOM_BADPUT_END],
+    KIND_CODES[EventKind.HINTS],
 )
 
 #: One raw row as read by :meth:`SQLiteStore.read_rows`:
@@ -198,8 +216,11 @@ class SQLiteStore:
                 f"store {self.url!r} has schema version {version}, newer than this goodput_jax "
                 f"supports ({SCHEMA_VERSION}); upgrade goodput_jax to read it"
             )
-        if version < 1:
-            raise StoreError(f"store {self.url!r} has an invalid schema version {version}")
+        if version < SCHEMA_VERSION:
+            raise StoreError(
+                f"store {self.url!r} has schema version {version}, written by a pre-release "
+                f"goodput_jax without columnar blocks; this version reads {SCHEMA_VERSION} only"
+            )
 
     @property
     def schema_version(self) -> int:
@@ -275,27 +296,36 @@ class SQLiteStore:
             c = self._conn
             try:
                 c.execute("BEGIN IMMEDIATE")
+                (top,) = c.execute("SELECT MAX(id) FROM events").fetchone()
+                next_id = (top or 0) + 1
                 rows = []
-                for ev in events:
+                for i, ev in enumerate(events):
                     jid = self._job_id(ev.job_name, create=True)
                     sid = self._stream_id(jid, ev.run_id, ev.host)
                     rows.append(
-                        (jid, sid, KIND_CODES[ev.kind], float(ev.timestamp), ev.step, ev.label,
-                         ev.payload_json())
+                        (next_id + i, jid, sid, KIND_CODES[ev.kind], float(ev.timestamp), ev.step,
+                         ev.label, ev.payload_json())
                     )
                 c.executemany(
-                    "INSERT INTO events(job_id, stream_id, kind, ts, step, label, payload)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO events(id, job_id, stream_id, kind, ts, step, label, payload)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
+                c.executemany(
+                    "INSERT INTO blocks(job_id, stream_id, first_id, last_id, kinds, ts, steps)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    _blocks(rows),
+                )
                 c.execute("COMMIT")
-            except sqlite3.Error as e:
+            except BaseException as e:
                 if c.in_transaction:
                     c.execute("ROLLBACK")
                 # ids cached inside the failed transaction may not exist
                 self._job_ids.clear()
                 self._stream_ids.clear()
-                raise StoreError(f"cannot append to store {self.url!r}: {e}") from e
+                if isinstance(e, sqlite3.Error):
+                    raise StoreError(f"cannot append to store {self.url!r}: {e}") from e
+                raise
 
     def read_rows(
         self, job_name: str, cursor: Any = None, span: int = 200_000
@@ -341,6 +371,99 @@ class SQLiteStore:
             except sqlite3.DatabaseError as e:
                 raise StoreError(f"cannot read store {self.url!r}: {e}") from e
         return rows, hi, hi >= top
+
+    def read_columns(
+        self, job_name: str, cursor: Any = None, max_events: int = 1_000_000
+    ) -> tuple[dict | None, Any, bool]:
+        """Columnar read for the calculator's cold path (no per-event Python objects).
+
+        Reads the events of ``job_name`` with insertion ids in ``(cursor, ...]``,
+        at most about ``max_events`` of them (whole appended blocks), up to the
+        newest committed id.
+
+        Returns:
+            ``(columns, cursor, done)``. ``columns`` is None when nothing is new,
+            else a dict of equal-length numpy arrays ``kind`` (int8), ``stream``
+            (int64), ``ts`` (float64), ``step`` (int64, -1 = none), and
+            ``labels``: {position: custom label or hints payload JSON}.
+
+        Example:
+            >>> s = SQLiteStore(":memory:")
+            >>> s.read_columns("nobody")
+            (None, None, True)
+        """
+        after = self._check_cursor(cursor)
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events <= 0:
+            raise ValueError(f"max_events ({max_events!r}) must be a positive int")
+        with self._lock:
+            c = self._conn
+            try:
+                jid = self._job_id(job_name, create=False)
+                if jid is None:
+                    return None, cursor, True
+                c.execute("BEGIN")  # one snapshot
+                try:
+                    (top,) = c.execute("SELECT MAX(id) FROM events").fetchone()
+                    top = top or 0
+                    if top <= after:
+                        return None, cursor, True
+                    kinds, streams, ts, steps = [], [], [], []
+                    n = 0
+                    hi = after
+                    cur = c.execute(
+                        "SELECT stream_id, first_id, last_id, kinds, ts, steps FROM blocks"
+                        " WHERE job_id = ? AND last_id > ? ORDER BY last_id",
+                        (jid, after),
+                    )
+                    for sid, first, last, bk, bt, bs in cur:
+                        if first > top:
+                            break
+                        lo = max(after + 1 - first, 0)
+                        k = np.frombuffer(bk, dtype=np.int8)[lo:]
+                        kinds.append(k)
+                        ts.append(np.frombuffer(bt, dtype=np.float64)[lo:])
+                        steps.append(np.frombuffer(bs, dtype=np.int64)[lo:])
+                        streams.append(np.full(k.size, sid, dtype=np.int64))
+                        n += k.size
+                        hi = last
+                        if n >= max_events:
+                            break
+                    cur.close()
+                    done = n < max_events
+                    if done:
+                        hi = top
+                    labels = {}
+                    if n:
+                        labelled = c.execute(
+                            "SELECT id, COALESCE(label, payload) FROM events WHERE job_id = ?"
+                            " AND id > ? AND id <= ? AND kind IN (?, ?, ?) ORDER BY id",
+                            (jid, after, hi, *_LABELLED_KINDS),
+                        ).fetchall()
+                        if labelled:
+                            ids = np.concatenate([
+                                np.arange(max(after + 1, f), l + 1)
+                                for f, l in c.execute(
+                                    "SELECT first_id, last_id FROM blocks WHERE job_id = ?"
+                                    " AND last_id > ? AND first_id <= ? ORDER BY last_id",
+                                    (jid, after, hi),
+                                )
+                            ])
+                            pos = np.searchsorted(ids, [r[0] for r in labelled])
+                            labels = {int(p): r[1] for p, r in zip(pos, labelled)}
+                finally:
+                    c.execute("COMMIT")
+            except sqlite3.DatabaseError as e:
+                raise StoreError(f"cannot read store {self.url!r}: {e}") from e
+        if not n:
+            return None, hi, done
+        cols = {
+            "kind": np.concatenate(kinds),
+            "stream": np.concatenate(streams),
+            "ts": np.concatenate(ts),
+            "step": np.concatenate(steps),
+            "labels": labels,
+        }
+        return cols, hi, done
 
     def stream_info(self, stream_id: int) -> tuple[str, int]:
         """(run_id, host) of a stream id returned by :meth:`read_rows`."""
@@ -434,3 +557,22 @@ class SQLiteStore:
         if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
             raise ValueError(f"cursor ({cursor!r}) must be None or a cursor returned by this store")
         return cursor
+
+
+def _blocks(rows: list[tuple]) -> list[tuple]:
+    """Group inserted rows (id, job, stream, kind, ts, step, ...) into columnar blocks."""
+    out = []
+    start = 0
+    n = len(rows)
+    for i in range(1, n + 1):
+        if i == n or rows[i][1] != rows[start][1] or rows[i][2] != rows[start][2]:
+            chunk = rows[start:i]
+            out.append((
+                chunk[0][1], chunk[0][2], chunk[0][0], chunk[-1][0],
+                np.fromiter((r[3] for r in chunk), dtype=np.int8, count=len(chunk)).tobytes(),
+                np.fromiter((r[4] for r in chunk), dtype=np.float64, count=len(chunk)).tobytes(),
+                np.fromiter((-1 if r[5] is None else r[5] for r in chunk), dtype=np.int64,
+                            count=len(chunk)).tobytes(),
+            ))
+            start = i
+    return out
