@@ -134,61 +134,88 @@ def _fitness(a: _Arrays, state: jax.Array, p: float) -> jax.Array:
     return jnp.sum(jnp.where(a["valid_job"], _utility(x, p), 0.0))
 
 
-def _repair(a: _Arrays, state: jax.Array, noise: jax.Array) -> jax.Array:
-    """Nearest feasible state by removal only (idempotent on feasible states).
+def _cumsum0(x: jax.Array) -> jax.Array:
+    """Inclusive cumulative sum over axis 0 as a log-depth scan (XLA's CPU cumsum is
+    a reduce_window, O(n * n))."""
+    return jax.lax.associative_scan(jnp.add, x, axis=0)
 
-    ``noise`` ([J] uniform) orders the non-pinned jobs: earlier jobs keep their
-    replicas when a node is over-subscribed.
-    """
+
+def _full_repair(a: _Arrays, state: jax.Array) -> jax.Array:
+    """Repairs an arbitrary state (the previous allocation): per-node fit and max_replicas
+    first, then :func:`_repair`."""
     state = jnp.where(a["pinned"][:, None], a["base"], state)
     state = jnp.clip(state, 0, a["fit"])  # unusable nodes, padding
     before = jnp.cumsum(state, axis=1) - state
-    state = jnp.clip(a["max_r"][:, None] - before, 0, state)  # max_replicas, node order
-    # Priority: pinned jobs first, then a random order (a different one per call).
-    prio = jnp.where(a["pinned"], -1.0, noise)
-    perm = jnp.argsort(prio)
-    s = state[perm]
-    res = a["res"][perm]
+    state = jnp.clip(a["max_r"][:, None] - before, 0, state)  # max_replicas, in node order
+    return _repair(a, state, jnp.float32(0.0))
+
+
+def _repair(a: _Arrays, state: jax.Array, shift: jax.Array) -> jax.Array:
+    """Feasible state by removal only (idempotent on feasible states).
+
+    Assumes pinned rows equal the base and rows respect ``max_replicas`` (the
+    mutations keep both). Enforces, in this order: at most one distributed job
+    per node (the first in priority order keeps it; nodes holding a pinned
+    distributed job admit no other), node capacity for every resource (jobs
+    earlier in priority order keep their replicas; pinned jobs come first) and
+    ``min_replicas`` (below it a job gets nothing).  ``shift`` in [0, 1)
+    rotates the priority order of the non-pinned jobs, so different
+    candidates resolve conflicts differently.
+    """
+    num_jobs = state.shape[0]
+    idx = (jnp.arange(num_jobs) + jnp.floor(shift * num_jobs).astype(jnp.int32)) % num_jobs
+    s = jnp.where(a["pinned"][:, None], 0, state)[idx]
+    res = a["res"][idx]
     occ = s > 0
     dist = occ & (occ.sum(axis=1) > 1)[:, None]
-    s = jnp.where(dist & (jnp.cumsum(dist, axis=0) > 1), 0, s)  # one distributed job per node
+    first = jnp.min(jnp.where(dist, jnp.arange(num_jobs)[:, None], num_jobs), axis=0)
+    keep = (jnp.arange(num_jobs)[:, None] == first[None, :]) & ~a["pinned_dist_node"][None, :]
+    s = jnp.where(dist & ~keep, 0, s)
     use = s[:, :, None].astype(res.dtype) * res[:, None, :]
-    before = jnp.cumsum(use, axis=0) - use  # [J, N, K] usage of higher-priority jobs
-    room = a["cap"][None] - before
+    room = a["free"][None] - (_cumsum0(use) - use)  # capacity left by pinned + earlier jobs
     ratio = jnp.where(res[:, None, :] > 0,
                       jnp.floor(room / jnp.where(res > 0, res, 1.0)[:, None, :] + _TOL), _BIG)
-    allowed = jnp.clip(jnp.min(ratio, axis=-1), 0, _BIG).astype(jnp.int32)
-    s = jnp.minimum(s, allowed)
-    s = jnp.where((s.sum(axis=1) < a["min_r"][perm])[:, None], 0, s)
-    return jnp.zeros_like(s).at[perm].set(s)
+    s = jnp.minimum(s, jnp.clip(jnp.min(ratio, axis=-1), 0, _BIG).astype(jnp.int32))
+    s = jnp.where((s.sum(axis=1) < a["min_r"][idx])[:, None], 0, s)
+    back = (jnp.arange(num_jobs) - jnp.floor(shift * num_jobs).astype(jnp.int32)) % num_jobs
+    return s[back] + jnp.where(a["pinned"][:, None], a["base"], 0)
 
 
 def _mutate(a: _Arrays, state: jax.Array, u: jax.Array, rate: jax.Array) -> jax.Array:
     """Per-job random moves: add a replica, remove one, stop the job, move it to one node.
 
-    ``u`` is [J, 5] uniform noise (one random call per generation keeps compiles small).
+    ``u`` is [J, 6] uniform noise (one random call per generation keeps compiles
+    small). Pinned jobs are never touched and ``max_replicas`` is never exceeded.
     """
     num_jobs, num_nodes = state.shape
     replicas = state.sum(axis=1)
     occ = state > 0
     nnz = occ.sum(axis=1)
-    do = u[:, 0] < rate
+    do = (u[:, 0] < rate) & ~a["pinned"]
     kind = jnp.floor(u[:, 1] * 4).astype(jnp.int32)
     rand_node = jnp.floor(u[:, 2] * jnp.maximum(a["num_nodes"], 1)).astype(jnp.int32)
-    kth = jnp.floor(u[:, 3] * nnz).astype(jnp.int32)
-    occ_node = jnp.argmax(occ & (jnp.cumsum(occ, axis=1) == (kth + 1)[:, None]), axis=1)
-    add_node = jnp.where((u[:, 4] < 0.5) & (nnz > 0), occ_node, rand_node)
-    cols = jnp.arange(num_nodes)[None, :]
+    # A random occupied node: the occupied node with the largest key under a
+    # random affine bijection of node indices (num_nodes is a power of two).
+    mult = 2 * jnp.floor(u[:, 3] * num_nodes).astype(jnp.int32) + 1
+    offs = jnp.floor(u[:, 4] * num_nodes).astype(jnp.int32)
+    hashed = (jnp.arange(num_nodes)[None, :] * mult[:, None] + offs[:, None]) & (num_nodes - 1)
+    top = jnp.max(jnp.where(occ, hashed, -1), axis=1)
+    occ_node = jnp.min(jnp.where(occ & (hashed == top[:, None]), jnp.arange(num_nodes)[None, :],
+                                 num_nodes - 1), axis=1)
+    add_node = jnp.where((u[:, 5] < 0.5) & (nnz > 0), occ_node, rand_node)
     start = jnp.maximum(a["min_r"], 1)
-    add = jnp.where(replicas == 0, start, 1)[:, None] * (cols == add_node[:, None])
-    remove = (cols == occ_node[:, None]) & (nnz > 0)[:, None]
-    moved = jnp.maximum(replicas, start)[:, None] * (cols == rand_node[:, None])
-    kind = jnp.where(do, kind, -1)[:, None]
-    out = jnp.where(kind == 0, state + add, state)
-    out = jnp.where(kind == 1, state - remove, out)
-    out = jnp.where(kind == 2, 0, out)
-    out = jnp.where(kind == 3, moved, out)
-    return out
+    kind = jnp.where(do, kind, -1)
+    add = jnp.where(replicas == 0, start, 1)
+    add = jnp.where(replicas + add <= a["max_r"], add, 0)
+    # Every move changes one cell, except "stop" and "move", which first clear the row.
+    node = jnp.where(kind == 1, occ_node, jnp.where(kind == 3, rand_node, add_node))
+    amount = jnp.select(
+        [kind == 0, kind == 1, kind == 3],
+        [add, -(nnz > 0).astype(jnp.int32),
+         jnp.minimum(jnp.maximum(replicas, start), a["max_r"])], 0)
+    clear = (kind == 2) | (kind == 3)
+    cell = jnp.arange(num_nodes)[None, :] == node[:, None]
+    return jnp.where(clear[:, None], 0, state) + jnp.where(cell, amount[:, None], 0)
 
 
 def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_steps: int):
@@ -273,10 +300,11 @@ def _search(a: _Arrays, seeds: jax.Array, num_seeds: jax.Array, key: jax.Array, 
     all_nodes = a["valid_node"]
     # Seed 0 is the previous allocation; repair it, then grow it greedily and
     # also build a greedy allocation from the pinned jobs alone (one vmapped loop).
-    base = _repair(a, seeds[0], jnp.zeros(num_jobs))
+    base = _full_repair(a, seeds[0])
     pinned_only = jnp.where(a["pinned"][:, None], base, 0)
-    greedy, _, _, _ = jax.vmap(lambda s: _greedy(a, s, all_nodes, p, greedy_steps))(
-        jnp.stack([pinned_only, base]))
+    greedy_new, _, _, _ = _greedy(a, pinned_only, all_nodes, p, greedy_steps)
+    greedy_base, _, _, _ = _greedy(a, base, all_nodes, p, greedy_steps)
+    greedy = jnp.stack([greedy_new, greedy_base])
     seeds = seeds.at[0].set(base)
     seeds = jnp.concatenate([greedy, seeds], axis=0)
     count = num_seeds + 2
@@ -290,13 +318,13 @@ def _search(a: _Arrays, seeds: jax.Array, num_seeds: jax.Array, key: jax.Array, 
 
     def generation(g, carry):
         pop, fit = carry
-        u = jax.random.uniform(jax.random.fold_in(key, g), (population, num_jobs, 8))
+        u = jax.random.uniform(jax.random.fold_in(key, g), (population, num_jobs, 9))
         t = jnp.floor(u[:, :4, 7] * population).astype(jnp.int32)
         pa = jnp.where(fit[t[:, 0]] >= fit[t[:, 1]], t[:, 0], t[:, 1])
         pb = jnp.where(fit[t[:, 2]] >= fit[t[:, 3]], t[:, 2], t[:, 3])
         mask = u[:, :, 6] < 0.5
         child = jnp.where(mask[:, :, None], pop[pa], pop[pb])
-        child = jax.vmap(lambda s, uu: _repair(a, _mutate(a, s, uu[:, :5], rate), uu[:, 5]))(
+        child = jax.vmap(lambda s, uu: _repair(a, _mutate(a, s, uu[:, :6], rate), uu[0, 8]))(
             child, u)
         cfit = jax.vmap(lambda s: _fitness(a, s, p))(child)
         # Drop children identical (by fitness) to a parent or an earlier child: keeps diversity.
@@ -348,6 +376,28 @@ def _is_accelerator(name: str) -> bool:
     return any(tag in low for tag in ("gpu", "tpu", "accelerator", "neuron"))
 
 
+def _binding_resources(res: np.ndarray, cap: np.ndarray, drop_first: Sequence[bool]) -> list:
+    """Resource columns that can ever limit a placement.
+
+    A resource ``k`` is dropped when, on every node, the replicas that still-kept
+    resources requested by every job allow could never exhaust ``k`` (e.g. 32
+    pods on a 4-GPU node with one GPU and one pod per replica).  Fewer columns
+    make the repair cheaper; feasibility is unchanged.
+    """
+    num = res.shape[1]
+    if num <= 1 or res.shape[0] == 0:
+        return list(range(num))
+    dropped: set[int] = set()
+    for k in sorted(range(num), key=lambda q: not drop_first[q]):
+        others = [q for q in range(num) if q != k and q not in dropped and np.all(res[:, q] > 0)]
+        if not others:
+            continue
+        bound = np.min([np.floor(cap[:, q] / res[:, q].min() + _TOL) for q in others], axis=0)
+        if np.all(res[:, k].max() * bound <= cap[:, k] * (1 + 1e-6)):
+            dropped.add(k)
+    return [k for k in range(num) if k not in dropped] or [0]
+
+
 @dataclass
 class CycleStats:
     """Diagnostics of the last :meth:`PolluxPolicy.optimize` call.
@@ -375,8 +425,13 @@ class PolluxPolicy:
     Args:
         p: fairness power of the power mean (-1: the paper's default; 1: sum).
         restart_penalty: seconds a restart costs (AdaptDL: 30).
-        population: candidate allocations per generation.
-        generations: generations per cycle.
+        population: candidate allocations per generation; ``None`` sizes it from
+            the padded problem (64 up to 4096 job-node cells, 32 up to 16384,
+            else 16).
+        generations: generations per cycle; ``None`` keeps
+            ``population * generations * cells`` near 2**22 (8 to 100
+            generations), which bounds the time per cycle: at 512 jobs x 128
+            nodes the search relies mostly on its greedy seeds.
         seed: PRNG seed; the same seed and the same sequence of calls give the
             same allocations.
         min_util, max_util: target band of cluster utility for autoscaling.
@@ -391,23 +446,23 @@ class PolluxPolicy:
         [0, 0]
     """
 
-    def __init__(self, p: float = -1.0, restart_penalty: float = 30.0, population: int = 64,
-                 generations: int = 100, seed: int = 0, min_util: float = 0.35,
+    def __init__(self, p: float = -1.0, restart_penalty: float = 30.0,
+                 population: int | None = None, generations: int | None = None, seed: int = 0, min_util: float = 0.35,
                  max_util: float = 0.65, clock: Callable[[], float] = time.time):
         if not math.isfinite(p):
             raise ValueError(f"p must be finite, got {p!r}")
         if not (restart_penalty >= 0 and math.isfinite(restart_penalty)):
             raise ValueError(f"restart_penalty must be >= 0 seconds, got {restart_penalty!r}")
-        if int(population) < 4:
+        if population is not None and int(population) < 4:
             raise ValueError(f"population must be >= 4, got {population!r}")
-        if int(generations) < 0:
+        if generations is not None and int(generations) < 0:
             raise ValueError(f"generations must be >= 0, got {generations!r}")
         if not (0 <= min_util <= max_util):
             raise ValueError(f"need 0 <= min_util <= max_util, got {min_util!r}, {max_util!r}")
         self.p = float(p)
         self.restart_penalty = float(restart_penalty)
-        self.population = int(population)
-        self.generations = int(generations)
+        self.population = None if population is None else int(population)
+        self.generations = None if generations is None else int(generations)
         self.seed = int(seed)
         self.min_util = float(min_util)
         self.max_util = float(max_util)
@@ -526,24 +581,40 @@ class PolluxPolicy:
             age = max(age, 0.0)
             pen = self.restart_penalty
             factor[j] = max(age - job.num_restarts * pen, 0.0) / (age + pen) if age + pen > 0 else 1.0
+        accel = [i for i, name in enumerate(rtypes) if _is_accelerator(name)]
+        if accel:
+            per_node_accel = cap[:total_nodes, accel[0]].astype(np.float64)
+        else:
+            per_node_accel = fit[:n_jobs, :total_nodes].max(axis=0, initial=0).astype(np.float64)
+        keep = _binding_resources(res[:n_jobs], cap[:total_nodes],
+                                  [not _is_accelerator(name) for name in rtypes])
+        res, cap = np.ascontiguousarray(res[:, keep]), np.ascontiguousarray(cap[:, keep])
         base_p = np.zeros((jb, nb), np.int32)
         base_p[:n_jobs, :n_nodes] = base
         pinned_p = np.zeros(jb, bool)
         pinned_p[:n_jobs] = pinned
         valid_job = np.arange(jb) < n_jobs
         valid_node = np.arange(nb) < total_nodes
+        pinned_rows = base_p * pinned_p[:, None]
+        free = cap - np.einsum("jn,jk->nk", pinned_rows.astype(np.float32), res)
+        pinned_dist_node = ((pinned_rows > 0) & ((pinned_rows > 0).sum(axis=1) > 1)[:, None]).any(0)
         arrays = _Arrays(
-            res=res, cap=cap, fit=fit, min_r=min_r, max_r=max_r, table=table, fair=fair,
+            free=free, pinned_dist_node=pinned_dist_node, res=res, cap=cap, fit=fit, min_r=min_r, max_r=max_r, table=table, fair=fair,
             factor=factor, base=base_p, running=base_p.sum(axis=1) > 0, pinned=pinned_p,
             valid_job=valid_job, valid_node=valid_node, num_nodes=np.int32(total_nodes))
-        accel = [i for i, name in enumerate(rtypes) if _is_accelerator(name)]
-        if accel:
-            per_node_accel = cap[:total_nodes, accel[0]].astype(np.float64)
-        else:
-            per_node_accel = fit[:n_jobs, :total_nodes].max(axis=0, initial=0).astype(np.float64)
         meta = dict(job_keys=job_keys, node_keys=node_keys, n_jobs=n_jobs, n_nodes=n_nodes,
                     jb=jb, nb=nb, accel=per_node_accel, slots=int(fit.max(axis=0).sum()))
         return arrays, meta
+
+    def _budget(self, arrays: _Arrays) -> tuple[int, int]:
+        cells = arrays["base"].size
+        population = self.population
+        if population is None:
+            population = 64 if cells <= 4096 else 32 if cells <= 16384 else 16
+        generations = self.generations
+        if generations is None:
+            generations = int(min(max((1 << 22) // (population * cells), 8), 100))
+        return population, generations
 
     def _greedy_steps(self, arrays: _Arrays, meta) -> int:
         demand = int(np.minimum(arrays["max_r"], arrays["fit"].sum(axis=1)).sum())
@@ -650,15 +721,16 @@ class PolluxPolicy:
         if self._prev is not None:
             seeds += self._carry_population(meta, arrays)
         num_seeds = len(seeds)
-        pad = np.zeros((self.population - 2, *arrays["base"].shape), np.int32)
-        pad[:num_seeds] = np.stack(seeds)[: self.population - 2]
+        population, generations = self._budget(arrays)
+        pad = np.zeros((population - 2, *arrays["base"].shape), np.int32)
+        pad[:num_seeds] = np.stack(seeds)[: population - 2]
         key = jax.random.fold_in(jax.random.key(self.seed, impl="rbg"), self._cycle)
         self._cycle += 1
         rate = np.float32(min(1.0, 2.0 / max(n_jobs, 1)))
         steps = self._greedy_steps(arrays, meta)
         best, best_fit, pop, pop_fit, seed_fit = _search(
-            arrays, pad, np.int32(min(num_seeds, self.population - 2)), key, rate, p=self.p,
-            population=self.population, generations=self.generations, greedy_steps=steps)
+            arrays, pad, np.int32(min(num_seeds, population - 2)), key, rate, p=self.p,
+            population=population, generations=generations, greedy_steps=steps)
         best = np.asarray(best)
         self._prev = (meta["job_keys"], meta["node_keys"], np.asarray(pop), np.asarray(pop_fit))
         allocations = self._state_to_allocations(best, meta)
@@ -683,7 +755,7 @@ class PolluxPolicy:
         npos = {k: i for i, k in enumerate(prev_nodes)}
         rows = np.array([jpos.get(k, -1) for k in meta["job_keys"]])
         cols = np.array([npos.get(k, -1) for k in meta["node_keys"]])
-        keep = min(len(prev_pop), self.population // 4)
+        keep = min(len(prev_pop), self._budget(arrays)[0] // 4)
         order = np.argsort(-prev_fit)[:keep]
         out = []
         for i in order:
