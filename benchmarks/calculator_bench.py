@@ -260,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.sizes:
         sizes = [int(s) for s in a.sizes.split(",")]
     work = a.dir or tempfile.mkdtemp(prefix="goodput-bench-")
+    os.makedirs(work, exist_ok=True)
     me = os.path.abspath(__file__)
     rows = []
     for n in sizes:

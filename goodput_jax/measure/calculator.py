@@ -129,6 +129,26 @@ _SPAN_END_START = {
 }
 
 
+_PENDING = _NB  # state code of "inside an open step" in the vectorised path
+_N_CODES = len(KIND_CODES)
+#: kind code -> bucket of a span start (custom excluded), else -1
+_SPAN_START_LUT = np.full(_N_CODES, -1, dtype=np.int64)
+#: kind code -> its end code for span starts (custom excluded), else -1
+_SPAN_END_LUT = np.full(_N_CODES, -1, dtype=np.int64)
+#: end kind code -> its start code (custom excluded), else -1
+_SPAN_START_OF_END_LUT = np.full(_N_CODES, -1, dtype=np.int64)
+for _end, _start in _SPAN_END_START.items():
+    if _start != _K[EventKind.CUSTOM_BADPUT_START]:
+        _SPAN_START_LUT[_start] = _SPAN_START_BUCKET[_start]
+        _SPAN_END_LUT[_start] = _end
+        _SPAN_START_OF_END_LUT[_end] = _start
+#: kinds the vectorised path handles
+_SIMPLE_LUT = np.zeros(_N_CODES, dtype=bool)
+_SIMPLE_LUT[[_STEP_START, _STEP_END]] = True
+_SIMPLE_LUT[_SPAN_START_LUT >= 0] = True
+_SIMPLE_LUT[_SPAN_START_OF_END_LUT >= 0] = True
+
+
 class _Engine:
     """The attribution state machine (one pass over rows in insertion order).
 
@@ -274,14 +294,148 @@ class _Engine:
         self.productive = productive
         self.events += n
 
-    def feed_columns(self, cols: dict) -> None:
-        """Feed a columnar chunk (see ``SQLiteStore.read_columns``)."""
-        n = cols["kind"].size
-        labels = [None] * n
-        for pos, label in cols["labels"].items():
-            labels[pos] = label
-        self.feed(zip(cols["kind"].tolist(), cols["stream"].tolist(), cols["ts"].tolist(),
-                      cols["step"].tolist(), labels))
+    #: shortest run worth the numpy overhead
+    FAST_MIN = 128
+
+    def feed_columns(self, cols: dict, fast: bool = True) -> None:
+        """Feed a columnar chunk (see ``SQLiteStore.read_columns``).
+
+        Runs of "simple" rows (one stream, non-decreasing time, steps that only
+        go forward, non-custom spans that close on the next row, nothing else)
+        are attributed with numpy in one go; everything else goes through the
+        row loop :meth:`feed`. Both give the same result (tested), up to
+        floating-point summation order.
+        """
+        kind, stream, ts, step = cols["kind"], cols["stream"], cols["ts"], cols["step"]
+        n = kind.size
+        labels = cols["labels"]
+        if n == 0:
+            return
+
+        def slow(a: int, b: int) -> None:
+            lab = [labels.get(i) for i in range(a, b)] if labels else [None] * (b - a)
+            self.feed(zip(kind[a:b].tolist(), stream[a:b].tolist(), ts[a:b].tolist(),
+                          step[a:b].tolist(), lab))
+
+        if not fast or n < self.FAST_MIN or self.ws != -math.inf or self.we != math.inf:
+            slow(0, n)
+            return
+        k = kind.astype(np.int64)
+        is_ss = k == _STEP_START
+        span_start = _SPAN_START_LUT[k] >= 0
+        span_end = _SPAN_START_OF_END_LUT[k] >= 0
+        simple = _SIMPLE_LUT[k] & ~(is_ss & (step < 0))
+        pair_ok = np.ones(n, dtype=bool)
+        if span_start.any() or span_end.any():
+            nxt = np.empty(n, dtype=np.int64)
+            nxt[:-1] = k[1:]
+            nxt[-1] = -1
+            prv = np.empty(n, dtype=np.int64)
+            prv[1:] = k[:-1]
+            prv[0] = -1
+            pair_ok &= ~span_start | (nxt == _SPAN_END_LUT[k])
+            pair_ok &= ~span_end | (_SPAN_START_OF_END_LUT[k] == prv)
+        # STEP_START numbers must grow along the chunk
+        ss_idx = np.flatnonzero(is_ss)
+        step_ok = np.ones(n, dtype=bool)
+        if ss_idx.size > 1:
+            s = step[ss_idx]
+            step_ok[ss_idx[1:]] = s[1:] > s[:-1]
+        cont = np.zeros(n, dtype=bool)
+        cont[1:] = (simple[1:] & simple[:-1] & (stream[1:] == stream[:-1])
+                    & (ts[1:] >= ts[:-1]) & pair_ok[1:] & step_ok[1:])
+        start_ok = simple & pair_ok & ~span_end
+        breaks = np.flatnonzero(~cont)  # breaks[0] == 0
+        nb = breaks.size
+        pos = 0
+        slow_from = -1
+        bi = 0
+        while pos < n:
+            while bi + 1 < nb and breaks[bi + 1] <= pos:
+                bi += 1
+            end = int(breaks[bi + 1]) if bi + 1 < nb else n
+            if start_ok[pos] and end - pos >= self.FAST_MIN:
+                if slow_from >= 0:
+                    slow(slow_from, pos)
+                    slow_from = -1
+                if (self.cur is not None and self.cur == stream[pos] and not self.ended
+                        and not self.spans and ts[pos] >= self.last_t):
+                    c = end
+                    j = np.searchsorted(ss_idx, pos)
+                    if j < ss_idx.size and ss_idx[j] < end:
+                        top = self.live_steps[-1] if self.live_steps else -1
+                        if step[ss_idx[j]] <= max(self.open_step, top):
+                            c = int(ss_idx[j])
+                    if span_start[c - 1]:
+                        c -= 1
+                    if c - pos >= self.FAST_MIN:
+                        self._fast_run(k[pos:c], ts[pos:c], step[pos:c])
+                        pos = c
+                        continue
+                    if c == pos:  # a rollback step: the row loop handles it
+                        slow(pos, pos + 1)
+                        pos += 1
+                        continue
+            if slow_from < 0:
+                slow_from = pos
+            pos = end
+        if slow_from >= 0:
+            slow(slow_from, n)
+
+    def _fast_run(self, k: np.ndarray, t: np.ndarray, s: np.ndarray) -> None:
+        """Vectorised attribution of one run of simple rows (see feed_columns)."""
+        m = k.size
+        dt = np.empty(m)
+        dt[0] = t[0] - self.last_t
+        dt[1:] = np.diff(t)
+        is_ss = k == _STEP_START
+        is_se = k == _STEP_END
+        marker = is_ss | is_se
+        engine_open = self.open_step >= 0
+        last_marker = np.maximum.accumulate(np.where(marker, np.arange(m), -1))
+        open_after = np.where(last_marker >= 0, is_ss[last_marker.clip(0)], engine_open)
+        b_row = _SPAN_START_LUT[k]
+        state = np.empty(m, dtype=np.int64)
+        state[0] = _PENDING if engine_open else _B_OTHER
+        state[1:] = np.where(b_row[:-1] >= 0, b_row[:-1],
+                             np.where(open_after[:-1], _PENDING, _B_OTHER))
+        sums = np.bincount(state, weights=dt, minlength=_NB + 1)
+        acc = self.acc
+        for b in range(_NB):
+            if sums[b]:
+                acc[b] += float(sums[b])
+        ss_cum = np.cumsum(is_ss)
+        n_ss = int(ss_cum[-1])
+        group = np.empty(m, dtype=np.int64)
+        group[0] = 0
+        group[1:] = ss_cum[:-1]
+        pmask = state == _PENDING
+        pend = np.bincount(group[pmask], weights=dt[pmask], minlength=n_ss + 1)
+        pend[0] += self.pending
+        stepnum = np.empty(n_ss + 1, dtype=np.int64)
+        stepnum[0] = self.open_step
+        stepnum[1:] = s[is_ss]
+        mk = np.flatnonzero(marker)
+        if mk.size:
+            open_before = np.empty(mk.size, dtype=bool)
+            prev = mk - 1
+            open_before[:] = np.where(prev >= 0, open_after[prev.clip(0)], engine_open)
+            group_before = ss_cum[mk] - is_ss[mk]
+            gp = group_before[open_before]
+            self.unmatched += int(np.count_nonzero(is_se[mk] & ~open_before))
+            if gp.size:
+                secs = pend[gp]
+                self.live_steps.frombytes(stepnum[gp].astype(np.int64).tobytes())
+                self.live_secs.frombytes(secs.astype(np.float64).tobytes())
+                self.productive += float(secs.sum())
+        if open_after[-1]:
+            self.open_step = int(stepnum[n_ss])
+            self.pending = float(pend[n_ss])
+        else:
+            self.open_step = -1
+            self.pending = 0.0
+        self.last_t = float(t[-1])
+        self.events += m
 
     def totals(self, now: float) -> tuple[float, list[float], dict[str, float]]:
         """(productive, bucket seconds, custom seconds) including the live tail up to now."""

@@ -289,3 +289,96 @@ def test_thread_safe_queries_while_appending():
     assert not errors
     _details_equal(calc.get_job_goodput_details(), calc_for(store, "j", now=10_000.0)
                    .get_job_goodput_details())
+
+
+# ---------------------------------------------------------------- vectorised cold path
+@st.composite
+def long_timelines(draw):
+    """Long, mostly well-formed MaxText-like timelines with rare irregularities."""
+    n_steps = draw(st.integers(100, 700))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    rows = []  # (kind, stream, t, step, label)
+    t, stream, step = 0.0, 0, 0
+    rows.append((K.JOB_START, stream, t, -1, None))
+    while step < n_steps:
+        r = rng.random()
+        if r < 0.005:  # crash + restart in a new stream, rolled back a few steps
+            stream += 1
+            t += rng.uniform(-5, 30)
+            rows.append((K.JOB_START, stream, t, -1, None))
+            step = max(0, step - int(rng.integers(0, 20)))
+        elif r < 0.01:  # in-stream rollback
+            step = max(0, step - int(rng.integers(0, 5)))
+        rows.append((K.STEP_START, stream, t, step, None))
+        t += rng.uniform(0.0, 0.2)
+        if rng.random() < 0.9:
+            rows.append((K.DATA_LOADING_START, stream, t, -1, None))
+            t += rng.uniform(0.0, 0.05)
+            rows.append((K.DATA_LOADING_END, stream, t, -1, None))
+        t += rng.uniform(0.5, 1.5)
+        x = rng.random()
+        if x < 0.03:
+            rows.append((K.CHECKPOINT_SAVE_START, stream, t, step, None))
+            t += rng.uniform(0, 3)
+            rows.append((K.CHECKPOINT_SAVE_END, stream, t, step, None))
+        elif x < 0.05:
+            rows.append((K.STEP_END, stream, t, step, None))
+            t += rng.uniform(0, 1)
+        elif x < 0.06:
+            rows.append((K.CUSTOM_BADPUT_START, stream, t, -1, "eval"))
+            t += rng.uniform(0, 2)
+            rows.append((K.CUSTOM_BADPUT_END, stream, t, -1, "eval"))
+        elif x < 0.065:
+            rows.append((K.DATA_LOADING_END, stream, t, -1, None))  # unmatched
+        elif x < 0.07:
+            t -= rng.uniform(0, 1)  # out of order
+        elif x < 0.075:  # nested spans
+            rows.append((K.TRAINING_PREP_START, stream, t, -1, None))
+            rows.append((K.CHECKPOINT_RESTORE_START, stream, t + 1, -1, None))
+            rows.append((K.CHECKPOINT_RESTORE_END, stream, t + 2, -1, None))
+            rows.append((K.TRAINING_PREP_END, stream, t + 3, -1, None))
+            t += 3
+        step += int(rng.integers(1, 3)) if rng.random() < 0.05 else 1
+    if rng.random() < 0.5:
+        rows.append((K.JOB_END, stream, t, -1, None))
+    splits = sorted(set(int(v) for v in rng.integers(1, len(rows), size=draw(st.integers(0, 4)))))
+    return rows, splits
+
+
+def _columns(rows):
+    from goodput_jax.measure.events import KIND_CODES
+
+    return {
+        "kind": np.array([KIND_CODES[r[0]] for r in rows], dtype=np.int8),
+        "stream": np.array([r[1] for r in rows], dtype=np.int64),
+        "ts": np.array([r[2] for r in rows], dtype=np.float64),
+        "step": np.array([r[3] for r in rows], dtype=np.int64),
+        "labels": {i: r[4] for i, r in enumerate(rows) if r[4] is not None},
+    }
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_timelines())
+def test_vectorised_path_equals_row_loop(tl):
+    from goodput_jax.measure.calculator import _Engine
+
+    rows, splits = tl
+    slow, fast = _Engine(), _Engine()
+    slow.feed_columns(_columns(rows), fast=False)
+    for a, b in zip([0, *splits], [*splits, len(rows)]):
+        cols = _columns(rows[a:b])
+        fast.feed_columns(cols, fast=True)
+    for now in (0.0, 1e7):
+        ps, accs, cs = slow.totals(now)
+        pf, accf, cf = fast.totals(now)
+        assert pf == pytest.approx(ps, rel=1e-9, abs=1e-6)
+        np.testing.assert_allclose(accf, accs, rtol=1e-9, atol=1e-6)
+        assert cf == pytest.approx(cs)
+    assert list(fast.live_steps) == list(slow.live_steps)
+    np.testing.assert_allclose(np.array(fast.live_secs), np.array(slow.live_secs), rtol=1e-9,
+                               atol=1e-9)
+    for attr in ("open_step", "runs", "disruptions", "ignored", "unmatched", "out_of_order",
+                 "events", "cur", "ended", "last_t"):
+        assert getattr(fast, attr) == getattr(slow, attr), attr
+    assert fast.pending == pytest.approx(slow.pending, abs=1e-9)
