@@ -342,7 +342,7 @@ def long_timelines(draw):
         step += int(rng.integers(1, 3)) if rng.random() < 0.05 else 1
     if rng.random() < 0.5:
         rows.append((K.JOB_END, stream, t, -1, None))
-    splits = sorted(set(int(v) for v in rng.integers(1, len(rows), size=draw(st.integers(0, 4)))))
+    splits = sorted({int(v) for v in rng.integers(1, len(rows), size=draw(st.integers(0, 4)))})
     return rows, splits
 
 
