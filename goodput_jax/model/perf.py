@@ -7,7 +7,7 @@ batch size, ``R`` replicas on ``N`` nodes:
 * network time of one gradient synchronisation: the most significant link
   decides, ``alpha_n + beta_n * max(R - 2, 1e-8)`` when ``N > 1``,
   ``alpha_r + beta_r * max(R - 2, 1e-8)`` when ``N == 1 and R > 1``, and
-  ``1e-8 + 1e-8 * 1e-8`` (practically zero) for a single replica;
+  ``1e-8 + 1e-8 * 1e-8`` (practically zero) for a single replica (as AdaptDL);
 * optimizer step time (compute overlapped with communication):
   ``T_opt = (T_acc**gamma + T_net**gamma) ** (1 / gamma)``, ``gamma >= 1``.
 
@@ -28,8 +28,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-import optax.tree_utils as otu
 
 from goodput_jax.model.types import GradParams, PerfParams
 
@@ -55,6 +53,7 @@ def _float_dtype():
     return jnp.result_type(float)
 
 
+@jax.jit
 def predict_accum_time(perf: PerfParams, atomic_bsz: Any) -> jax.Array:
     """Predicted time of one accumulation (compute-only) micro-step.
 
@@ -74,6 +73,7 @@ def predict_accum_time(perf: PerfParams, atomic_bsz: Any) -> jax.Array:
     return perf.alpha_c + perf.beta_c * b
 
 
+@jax.jit
 def predict_network_time(perf: PerfParams, num_nodes: Any, num_replicas: Any) -> jax.Array:
     """Predicted gradient-synchronisation time (see the module docstring).
 
@@ -83,7 +83,7 @@ def predict_network_time(perf: PerfParams, num_nodes: Any, num_replicas: Any) ->
         num_replicas: number of replicas ``R``.
 
     Returns:
-        The network time, ``~2e-8`` for a single replica.
+        The network time, ``~1e-8`` for a single replica.
 
     Example:
         >>> p = PerfParams(0.1, 0.01, 0.5, 0.1, 0.2, 0.05, 1.0)
@@ -110,6 +110,7 @@ def _log_optim_from_parts(gamma: Any, accum_time: jax.Array, network_time: jax.A
     return log_m + jnp.log(sa + sn) / gamma
 
 
+@jax.jit
 def predict_log_optim_time(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any) -> jax.Array:
     """Natural log of the predicted optimizer-step time (numerically stable).
 
@@ -123,6 +124,7 @@ def predict_log_optim_time(perf: PerfParams, num_nodes: Any, num_replicas: Any, 
     return _log_optim_from_parts(perf.gamma, accum, network)
 
 
+@jax.jit
 def predict_optim_time(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any) -> jax.Array:
     """Predicted optimizer-step time ``(T_acc**gamma + T_net**gamma) ** (1/gamma)``.
 
@@ -145,6 +147,7 @@ FIT_MAX_ITERS = 200
 _GAMMA_MAX = 10.0
 
 
+@jax.jit
 def fit_loss(
     perf: PerfParams,
     num_nodes: Any,
@@ -215,6 +218,94 @@ def _from_unconstrained(u: jax.Array, is_gamma: jax.Array) -> jax.Array:
     return jnp.where(is_gamma, gam, pos)
 
 
+_LS_STEPS = tuple(2.0**e for e in range(1, -13, -1))  # 2, 1, 1/2, ..., 2^-12
+_MEMORY = 6
+
+
+def _solve_plbfgs(loss, u0, free):
+    """L-BFGS with a parallel (vectorised) line search; no nested loops.
+
+    Each iteration takes the L-BFGS two-loop direction (memory
+    ``_MEMORY``), evaluates the loss at all step sizes in ``_LS_STEPS`` at once
+    and keeps the best one if it lowers the loss. Without a decrease the memory
+    is cleared (steepest descent next); two such stalls in a row, or
+    ``FIT_MAX_ITERS`` iterations, stop the loop. The body is straight-line
+    code over small arrays, so ``vmap`` over jobs costs about one job's ops.
+    """
+    dt = u0.dtype
+    k = u0.shape[0]
+    m = _MEMORY
+    ftol = 1e-12 if dt == jnp.float64 else 1e-7
+    steps = jnp.asarray(_LS_STEPS, dt)
+    value_and_grad = jax.value_and_grad(loss)
+    batched_loss = jax.vmap(loss)
+
+    def masked_grad(u):
+        f, g = value_and_grad(u)
+        return f, jnp.where(free, g, 0.0)
+
+    def direction(g, mem_s, mem_y, valid):
+        # Two-loop recursion; memory slot m-1 is the newest.
+        q = g
+        alphas = []
+        rhos = []
+        for i in reversed(range(m)):
+            sy = jnp.dot(mem_s[i], mem_y[i])
+            rho = jnp.where(valid[i], 1.0 / jnp.where(valid[i], sy, 1.0), 0.0)
+            a = rho * jnp.dot(mem_s[i], q)
+            q = q - a * mem_y[i]
+            alphas.append(a)
+            rhos.append(rho)
+        alphas = alphas[::-1]
+        rhos = rhos[::-1]
+        yy = jnp.dot(mem_y[m - 1], mem_y[m - 1])
+        sy = jnp.dot(mem_s[m - 1], mem_y[m - 1])
+        gnorm = jnp.sqrt(jnp.dot(g, g))
+        # Before any curvature pair: a unit-length steepest-descent step.
+        h0 = jnp.where(valid[m - 1], sy / jnp.where(valid[m - 1], yy, 1.0), 1.0 / jnp.maximum(gnorm, 1e-30))
+        r = h0 * q
+        for i in range(m):
+            b = rhos[i] * jnp.dot(mem_y[i], r)
+            r = r + mem_s[i] * (alphas[i] - b)
+        return -jnp.where(free, r, 0.0)
+
+    def body(carry):
+        it, stall, u, f, g, mem_s, mem_y, valid = carry
+        d = direction(g, mem_s, mem_y, valid)
+        cand = u[None, :] + steps[:, None] * d[None, :]
+        fc = batched_loss(cand)
+        fc = jnp.where(jnp.isfinite(fc), fc, jnp.inf)
+        best = jnp.argmin(fc)
+        ok = fc[best] < f
+        u_new = jnp.where(ok, cand[best], u)
+        f_new, g_new = masked_grad(u_new)
+        s_vec = u_new - u
+        y_vec = g_new - g
+        curv = ok & (jnp.dot(s_vec, y_vec) > 1e-10 * jnp.dot(y_vec, y_vec))
+        shift = lambda mem, v: jnp.concatenate([mem[1:], v[None]], axis=0)  # noqa: E731
+        mem_s = jnp.where(curv, shift(mem_s, s_vec), mem_s)
+        mem_y = jnp.where(curv, shift(mem_y, y_vec), mem_y)
+        valid = jnp.where(curv, jnp.concatenate([valid[1:], jnp.ones((1,), bool)]), valid)
+        valid = valid & ok  # no progress: forget the curvature, go steepest
+        f_new = jnp.where(ok, f_new, f)
+        g_new = jnp.where(ok, g_new, g)
+        # Progress below ftol (relative) counts as a stall too.
+        small = (f - f_new) <= ftol * jnp.abs(f)
+        stall = jnp.where(ok & ~small, 0, stall + 1)
+        return it + 1, stall, u_new, f_new, g_new, mem_s, mem_y, valid
+
+    def keep_going(carry):
+        it, stall = carry[0], carry[1]
+        return (it < FIT_MAX_ITERS) & (stall < 3)
+
+    f0, g0 = masked_grad(u0)
+    zeros = jnp.zeros((m, k), dt)
+    init = (jnp.int32(0), jnp.int32(0), u0, f0, g0, zeros, zeros, jnp.zeros((m,), bool))
+    out = jax.lax.while_loop(keep_going, body, init)
+    return out[2]
+
+
+
 def _fit_single(
     num_nodes: jax.Array,
     num_replicas: jax.Array,
@@ -267,26 +358,8 @@ def _fit_single(
         return fit_loss(PerfParams(*params_of(u)), n, r, b, acc, opt, w)
 
     u0 = _to_unconstrained(init, is_gamma)
-    solver = optax.lbfgs(
-        memory_size=10,
-        linesearch=optax.scale_by_zoom_linesearch(max_linesearch_steps=30),
-    )
-    value_and_grad = optax.value_and_grad_from_state(loss)
-
-    def step(carry):
-        u, state = carry
-        value, grad = value_and_grad(u, state=state)
-        grad = jnp.where(free, grad, 0.0)
-        updates, state = solver.update(grad, state, u, value=value, grad=grad, value_fn=loss)
-        return optax.apply_updates(u, updates), state
-
-    def keep_going(carry):
-        _, state = carry
-        it = otu.tree_get(state, "count")
-        g = otu.tree_get(state, "grad")
-        return (it == 0) | ((it < FIT_MAX_ITERS) & (otu.tree_norm(g) >= 1e-6))
-
-    u, _ = jax.lax.while_loop(keep_going, step, (u0, solver.init(u0)))
+    u0 = jnp.where(free, u0, 0.0)
+    u = _solve_plbfgs(loss, u0, free)
     p = params_of(u)
     # Prior without multi-node data: the inter-node link is no faster than
     # the intra-node one.
@@ -347,9 +420,9 @@ def fit_perf_params(
 ) -> PerfParams:
     """Fit the step-time model to profiled step times.
 
-    Minimises :func:`fit_loss` with L-BFGS (``optax.lbfgs`` + zoom line
-    search) inside one jitted ``lax.while_loop`` over reparametrised
-    parameters: ``alpha/beta = 1e-8 + exp(u)`` (bound ``>= 1e-8``) and
+    Minimises :func:`fit_loss` (gradients by ``jax.value_and_grad``) with
+    L-BFGS and a vectorised line search (:func:`_solve_plbfgs`) inside one
+    jitted ``lax.while_loop`` over reparametrised parameters: ``alpha/beta = 1e-8 + exp(u)`` (bound ``>= 1e-8``) and
     ``gamma = 1 + 9 sin(u)^2`` (bounds ``[1, 10]``). Starts from
     :data:`FIT_INIT`. Parameters the data cannot identify are frozen with a
     mask (shapes stay static):
@@ -361,6 +434,9 @@ def fit_perf_params(
 
     Afterwards, without multi-node data, ``alpha_n = max(alpha_n, 1.1 alpha_r)``
     and ``beta_n = max(beta_n, 1.1 beta_r)``.
+
+    Profiles are padded (masked) to a power-of-two length >= 16, so growing
+    profiles compile only O(log P) times (a compile takes seconds).
 
     Args:
         num_nodes, num_replicas, atomic_bsz: profiled configurations, 1-D, same length.
@@ -382,8 +458,11 @@ def fit_perf_params(
         True
     """
     arrays = _validate_profile(_PROFILE_NAMES, (num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time), False)
-    mask = np.ones(arrays[0].shape, bool)
-    out = np.asarray(_fit_single_jit(*arrays, mask))
+    count = arrays[0].shape[0]
+    size = _bucket(count)
+    mask = np.zeros(size, bool)
+    mask[:count] = True
+    out = np.asarray(_fit_single_jit(*_pad(arrays, (size,)), mask))
     return PerfParams(*(float(x) for x in out))
 
 
@@ -428,8 +507,27 @@ def fit_perf_params_batched(
         _PROFILE_NAMES, (num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time), True, mask
     )
     # Neutralise padding so it cannot produce NaNs anywhere.
-    pads = (1, 1, 1, 1.0, 1.0)
-    arrays = [np.where(mask, a, pad) for a, pad in zip(arrays, pads)]
-    out = np.asarray(_fit_batched_jit(*arrays, mask))
+    arrays = [np.where(mask, a, 1) for a in arrays]
+    jobs, count = shape
+    size = (_bucket(jobs, 1), _bucket(count))
+    full_mask = np.zeros(size, bool)
+    full_mask[:jobs, :count] = mask
+    full_mask[jobs:, 0] = True  # padding jobs: one dummy point each
+    out = np.asarray(_fit_batched_jit(*_pad(arrays, size), full_mask))[:jobs]
     return PerfParams(*(out[:, i] for i in range(7)))
+
+
+def _bucket(n: int, minimum: int = 16) -> int:
+    return max(minimum, 1 << max(int(n) - 1, 0).bit_length())
+
+
+def _pad(arrays, size):
+    """Copy into ones of the (bucketed) size, in the canonical float dtype."""
+    dt = np.dtype(_float_dtype())
+    out = []
+    for a in arrays:
+        buf = np.ones(size, dt)
+        buf[tuple(slice(0, k) for k in a.shape)] = a
+        out.append(buf)
+    return out
 
