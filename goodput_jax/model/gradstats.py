@@ -147,15 +147,31 @@ class GradStatsState(NamedTuple):
 
 
 class Preconditioner(NamedTuple):
-    """Per-parameter multipliers applied to a gradient before its norm is taken.
+    """Adam-type preconditioning ``g -> g / (sqrt(nu / bias_correction) + eps)``.
+
+    It holds the optimizer's own second-moment buffers and two scalars; the
+    per-parameter multipliers are computed inside each norm's fused reduction,
+    so no gradient-sized buffer is materialised for them.
 
     Attributes:
-        scale: pytree like the gradients, ``1 / (sqrt(nu_hat) + eps)``.
+        nu: second-moment pytree with the gradients' structure.
+        bias_correction: scalar ``1 - b2 ** count`` (1 while invalid).
+        eps: Adam's epsilon.
         valid: scalar bool; False while the second moment is still empty.
     """
 
-    scale: Any
+    nu: Any
+    bias_correction: Any
+    eps: Any
     valid: Any
+
+    def scales(self) -> Any:
+        """The multipliers ``1 / (sqrt(nu_hat) + eps)`` as a pytree (materialised)."""
+        return jax.tree.map(self._scale_leaf, self.nu)
+
+    def _scale_leaf(self, nu: Any) -> jax.Array:
+        nu_hat = nu.astype(jnp.float32) / self.bias_correction
+        return jnp.where(self.valid, 1.0 / (jnp.sqrt(nu_hat) + self.eps), 1.0)
 
 
 # --------------------------------------------------------------------------- pure estimators
@@ -217,14 +233,15 @@ def init_grad_stats() -> GradStatsState:
         >>> int(init_grad_stats().count)
         0
     """
-    zero = jnp.zeros([], jnp.float32)
+    # Distinct buffers for every leaf, so that a donated optimizer state never
+    # donates one buffer twice.
     return GradStatsState(
         count=jnp.zeros([], jnp.int32),
         skipped=jnp.zeros([], jnp.int32),
         biased=jnp.zeros([], jnp.bool_),
-        sqr_ema=zero,
-        var_ema=zero,
-        ema_norm=zero,
+        sqr_ema=jnp.zeros([], jnp.float32),
+        var_ema=jnp.zeros([], jnp.float32),
+        ema_norm=jnp.zeros([], jnp.float32),
     )
 
 
@@ -340,15 +357,15 @@ def sqnorm(tree: Any, preconditioner: Preconditioner | None = None) -> jax.Array
     if preconditioner is None:
         terms = [jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves]
     else:
-        pleaves = jax.tree.leaves(preconditioner.scale)
+        pleaves = jax.tree.leaves(preconditioner.nu)
         if len(pleaves) != len(leaves):
             raise ValueError(
                 f"preconditioner has {len(pleaves)} leaves but the gradient has {len(leaves)}; "
                 "it must have the gradient's structure"
             )
         terms = [
-            jnp.sum(jnp.square(x.astype(jnp.float32) * p.astype(jnp.float32)))
-            for x, p in zip(leaves, pleaves)
+            jnp.sum(jnp.square(x.astype(jnp.float32) * preconditioner._scale_leaf(nu)))
+            for x, nu in zip(leaves, pleaves)
         ]
     if not terms:
         return jnp.zeros([], jnp.float32)
@@ -400,19 +417,15 @@ def adam_preconditioner(adam_state: Any, *, b2: Any = 0.999, eps: Any = 1e-8) ->
 
     Example:
         >>> st = optax.ScaleByAdamState(jnp.int32(1), {"w": jnp.zeros(1)}, {"w": jnp.array([0.004])})
-        >>> round(float(adam_preconditioner(st).scale["w"][0]), 3)
+        >>> round(float(adam_preconditioner(st).scales()["w"][0]), 3)
         0.5
     """
     count = jnp.asarray(adam_state.count)
     valid = count > 0
     b2 = jnp.asarray(b2, jnp.float32)
     corr = jnp.where(valid, 1.0 - b2 ** jnp.maximum(count, 1).astype(jnp.float32), 1.0)
-
-    def leaf(nu):
-        nu_hat = nu.astype(jnp.float32) / corr
-        return jnp.where(valid, 1.0 / (jnp.sqrt(nu_hat) + eps), jnp.ones_like(nu_hat))
-
-    return Preconditioner(scale=jax.tree.map(leaf, adam_state.nu), valid=valid)
+    return Preconditioner(nu=adam_state.nu, bias_correction=corr,
+                          eps=jnp.asarray(eps, jnp.float32), valid=valid)
 
 
 def auto_preconditioner(
@@ -625,8 +638,10 @@ def data_parallel_grads(
     It takes each device's gradient (of its own microbatches when
     ``num_microbatches > 1``), adds up its squared norm *before* the
     cross-device mean, then does the usual ``pmean`` of the gradients plus ONE
-    scalar collective (``pmean`` of ``[loss, local S]``). ``T`` is the squared
-    norm of the averaged gradient, computed redundantly on every device.
+    scalar collective (``psum`` of ``[loss, local S, partial T]``). ``T``, the
+    squared norm of the averaged gradient, is split: each device reduces a
+    1/devices slice of it, so the statistics cost each device about one pass
+    over its gradient plus 1/devices of one.
 
     ``check_vma`` pitfall: with ``check_vma=True`` (the default) the gradient
     with respect to *replicated* parameters comes back already summed over
@@ -662,12 +677,59 @@ def data_parallel_grads(
     pv = _to_varying(params, axis_name)
     loss, aux, grads, local = _accumulate(loss_fn, pv, batch, n, preconditioner, has_aux)
     grads = jax.lax.pmean(grads, axis_name)
-    # One scalar collective carries both the loss and the local squared norm.
-    stacked = jax.lax.pmean(jnp.stack([jnp.asarray(loss, jnp.float32), local]), axis_name)
-    total = sqnorm(grads, preconditioner)
+    # T: each device reduces only its 1/devices slice of the (replicated) mean
+    # gradient; ONE scalar collective then sums [loss, local S, partial T].
+    partial = _sliced_sqnorm(grads, preconditioner, axis_name, devices)
+    inv = 1.0 / devices
+    stacked = jax.lax.psum(
+        jnp.stack([jnp.asarray(loss, jnp.float32) * inv, local * inv, partial]), axis_name
+    )
     out = (stacked[0], aux) if has_aux else stacked[0]
-    sq = GradSqNorms(stacked[1], total, devices * n, local_size * devices, _pre_valid(preconditioner))
+    sq = GradSqNorms(stacked[1], stacked[2], devices * n, local_size * devices,
+                     _pre_valid(preconditioner))
     return out, grads, sq
+
+
+def _sliced_sqnorm(
+    grads: Any, preconditioner: Preconditioner | None, axis_name: Any, devices: int
+) -> jax.Array:
+    """This device's share of ``sqnorm(grads)``: a 1/devices slice of every leaf.
+
+    A leaf with an axis divisible by ``devices`` contributes its slice (no copy:
+    the slice fuses into the reduction); any other leaf contributes its full
+    squared norm divided by ``devices``. Summed over devices this is exact.
+    """
+    idx = jax.lax.axis_index(axis_name)
+    leaves = jax.tree.leaves(grads)
+    nus = jax.tree.leaves(preconditioner.nu) if preconditioner is not None else [None] * len(leaves)
+    if len(nus) != len(leaves):
+        raise ValueError(
+            f"preconditioner has {len(nus)} leaves but the gradient has {len(leaves)}; "
+            "it must have the gradient's structure"
+        )
+    total = jnp.zeros([], jnp.float32)
+    for x, nu in zip(leaves, nus):
+        axis = next((a for a, d in enumerate(x.shape) if d % devices == 0 and d >= devices), None)
+        if axis is not None and devices > 1:
+            k = x.shape[axis] // devices
+            x = jax.lax.dynamic_slice_in_dim(x, idx * k, k, axis=axis)
+            nu = None if nu is None else jax.lax.dynamic_slice_in_dim(nu, idx * k, k, axis=axis)
+            weight = 1.0
+        else:
+            weight = 1.0 / devices
+        y = x.astype(jnp.float32)
+        if nu is not None:
+            y = y * preconditioner._scale_leaf(nu)
+        total = total + weight * jnp.sum(jnp.square(y))
+    return total
+
+
+def _constrain(x: Any, sharding: Any) -> Any:
+    """``with_sharding_constraint`` on Auto mesh axes, ``reshard`` on Explicit ones."""
+    try:
+        return jax.lax.with_sharding_constraint(x, sharding)
+    except ValueError:
+        return jax.sharding.reshard(x, sharding)
 
 
 def grouped_grads(
@@ -720,7 +782,7 @@ def grouped_grads(
     vg = _value_and_grad(loss_fn, has_aux)
     value, g = jax.vmap(vg, in_axes=(None, 0))(params, groups)
     if group_sharding is not None:
-        g = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, group_sharding), g)
+        g = jax.tree.map(lambda x: _constrain(x, group_sharding), g)
     loss, aux = value if has_aux else (value, None)
     per_group = jax.vmap(lambda t: sqnorm(t, preconditioner))(g)
     grads = jax.tree.map(lambda x: jnp.mean(x.astype(jnp.float32), axis=0).astype(x.dtype), g)

@@ -238,8 +238,9 @@ def scale_by_rule(
 
     def init_fn(params):
         del params
-        one = jnp.ones([], jnp.float32)
-        return ScaleByRuleState(jnp.zeros([], jnp.int32), jnp.zeros([], jnp.float32), one, one)
+        # Distinct buffers per leaf (a donated state must not alias).
+        return ScaleByRuleState(jnp.zeros([], jnp.int32), jnp.zeros([], jnp.float32),
+                                jnp.ones([], jnp.float32), jnp.ones([], jnp.float32))
 
     def update_fn(updates, state, params=None, *, grad_params=None, batch_size=None, **extra):
         del params, extra

@@ -304,7 +304,7 @@ def test_auto_preconditioner_reads_injected_hyperparams():
     adam = gs.find_adam_state(st)
     adam = adam._replace(count=jnp.int32(1), nu={"w": jnp.full(3, 0.01)})
     pre = gs.adam_preconditioner(adam, b2=0.9, eps=1e-3)
-    np.testing.assert_allclose(pre.scale["w"], 1.0 / (math.sqrt(0.01 / 0.1) + 1e-3), rtol=1e-6)
+    np.testing.assert_allclose(pre.scales()["w"], 1.0 / (math.sqrt(0.01 / 0.1) + 1e-3), rtol=1e-6)
     auto = gs.auto_preconditioner(st)  # count 0 -> invalid, picks b2/eps from hyperparams
     assert not bool(auto.valid)
 
