@@ -345,6 +345,7 @@ class _Engine:
         cont[1:] = (simple[1:] & simple[:-1] & (stream[1:] == stream[:-1])
                     & (ts[1:] >= ts[:-1]) & pair_ok[1:] & step_ok[1:])
         start_ok = simple & pair_ok & ~span_end
+        start_idx = np.flatnonzero(start_ok)
         breaks = np.flatnonzero(~cont)  # breaks[0] == 0
         nb = breaks.size
         pos = 0
@@ -376,8 +377,19 @@ class _Engine:
                         slow(pos, pos + 1)
                         pos += 1
                         continue
+                # engine not ready (e.g. a span left open) or run too short: row loop
+                slow_from = pos
+                pos = end
+                continue
             if slow_from < 0:
                 slow_from = pos
+            if end - pos >= self.FAST_MIN:
+                # e.g. a span end whose start was in the previous chunk: retry from
+                # the next row that can start a run
+                j = np.searchsorted(start_idx, pos + 1)
+                if j < start_idx.size and start_idx[j] < end:
+                    pos = int(start_idx[j])
+                    continue
             pos = end
         if slow_from >= 0:
             slow(slow_from, n)

@@ -64,7 +64,7 @@ _SCHEMA = (
     # first_id..last_id are contiguous. kinds int8, ts float64, steps int64 (-1 = none).
     ("CREATE TABLE IF NOT EXISTS blocks (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
      " stream_id INTEGER NOT NULL, first_id INTEGER NOT NULL, last_id INTEGER NOT NULL,"
-     " kinds BLOB NOT NULL, ts BLOB NOT NULL, steps BLOB NOT NULL)"),
+     " kinds BLOB NOT NULL, ts BLOB NOT NULL, steps BLOB NOT NULL, n_labelled INTEGER NOT NULL)"),
     "CREATE INDEX IF NOT EXISTS blocks_job_last ON blocks(job_id, last_id)",
 )
 
@@ -312,8 +312,8 @@ class SQLiteStore:
                     rows,
                 )
                 c.executemany(
-                    "INSERT INTO blocks(job_id, stream_id, first_id, last_id, kinds, ts, steps)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO blocks(job_id, stream_id, first_id, last_id, kinds, ts, steps,"
+                    " n_labelled) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     _blocks(rows),
                 )
                 c.execute("COMMIT")
@@ -408,18 +408,21 @@ class SQLiteStore:
                     if top <= after:
                         return None, cursor, True
                     kinds, streams, ts, steps = [], [], [], []
+                    labelled_blocks = []  # (offset in the output, first id read, last id)
                     n = 0
                     hi = after
                     cur = c.execute(
-                        "SELECT stream_id, first_id, last_id, kinds, ts, steps FROM blocks"
-                        " WHERE job_id = ? AND last_id > ? ORDER BY last_id",
+                        "SELECT stream_id, first_id, last_id, kinds, ts, steps, n_labelled"
+                        " FROM blocks WHERE job_id = ? AND last_id > ? ORDER BY last_id",
                         (jid, after),
                     )
-                    for sid, first, last, bk, bt, bs in cur:
+                    for sid, first, last, bk, bt, bs, n_lab in cur:
                         if first > top:
                             break
                         lo = max(after + 1 - first, 0)
                         k = np.frombuffer(bk, dtype=np.int8)[lo:]
+                        if n_lab:
+                            labelled_blocks.append((n, first + lo, last))
                         kinds.append(k)
                         ts.append(np.frombuffer(bt, dtype=np.float64)[lo:])
                         steps.append(np.frombuffer(bs, dtype=np.int64)[lo:])
@@ -433,23 +436,13 @@ class SQLiteStore:
                     if done:
                         hi = top
                     labels = {}
-                    if n:
-                        labelled = c.execute(
-                            "SELECT id, COALESCE(label, payload) FROM events WHERE job_id = ?"
-                            " AND id > ? AND id <= ? AND kind IN (?, ?, ?) ORDER BY id",
-                            (jid, after, hi, *_LABELLED_KINDS),
-                        ).fetchall()
-                        if labelled:
-                            ids = np.concatenate([
-                                np.arange(max(after + 1, f), l + 1)
-                                for f, l in c.execute(
-                                    "SELECT first_id, last_id FROM blocks WHERE job_id = ?"
-                                    " AND last_id > ? AND first_id <= ? ORDER BY last_id",
-                                    (jid, after, hi),
-                                )
-                            ])
-                            pos = np.searchsorted(ids, [r[0] for r in labelled])
-                            labels = {int(p): r[1] for p, r in zip(pos, labelled)}
+                    for offset, first, last in labelled_blocks:
+                        for eid, text in c.execute(
+                            "SELECT id, COALESCE(label, payload) FROM events WHERE id >= ?"
+                            " AND id <= ? AND kind IN (?, ?, ?)",
+                            (first, last, *_LABELLED_KINDS),
+                        ):
+                            labels[offset + eid - first] = text
                 finally:
                     c.execute("COMMIT")
             except sqlite3.DatabaseError as e:
@@ -573,6 +566,7 @@ def _blocks(rows: list[tuple]) -> list[tuple]:
                 np.fromiter((r[4] for r in chunk), dtype=np.float64, count=len(chunk)).tobytes(),
                 np.fromiter((-1 if r[5] is None else r[5] for r in chunk), dtype=np.int64,
                             count=len(chunk)).tobytes(),
+                sum(1 for r in chunk if r[3] in _LABELLED_KINDS),
             ))
             start = i
     return out
