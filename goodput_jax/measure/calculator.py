@@ -317,7 +317,7 @@ class _Engine:
             self.feed(zip(kind[a:b].tolist(), stream[a:b].tolist(), ts[a:b].tolist(),
                           step[a:b].tolist(), lab))
 
-        if not fast or n < self.FAST_MIN or self.ws != -math.inf or self.we != math.inf:
+        if not fast or n < self.FAST_MIN:
             slow(0, n)
             return
         k = kind.astype(np.int64)
@@ -397,9 +397,13 @@ class _Engine:
     def _fast_run(self, k: np.ndarray, t: np.ndarray, s: np.ndarray) -> None:
         """Vectorised attribution of one run of simple rows (see feed_columns)."""
         m = k.size
-        dt = np.empty(m)
-        dt[0] = t[0] - self.last_t
-        dt[1:] = np.diff(t)
+        starts = np.empty(m)
+        starts[0] = self.last_t
+        starts[1:] = t[:-1]
+        if self.ws == -math.inf and self.we == math.inf:
+            dt = t - starts
+        else:  # clip every slice to the window, like the row loop
+            dt = np.maximum(np.minimum(t, self.we) - np.maximum(starts, self.ws), 0.0)
         is_ss = k == _STEP_START
         is_se = k == _STEP_END
         marker = is_ss | is_se

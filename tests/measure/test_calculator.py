@@ -343,7 +343,11 @@ def long_timelines(draw):
     if rng.random() < 0.5:
         rows.append((K.JOB_END, stream, t, -1, None))
     splits = sorted({int(v) for v in rng.integers(1, len(rows), size=draw(st.integers(0, 4)))})
-    return rows, splits
+    window = None
+    if draw(st.booleans()):
+        a = draw(st.floats(-10.0, t))
+        window = (a, a + draw(st.floats(0.0, t)))
+    return rows, splits, window
 
 
 def _columns(rows):
@@ -363,8 +367,8 @@ def _columns(rows):
 def test_vectorised_path_equals_row_loop(tl):
     from goodput_jax.measure.calculator import _Engine
 
-    rows, splits = tl
-    slow, fast = _Engine(), _Engine()
+    rows, splits, window = tl
+    slow, fast = (_Engine(*window), _Engine(*window)) if window else (_Engine(), _Engine())
     slow.feed_columns(_columns(rows), fast=False)
     for a, b in zip([0, *splits], [*splits, len(rows)]):
         cols = _columns(rows[a:b])
