@@ -389,3 +389,24 @@ def test_transformation_is_identity_and_differenced_path(mlp_problem):
 def test_noise_scale_helper():
     assert float(gs.noise_scale(GradParams(2.0, 6.0))) == 3.0
     assert float(gs.noise_scale(GradParams(2.0, 6.0), 32)) == 96.0
+
+
+def test_shard_map_preconditioned_agrees_with_microbatch(mlp_problem):
+    params, batch = mlp_problem
+    nu = jax.tree.map(lambda p: jnp.abs(p) * 1e-3 + 1e-6, params)
+    adam = optax.ScaleByAdamState(jnp.int32(3), jax.tree.map(jnp.zeros_like, params), nu)
+    pre = gs.adam_preconditioner(adam)
+    mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4])
+    sbatch = jax.device_put(batch, NamedSharding(mesh, P("data")))
+
+    def step(params, pre, batch):
+        return gs.data_parallel_grads(mlp_loss, params, batch, "data", preconditioner=pre)
+
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data")),
+                              out_specs=(P(), P(), P())))
+    _, _, sq = f(params, pre, sbatch)
+    _, _, ref = jax.jit(lambda p, b, pre: gs.microbatch_grads(mlp_loss, p, b, 4,
+                                                             preconditioner=pre))(params, batch, pre)
+    np.testing.assert_allclose([sq.local_sqr, sq.total_sqr], [ref.local_sqr, ref.total_sqr],
+                               rtol=1e-5)
+    assert bool(sq.valid)
