@@ -12,6 +12,8 @@ import logging
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from goodput_jax.measure.calculator import BadputType, GoodputCalculator
 from goodput_jax.measure.events import Event
@@ -485,3 +487,13 @@ def test_recorder_to_cloud_logging_to_calculator(srv, new_store, tmp_path):
     assert b1[accel] > 0 and b1[accel] == pytest.approx(b2[accel])
     assert h1 == h2 == {"gradParams": {"norm": 1.0, "var": 0.5}, "initBatchSize": 16}
     sql.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=40))
+def test_quoted_names_always_parse_as_one_literal(name):
+    """Any name without control characters is one literal to a Logging-filter parser."""
+    from tests.measure.gcl_server import _Parser
+
+    tree = _Parser(f"labels.job={quote_filter_value(name)} AND labels.run=\"r\"").parse()
+    assert tree == ("and", ("cmp", "labels.job", "=", name), ("cmp", "labels.run", "=", "r"))
