@@ -256,24 +256,45 @@ def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_st
         new_ok = (~occ) & (fit_free >= delta[:, None]) & node_mask[None, :]
         new_ok &= jnp.where((replicas > 0)[:, None], (other == 0) & ~conflict[:, None], True)
         target = jnp.where(same_any, jnp.argmax(same_ok, axis=1), jnp.argmax(new_ok, axis=1))
-        ok = (same_any | jnp.any(new_ok, axis=1)) & ~a["pinned"] & a["valid_job"]
+        single = same_any | jnp.any(new_ok, axis=1)
+        # A waiting job whose min_replicas fit on no single node may start spread
+        # over nodes that hold no distributed job (first fit).
+        spread_ok = (fit_free >= 1) & (other.sum(axis=0) + dist.sum(axis=0) == 0)[None, :] \
+            & node_mask[None, :]
+        spread_free = jnp.where(spread_ok, fit_free, 0)
+        spread = (replicas == 0) & ~single & (start > 1) & (spread_free.sum(axis=1) >= start)
+        ok = (single | spread) & ~a["pinned"] & a["valid_job"]
         ok &= replicas + delta <= a["max_r"]
         r2 = replicas + delta
-        n2 = nnz + jnp.where(same_any, 0, 1)
+        per_node = jnp.maximum(spread_free.max(axis=1), 1)
+        n2 = jnp.where(spread, (start + per_node - 1) // per_node, nnz + jnp.where(same_any, 0, 1))
         s_new = _lookup(a, n2, r2)
         cur_t = s[rows, target]
         base_t = a["base"][rows, target]
         diff2 = c["diff"] - (cur_t != base_t) + (cur_t + delta != base_t)
+        diff2 = jnp.where(spread, 1, diff2)
         pen = jnp.where((diff2 > 0) & a["running"], s_new * a["factor"], s_new)
         util_new = _utility(pen / a["fair"], p)
         gain = jnp.where(ok, (util_new - c["util"]) / delta, -jnp.inf)
         j = jnp.argmax(gain)
         go = gain[j] > 1e-7
-        t = target[j]
-        d = jnp.where(go, delta[j], 0)
-        s = s.at[j, t].add(d)
-        used = used.at[t].add(res[j] * d)
-        fit_free = fit_free.at[:, t].set(_fit(cap[t][None] - used[t][None], res)[:, 0])
+        fill = spread_free[j]
+        fill = jnp.clip(start[j] - (jnp.cumsum(fill) - fill), 0, fill)
+        amount = jnp.where(spread[j], fill, jnp.where(cols == target[j], delta[j], 0))
+        amount = jnp.where(go, amount, 0)
+        s = s.at[j].add(amount)
+        used = used + amount[:, None].astype(res.dtype) * res[j][None, :]
+        t = jnp.max(jnp.where(amount > 0, cols, -1))
+        fit_free = jax.lax.cond(
+            spread[j], lambda: _fit(cap - used, res),
+            lambda: fit_free.at[:, t].set(_fit(cap[t][None] - used[t][None], res)[:, 0]))
+        s_new = s_new.at[j].set(jnp.where(spread[j], _lookup(a, (s > 0).sum(axis=1),
+                                                              s.sum(axis=1))[j], s_new[j]))
+        row_diff = (s[j] != a["base"][j]).sum()
+        util_new = util_new.at[j].set(_utility(jnp.where(
+            (row_diff > 0) & a["running"][j], s_new[j] * a["factor"][j], s_new[j]) / a["fair"][j],
+            p))
+        diff2 = diff2.at[j].set(row_diff)
         speed = c["speed"].at[j].set(jnp.where(go, s_new[j], c["speed"][j]))
         util = c["util"].at[j].set(jnp.where(go, util_new[j], c["util"][j]))
         diff = c["diff"].at[j].set(jnp.where(go, diff2[j], c["diff"][j]))
@@ -312,6 +333,7 @@ def _search(a: _Arrays, seeds: jax.Array, num_seeds: jax.Array, key: jax.Array, 
     # share a fitness value, so selection discards them as soon as children
     # (which are mutated) are better than the worst distinct member.
     pop = seeds[jnp.arange(population) % count]
+    pop = jax.vmap(lambda s: _full_repair(a, s))(pop)  # carried-over states may be stale
     fit = jax.vmap(lambda s: _fitness(a, s, p))(pop)
     fit = jnp.where(jnp.arange(population) < count, fit, -jnp.inf)
     seed_fit = fit[:3]  # greedy from scratch, greedy from previous, previous

@@ -1,0 +1,283 @@
+"""PolluxPolicy: the AdaptDL seed tests, invariants after every cycle, utilisation,
+search quality, reproducibility and fixed-shape reuse."""
+
+import copy
+import random
+from collections import Counter
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+from goodput_jax.model.goodput import GoodputFunction
+from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.sched import pollux as pollux_mod
+from goodput_jax.sched.pollux import PolluxPolicy
+from goodput_jax.sched.speedup import SpeedupFunction
+from goodput_jax.sched.types import JobInfo, NodeInfo
+
+PERF = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14)
+GRAD = GradParams(sqr=0.00136, var=0.000502)
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def speedup_fn():
+    return SpeedupFunction(GoodputFunction(PERF, GRAD, 128), max_batch_size=1280,
+                           atomic_bsz_range=(64, 256))
+
+
+@pytest.fixture(scope="module")
+def policy():
+    # One policy object for the module: same bucket shapes -> compiled search reused.
+    return PolluxPolicy(population=16, generations=16, seed=0)
+
+
+def check_invariants(jobs, nodes, allocations, prev_allocs=None):
+    """Capacity (every resource), min/max replicas, pinned kept, one distributed job per node."""
+    assert set(allocations) == set(jobs)
+    used = {k: Counter() for k in nodes}
+    distributed = Counter()
+    for key, placement in allocations.items():
+        job = jobs[key]
+        assert len(placement) <= job.max_replicas
+        if placement:
+            assert len(placement) >= job.min_replicas
+        for node_key in placement:
+            for name, amount in job.resources.items():
+                used[node_key][name] += amount
+        if len(set(placement)) > 1:
+            for node_key in set(placement):
+                distributed[node_key] += 1
+        if prev_allocs and not job.preemptible and prev_allocs.get(key):
+            assert sorted(placement, key=str) == sorted(prev_allocs[key], key=str)
+    for node_key, usage in used.items():
+        for name, amount in usage.items():
+            assert amount <= nodes[node_key].resources.get(name, 0) + 1e-9, (node_key, name)
+    assert all(count <= 1 for count in distributed.values()), distributed
+
+
+def simple_greedy(jobs, nodes):
+    """Baseline: in creation order, first-fit max(min_replicas, 1) replicas on one node."""
+    free = {k: dict(n.resources) for k, n in nodes.items()}
+    out = {}
+    for key in sorted(jobs, key=lambda k: jobs[k].creation_time):
+        job = jobs[key]
+        want = max(job.min_replicas, 1)
+        out[key] = []
+        for node_key in sorted(nodes, key=lambda k: (nodes[k].preemptible, str(k))):
+            if all(free[node_key].get(r, 0) >= v * want for r, v in job.resources.items()):
+                for r, v in job.resources.items():
+                    free[node_key][r] -= v * want
+                out[key] = [node_key] * want
+                break
+    return out
+
+
+def test_allocate_job(speedup_fn):
+    nodes = {
+        "0": NodeInfo({"gpu": 1, "cpu": 500, "pods": 32}, preemptible=False),
+        "1": NodeInfo({"gpu": 2, "cpu": 2000, "pods": 32}, preemptible=False),
+        "2": NodeInfo({"gpu": 2, "cpu": 3000, "pods": 32}, preemptible=True),
+    }
+    now = datetime.now()
+    job_1 = JobInfo({"gpu": 1, "cpu": 500, "pods": 1}, speedup_fn, now, 0, max_replicas=1)
+    job_2 = JobInfo({"gpu": 1, "cpu": 1000, "pods": 1}, speedup_fn,
+                    now + timedelta(minutes=1), 0, max_replicas=1)
+    job_3 = JobInfo({"gpu": 1, "cpu": 1000, "pods": 1}, speedup_fn,
+                    now + timedelta(minutes=1), 2, max_replicas=2)
+    job_4 = JobInfo({"gpu": 1, "cpu": 2000, "pods": 1}, speedup_fn,
+                    now + timedelta(minutes=1), 2, max_replicas=2)
+    policy = PolluxPolicy()
+    assert policy.allocate_job(job_1, nodes) == ["0"]
+    assert policy.allocate_job(job_2, nodes) == ["1"]
+    assert policy.allocate_job(job_3, nodes) == ["1", "1"]
+    assert policy.allocate_job(job_4, nodes) == []
+    # Non-preemptible nodes come first even when listed last.
+    nodes2 = {"p": NodeInfo({"gpu": 4}, preemptible=True), "q": NodeInfo({"gpu": 4}, False)}
+    assert policy.allocate_job(JobInfo({"gpu": 1}, speedup_fn, now, 0, 1), nodes2) == ["q"]
+
+
+def test_unusable_node(speedup_fn, policy):
+    nodes = {
+        0: NodeInfo({"gpu": 1, "cpu": 500, "pods": 32}, preemptible=False),
+        1: NodeInfo({"gpu": 1, "cpu": 8000, "pods": 32}, preemptible=False),
+        2: NodeInfo({"gpu": 1, "cpu": 8000, "pods": 32}, preemptible=False),
+    }
+    template = NodeInfo({"gpu": 1, "cpu": 8000, "pods": 32}, preemptible=True)
+    now = datetime.now()
+    jobs = {i: JobInfo({"gpu": 1, "cpu": 1000, "pods": 1}, speedup_fn,
+                       now + timedelta(minutes=i), 0, max_replicas=1) for i in range(3)}
+    allocations, desired_nodes = policy.optimize(jobs, nodes, {}, template)
+    assert desired_nodes > 3
+    assert max(len(alloc) for alloc in allocations.values()) == 1
+    assert sum(len(alloc) for alloc in allocations.values()) == 2
+    assert all(0 not in alloc for alloc in allocations.values())
+    check_invariants(jobs, nodes, allocations)
+
+
+@pytest.mark.parametrize("num_nodes", [1, 2, 4, 8, 16])
+def test_optimize(num_nodes, speedup_fn, policy, total_devices=16):
+    num_devices = total_devices // num_nodes
+    now = datetime.now()
+    jobs = {}
+    for i in range(16):
+        creation_timestamp = now + timedelta(minutes=len(jobs)),  # 1-tuple, as in the seed
+        jobs[len(jobs)] = JobInfo({GPU: 1, "pods": 1}, speedup_fn, creation_timestamp, 0, 8)
+    node_resources = {GPU: num_devices, "pods": 32}
+    nodes = {i: NodeInfo(node_resources, preemptible=False) for i in range(num_nodes)}
+    node_template = NodeInfo(node_resources, preemptible=True)
+    prev_allocs = {}
+    for _ in range(3):
+        allocations, desired_nodes = policy.optimize(jobs, nodes, prev_allocs, node_template)
+        check_invariants(jobs, nodes, allocations, prev_allocs)
+        # 16 jobs, 16 GPUs: every GPU is used and every job runs.
+        assert sum(map(len, allocations.values())) == total_devices
+        assert all(allocations.values())
+        assert desired_nodes >= 1
+        prev_allocs = allocations
+
+
+@pytest.mark.parametrize("num_nodes", [1, 2, 4, 8, 16])
+def test_optimize_non_preemptible(num_nodes, speedup_fn, policy, total_devices=16):
+    rng = random.Random(num_nodes)
+    order = list(range(10))
+    rng.shuffle(order)
+    preemptible_ids, pinned_ids = order[:5], order[5:]
+    num_devices = total_devices // num_nodes
+    now = datetime.now()
+    node_resources = {GPU: num_devices, "pods": 32}
+    nodes = {i: NodeInfo(node_resources, preemptible=False) for i in range(num_nodes)}
+    node_template = NodeInfo(node_resources, preemptible=True)
+    prev_allocs = {i: [] for i in order}
+    for _ in range(3):
+        jobs = {}
+        for i in preemptible_ids:
+            jobs[i] = JobInfo({GPU: 1, "pods": 1}, speedup_fn, (now + timedelta(minutes=i),),
+                              min_replicas=0, max_replicas=8)
+        for i in pinned_ids:
+            jobs[i] = JobInfo({GPU: 1, "pods": 1}, speedup_fn, (now + timedelta(minutes=i),),
+                              min_replicas=2, max_replicas=4, preemptible=False)
+        allocations, _ = policy.optimize(jobs, nodes, prev_allocs, node_template)
+        check_invariants(jobs, nodes, allocations, prev_allocs)
+        for i in pinned_ids:
+            if prev_allocs[i]:
+                assert allocations[i] == prev_allocs[i]
+        prev_allocs = copy.deepcopy(allocations)
+        remove = rng.choice(sorted(allocations))
+        (pinned_ids if remove in pinned_ids else preemptible_ids).remove(remove)
+        prev_allocs.pop(remove)
+
+
+@pytest.mark.parametrize("num_jobs, num_nodes", [(16, 4), (64, 16)])
+def test_utilisation_and_quality(num_jobs, num_nodes, speedup_fn):
+    """>= 90% of GPUs allocated when waiting jobs could use them all; the result is
+    never worse than a greedy baseline or the previous allocation."""
+    now = datetime.now()
+    rng = np.random.default_rng(num_jobs)
+    jobs = {f"job-{i}": JobInfo({GPU: 1, "pods": 1}, speedup_fn, now - timedelta(minutes=i),
+                                int(rng.integers(0, 3)), 8, age=600.0 + i)
+            for i in range(num_jobs)}
+    nodes = {f"node-{i}": NodeInfo({GPU: 4, "pods": 32}, preemptible=False)
+             for i in range(num_nodes)}
+    template = NodeInfo({GPU: 4, "pods": 32}, preemptible=True)
+    policy = PolluxPolicy(population=16, generations=16, seed=1)
+    prev = {}
+    for cycle in range(3):
+        allocations, _ = policy.optimize(jobs, nodes, prev, template)
+        check_invariants(jobs, nodes, allocations, prev)
+        gpus = sum(map(len, allocations.values()))
+        assert gpus >= 0.9 * 4 * num_nodes, (cycle, gpus)
+        objective = policy.evaluate(jobs, nodes, allocations, prev)
+        assert objective == pytest.approx(policy.last_stats.objective, rel=1e-4)
+        baseline = simple_greedy(jobs, nodes)
+        assert objective >= policy.evaluate(jobs, nodes, baseline, prev) - 1e-6
+        assert objective >= policy.evaluate(jobs, nodes, prev, prev) - 1e-6
+        assert objective >= policy.last_stats.greedy_objective - 1e-6
+        assert objective >= policy.last_stats.previous_objective - 1e-6
+        prev = allocations
+        # Churn: drop two jobs, add two new ones.
+        for key in sorted(jobs)[:2]:
+            jobs.pop(key)
+        for k in range(2):
+            jobs[f"new-{cycle}-{k}"] = JobInfo({GPU: 1, "pods": 1}, speedup_fn, now, 0, 8,
+                                               age=0.0)
+
+
+def test_reproducible_with_fixed_seed(speedup_fn):
+    now = datetime(2024, 1, 1)
+    jobs = {i: JobInfo({GPU: 1, "pods": 1}, speedup_fn, now + timedelta(minutes=i), 0, 8,
+                       age=1000.0) for i in range(10)}
+    nodes = {i: NodeInfo({GPU: 4, "pods": 32}, preemptible=False) for i in range(4)}
+    runs = []
+    for _ in range(2):
+        policy = PolluxPolicy(population=16, generations=16, seed=7)
+        prev, out = {}, []
+        for _ in range(2):
+            prev, desired = policy.optimize(jobs, nodes, prev, nodes[0])
+            out.append((prev, desired))
+        runs.append(out)
+    assert runs[0] == runs[1]
+
+
+def test_restart_penalty_and_fair_share():
+    """Objective with p=1 on one job: x = speedup * penalty / fair-share speedup."""
+    nodes = {"n": NodeInfo({"gpu": 2}, preemptible=False)}
+    job = JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 0, 2, age=90.0, num_restarts=1)
+    policy = PolluxPolicy(p=1.0, restart_penalty=30.0)
+    # Fair share = all 2 GPUs -> fair speedup 2. Unchanged allocation: 2 / 2.
+    assert policy.evaluate({"j": job}, nodes, {"j": ["n", "n"]}, {"j": ["n", "n"]}) == \
+        pytest.approx(1.0)
+    # Changed: (90 - 1 * 30) / (90 + 30) = 0.5 penalty -> 1 * 0.5 / 2.
+    assert policy.evaluate({"j": job}, nodes, {"j": ["n"]}, {"j": ["n", "n"]}) == \
+        pytest.approx(0.25)
+    # Starting a waiting job is not a restart.
+    assert policy.evaluate({"j": job}, nodes, {"j": ["n"]}, {}) == pytest.approx(0.5)
+
+
+def test_one_distributed_job_per_node_and_multi_resource():
+    """Jobs that need more than one node: never two of them sharing a node."""
+    nodes = {i: NodeInfo({"gpu": 4, "cpu": 16}, preemptible=False) for i in range(4)}
+    jobs = {i: JobInfo({"gpu": 1, "cpu": 2 + 2 * (i % 2)}, lambda n, r: r ** 0.9, float(i),
+                       6, 8, age=1e4) for i in range(4)}
+    policy = PolluxPolicy(population=16, generations=16)
+    allocations, _ = policy.optimize(jobs, nodes, {}, nodes[0])
+    check_invariants(jobs, nodes, allocations)
+    assert sum(1 for a in allocations.values() if a) >= 2
+
+
+def test_autoscale_shrinks_idle_cluster():
+    nodes = {i: NodeInfo({"gpu": 4}, preemptible=False) for i in range(8)}
+    jobs = {0: JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 0, 2, age=1e4)}
+    allocations, desired = PolluxPolicy(population=16, generations=8).optimize(
+        jobs, nodes, {}, nodes[0])
+    assert len(allocations[0]) == 2
+    assert desired == 1
+
+
+def test_no_recompile_within_bucket(speedup_fn, policy):
+    nodes = {i: NodeInfo({GPU: 4, "pods": 32}, preemptible=False) for i in range(4)}
+    make = lambda n: {i: JobInfo({GPU: 1, "pods": 1}, speedup_fn, float(i), 0, 8)  # noqa: E731
+                      for i in range(n)}
+    policy.optimize(make(9), nodes, {}, nodes[0])
+    size = pollux_mod._search._cache_size()
+    for n in (10, 12, 16):
+        policy.optimize(make(n), nodes, {}, nodes[0])
+    assert pollux_mod._search._cache_size() == size
+
+
+def test_empty_cases_and_errors(speedup_fn):
+    policy = PolluxPolicy()
+    nodes = {0: NodeInfo({"gpu": 1}, preemptible=False)}
+    assert policy.optimize({}, nodes, {}, nodes[0]) == ({}, 1)
+    job = JobInfo({"gpu": 1}, speedup_fn, 0.0, 0, 1)
+    alloc, desired = PolluxPolicy(population=8, generations=2).optimize({0: job}, {}, {}, nodes[0])
+    assert alloc == {0: []} and desired >= 1
+    with pytest.raises(TypeError, match="node_template"):
+        policy.optimize({0: job}, nodes, {}, {"gpu": 1})
+    with pytest.raises(TypeError, match="jobs\\[0\\]"):
+        policy.optimize({0: "job"}, nodes, {}, nodes[0])
+    with pytest.raises(ValueError, match="population"):
+        PolluxPolicy(population=2)
+    with pytest.raises(ValueError, match="unknown node"):
+        policy.evaluate({0: job}, nodes, {0: ["nope"]})
