@@ -497,3 +497,22 @@ def test_quoted_names_always_parse_as_one_literal(name):
 
     tree = _Parser(f"labels.job={quote_filter_value(name)} AND labels.run=\"r\"").parse()
     assert tree == ("and", ("cmp", "labels.job", "=", name), ("cmp", "labels.run", "=", "r"))
+
+
+def test_entries_are_valid_for_the_grpc_transport_too(new_store):
+    """Production clients default to gRPC: the same entry dicts must convert to LogEntry
+    protobufs (checked offline with the library's own converter)."""
+    from google.cloud.logging_v2._gapic import _log_entry_mapping_to_pb
+    from google.cloud.logging_v2.types import WriteLogEntriesRequest
+
+    store = new_store()
+    event = Event(K.HINTS, "job", "run-1", 2, T0 + 0.25, payload={"gradParams": {"norm": 1.5}})
+    entry = store._to_entry(event)
+    pb = _log_entry_mapping_to_pb(entry)
+    assert pb.insert_id == entry["insertId"] and pb.labels["host"] == "2"
+    assert pb.json_payload["kind"] == "hints"
+    assert pb.json_payload["payload"]["gradParams"]["norm"] == 1.5
+    assert pb.timestamp.timestamp() == pytest.approx(T0 + 0.25)
+    request = WriteLogEntriesRequest(log_name=store.log_name, resource=store._resource(),
+                                     entries=[pb], partial_success=False)
+    assert request.resource.type == "global"
