@@ -314,7 +314,9 @@ def test_from_url_and_open_store_end_to_end(srv, stores):
     store = open_store(url, retry_initial=0.001, flush_interval=0.005)
     stores.append(store)
     assert isinstance(store, CloudLoggingStore)
-    assert store.url == "gcl://test-project/goodput_url"
+    assert store.url == url  # reopens the same store
+    assert CloudLoggingStore.from_url("gcl://test-project/goodput_x",
+                                      client=srv.client()).url == "gcl://test-project/goodput_x"
     store.append(steps("job", 3))
     assert store.flush(5)
     assert srv.entries[0]["resource"]["type"] == "global"  # detected; metadata probe patched

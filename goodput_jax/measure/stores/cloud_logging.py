@@ -383,7 +383,10 @@ class CloudLoggingStore:
                 from google.auth.credentials import AnonymousCredentials
 
                 kwargs.setdefault("credentials", AnonymousCredentials())
-        return cls(project=project, logger_name=logger_name, **kwargs)
+        store = cls(project=project, logger_name=logger_name, **kwargs)
+        if parsed.query and "client" not in kwargs:
+            store.url = url  # keeps api_endpoint/anonymous, so the URL reopens this store
+        return store
 
     def __repr__(self) -> str:
         return f"CloudLoggingStore({self.url!r})"
