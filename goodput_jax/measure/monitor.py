@@ -33,6 +33,9 @@ productive step unless noted:
 ``model/gradient_noise_scale``         from the training hooks' hints (see below)
 ``model/efficiency`` ``model/suggested_batch_size`` ``model/predicted_speedup``
 ``model/init_batch_size`` ``model/grad_norm_sqr`` ``model/grad_variance``
+``model/suggested_accumulation_steps`` ``model/suggested_atomic_batch_size``
+``model/atomic_batch_size`` ``model/accumulation_steps`` ``model/num_replicas``
+``model/num_nodes`` ``model/max_batch_size``
 =====================================  ==============================================
 
 Example:
@@ -73,8 +76,13 @@ HINT_TAGS: dict[str, tuple[str, ...]] = {
         "suggested_accumulation_steps",
     ),
     "model/predicted_speedup": ("predictedSpeedup", "predicted_speedup", "speedup"),
+    "model/suggested_atomic_batch_size": ("suggestedAtomicBsz", "suggested_atomic_bsz"),
     "model/init_batch_size": ("initBatchSize", "init_batch_size"),
     "model/max_batch_size": ("maxBatchSize", "max_batch_size"),
+    "model/atomic_batch_size": ("atomicBsz", "atomic_bsz"),
+    "model/accumulation_steps": ("accumSteps", "accum_steps"),
+    "model/num_replicas": ("numReplicas", "num_replicas"),
+    "model/num_nodes": ("numNodes", "num_nodes"),
 }
 #: nested dicts searched for the same keys (e.g. ``{"suggestion": {"speedup": 1.7}}``).
 _HINT_CONTAINERS = ("suggestion", "suggest", "suggested", "goodput", "model")

@@ -392,3 +392,24 @@ def test_cli_monitor_on_cloud_logging(tmp_path, capsys):
     # Both computed with "now" = real time: the job has ended, so the value is fixed.
     assert got == pytest.approx(ref, rel=1e-6)
     sql.close()
+
+
+def test_hint_scalars_from_the_training_hooks_keys():
+    """The key set GoodputHooks.hints() publishes (AdaptDL names), None for unknowns."""
+    hooks_hints = {
+        "perfParams": {"alpha_c": 0.1}, "gradParams": {"norm": 0.5, "var": 1.0},
+        "initBatchSize": 64, "maxBatchSize": 1024, "localBszBounds": [8, 256],
+        "gradientAccumulation": True, "maxProfiledReplicas": 4, "numNodes": 1,
+        "numReplicas": 4, "atomicBsz": 32, "accumSteps": 1, "gradientNoiseScale": 128.0,
+        "efficiency": 0.9, "suggestedBatchSize": 512, "suggestedAtomicBsz": 64,
+        "suggestedAccumSteps": 2, "predictedSpeedup": None,
+    }
+    got = hint_scalars(hooks_hints)
+    assert got == {
+        "model/gradient_noise_scale": 128.0, "model/efficiency": 0.9,
+        "model/suggested_batch_size": 512.0, "model/suggested_accumulation_steps": 2.0,
+        "model/suggested_atomic_batch_size": 64.0, "model/init_batch_size": 64.0,
+        "model/max_batch_size": 1024.0, "model/atomic_batch_size": 32.0,
+        "model/accumulation_steps": 1.0, "model/num_replicas": 4.0, "model/num_nodes": 1.0,
+        "model/grad_norm_sqr": 0.5, "model/grad_variance": 1.0,
+    }
