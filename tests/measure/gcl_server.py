@@ -12,7 +12,8 @@ client (HTTP transport) to talk to it:
   the Logging query language the store uses (comparisons ``= != < <= > >= :``
   on ``logName``, ``timestamp``, ``insertId``, ``severity``, ``labels.*``,
   ``jsonPayload.*``; ``AND`` / ``OR`` / ``NOT`` / ``-``, parentheses, implicit
-  AND; quoted strings with backslash escapes), ``orderBy timestamp asc|desc``
+  AND; quoted strings with backslash escapes; string comparisons are
+  case-insensitive, as in the real language), ``orderBy timestamp asc|desc``
   (ties by insertId), ``pageSize`` and a ``pageToken`` that resumes after the
   last returned entry.
 
@@ -194,7 +195,8 @@ def _evaluate(node, entry: dict) -> bool:
         except ValueError:
             a, b = str(actual), value
     else:
-        a, b = str(actual), value
+        # The Logging query language compares strings case-insensitively.
+        a, b = str(actual).casefold(), value.casefold()
     if op == ":":
         return str(b).lower() in str(a).lower()
     return {

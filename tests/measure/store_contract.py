@@ -192,6 +192,16 @@ class StoreContract:
         assert all(e.job_name == name for e in got)
         assert name in store.list_jobs()
 
+    def test_job_names_differing_only_in_case_are_distinct(self, backend):
+        # Cloud Logging's filter `=` is case-insensitive: the store must not mix these up.
+        store = backend.open()
+        store.append(steps("Job-A", 3) + steps("job-a", 2, t0=T0 + 0.5) + steps("JOB-A", 1))
+        backend.sync(store)
+        assert read_all(store, "job-a")[0] == steps("job-a", 2, t0=T0 + 0.5)
+        assert read_all(store, "Job-A")[0] == steps("Job-A", 3)
+        assert read_all(store, "JOB-A", limit=1)[0] == steps("JOB-A", 1)
+        assert {"Job-A", "job-a", "JOB-A"} <= set(store.list_jobs())
+
     def test_close_is_idempotent(self, backend):
         store = backend.open()
         store.append(steps("job", 2))

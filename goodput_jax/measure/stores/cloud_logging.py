@@ -679,7 +679,7 @@ class CloudLoggingStore:
             _log.warning("%r: skipped undecodable entry %s: %s", self, entry.insert_id, e)
             return None
         if job_name is not None and ev.job_name != job_name:
-            # Defence in depth: the filter already restricts the job.
+            # The filter's `=` is case-insensitive in Cloud Logging: "Job" matches "job".
             self.skipped_entries += 1
             return None
         return ev
