@@ -223,7 +223,9 @@ class FixedNow(dt.datetime):
     def utcnow(cls): return dt.datetime.utcfromtimestamp(now)
 import ml_goodput_measurement.src.goodput as gm
 gm.datetime.datetime = FixedNow
-calc = g.GoodputCalculator(job_name="bench", logger_name="bench", cloud_logger=Logger(entries))
+import tempfile  # the reference appends every entry to a local cache file: use a fresh one
+calc = g.GoodputCalculator(job_name="bench", logger_name="bench", cloud_logger=Logger(entries),
+                           cache_dir=tempfile.mkdtemp(prefix="goodput-ref-cache-"))
 t = time.perf_counter()
 res = calc.get_job_goodput(include_badput_breakdown=True)
 cold = time.perf_counter() - t
