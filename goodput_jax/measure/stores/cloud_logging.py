@@ -205,13 +205,6 @@ class CloudLoggingCursor:
     seen: tuple[tuple[str, str], ...] = ()
 
 
-@dataclasses.dataclass
-class _Pending:
-    """One queued event already converted to its API representation."""
-
-    entry: dict
-
-
 class CloudLoggingStore:
     """Event store on Google Cloud Logging, written in the background.
 
@@ -322,7 +315,7 @@ class CloudLoggingStore:
 
         # Writer state.
         self._cond = threading.Condition()
-        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queue: collections.deque[dict] = collections.deque()
         self._in_flight = 0
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -408,13 +401,11 @@ class CloudLoggingStore:
             StoreError: the store is closed.
         """
         events = [events] if isinstance(events, Event) else list(events)
-        entries = []
         for i, ev in enumerate(events):
             if not isinstance(ev, Event):
                 raise TypeError(f"events[{i}] ({ev!r}) must be an Event, not {type(ev).__name__}")
             ev.validate()
-        for ev in events:
-            entries.append(_Pending(self._to_entry(ev)))
+        entries = [self._to_entry(ev) for ev in events]
         if not entries:
             return
         with self._cond:
@@ -506,13 +497,13 @@ class CloudLoggingStore:
                     self._in_flight = 0
                     self._cond.notify_all()
 
-    def _send_with_retry(self, batch: list[_Pending]) -> None:
+    def _send_with_retry(self, batch: list[dict]) -> None:
         from google.api_core import exceptions as gexc
 
         delay = self.retry_initial
         while True:
             try:
-                self._write([p.entry for p in batch])
+                self._write(batch)
                 with self._cond:
                     self.written_events += len(batch)
                 return
@@ -545,7 +536,7 @@ class CloudLoggingStore:
                 self._drop(batch, f"write failed permanently ({self.last_error})")
                 return
 
-    def _drop(self, batch: list[_Pending], why: str) -> None:
+    def _drop(self, batch: list[dict], why: str) -> None:
         with self._cond:
             self.dropped_events += len(batch)
         _log.error("%r: dropped %d event(s): %s", self, len(batch), why)
