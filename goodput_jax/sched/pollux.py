@@ -552,7 +552,8 @@ class PolluxPolicy:
         infos = [jobs[k] for k in job_keys]
         rtypes = sorted({r for job in infos for r, v in job.resources.items() if v > 0})
         total_nodes = n_nodes + extra_template
-        jb, nb, kb = _bucket(n_jobs), _bucket(total_nodes), max(len(rtypes), 1)
+        # Buckets of at least 16: small problems share one compiled search.
+        jb, nb, kb = _bucket(n_jobs, 16), _bucket(total_nodes, 16), max(len(rtypes), 1)
         res = np.zeros((jb, kb), np.float32)
         for j, job in enumerate(infos):
             for r, name in enumerate(rtypes):
@@ -640,7 +641,7 @@ class PolluxPolicy:
 
     def _greedy_steps(self, arrays: _Arrays, meta) -> int:
         demand = int(np.minimum(arrays["max_r"], arrays["fit"].sum(axis=1)).sum())
-        return _bucket(max(min(demand, meta["slots"]), 1), minimum=16)
+        return _bucket(max(min(demand, meta["slots"]), 1), minimum=64)
 
     def _state_to_allocations(self, state: np.ndarray, meta) -> dict:
         out = {}

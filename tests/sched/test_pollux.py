@@ -249,7 +249,7 @@ def test_one_distributed_job_per_node_and_multi_resource():
 def test_autoscale_shrinks_idle_cluster():
     nodes = {i: NodeInfo({"gpu": 4}, preemptible=False) for i in range(8)}
     jobs = {0: JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 0, 2, age=1e4)}
-    allocations, desired = PolluxPolicy(population=16, generations=8).optimize(
+    allocations, desired = PolluxPolicy(population=16, generations=16).optimize(
         jobs, nodes, {}, nodes[0])
     assert len(allocations[0]) == 2
     assert desired == 1
@@ -267,11 +267,11 @@ def test_no_recompile_within_bucket(speedup_fn, policy):
 
 
 def test_empty_cases_and_errors(speedup_fn):
-    policy = PolluxPolicy()
+    policy = PolluxPolicy(population=16, generations=16)
     nodes = {0: NodeInfo({"gpu": 1}, preemptible=False)}
     assert policy.optimize({}, nodes, {}, nodes[0]) == ({}, 1)
     job = JobInfo({"gpu": 1}, speedup_fn, 0.0, 0, 1)
-    alloc, desired = PolluxPolicy(population=8, generations=2).optimize({0: job}, {}, {}, nodes[0])
+    alloc, desired = PolluxPolicy(population=16, generations=16).optimize({0: job}, {}, {}, nodes[0])
     assert alloc == {0: []} and desired >= 1
     with pytest.raises(TypeError, match="node_template"):
         policy.optimize({0: job}, nodes, {}, {"gpu": 1})

@@ -1,0 +1,112 @@
+"""Job spec + published hints -> JobInfo, with AdaptDL's _get_job_info rules."""
+
+import copy
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from goodput_jax.model.goodput import GoodputFunction
+from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.sched.hints import job_info_from_hints, linear_speedup, parse_quantity, pod_requests
+from goodput_jax.sched.speedup import SpeedupFunction
+
+PERF = dict(alpha_c=0.121, beta_c=0.00568, alpha_n=0.0236, beta_n=0.00634, alpha_r=0.0118,
+            beta_r=0.00317, gamma=1.14)
+
+
+def make_job(hints=None, **spec):
+    base = {
+        "metadata": {"creationTimestamp": "2024-03-01T10:00:00Z"},
+        "spec": {"template": {"spec": {"containers": [
+            {"resources": {"requests": {"nvidia.com/gpu": 1, "cpu": "1500m", "memory": "2Gi"}}},
+            {"resources": {"limits": {"cpu": 1}}},
+        ]}}, **spec},
+    }
+    if hints is not None:
+        base["status"] = {"train": hints}
+    return base
+
+
+FULL = {"perfParams": PERF, "initBatchSize": 128, "maxBatchSize": 1280,
+        "localBszBounds": [64, 256], "gradParams": {"norm": 0.00136, "var": 0.000502},
+        "maxProfiledReplicas": 4, "gradientAccumulation": False}
+
+
+def test_resources_and_timestamp():
+    info = job_info_from_hints(make_job())
+    assert info.resources == {"nvidia.com/gpu": 1.0, "cpu": 2.5, "memory": 2.0 * 2 ** 30,
+                              "pods": 1.0}
+    assert info.creation_timestamp == datetime(2024, 3, 1, 10, tzinfo=timezone.utc)
+    assert parse_quantity("1.5k") == 1500.0
+    assert pod_requests({"containers": []}) == {"pods": 1.0}
+
+
+def test_no_hints_gives_linear_speedup_and_one_replica():
+    info = job_info_from_hints(make_job())
+    assert info.speedup_fn is linear_speedup and info.speedup_fn(2, 5) == 5
+    assert (info.min_replicas, info.max_replicas, info.preemptible) == (0, 1, True)
+
+
+def test_max_replicas_rules():
+    # 2 * maxProfiledReplicas, capped by spec.maxReplicas, raised to minReplicas.
+    assert job_info_from_hints(make_job({"maxProfiledReplicas": 3})).max_replicas == 6
+    assert job_info_from_hints(make_job({"maxProfiledReplicas": 3}, maxReplicas=4)).max_replicas == 4
+    info = job_info_from_hints(make_job({"maxProfiledReplicas": 1}, minReplicas=5))
+    assert (info.min_replicas, info.max_replicas) == (5, 5)
+    # localBszBounds: max_batch_size / max_replicas >= min local batch.
+    hints = dict(FULL, maxProfiledReplicas=16)
+    assert job_info_from_hints(make_job(hints)).max_replicas == 1280 // 64
+    hints = dict(FULL, maxProfiledReplicas=16, maxBatchSize=None)
+    assert job_info_from_hints(make_job(hints)).max_replicas == 128 // 64
+
+
+def test_model_speedup_from_hints():
+    info = job_info_from_hints(make_job(FULL))
+    assert isinstance(info.speedup_fn, SpeedupFunction)
+    assert info.max_replicas == 8
+    ref = SpeedupFunction(GoodputFunction(PerfParams(*PERF.values()), GradParams(0.00136, 0.000502),
+                                          128), 1280, (64, 256), False)
+    n, r = np.array([1, 1, 2]), np.array([1, 4, 8])
+    np.testing.assert_allclose(info.speedup_fn(n, r), ref(n, r), rtol=1e-6)
+    # Identical hints share one memoised SpeedupFunction across cycles.
+    assert job_info_from_hints(make_job(copy.deepcopy(FULL))).speedup_fn is info.speedup_fn
+
+
+def test_default_grad_params_and_non_preemptible():
+    hints = {k: v for k, v in FULL.items() if k != "gradParams"}
+    info = job_info_from_hints(make_job(hints))
+    assert info.speedup_fn.goodput_fn.grad_params == GradParams(0.0, 1.0)
+    info = job_info_from_hints(make_job(FULL, preemptible=False))
+    assert info.speedup_fn is linear_speedup and not info.preemptible
+
+
+@pytest.mark.parametrize("patch, error, match", [
+    ({"perfParams": {k: v for k, v in PERF.items() if k != "gamma"}}, ValueError, "'gamma'"),
+    ({"perfParams": dict(PERF, beta_c="fast")}, TypeError, "'beta_c'"),
+    ({"gradParams": {"norm": 1.0}}, ValueError, "'var'"),
+    ({"initBatchSize": -4}, ValueError, "'initBatchSize'"),
+    ({"maxBatchSize": 64}, ValueError, "'maxBatchSize'"),
+    ({"localBszBounds": [64]}, ValueError, "'localBszBounds'"),
+    ({"localBszBounds": [256, 64]}, ValueError, "'localBszBounds'"),
+    ({"maxProfiledReplicas": 2.5}, ValueError, "'maxProfiledReplicas'"),
+    ({"gradientAccumulation": "yes"}, TypeError, "'gradientAccumulation'"),
+])
+def test_malformed_hints_name_the_key(patch, error, match):
+    with pytest.raises(error, match=match):
+        job_info_from_hints(make_job(dict(FULL, **patch)))
+
+
+def test_malformed_spec_names_the_key():
+    with pytest.raises(ValueError, match="creationTimestamp"):
+        job = make_job()
+        job["metadata"]["creationTimestamp"] = "last tuesday"
+        job_info_from_hints(job)
+    with pytest.raises(ValueError, match="spec.minReplicas"):
+        job_info_from_hints(make_job(minReplicas=-1))
+    with pytest.raises(ValueError, match="cpu"):
+        job = make_job()
+        job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+        job_info_from_hints(job)
+    with pytest.raises(ValueError, match="spec"):
+        job_info_from_hints({"metadata": {}})
