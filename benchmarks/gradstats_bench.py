@@ -52,18 +52,18 @@ if ARGS.platform == "cpu":
         os.environ["XLA_FLAGS"] = (
             flags + f" --xla_force_host_platform_device_count={ARGS.devices}").strip()
 
-import statistics  # noqa: E402
-import time  # noqa: E402
+import statistics
+import time
 
-import flax  # noqa: E402
-import flax.linen as nn  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import optax  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from goodput_jax.model import gradstats as gs  # noqa: E402
+from goodput_jax.model import gradstats as gs
 
 # ----------------------------------------------------------------------------- models
 
@@ -213,7 +213,7 @@ def build_steps(mode: str, opt: str, loss_fn, params, data, mesh, n_dev: int, n_
             u, o = tx.update(g, o, p, grad_sqnorms=sq)
             return optax.apply_updates(p, u), o, loss
 
-        jd = dict(donate_argnums=(0, 1))
+        jd = {"donate_argnums": (0, 1)}
         return (jax.jit(base, **jd), jax.jit(stats, **jd), (cp(params), adam.init(params), data),
                 (cp(params), tx.init(params), data), 1)
 
@@ -247,7 +247,7 @@ def build_steps(mode: str, opt: str, loss_fn, params, data, mesh, n_dev: int, n_
             u, o = tx.update(g, o, p, grad_sqnorms=sq)
             return optax.apply_updates(p, u), o, loss
 
-        jd = dict(donate_argnums=(0, 1))
+        jd = {"donate_argnums": (0, 1)}
         return (jax.jit(base, **jd), jax.jit(stats, **jd),
                 (cp(rparams), jax.device_put(adam.init(params), rep), sdata),
                 (cp(rparams), jax.device_put(tx.init(params), rep), sdata), 1)

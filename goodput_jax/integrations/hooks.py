@@ -43,7 +43,7 @@ import math
 import numbers
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import jax
 import numpy as np
@@ -404,7 +404,7 @@ class GoodputHooks:
                 np.array([k[2] for k in keys]), accum, optim,
             )
             self.fit_count += 1
-        except Exception as e:  # a bad profile must not stop training
+        except Exception as e:  # noqa: BLE001 - a bad profile must not stop training
             _log.warning("goodput hooks: refitting PerfParams failed (%s); keeping the last fit", e)
         self._since_fit = 0.0
         return self.perf_params
@@ -519,8 +519,8 @@ class GoodputHooks:
         if self._owns_recorder:
             self.recorder.close()
 
-    def __enter__(self) -> GoodputHooks:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -55,7 +55,7 @@ def _linreg_stats(mode):
 
         def step(st, batch):
             for j in range(4):
-                mb = jax.tree.map(lambda x: x[j * 8:(j + 1) * 8], batch)
+                mb = jax.tree.map(lambda x, j=j: x[j * 8:(j + 1) * 8], batch)
                 _, st = tx.update(jax.grad(lin_loss)(w, mb), st, w)
             return st
 
@@ -212,7 +212,7 @@ def test_has_aux_and_grouped_match_microbatch(mlp_problem):
         out = mlp_loss(p, b)
         return out, {"n": b["y"].shape[0]}
 
-    (loss, aux), g, sq = jax.jit(
+    (_, aux), g, sq = jax.jit(
         lambda p, b: gs.microbatch_grads(loss_aux, p, b, 4, has_aux=True))(params, batch)
     assert aux["n"].shape == (4,)
     _, g2, sq2 = jax.jit(lambda p, b: gs.grouped_grads(mlp_loss, p, b, 4))(params, batch)
@@ -284,11 +284,11 @@ def test_adam_preconditioner_auto_selected(mlp_problem):
     assert int(gs.get_grad_stats(st).count) == 0
     adam = gs.find_adam_state(st)
     assert isinstance(adam, optax.ScaleByAdamState) and int(adam.count) == 1
-    p2, st2, sq = step(p1, st, batch)
+    _, st2, sq = step(p1, st, batch)
     assert bool(sq.valid) and int(gs.get_grad_stats(st2).count) == 1
     # Manual preconditioned norms with nu_hat = nu / (1 - b2**count).
     pinv = jax.tree.map(lambda nu: 1.0 / (jnp.sqrt(nu / (1 - 0.999)) + 1e-8), adam.nu)
-    per_mb = [_mlp_grad(p1, jax.tree.map(lambda x: x[4 * i:4 * i + 4], batch))
+    per_mb = [_mlp_grad(p1, jax.tree.map(lambda x, i=i: x[4 * i:4 * i + 4], batch))
               for i in range(4)]
     pre_sq = [float(sum(jnp.sum((a * b) ** 2) for a, b in
                         zip(jax.tree.leaves(g), jax.tree.leaves(pinv)))) for g in per_mb]
@@ -316,7 +316,7 @@ def test_multi_steps_matches_optax_and_microbatch_with_adam(mlp_problem):
     ref = optax.MultiSteps(optax.adam(1e-2), k)
     st, rst = tx.init(params), ref.init(params)
     upd, rupd = jax.jit(tx.update), jax.jit(ref.update)
-    mbs = [jax.tree.map(lambda x: x[4 * i:4 * i + 4], batch) for i in range(k)]
+    mbs = [jax.tree.map(lambda x, i=i: x[4 * i:4 * i + 4], batch) for i in range(k)]
     p = params
     for _ in range(2):  # two optimizer steps; the second is preconditioned
         pre = gs.auto_preconditioner(st.inner.inner_opt_state)

@@ -38,7 +38,7 @@ def test_gain_limits_and_clamps():
 
 def test_legw_exact():
     # warm-up = 2 epochs * scale 4 * 1000 samples / batch 64 = 125 iterations, peak sqrt(4) = 2
-    kw = dict(base_warmup_epochs=2, data_size=1000, batch_size=64)
+    kw = {"base_warmup_epochs": 2, "data_size": 1000, "batch_size": 64}
     assert float(sc.legw_factor(0.0, 4.0, **kw)) == 0.0
     assert float(sc.legw_factor(62.5, 4.0, **kw)) == pytest.approx(1.0)
     assert float(sc.legw_factor(125.0, 4.0, **kw)) == pytest.approx(2.0)
@@ -123,7 +123,7 @@ def _train_plain(key):
 
 
 def test_adascale_sgd_converges_on_noisy_quadratic():
-    w, st, losses, gains = _train_adascale(jax.random.key(0))
+    _, st, losses, gains = _train_adascale(jax.random.key(0))
     start = float(expected_loss(jnp.full((D,), 3.0)))
     # The noise floor of SGD at step size lr*gain: ~ lr*gain*tr(Sigma)/(4 B) per coordinate.
     assert float(jnp.mean(losses[-20:])) < 0.01 * start
@@ -137,5 +137,5 @@ def test_adascale_sgd_converges_on_noisy_quadratic():
     # AdaScale at 8x the batch takes fewer steps than plain SGD at the same lr to
     # reach 5% of the initial loss.
     _, plain_losses = _train_plain(jax.random.key(0))
-    first = lambda ls: int(np.argmax(np.asarray(ls) < 0.05 * start))  # noqa: E731
+    first = lambda ls: int(np.argmax(np.asarray(ls) < 0.05 * start))
     assert first(losses) < first(plain_losses)
