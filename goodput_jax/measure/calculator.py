@@ -179,7 +179,6 @@ class _Engine:
         self.events = 0
         self.hints: Any = None
         self.last_ckpt_step: int | None = None
-        self.first_t: float | None = None
 
     def feed(self, rows) -> None:
         acc = self.acc
@@ -220,8 +219,6 @@ class _Engine:
                 open_step = -1
                 pending = 0.0
                 self.runs += 1
-                if self.first_t is None:
-                    self.first_t = t
             elif ended:
                 # a cleanly ended stream that logs again: the pause is not job time
                 ended = False
@@ -367,8 +364,8 @@ class _Engine:
                         top = self.live_steps[-1] if self.live_steps else -1
                         if step[ss_idx[j]] <= max(self.open_step, top):
                             c = int(ss_idx[j])
-                    if span_start[c - 1]:
-                        c -= 1
+                    if c > pos and span_start[c - 1]:
+                        c -= 1  # leave a trailing unpaired span start to the row loop
                     if c - pos >= self.FAST_MIN:
                         self._fast_run(k[pos:c], ts[pos:c], step[pos:c])
                         pos = c
