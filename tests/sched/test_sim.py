@@ -335,3 +335,63 @@ def test_smoke_optimus(smoke_apps, smoke_rows):
     res = simulate(jobs, OptimusPolicy())
     _check_run(res, jobs, smoke_rows)
     assert all(j.batch_size in (0, j.target_batch_size) or j.completion_time for j in jobs)
+
+
+def test_smoke_pollux_adapts_and_beats_tiresias(smoke_apps, smoke_rows):
+    pytest.importorskip("goodput_jax.sched.pollux")
+    from goodput_jax.sched.sim.pollux_adapter import PolluxAdapter, PolluxModel
+
+    model = PolluxModel()
+    jobs = make_jobs(smoke_rows, smoke_apps, "pollux")
+    res = simulate(jobs, PolluxAdapter(model, p=-1.0, seed=0), model=model)
+    _check_run(res, jobs, smoke_rows)
+    assert all(j.perf_params is not None and len(j.profile) >= 1 for j in jobs)
+    # Batched model calls: far fewer than one per job and interval.
+    assert 0 < model.calls["reoptimize"] < res.num_intervals * 4
+    ncf = [j for j in jobs if j.app.name == "ncf"]
+    assert ncf and all(j.target_batch_size == 32768 and j.max_profiled_replicas == 1 for j in ncf)
+    adaptive = [j for j in jobs if j.adaptive]
+    # Jobs grew beyond one replica and beyond their initial batch size.
+    assert max(j.max_profiled_replicas for j in adaptive) >= 4
+    assert any(max(k[1] * k[2] for k in j.profile) > j.app.init_batch_size for j in adaptive)
+    base = simulate(make_jobs(smoke_rows, smoke_apps, "tiresias"), TiresiasPolicy())
+    assert res.avg_jct < base.avg_jct
+
+
+def test_cli_single_run_writes_log_plot_and_summary(tmp_path, capsys):
+    from goodput_jax.cli import main
+
+    rc = main(["simulate", "6", "--policy", "tiresias", "--max-jobs", "8", "--out",
+               str(tmp_path), "--no-progress"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    for word in ("average JCT", "p99 JCT", "makespan"):
+        assert word in out
+    assert (tmp_path / "workload-6-tiresias.png").stat().st_size > 10_000
+    summary = json.loads((tmp_path / "workload-6-tiresias.json").read_text())
+    assert len(summary["jcts"]) == 8
+    assert str(round(summary["avg_jct"])) in out
+    log = (tmp_path / "workload-6-tiresias.jsonl").read_text().splitlines()
+    assert len(log) == summary["intervals"]
+
+
+def test_cli_errors(tmp_path, capsys):
+    from goodput_jax.cli import main
+
+    assert main(["simulate", "--out", str(tmp_path)]) == 2
+    assert "workload is required" in capsys.readouterr().err
+    assert main(["simulate", "no-such-workload", "--out", str(tmp_path)]) == 2
+    assert main(["simulate", "6", "--interval", "0", "--out", str(tmp_path)]) == 2
+    assert "interval" in capsys.readouterr().err
+
+
+def test_format_table_reductions():
+    from goodput_jax.sched.sim.cli import format_table
+    from goodput_jax.sched.sim.cluster import SimResult
+
+    def res(pol, jct):
+        return SimResult(pol, "w", {"a": jct}, [], 0.0, 0.0, 0.0, 0)
+
+    text = format_table({"w1": {"pollux": res("pollux", 50.0), "optimus": res("optimus", 100.0),
+                                "tiresias": res("tiresias", 80.0)}})
+    assert "50.0%" in text and "37.5%" in text and "(52%)" in text

@@ -104,6 +104,9 @@ def main(args: argparse.Namespace) -> int:
     """Entry point of ``goodput-jax simulate`` (arguments defined in ``goodput_jax.cli``)."""
     from goodput_jax.sched.sim.plots import plot_run, plot_table
 
+    if not args.all and args.workload is None:
+        raise ValueError("workload is required (a CSV path or a name such as 6), or use --all")
+    path = None if args.all else find_workload(args.workload, args.traces)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     apps = load_applications(args.traces)
@@ -132,9 +135,6 @@ def main(args: argparse.Namespace) -> int:
         print(format_table(results))
         print(f"plot: {plot_table(results, out / 'all.png')}")
         return 0
-    if args.workload is None:
-        raise ValueError("workload is required (a CSV path or a name such as 6), or use --all")
-    path = find_workload(args.workload, args.traces)
     stem = _stem(path)
     bar = ProgressBar(args.policy, enabled=show)
     res = run_workload(path, args.policy, log_path=out / f"{stem}-{args.policy}.jsonl",

@@ -3,9 +3,10 @@
 Every ``interval`` seconds of simulated time (60 by default):
 
 1. each job holding GPUs advances (:meth:`SimJob.advance`), in rounds that stop at epoch
-   boundaries; after each round the jobs that met a new (nodes, replicas, atomic bsz)
-   configuration re-fit their throughput model and the adaptive jobs that crossed an epoch
-   re-optimise their batch size - each in ONE batched call over those jobs;
+   boundaries; after each round the adaptive jobs that crossed an epoch re-optimise their
+   batch size (ONE batched call over those jobs); at the end of the interval every job that
+   met a new (nodes, replicas, atomic bsz) configuration re-fits its throughput model (ONE
+   batched call);
 2. the policy computes the allocations of the active (submitted, unfinished) jobs;
 3. jobs whose allocation changed restart (30 s delay), and every running adaptive job
    re-optimises its batch size (one batched call);
@@ -225,23 +226,27 @@ class Cluster:
         slow = self._interference()
         budget = {j.name: dt for j in self.jobs if j.placement and j.completion_time is None}
         active = [j for j in self.jobs if j.name in budget]
-        fits = self.model is not None
+        to_fit: dict[str, SimJob] = {}
         while active:
-            to_fit, to_opt, nxt = [], [], []
+            to_opt, nxt = [], []
             for job in active:
                 left = budget[job.name]
                 res = job.advance(left, t0 + dt - left, slow.get(job.name, 0.0))
                 budget[job.name] = res.remaining
-                if res.new_config and fits:
-                    to_fit.append(job)
+                if res.new_config:
+                    to_fit[job.name] = job
                 if res.remaining > 0 and job.completion_time is None:
                     nxt.append(job)
                     if res.crossed_epoch and job.adaptive:
                         to_opt.append(job)
             if self.model is not None:
-                self._model_call(self.model.refit, to_fit)
                 self._model_call(self.model.reoptimize, to_opt)
             active = nxt
+        if self.model is not None:
+            # One batched re-fit per interval for every job that met a new configuration
+            # (finished jobs excluded); the policy and the next re-optimisations use it.
+            self._model_call(self.model.refit,
+                             [j for j in to_fit.values() if j.completion_time is None])
 
     def _check(self, allocations: Mapping[str, Sequence[int]], active: Mapping[str, SimJob]):
         used: dict[int, int] = {}

@@ -97,7 +97,7 @@ class PolluxModel:
 
     def __init__(self) -> None:
         self._tables: dict[str, tuple[tuple, np.ndarray]] = {}
-        self.calls = {"refit": 0, "reoptimize": 0, "tables": 0}
+        self.calls = {"refit": 0, "reoptimize": 0, "tables": 0}  # batched calls made
 
     # ------------------------------------------------------------------ fitting
     def refit(self, jobs: Sequence[SimJob]) -> None:
