@@ -354,7 +354,8 @@ class GoodputHooks:
             if isinstance(x, gradstats.GradStatsState)
         ]
         if found:
-            self._grad_stats = found[0]
+            # Copy to host now: the step may donate these buffers on its next call.
+            self._grad_stats = jax.device_get(found[0])
 
     def update_grad_params(self, grad_params: Any) -> None:
         """Set the gradient statistics directly (``GradParams`` or an optimizer state)."""

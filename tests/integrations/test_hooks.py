@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -159,7 +161,7 @@ def test_real_flax_training_run_end_to_end(tmp_path):
     def loss_fn(p, batch):
         return jnp.mean((model.apply(p, batch["x"]) - batch["y"]) ** 2)
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=(0, 1))  # donated state: hooks must copy stats
     def train_step(params, opt_state, batch):
         pre = gs.auto_preconditioner(opt_state)
         loss, grads, sq = gs.microbatch_grads(loss_fn, params, batch, 2, preconditioner=pre)
