@@ -11,7 +11,10 @@ Two layers:
 * :class:`GoodputFunction`, the AdaptDL-compatible object holding one job's
   parameters: Python scalars in -> Python scalars out, arrays in -> numpy
   arrays out. Its methods call cached jitted kernels (one compile per input
-  shape/dtype and ``accumulation`` flag).
+  shape/dtype and ``accumulation`` flag). A scalar ``optimize`` call (one
+  configuration, 50 candidates) instead runs a float64 numpy twin of the
+  kernel (same formulas, parity-tested), because a jitted call's fixed
+  dispatch cost would dominate it.
 
 Model (Pollux, OSDI'21; AdaptDL 0.2.11):
 
@@ -280,6 +283,53 @@ def _efficiency_packed(packed, batch_size):
     return efficiency_fn(grad, m0, batch_size)
 
 
+_T64 = np.linspace(0.0, 1.0, NUM_CANDIDATES)
+
+
+def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation):
+    """float64 numpy twin of :func:`optimize_fn` for ONE (num_nodes, num_replicas).
+
+    Same formulas, tolerances and tie-breaking (parity-tested against the
+    jitted kernel); used by :meth:`GoodputFunction.optimize` for scalar calls,
+    where a jitted call's fixed dispatch cost dominates.
+    """
+    alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = perf
+    sqr, var = grad
+    lo = max(lo, 1.0)
+    if not math.isfinite(hi):
+        hi = max_bs
+    min_bs = max(m0, lo * r)
+    local = (min_bs * (max_bs / min_bs) ** _T64) / r
+    local[-1] = max_bs / r
+    if accumulation:
+        x = local / hi
+        steps = np.maximum(np.ceil(x - 1e-8 * np.maximum(1.0, x)) - 1.0, 0.0)
+        if r == 1:
+            steps = np.where(local > m0 * (1.0 + 1e-8), np.maximum(steps, 1.0), steps)
+        x = local / (steps + 1.0)
+        atomic = np.ceil(x - 1e-8 * np.maximum(1.0, x))
+    else:
+        steps = np.zeros(NUM_CANDIDATES)
+        atomic = np.full(NUM_CANDIDATES, float(m0)) if r == 1 else np.ceil(local - 1e-8 * np.maximum(1.0, local))
+    if n > 1:
+        net = alpha_n + beta_n * max(r - 2.0, 1e-8)
+    elif r > 1:
+        net = alpha_r + beta_r * max(r - 2.0, 1e-8)
+    else:
+        net = 1e-8 + 1e-8 * 1e-8
+    accum = alpha_c + beta_c * atomic
+    top = np.maximum(accum, net)
+    optim = top * ((accum / top) ** gamma + (net / top) ** gamma) ** (1.0 / gamma)
+    batch = r * atomic * (steps + 1.0)
+    scale = batch / m0
+    denom = var / scale + sqr
+    gain = np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+    good = batch / (steps * accum + optim) * gain / scale
+    good = np.where((lo <= atomic) & (atomic <= hi), good, 0.0)
+    i = int(np.argmax(good))
+    return float(good[i]), int(atomic[i]), int(steps[i])
+
+
 def _is_scalar(x) -> bool:
     return isinstance(x, numbers.Number) or (isinstance(x, np.ndarray | np.generic) and np.ndim(x) == 0)
 
@@ -344,6 +394,8 @@ class GoodputFunction:
         self._grad = grad
         self._m0 = init_batch_size
         self._packed_cache: dict[Any, np.ndarray] = {}
+        # Scalar optimize() calls take a float64 numpy path (see _optimize_scalar_np).
+        self._scalar_numpy = True
 
     @property
     def perf_params(self) -> PerfParams:
@@ -472,6 +524,11 @@ class GoodputFunction:
                 raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
             if num_nodes > num_replicas:
                 raise ValueError(f"num_nodes ({num_nodes}) > num_replicas ({num_replicas})")
+            if self._scalar_numpy:
+                return _optimize_scalar_np(
+                    self._perf, self._grad, float(self._m0), float(num_nodes), float(num_replicas),
+                    float(max_batch_size), float(lo), float(hi), accumulation,
+                )
         else:
             _check_nodes(num_nodes, num_replicas)
         bounds = np.array([max_batch_size, lo, hi], dtype=_fdt())

@@ -1,0 +1,294 @@
+"""Benchmark the JAX Pollux goodput model against AdaptDL 0.2.11 and a numpy reference.
+
+Runs the same workloads three ways in one invocation and prints ONE table of
+warm times, compile times and speed-up ratios:
+
+* goodput_jax (this package, jitted);
+* the independent float64 numpy/scipy reference in ``tests/model/numpy_reference.py``;
+* AdaptDL 0.2.11 (``adaptdl.goodput``), in the isolated venv built by
+  ``benchmarks/adaptdl_venv.sh`` (``benchmarks/.venv-adaptdl``, or
+  ``$ADAPTDL_PYTHON``), through a subprocess. Without it the column reads n/a.
+
+Usage::
+
+    python benchmarks/model_bench.py            # full (AdaptDL's 10k-point fit takes minutes)
+    python benchmarks/model_bench.py --quick    # small repeat counts, skips the slowest AdaptDL fit
+
+Timings are medians of repeated warm calls; "compile" is the first call minus
+a warm call. The machine may be shared: compare the ratios, not absolute
+times across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+
+from goodput_jax.model.goodput import GoodputFunction, GradParams, PerfParams  # noqa: E402
+from goodput_jax.model.perf import fit_perf_params, fit_perf_params_batched  # noqa: E402
+from tests.model import numpy_reference as ref  # noqa: E402
+
+PERF = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14)
+GRAD = GradParams(sqr=0.00136, var=0.000502)
+TRUE_FIT = PerfParams(0.1, 0.01, 0.5, 1.0, 1e-6, 1e-6, 1.2)
+SCALAR_ARGS = dict(max_batch_size=1280, atomic_bsz_range=(64, 256), accumulation=True)
+SWEEP_ARGS = dict(max_batch_size=65536, atomic_bsz_range=(32, 256), accumulation=True)
+
+# (name, target seconds or None, target speed-up over AdaptDL or None)
+ROWS = [
+    ("optimize R=1..1024 (1 call)", 1e-3, 10),
+    ("optimize scalar", 60e-6, 5),
+    ("evaluate 1e6 points", 25e-3, 4),
+    ("fit 100 points", 30e-3, 30),
+    ("fit 10k points", 300e-3, 400),
+    ("batched fit 100 jobs x 50 pts", 200e-3, None),
+]
+
+
+def measure(fn, min_time: float, max_reps: int = 10_000, inner: int = 1):
+    """Median per-call seconds of warm calls (after one warm-up call)."""
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < max_reps and (time.perf_counter() - start < min_time or len(times) < 3):
+        t = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t) / inner)
+    return float(np.median(times))
+
+
+def first_call(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def make_data(quick: bool) -> dict:
+    rng = np.random.default_rng(0)
+    data = {}
+    r = np.arange(1, 1025)
+    data["sweep_r"] = r
+    data["sweep_n"] = np.ceil(r / 4).astype(np.int64)
+    m = 10**6
+    n = rng.integers(1, 5, m)
+    data["eval_n"] = n
+    data["eval_r"] = n * rng.integers(1, 9, m)
+    data["eval_b"] = rng.integers(16, 257, m)
+    data["eval_s"] = rng.integers(0, 4, m)
+
+    def profile(k):
+        n = rng.integers(1, 5, k)
+        r = n * rng.integers(1, 9, k)
+        b = rng.integers(16, 257, k)
+        t_acc = ref.accum_time(TRUE_FIT, b) * np.exp(rng.normal(0, 0.01, k))
+        t_opt = ref.optim_time(TRUE_FIT, n, r, b) * np.exp(rng.normal(0, 0.01, k))
+        return np.stack([n, r, b, t_acc, t_opt])
+
+    data["fit100"] = profile(100)
+    data["fit10k"] = profile(10_000)
+    data["batched"] = np.stack([profile(50) for _ in range(100)], axis=1)  # [5, J, P]
+    return data
+
+
+ADAPTDL_SCRIPT = r"""
+import json, sys, time
+import numpy as np
+from adaptdl.goodput import GoodputFunction, PerfParams, GradParams, fit_perf_params
+d = dict(np.load(sys.argv[1]))
+cfg = json.loads(sys.argv[2])
+quick = cfg["quick"]
+def measure(fn, min_time, max_reps=10000, inner=1):
+    fn(); times = []; start = time.perf_counter()
+    while len(times) < max_reps and (time.perf_counter() - start < min_time or len(times) < 3):
+        t = time.perf_counter()
+        for _ in range(inner): fn()
+        times.append((time.perf_counter() - t) / inner)
+    return float(np.median(times))
+fn = GoodputFunction(PerfParams(*cfg["perf"]), GradParams(*cfg["grad"]), 128)
+out, res = {}, {}
+sa, sw = cfg["scalar"], cfg["sweep"]
+res["sweep"] = fn.optimize(d["sweep_n"], d["sweep_r"], sw["max_batch_size"], tuple(sw["atomic_bsz_range"]), sw["accumulation"])
+out["optimize R=1..1024 (1 call)"] = measure(lambda: fn.optimize(d["sweep_n"], d["sweep_r"], sw["max_batch_size"], tuple(sw["atomic_bsz_range"]), sw["accumulation"]), 0.3 if quick else 1.0)
+res["scalar"] = np.array(fn.optimize(2, 8, sa["max_batch_size"], tuple(sa["atomic_bsz_range"]), sa["accumulation"]))
+out["optimize scalar"] = measure(lambda: fn.optimize(2, 8, sa["max_batch_size"], tuple(sa["atomic_bsz_range"]), sa["accumulation"]), 0.3 if quick else 1.0, inner=20)
+fe = GoodputFunction(PerfParams(*cfg["perf"]), GradParams(*cfg["grad"]), 16)
+res["eval"] = fe(d["eval_n"], d["eval_r"], d["eval_b"], d["eval_s"])
+out["evaluate 1e6 points"] = measure(lambda: fe(d["eval_n"], d["eval_r"], d["eval_b"], d["eval_s"]), 0.5 if quick else 2.0)
+p = d["fit100"]
+res["fit100"] = np.array(fit_perf_params(*p))
+out["fit 100 points"] = measure(lambda: fit_perf_params(*p), 0.5 if quick else 3.0, max_reps=3 if quick else 10)
+if not quick:
+    p = d["fit10k"]
+    t = time.perf_counter(); res["fit10k"] = np.array(fit_perf_params(*p)); out["fit 10k points"] = time.perf_counter() - t
+np.savez(sys.argv[3], **{k: np.asarray(v[0] if isinstance(v, tuple) else v) for k, v in res.items()},
+         **{k + "_bsz": np.asarray(v[1]) for k, v in res.items() if isinstance(v, tuple)})
+import numpy, scipy
+out["_versions"] = "numpy %s, scipy %s, python %s" % (numpy.__version__, scipy.__version__, sys.version.split()[0])
+print(json.dumps(out))
+"""
+
+
+def adaptdl_python() -> str | None:
+    env = os.environ.get("ADAPTDL_PYTHON")
+    if env:
+        return env
+    cand = HERE / ".venv-adaptdl" / "bin" / "python"
+    return str(cand) if cand.exists() else None
+
+
+def run_adaptdl(data: dict, quick: bool) -> tuple[dict, dict, str]:
+    py = adaptdl_python()
+    if py is None:
+        return {}, {}, "AdaptDL: n/a (run benchmarks/adaptdl_venv.sh to build benchmarks/.venv-adaptdl)"
+    with tempfile.TemporaryDirectory() as tmp:
+        inp = os.path.join(tmp, "in.npz")
+        outp = os.path.join(tmp, "out.npz")
+        np.savez(inp, **{k: v for k, v in data.items() if k != "batched"})
+        cfg = dict(quick=quick, perf=list(PERF), grad=list(GRAD), scalar=SCALAR_ARGS, sweep=SWEEP_ARGS)
+        proc = subprocess.run(
+            [py, "-c", ADAPTDL_SCRIPT, inp, json.dumps(cfg), outp], capture_output=True, text=True, timeout=3600
+        )
+        if proc.returncode != 0:
+            return {}, {}, f"AdaptDL: n/a (subprocess failed: {proc.stderr.strip().splitlines()[-1:]})"
+        times = json.loads(proc.stdout.strip().splitlines()[-1])
+        results = dict(np.load(outp))
+    return times, results, "AdaptDL 0.2.11: " + times.pop("_versions")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="few repeats; skip AdaptDL's 10k-point fit")
+    args = ap.parse_args(argv)
+    quick = args.quick
+    mt = 0.2 if quick else 1.0
+    data = make_data(quick)
+
+    jx, comp, npref, checks = {}, {}, {}, {}
+    fn = GoodputFunction(PERF, GRAD, 128)
+
+    # optimize sweep
+    sweep = lambda: fn.optimize(data["sweep_n"], data["sweep_r"], **SWEEP_ARGS)  # noqa: E731
+    c = first_call(sweep)
+    jx[ROWS[0][0]] = measure(sweep, mt)
+    comp[ROWS[0][0]] = c - jx[ROWS[0][0]]
+    sa = SWEEP_ARGS
+    npref[ROWS[0][0]] = measure(
+        lambda: ref.optimize(PERF, GRAD, 128, data["sweep_n"], data["sweep_r"], sa["max_batch_size"], sa["atomic_bsz_range"], True), mt
+    )
+    sweep_out = sweep()
+
+    # scalar optimize
+    scalar = lambda: fn.optimize(2, 8, **SCALAR_ARGS)  # noqa: E731
+    c = first_call(scalar)
+    jx[ROWS[1][0]] = measure(scalar, mt, inner=50)
+    comp[ROWS[1][0]] = c - jx[ROWS[1][0]]
+    s = SCALAR_ARGS
+    npref[ROWS[1][0]] = measure(lambda: ref.optimize(PERF, GRAD, 128, 2, 8, s["max_batch_size"], s["atomic_bsz_range"], True), mt, inner=20)
+    scalar_out = scalar()
+
+    # evaluate 1e6
+    fe = GoodputFunction(PERF, GRAD, 16)
+    ev = lambda: fe(data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"])  # noqa: E731
+    c = first_call(ev)
+    jx[ROWS[2][0]] = measure(ev, mt)
+    comp[ROWS[2][0]] = c - jx[ROWS[2][0]]
+    npref[ROWS[2][0]] = measure(lambda: ref.goodput(PERF, GRAD, 16, data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"]), mt)
+    eval_out = ev()
+    checks[ROWS[2][0]] = "max rel diff vs numpy %.1e" % np.max(
+        np.abs(eval_out / ref.goodput(PERF, GRAD, 16, data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"]) - 1)
+    )
+
+    # fits
+    fit_out = {}
+    for row, key in ((ROWS[3][0], "fit100"), (ROWS[4][0], "fit10k")):
+        p = data[key]
+        f = lambda p=p: fit_perf_params(*p)  # noqa: E731
+        c = first_call(f)
+        jx[row] = measure(f, mt, max_reps=20)
+        comp[row] = c - jx[row]
+        npref[row] = measure(lambda p=p: ref.fit(*p), mt, max_reps=3)
+        fit_out[key] = f()
+        checks[row] = "loss / scipy loss %.4f" % (ref.fit_loss(fit_out[key], *p) / ref.fit_loss(ref.fit(*p), *p))
+
+    # batched fit
+    bt = data["batched"]
+    row = ROWS[5][0]
+    fb = lambda: fit_perf_params_batched(*bt)  # noqa: E731
+    c = first_call(fb)
+    jx[row] = measure(fb, mt, max_reps=20)
+    comp[row] = c - jx[row]
+    npref[row] = measure(lambda: [ref.fit(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=1)
+    loop = measure(lambda: [fit_perf_params(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=3)
+    out_b = fb()
+    worst = max(
+        ref.fit_loss([x[j] for x in out_b], *bt[:, j]) / ref.fit_loss(fit_perf_params(*bt[:, j]), *bt[:, j])
+        for j in range(bt.shape[1])
+    )
+    checks[row] = "%.1fx vs JAX loop of single fits; worst loss ratio %.4f" % (loop / jx[row], worst)
+
+    ad_times, ad_res, ad_note = run_adaptdl(data, quick)
+    if ad_res:
+        g = ad_res["sweep"]
+        checks[ROWS[0][0]] = "vs AdaptDL: max rel goodput diff %.1e, atomic_bsz equal %.1f%%" % (
+            np.max(np.abs(sweep_out[0] / np.where(g > 0, g, 1) - (g > 0))),
+            100 * np.mean(sweep_out[1] == ad_res["sweep_bsz"]),
+        )
+        a = ad_res["scalar"]
+        checks[ROWS[1][0]] = "vs AdaptDL: (%.2f, %d, %d) vs (%.2f, %d, %d)" % (*scalar_out, a[0], int(a[1]), int(a[2]))
+    else:
+        checks.setdefault(ROWS[0][0], "")
+        checks.setdefault(ROWS[1][0], "")
+
+    def fmt(t):
+        if t is None:
+            return "n/a"
+        if t < 1e-3:
+            return "%.1f us" % (t * 1e6)
+        if t < 1:
+            return "%.2f ms" % (t * 1e3)
+        return "%.2f s" % t
+
+    dev = jax.devices()[0]
+    print(f"# goodput_jax model benchmark ({'quick' if quick else 'full'})")
+    print(f"# device: {dev.platform} {getattr(dev, 'device_kind', '')} x{jax.device_count()}; cpu: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
+    print(f"# jax {jax.__version__}, numpy {np.__version__}, python {platform.python_version()}; {ad_note}")
+    header = ["benchmark", "target", "JAX warm", "compile", "numpy ref", "np/JAX", "AdaptDL", "AdaptDL/JAX", "target x", "met", "check"]
+    rows = []
+    for name, target, target_x in ROWS:
+        t = jx[name]
+        ad = ad_times.get(name)
+        ratio = None if ad is None else ad / t
+        met_t = t < target
+        met_x = True if target_x is None or ratio is None else ratio >= target_x
+        met = ("yes" if met_t and met_x else "NO") + ("" if target_x is None or ratio is not None else " (x: n/a)")
+        rows.append([
+            name, "< " + fmt(target), fmt(t), fmt(max(comp[name], 0.0)), fmt(npref[name]), "%.1fx" % (npref[name] / t),
+            fmt(ad), "n/a" if ratio is None else "%.0fx" % ratio, "-" if target_x is None else ">= %dx" % target_x, met,
+            checks.get(name, ""),
+        ])
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+
+
+if __name__ == "__main__":
+    main()
