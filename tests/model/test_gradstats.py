@@ -410,3 +410,26 @@ def test_shard_map_preconditioned_agrees_with_microbatch(mlp_problem):
     np.testing.assert_allclose([sq.local_sqr, sq.total_sqr], [ref.local_sqr, ref.total_sqr],
                                rtol=1e-5)
     assert bool(sq.valid)
+
+
+def test_jitted_step_traces_once_and_matches_eager(mlp_problem):
+    params, batch = mlp_problem
+    tx = optax.chain(gs.gradient_noise_scale(4), optax.sgd(0.01))
+    traces = []
+
+    def step(p, st, b):
+        traces.append(1)
+        _, g, sq = gs.microbatch_grads(mlp_loss, p, b, 4)
+        u, st = tx.update(g, st, p, grad_sqnorms=sq)
+        return optax.apply_updates(p, u), st
+
+    jstep = jax.jit(step)
+    p, st = params, tx.init(params)
+    pe, ste = params, tx.init(params)
+    for _ in range(3):
+        p, st = jstep(p, st, batch)
+    pe, ste = step(pe, ste, batch)
+    assert len(traces) == 2  # one trace for the jitted step, one eager call
+    st1 = jax.jit(step)(params, tx.init(params), batch)[1]
+    np.testing.assert_allclose(gs.get_grad_params(st1), gs.get_grad_params(ste), rtol=1e-5)
+    assert int(gs.get_grad_stats(st).count) == 3
