@@ -225,12 +225,15 @@ _MEMORY = 6
 def _solve_plbfgs(loss, u0, free):
     """L-BFGS with a parallel (vectorised) line search; no nested loops.
 
-    Each iteration takes the L-BFGS two-loop direction (memory
-    ``_MEMORY``), evaluates the loss at all step sizes in ``_LS_STEPS`` at once
-    and keeps the best one if it lowers the loss. Without a decrease the memory
-    is cleared (steepest descent next); two such stalls in a row, or
-    ``FIT_MAX_ITERS`` iterations, stop the loop. The body is straight-line
-    code over small arrays, so ``vmap`` over jobs costs about one job's ops.
+    Each iteration evaluates the gradient at the current point (the only
+    gradient site, so it is compiled once), folds the last step into the
+    curvature memory (``_MEMORY`` pairs), takes the two-loop direction,
+    evaluates the loss at all step sizes in ``_LS_STEPS`` at once and moves to
+    the best one if it lowers the loss. Without a decrease the memory is
+    cleared (steepest descent next). Three iterations in a row with less than
+    ``ftol`` relative progress, or ``FIT_MAX_ITERS`` iterations, stop the loop.
+    The body is straight-line code over small arrays, so ``vmap`` over jobs
+    costs about one job's ops.
     """
     dt = u0.dtype
     k = u0.shape[0]
@@ -240,24 +243,16 @@ def _solve_plbfgs(loss, u0, free):
     value_and_grad = jax.value_and_grad(loss)
     batched_loss = jax.vmap(loss)
 
-    def masked_grad(u):
-        f, g = value_and_grad(u)
-        return f, jnp.where(free, g, 0.0)
-
     def direction(g, mem_s, mem_y, valid):
         # Two-loop recursion; memory slot m-1 is the newest.
         q = g
-        alphas = []
-        rhos = []
+        alphas = [None] * m
+        rhos = [None] * m
         for i in reversed(range(m)):
             sy = jnp.dot(mem_s[i], mem_y[i])
-            rho = jnp.where(valid[i], 1.0 / jnp.where(valid[i], sy, 1.0), 0.0)
-            a = rho * jnp.dot(mem_s[i], q)
-            q = q - a * mem_y[i]
-            alphas.append(a)
-            rhos.append(rho)
-        alphas = alphas[::-1]
-        rhos = rhos[::-1]
+            rhos[i] = jnp.where(valid[i], 1.0 / jnp.where(valid[i], sy, 1.0), 0.0)
+            alphas[i] = rhos[i] * jnp.dot(mem_s[i], q)
+            q = q - alphas[i] * mem_y[i]
         yy = jnp.dot(mem_y[m - 1], mem_y[m - 1])
         sy = jnp.dot(mem_s[m - 1], mem_y[m - 1])
         gnorm = jnp.sqrt(jnp.dot(g, g))
@@ -270,7 +265,18 @@ def _solve_plbfgs(loss, u0, free):
         return -jnp.where(free, r, 0.0)
 
     def body(carry):
-        it, stall, u, f, g, mem_s, mem_y, valid = carry
+        it, stall, u, s_prev, g_prev, moved, progressed, mem_s, mem_y, valid = carry
+        f, g = value_and_grad(u)
+        g = jnp.where(free, g, 0.0)
+        # Fold the previous step (if it moved) into the memory; forget the
+        # memory after a failed line search.
+        y_prev = g - g_prev
+        curv = moved & (jnp.dot(s_prev, y_prev) > 1e-10 * jnp.dot(y_prev, y_prev))
+        shift = lambda mem, v: jnp.concatenate([mem[1:], v[None]], axis=0)  # noqa: E731
+        mem_s = jnp.where(curv, shift(mem_s, s_prev), mem_s)
+        mem_y = jnp.where(curv, shift(mem_y, y_prev), mem_y)
+        valid = jnp.where(curv, jnp.concatenate([valid[1:], jnp.ones((1,), bool)]), valid) & (moved | (it == 0))
+        stall = jnp.where(progressed, 0, stall + 1)
         d = direction(g, mem_s, mem_y, valid)
         cand = u[None, :] + steps[:, None] * d[None, :]
         fc = batched_loss(cand)
@@ -278,29 +284,17 @@ def _solve_plbfgs(loss, u0, free):
         best = jnp.argmin(fc)
         ok = fc[best] < f
         u_new = jnp.where(ok, cand[best], u)
-        f_new, g_new = masked_grad(u_new)
-        s_vec = u_new - u
-        y_vec = g_new - g
-        curv = ok & (jnp.dot(s_vec, y_vec) > 1e-10 * jnp.dot(y_vec, y_vec))
-        shift = lambda mem, v: jnp.concatenate([mem[1:], v[None]], axis=0)  # noqa: E731
-        mem_s = jnp.where(curv, shift(mem_s, s_vec), mem_s)
-        mem_y = jnp.where(curv, shift(mem_y, y_vec), mem_y)
-        valid = jnp.where(curv, jnp.concatenate([valid[1:], jnp.ones((1,), bool)]), valid)
-        valid = valid & ok  # no progress: forget the curvature, go steepest
-        f_new = jnp.where(ok, f_new, f)
-        g_new = jnp.where(ok, g_new, g)
-        # Progress below ftol (relative) counts as a stall too.
-        small = (f - f_new) <= ftol * jnp.abs(f)
-        stall = jnp.where(ok & ~small, 0, stall + 1)
-        return it + 1, stall, u_new, f_new, g_new, mem_s, mem_y, valid
+        progressed = ok & ((f - fc[best]) > ftol * jnp.abs(f))
+        return it + 1, stall, u_new, u_new - u, g, ok, progressed, mem_s, mem_y, valid
 
     def keep_going(carry):
-        it, stall = carry[0], carry[1]
-        return (it < FIT_MAX_ITERS) & (stall < 3)
+        it, stall, progressed = carry[0], carry[1], carry[6]
+        return (it < FIT_MAX_ITERS) & ((stall < 2) | progressed)
 
-    f0, g0 = masked_grad(u0)
     zeros = jnp.zeros((m, k), dt)
-    init = (jnp.int32(0), jnp.int32(0), u0, f0, g0, zeros, zeros, jnp.zeros((m,), bool))
+    vec = jnp.zeros((k,), dt)
+    false = jnp.asarray(False)
+    init = (jnp.int32(0), jnp.int32(0), u0, vec, vec, false, jnp.asarray(True), zeros, zeros, jnp.zeros((m,), bool))
     out = jax.lax.while_loop(keep_going, body, init)
     return out[2]
 
