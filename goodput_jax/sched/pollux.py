@@ -36,8 +36,9 @@ are padded to power-of-two buckets, so a changing job count does not
 recompile.
 
 Autoscaling (``desired_nodes``) is computed separately from the search: a
-greedy allocation on the real nodes followed by ``max(N, 1)`` copies of
-``node_template`` gives the best allocation for every cluster size ``m``;
+greedy allocation on the real nodes followed by ``max(N, T)`` copies of
+``node_template`` (``T``: template nodes that would hold every job at its
+``max_replicas``, at most 16) gives the best allocation for every cluster size ``m``;
 cluster utility is total speedup per accelerator.  If the current cluster's
 utility is inside ``[0.35, 0.65]`` the size is kept, otherwise the answer is
 the largest size that still improves the objective and keeps utility at or
@@ -259,8 +260,7 @@ def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_st
         single = same_any | jnp.any(new_ok, axis=1)
         # A waiting job whose min_replicas fit on no single node may start spread
         # over nodes that hold no distributed job (first fit).
-        spread_ok = (fit_free >= 1) & (other.sum(axis=0) + dist.sum(axis=0) == 0)[None, :] \
-            & node_mask[None, :]
+        spread_ok = (fit_free >= 1) & (dist.sum(axis=0) == 0)[None, :] & node_mask[None, :]
         spread_free = jnp.where(spread_ok, fit_free, 0)
         spread = (replicas == 0) & ~single & (start > 1) & (spread_free.sum(axis=1) >= start)
         ok = (single | spread) & ~a["pinned"] & a["valid_job"]
@@ -790,11 +790,24 @@ class PolluxPolicy:
             out.append(state)
         return out
 
+    @staticmethod
+    def _template_nodes_needed(jobs, node_template: NodeInfo) -> int:
+        """Template nodes that would hold every job at max_replicas, one job per node
+        group (an upper bound), capped at 16."""
+        needed = 0
+        for job in jobs.values():
+            per_node = min((node_template.resources.get(name, 0) / amount + _TOL) // 1
+                           for name, amount in job.resources.items() if amount > 0) \
+                if any(v > 0 for v in job.resources.values()) else job.max_replicas
+            if per_node >= 1:
+                needed += math.ceil(job.max_replicas / per_node)
+        return int(min(max(needed, 1), 16))
+
     def _desired_nodes(self, jobs, nodes, node_template, base_allocations, utility: float,
                        n_nodes: int) -> int:
         if n_nodes > 0 and self.min_util <= utility <= self.max_util:
             return n_nodes
-        extra = max(n_nodes, 1)
+        extra = max(n_nodes, self._template_nodes_needed(jobs, node_template))
         arrays, meta = self._build(jobs, nodes, node_template, base_allocations,
                                    extra_template=extra)
         # Size the cluster for the steady state: no restart penalties here.
