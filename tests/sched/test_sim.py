@@ -16,9 +16,14 @@ import numpy as np
 import pytest
 
 from goodput_jax.sched.sim import apps as apps_mod
-from goodput_jax.sched.sim.apps import (Application, canonical_placement, find_traces_dir,
-                                        find_workload, load_applications)
-from goodput_jax.sched.sim.cluster import (Cluster, load_workload, make_jobs, simulate)
+from goodput_jax.sched.sim.apps import (
+    Application,
+    canonical_placement,
+    find_traces_dir,
+    find_workload,
+    load_applications,
+)
+from goodput_jax.sched.sim.cluster import Cluster, load_workload, make_jobs, simulate
 from goodput_jax.sched.sim.job import SimJob, fixed_batch_config, placement_of
 from goodput_jax.sched.sim.policies import OptimusPolicy, TiresiasPolicy, place_replicas
 
@@ -128,11 +133,20 @@ def test_throughput_nd_interpolation(apps):
     hi = app.get_throughput((1,) * 6, 8)[0]
     mid = app.get_throughput((1,) * 5, 8)[0]
     assert min(lo, hi) <= mid <= max(lo, hi)
-    # Every placement the cluster can produce has a finite, positive answer.
-    for nodes in (5, 9, 16):
-        for per_node in (1, 4):
-            st, sy = app.get_throughput((per_node,) * nodes, 6)
-            assert math.isfinite(st) and st > sy >= 0
+    # Every configuration the simulator can run (total batch <= the application's maximum)
+    # lies inside the measurements' hull: finite, positive, and no nearest-point fallback.
+    for name in ("bert", "cifar10", "ncf"):
+        a = apps[name]
+        before = a.nd_fallbacks
+        for nodes in (5, 7, 9, 12, 16):
+            for per_node in (1, 2, 4):
+                r = nodes * per_node
+                for b in np.linspace(a.min_local_bsz, a.max_batch_size / r, 4):
+                    if b < a.min_local_bsz or b > a.max_local_bsz:
+                        continue
+                    st, sy = a.get_throughput((per_node,) * nodes, float(b))
+                    assert math.isfinite(st) and st > sy >= 0
+        assert a.nd_fallbacks == before
 
 
 def test_iterations_and_grad_stats_interpolation(apps):
@@ -180,7 +194,7 @@ def test_job_advance_goodput_restart_and_epochs(apps):
     res = job.advance(20.0, 0.0)  # all within the 30 s restart delay
     assert job.progress == 0.0 and res.remaining == 0.0 and job.rescale_time == 10.0
     res = job.advance(40.0, 20.0)
-    step, sync = app.get_throughput((2,), 256)
+    step, _ = app.get_throughput((2,), 256)
     sqr, var = app.get_grad_stats(512, 0)
     scale = 512 / 128
     goodput = (var + sqr) / (var / scale + sqr) / step

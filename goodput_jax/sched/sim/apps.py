@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -198,12 +198,13 @@ class Application:
     _tput_cache: dict = field(default_factory=dict, repr=False)
     _stats_cache: dict = field(default_factory=dict, repr=False)
     _nd_interp: object = field(default=None, repr=False)
+    nd_fallbacks: int = 0  # queries outside the measured hull (r * b > max batch size, ...)
 
     @classmethod
     def from_dir(cls, trace_dir: str | os.PathLike[str], *, max_epochs: int,
                  init_batch_size: int | None = None, max_batch_size: int | None = None,
                  min_local_bsz: int | None = None,
-                 max_local_bsz: int | None = None) -> "Application":
+                 max_local_bsz: int | None = None) -> Application:
         """Load one application's CSV traces.
 
         Example:
@@ -273,7 +274,7 @@ class Application:
         """Progress at which a job finishes (end of its last epoch)."""
         return self.get_progress(self.max_epochs)
 
-    def get_completion_epoch(self, batch_size: float) -> int:  # noqa: ARG002 - same for all bsz
+    def get_completion_epoch(self, batch_size: float) -> int:
         """Epoch count after which a job finishes (the authors' rule: ``max_epochs``)."""
         return self.max_epochs
 
@@ -334,8 +335,10 @@ class Application:
             self._nd_interp = LinearNDInterpolator(self.nd_points, self.nd_values)
         out = np.asarray(self._nd_interp([[num_nodes, num_replicas, local_bsz]]))[0]
         if not np.all(np.isfinite(out)):
-            # Outside the convex hull of the measurements: use the nearest measured
-            # (nodes, replicas) group and interpolate over bsz there.
+            # Outside the convex hull of the measurements (only configurations whose total
+            # batch exceeds the application's maximum, which the simulator never runs):
+            # use the nearest measured (nodes, replicas) group, linear over bsz there.
+            self.nd_fallbacks += 1
             d = (np.abs(self.nd_points[:, 0] - num_nodes) * 1000
                  + np.abs(self.nd_points[:, 1] - num_replicas))
             sel = d == d.min()

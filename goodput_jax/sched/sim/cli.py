@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from goodput_jax.sched.sim.apps import find_traces_dir, find_workload, load_applications
 from goodput_jax.sched.sim.cluster import SimResult
 from goodput_jax.sched.sim.runner import POLICIES, PUBLISHED_REDUCTION, ProgressBar, run_workload
 
-__all__ = ["main", "format_table"]
+__all__ = ["format_table", "main"]
 
 
 def _stem(path: Path) -> str:
@@ -67,7 +68,7 @@ def _load_others(out: Path, stem: str, policy: str) -> list[SimResult]:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:8.0f}" if x == x else "     n/a"
+    return f"{x:8.0f}" if math.isfinite(x) else "     n/a"
 
 
 def format_table(results: dict[str, dict[str, SimResult]]) -> str:
@@ -86,9 +87,9 @@ def format_table(results: dict[str, dict[str, SimResult]]) -> str:
         cells = []
         for base in ("optimus", "tiresias"):
             r = 1.0 - avg["pollux"] / avg[base]
-            if r == r:
+            if math.isfinite(r):
                 reds[base].append(r)
-            cells.append(f"{100 * r:5.1f}%" if r == r else "n/a")
+            cells.append(f"{100 * r:5.1f}%" if math.isfinite(r) else "n/a")
         lines.append(f"| {w} | {_fmt(avg['pollux'])} | {_fmt(avg['optimus'])} | "
                      f"{_fmt(avg['tiresias'])} | {cells[0]} | {cells[1]} |")
     if results:
@@ -110,8 +111,8 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     apps = load_applications(args.traces)
-    common = dict(apps=apps, traces=args.traces, interval=args.interval,
-                  interference=args.interference, seed=args.seed, max_jobs=args.max_jobs)
+    common = {"apps": apps, "traces": args.traces, "interval": args.interval,
+              "interference": args.interference, "seed": args.seed, "max_jobs": args.max_jobs}
     show = not args.no_progress
     if args.all:
         root = find_traces_dir(args.traces).parent

@@ -25,13 +25,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Protocol, Sequence, TextIO
+from typing import Protocol, TextIO
 
 import numpy as np
 
@@ -135,6 +137,7 @@ class SimResult:
     log_path: str | None = None
     policy_time: float = 0.0
     model_time: float = 0.0
+    cpu_time: float = 0.0  # process CPU time (all threads) of the run
 
     @property
     def avg_jct(self) -> float:
@@ -149,7 +152,8 @@ class SimResult:
         return {"policy": self.policy, "workload": self.workload, "jobs": len(self.jcts),
                 "unfinished": len(self.unfinished), "avg_jct": self.avg_jct,
                 "p99_jct": self.p99_jct, "makespan": self.makespan,
-                "wall_time": self.wall_time, "policy_time": self.policy_time,
+                "wall_time": self.wall_time, "cpu_time": self.cpu_time,
+                "policy_time": self.policy_time,
                 "model_time": self.model_time, "intervals": self.num_intervals}
 
 
@@ -325,12 +329,12 @@ def simulate(jobs: Sequence[SimJob], policy, *, model: AdaptiveModel | None = No
     """
     if not jobs:
         raise ValueError("jobs is empty")
-    start = time.perf_counter()
-    f = None
-    if log_path is not None:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        f = open(log_path, "w")
-    try:
+    start, cpu_start = time.perf_counter(), time.process_time()
+    with contextlib.ExitStack() as stack:
+        f = None
+        if log_path is not None:
+            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            f = stack.enter_context(open(log_path, "w"))
         cluster = Cluster(jobs, policy, num_nodes=num_nodes, gpus_per_node=gpus_per_node,
                           interval=interval, interference=interference, model=model, log=f)
         while not cluster.done and cluster.time < max_time:
@@ -338,9 +342,6 @@ def simulate(jobs: Sequence[SimJob], policy, *, model: AdaptiveModel | None = No
             if progress is not None:
                 progress(sum(j.completion_time is not None for j in jobs), len(jobs),
                          cluster.time)
-    finally:
-        if f is not None:
-            f.close()
     jcts = {j.name: j.completion_time - j.submission_time for j in jobs
             if j.completion_time is not None}
     unfinished = [j.name for j in jobs if j.completion_time is None]
@@ -350,4 +351,5 @@ def simulate(jobs: Sequence[SimJob], policy, *, model: AdaptiveModel | None = No
                      jcts=jcts, unfinished=unfinished, end_time=cluster.time, makespan=makespan,
                      wall_time=time.perf_counter() - start, num_intervals=cluster.num_intervals,
                      timeline=cluster.timeline, log_path=str(log_path) if log_path else None,
-                     policy_time=cluster.policy_time, model_time=cluster.model_time)
+                     policy_time=cluster.policy_time, model_time=cluster.model_time,
+                     cpu_time=time.process_time() - cpu_start)

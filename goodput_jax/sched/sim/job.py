@@ -26,8 +26,8 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from goodput_jax.sched.sim.apps import Application
 
@@ -37,7 +37,7 @@ RESTART_DELAY = 30.0
 
 
 def _ceil(x: float) -> int:
-    return int(math.ceil(x - 1e-8))
+    return math.ceil(x - 1e-8)
 
 
 def fixed_batch_config(app: Application, num_replicas: int, batch_size: int) -> tuple[int, int]:

@@ -29,7 +29,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from goodput_jax.sched.sim.job import SimJob, fixed_batch_config
 

@@ -28,7 +28,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -197,7 +198,7 @@ class PolluxModel:
         J, R = TABLE_CHUNK, MAX_REPLICAS
         N = min(max_nodes, R)
         perf, grad, m0, max_bs, lo, hi = self._params([t[1] for t in todo], J)
-        col = lambda x: jnp.asarray(x).reshape(J, 1, 1)  # noqa: E731
+        col = lambda x: jnp.asarray(x).reshape(J, 1, 1)
         perf = PerfParams(*(col(x) for x in perf))
         grad = GradParams(col(grad.sqr), col(grad.var))
         n = np.arange(N + 1, dtype=np.float64).reshape(1, N + 1, 1)
@@ -240,7 +241,7 @@ class PolluxAdapter:
             """The simulated cluster never scales: skip the desired-nodes computation."""
 
             def _desired_nodes(self, jobs, nodes, node_template, base_allocations, utility,
-                               n_nodes):  # noqa: D102
+                               n_nodes):
                 return n_nodes
 
         self.model = model

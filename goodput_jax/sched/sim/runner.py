@@ -12,14 +12,20 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from goodput_jax.sched.sim.apps import Application, find_workload, load_applications
 from goodput_jax.sched.sim.cluster import SimResult, load_workload, make_jobs, simulate
 
-__all__ = ["POLICIES", "PUBLISHED_WORKLOAD6", "PUBLISHED_REDUCTION", "ProgressBar",
-           "make_policy", "run_workload"]
+__all__ = [
+    "POLICIES",
+    "PUBLISHED_REDUCTION",
+    "PUBLISHED_WORKLOAD6",
+    "ProgressBar",
+    "make_policy",
+    "run_workload",
+]
 
 POLICIES = ("pollux", "optimus", "tiresias")
 
