@@ -35,14 +35,16 @@ population, so the result is never worse than any of them.  Jobs and nodes
 are padded to power-of-two buckets, so a changing job count does not
 recompile.
 
-Autoscaling (``desired_nodes``) is computed separately from the search: a
-greedy allocation on the real nodes followed by ``max(N, T)`` copies of
+Autoscaling (``desired_nodes``) is computed separately from the search, by a
+greedy allocation whose history gives an allocation for every cluster size
+``m``; cluster utility is total speedup per accelerator.  If the current
+cluster's utility is inside ``[0.35, 0.65]`` the size is kept.  Above the
+band, the chosen allocation is grown greedily onto ``max(N, T)`` copies of
 ``node_template`` (``T``: template nodes that would hold every job at its
-``max_replicas``, at most 16) gives the best allocation for every cluster size ``m``;
-cluster utility is total speedup per accelerator.  If the current cluster's
-utility is inside ``[0.35, 0.65]`` the size is kept, otherwise the answer is
-the largest size that still improves the objective and keeps utility at or
-above the 0.5 midpoint.
+``max_replicas``, at most 16); below it, the real nodes are refilled from
+scratch in order.  The answer is the largest size that still improves the
+objective with utility at or above the 0.5 midpoint (growing: else ``N``;
+shrinking: else the smallest useful size).
 
 Example:
     >>> from datetime import datetime
@@ -761,6 +763,7 @@ class PolluxPolicy:
         total_speedup = float(np.asarray(speedup).sum())
         accel_real = float(meta["accel"][:n_nodes].sum())
         utility = total_speedup / accel_real if accel_real > 0 else 0.0
+        self._last_best = (meta["job_keys"], meta["node_keys"], best)
         desired = self._desired_nodes(jobs, nodes, node_template, base_allocations, utility,
                                       n_nodes)
         seed_fit = np.asarray(seed_fit)
@@ -807,14 +810,22 @@ class PolluxPolicy:
                        n_nodes: int) -> int:
         if n_nodes > 0 and self.min_util <= utility <= self.max_util:
             return n_nodes
-        extra = max(n_nodes, self._template_nodes_needed(jobs, node_template))
+        grow = n_nodes == 0 or utility > self.max_util
+        # Growing: the current allocation plus template nodes; shrinking: the real
+        # nodes alone, filled greedily from the pinned jobs.
+        extra = max(n_nodes, self._template_nodes_needed(jobs, node_template)) if grow else 0
         arrays, meta = self._build(jobs, nodes, node_template, base_allocations,
                                    extra_template=extra)
         # Size the cluster for the steady state: no restart penalties here.
         arrays["factor"] = np.ones_like(arrays["factor"])
-        pinned_only = np.where(arrays["pinned"][:, None], arrays["base"], 0)
+        start_state = np.where(arrays["pinned"][:, None], arrays["base"], 0)
+        last = getattr(self, "_last_best", None)
+        if grow and last is not None and last[0] == meta["job_keys"] and last[1] == meta["node_keys"]:
+            start_state = np.zeros_like(start_state)
+            best = last[2]
+            start_state[:best.shape[0], :n_nodes] = best[:start_state.shape[0], :n_nodes]
         steps = self._greedy_steps(arrays, meta)
-        count, hist, start = _autoscale_curve(arrays, pinned_only, p=self.p, greedy_steps=steps)
+        count, hist, start = _autoscale_curve(arrays, start_state, p=self.p, greedy_steps=steps)
         count = int(count)
         prefix = np.concatenate([[int(start[0])], np.asarray(hist[0])[:count]])
         speed = np.concatenate([[float(start[1])], np.asarray(hist[1])[:count]])
@@ -837,6 +848,8 @@ class PolluxPolicy:
         good = [m for m, u in front if u >= target]
         if good:
             return int(max(good))
+        if grow and n_nodes > 0:
+            return n_nodes  # one more node would already fall below the target
         if front:
             return int(min(m for m, _ in front))
         return max(int(prefix[0]), 1)
