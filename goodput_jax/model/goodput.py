@@ -68,7 +68,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from goodput_jax.model.perf import predict_accum_time, predict_network_time, _log_optim_from_parts
+from goodput_jax.model.perf import _optim_from_parts, predict_accum_time, predict_network_time
 from goodput_jax.model.types import GradParams, PerfParams
 
 __all__ = [
@@ -123,7 +123,7 @@ def throughput_fn(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bs
     s = jnp.asarray(accum_steps, dt)
     accum = predict_accum_time(perf, b)
     network = predict_network_time(perf, num_nodes, r)
-    optim = jnp.exp(_log_optim_from_parts(perf.gamma, accum, network))
+    optim = _optim_from_parts(perf.gamma, accum, network)
     return r * b * (s + 1.0) / (s * accum + optim)
 
 
