@@ -219,9 +219,15 @@ def optimize_fn(
     shape = jnp.broadcast_shapes(
         *(jnp.shape(x) for x in (*perf, *grad, m0, n, r, max_bs, min_atomic, max_atomic))
     )
-    t = jnp.linspace(0.0, 1.0, NUM_CANDIDATES, dtype=dt).reshape((NUM_CANDIDATES,) + (1,) * len(shape))
+    # Candidates live on a new trailing (minor) axis: the argmax is then a
+    # contiguous row reduction. Every input gets a trailing unit axis.
+    ex = lambda x: jnp.reshape(x, jnp.shape(x) + (1,))  # noqa: E731
+    perf = type(perf)(*(ex(x) for x in perf))
+    grad = type(grad)(*(ex(x) for x in grad))
+    m0, n, r, max_bs, min_atomic, max_atomic = (ex(x) for x in (m0, n, r, max_bs, min_atomic, max_atomic))
+    t = jnp.linspace(0.0, 1.0, NUM_CANDIDATES, dtype=dt)
     min_bs = jnp.maximum(m0, min_atomic * r)
-    batch = min_bs * (max_bs / min_bs) ** t  # [C, *shape], geometric, first == min_bs
+    batch = min_bs * (max_bs / min_bs) ** t  # [*shape, C], geometric, first == min_bs
     batch = jnp.where(t == 1.0, max_bs, batch)  # exact endpoint
     local = batch / r
     if accumulation:
@@ -234,10 +240,10 @@ def optimize_fn(
         atomic = jnp.where(r == 1.0, m0, _ceil_tol(local))
     good = goodput_fn(perf, grad, m0, n, r, atomic, steps)
     good = jnp.where((min_atomic <= atomic) & (atomic <= max_atomic), good, 0.0)
-    full = (NUM_CANDIDATES,) + shape
+    full = shape + (NUM_CANDIDATES,)
     good = jnp.broadcast_to(good, full)
-    idx = jnp.argmax(good, axis=0)[None]
-    pick = lambda x: jnp.take_along_axis(jnp.broadcast_to(x, full), idx, axis=0)[0]  # noqa: E731
+    idx = jnp.argmax(good, axis=-1)[..., None]
+    pick = lambda x: jnp.take_along_axis(jnp.broadcast_to(x, full), idx, axis=-1)[..., 0]  # noqa: E731
     return pick(good), pick(atomic).astype(jnp.int32), pick(steps).astype(jnp.int32)
 
 
