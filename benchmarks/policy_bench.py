@@ -120,7 +120,6 @@ def build_jobs(spec: dict):
     from goodput_jax.sched.speedup import SpeedupFunction
     from goodput_jax.sched.types import JobInfo, NodeInfo
 
-    now_s = NOW.timestamp()
     jobs = {}
     for j in spec["jobs"]:
         fn = GoodputFunction(PerfParams(*PERF), GradParams(j["sqr"], j["var"]), j["init_bsz"])
@@ -130,7 +129,6 @@ def build_jobs(spec: dict):
     nodes = {n["key"]: NodeInfo({GPU: n["gpus"], "pods": 32}, preemptible=False)
              for n in spec["nodes"]}
     template = NodeInfo({GPU: 4, "pods": 32}, preemptible=True)
-    del now_s
     return jobs, nodes, template
 
 
@@ -177,7 +175,7 @@ def main(argv=None) -> None:
     configs = [(16, 4)] if args.quick else [(16, 4), (64, 16), (512, 128)]
     cycles = 1 if args.quick else args.cycles
     evaluator = PolluxPolicy()
-    rows, notes, adaptdl_versions = [], [], None
+    rows, adaptdl_versions = [], None
     for num_jobs, num_nodes in configs:
         spec = workload(num_jobs, num_nodes)
         jobs, nodes, _ = build_jobs(spec)
@@ -219,8 +217,6 @@ def main(argv=None) -> None:
     print("-|-".join("-" * w for w in widths))
     for row in rows:
         print(" | ".join(str(c).ljust(w) for c, w in zip(row, widths)))
-    for note in notes:
-        print(note)
 
 
 if __name__ == "__main__":
