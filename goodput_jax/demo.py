@@ -1,17 +1,35 @@
-"""``goodput-jax demo``: a small real training job with goodput recording.
+"""``goodput-jax demo``: a real Flax training job, measured and modelled end to end.
 
-It trains a 2-layer MLP with optax (plain JAX, data parallel over fake CPU
-devices) on synthetic regression data and records every phase with a
-:class:`GoodputRecorder`:
+It trains a small Flax MLP with optax (Adam) on synthetic regression data,
+data parallel over fake CPU devices (``jax.shard_map``), and wires in the
+whole package:
 
-1. run 1: accelerator init, training prep, compilation, steps with a data
-   loading stall and periodic checkpoints, then a simulated crash (no job end);
-2. run 2 (a new run id): restores the last checkpoint inside training prep,
-   redoes the steps after it (wasted progress) and finishes the job;
-3. prints the goodput report of the job.
+* :class:`~goodput_jax.integrations.hooks.GoodputHooks` records every step
+  through a :class:`GoodputRecorder`, profiles the step time per
+  configuration and refits the Pollux step-time model;
+* the gradient noise statistics come for free inside the jitted step
+  (:func:`~goodput_jax.model.gradstats.data_parallel_grads` +
+  :func:`~goodput_jax.gradient_noise_scale`, Adam-preconditioned);
+* a :class:`GoodputMonitor` uploads goodput, badput and the model read-outs
+  to TensorBoard in the background.
 
-Everything is written inside ``--dir`` (the store ``goodput.db`` and the
-checkpoints under ``checkpoints/``).
+The job has the incidents a real one has:
+
+1. run 1: accelerator init, training prep, compilation, steps with a
+   data-loading stall and periodic checkpoints, then a simulated crash
+   (no job end);
+2. a restart delay (infrastructure recovery);
+3. run 2 (a new run id): restores the last checkpoint inside training prep,
+   compiles a few batch-size / replica configurations (the profiling AdaptDL
+   does), redoes the steps after the checkpoint (wasted progress) and
+   finishes the job;
+4. prints the goodput report, the gradient noise scale and statistical
+   efficiency, the fitted step-time model, the suggested batch size with its
+   predicted speedup, and where to point TensorBoard.
+
+Everything is written inside ``--dir``: the store ``goodput.db``, the
+checkpoints under ``checkpoints/`` and the TensorBoard logs under
+``tensorboard/``.
 
 Example:
     $ goodput-jax demo --dir /tmp/goodput-demo --quick
@@ -21,52 +39,155 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.recorder import GoodputRecorder
 from goodput_jax.measure.report import format_report
 from goodput_jax.measure.stores.sqlite import SQLiteStore
 
+__all__ = ["DemoConfig", "ProgressBar", "configure_devices", "main"]
+
 
 @dataclasses.dataclass(frozen=True)
 class DemoConfig:
-    """Sizes and the simulated incidents of one demo job."""
+    """Sizes and the simulated incidents of one demo job.
 
-    steps: int = 1000
-    crash_at: int = 640  # run 1 dies when it reaches this step
+    Attributes:
+        steps: optimizer steps of the whole job.
+        crash_at: run 1 dies when it reaches this step.
+        checkpoint_every: save a checkpoint after every this many steps.
+        stall_at: run 1 has a data-loading stall at this step.
+        stall_seconds: length of the stall.
+        restart_delay: downtime between the crash and run 2.
+        atomic_bsz: per-device batch size of the default configuration.
+        profile_steps: steps run 2 spends on each extra profiled configuration.
+        extra_configs: how many (replicas, batch size) configurations besides the
+            default one run 2 profiles (each costs one compilation).
+        features, hidden: model sizes.
+        learning_rate: Adam learning rate.
+        noise: label noise of the synthetic data (drives the gradient noise).
+        refit_every: run 2 also refits the model every this many steps after profiling.
+        monitor_interval: seconds between TensorBoard uploads.
+    """
+
+    steps: int = 1200
+    crash_at: int = 500
     checkpoint_every: int = 150
-    stall_at: int = 100  # a data-loading stall at this step
-    stall_seconds: float = 0.5
-    restart_delay: float = 0.5  # downtime between the crash and run 2
-    batch: int = 1024
-    features: int = 64
-    hidden: int = 512
-    learning_rate: float = 1e-2
+    stall_at: int = 120
+    stall_seconds: float = 1.0
+    restart_delay: float = 1.0
+    atomic_bsz: int = 64
+    profile_steps: int = 40
+    extra_configs: int = 3
+    features: int = 32
+    hidden: int = 128
+    learning_rate: float = 3e-3
+    noise: float = 0.5
+    refit_every: int = 300
+    monitor_interval: float = 2.0
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DemoConfig:
-        cfg = cls(steps=40, crash_at=27, checkpoint_every=10, stall_at=5, stall_seconds=0.2,
-                  restart_delay=0.2, batch=64, features=32, hidden=64) if args.quick else cls()
-        if args.steps is not None:
-            if args.steps < 4:
-                raise ValueError(f"--steps ({args.steps}) must be at least 4")
-            s = args.steps
+        """Defaults, ``--quick`` sizes, and ``--steps`` (incidents scale with it)."""
+        if getattr(args, "quick", False):
+            cfg = cls(steps=120, crash_at=70, checkpoint_every=25, stall_at=10, stall_seconds=0.3,
+                      restart_delay=0.3, atomic_bsz=32, profile_steps=8, extra_configs=2, hidden=64,
+                      refit_every=10**9, monitor_interval=1.0)
+        else:
+            cfg = cls()
+        steps = getattr(args, "steps", None)
+        if steps is not None:
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 8:
+                raise ValueError(f"--steps ({steps!r}) must be an integer >= 8")
             cfg = dataclasses.replace(
-                cfg, steps=s, crash_at=max(2, (2 * s) // 3),
-                checkpoint_every=max(1, s // 6), stall_at=min(cfg.stall_at, s // 4))
+                cfg, steps=steps, crash_at=max(3, (5 * steps) // 12),
+                checkpoint_every=max(1, steps // 8), stall_at=max(1, min(cfg.stall_at, steps // 10)),
+                profile_steps=max(3, min(cfg.profile_steps, steps // 30)))
         return cfg
+
+
+# ---------------------------------------------------------------------- progress bar
+class ProgressBar:
+    """A one-line progress bar on a terminal stream (no dependency).
+
+    Redraws at most every ``min_interval`` seconds; does nothing when disabled
+    or when the stream is not a TTY (so logs and tests stay clean).
+
+    Args:
+        total: number of units (steps) of the whole bar.
+        enabled: draw at all.
+        stream: where to draw (default ``sys.stderr``).
+        width: characters of the bar itself.
+
+    Example:
+        >>> bar = ProgressBar(10, enabled=False)
+        >>> bar.update(3, note="loss 0.1"); bar.close()
+        >>> bar.done
+        3
+    """
+
+    def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None,
+                 width: int = 28, min_interval: float = 0.1):
+        self.total = max(1, int(total))
+        self.stream = sys.stderr if stream is None else stream
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = bool(enabled) and callable(isatty) and bool(isatty())
+        self.width = width
+        self.min_interval = min_interval
+        self.done = 0
+        self._last = 0.0
+        self._t0 = time.perf_counter()
+        self._shown = False
+
+    def update(self, n: int = 1, note: str = "", force: bool = False) -> None:
+        """Advance by ``n`` units and redraw (rate-limited) with a short note."""
+        self.done = min(self.total, self.done + int(n))
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if not force and now - self._last < self.min_interval and self.done < self.total:
+            return
+        self._last = now
+        frac = self.done / self.total
+        full = int(frac * self.width)
+        bar = "#" * full + "-" * (self.width - full)
+        line = f"\r[{bar}] {100 * frac:5.1f}% {self.done}/{self.total} {now - self._t0:5.1f}s {note}"
+        self.stream.write(line[:120].ljust(100))
+        self.stream.flush()
+        self._shown = True
+
+    def message(self, text: str) -> None:
+        """Print ``text`` on its own line (to stdout) without garbling the bar."""
+        if self._shown:
+            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.flush()
+        print(text, flush=True)
+        if self._shown:
+            self.update(0, force=True)
+
+    def close(self) -> None:
+        """End the bar's line."""
+        if self.enabled and self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._shown = False
 
 
 # ---------------------------------------------------------------------- JAX setup
 def configure_devices(n: int) -> None:
-    """Ask XLA for ``n`` CPU devices (only effective before JAX initialises)."""
-    if n < 1:
-        raise ValueError(f"--devices ({n}) must be >= 1")
+    """Ask XLA for ``n`` fake CPU devices; only effective before JAX is imported.
+
+    Example:
+        >>> configure_devices(4)  # doctest: +SKIP
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"--devices ({n!r}) must be an integer >= 1")
     if "jax" in sys.modules:
         return
     flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", os.environ.get("XLA_FLAGS", ""))
@@ -74,73 +195,41 @@ def configure_devices(n: int) -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-def init_params(cfg: DemoConfig, seed: int = 0) -> dict:
-    import jax
-    import jax.numpy as jnp
-
-    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
-    return {
-        "w1": jax.random.normal(k1, (cfg.features, cfg.hidden)) / jnp.sqrt(cfg.features),
-        "b1": jnp.zeros((cfg.hidden,)),
-        "w2": jax.random.normal(k2, (cfg.hidden, 1)) / jnp.sqrt(cfg.hidden),
-        "b2": jnp.zeros((1,)),
-    }
-
-
-def make_train_step(optimizer):
-    """A jitted SGD step: (params, opt_state, x, y) -> (params, opt_state, loss)."""
-    import jax
-    import jax.numpy as jnp
-    import optax
-
-    def loss_fn(params, x, y):
-        h = jax.nn.relu(x @ params["w1"] + params["b1"])
-        pred = h @ params["w2"] + params["b2"]
-        return jnp.mean((pred - y) ** 2)
-
-    @jax.jit
-    def train_step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    return train_step
-
-
 class SyntheticData:
-    """Synthetic regression batches ``y = relu(x @ a) @ b + noise``.
+    """Synthetic regression ``y = teacher(x) + noise`` served in slices of a host pool.
 
-    A small pool of host batches is generated up front; ``batch(step)`` picks
-    one and copies it to the devices (the "data loading" of the demo).
+    ``batch(step, size, sharding)`` cuts the next ``size`` samples and copies
+    them to the devices: the demo's "data loading".
     """
 
-    def __init__(self, cfg: DemoConfig, sharding, pool: int = 8):
+    def __init__(self, features: int, noise: float, pool: int = 16384, seed: int = 1234):
         import numpy as np
 
-        self.cfg, self.sharding = cfg, sharding
-        rng = np.random.default_rng(1234)
-        a = rng.normal(size=(cfg.features, 8)).astype("float32")
-        b = rng.normal(size=(8, 1)).astype("float32")
-        self.pool = []
-        for _ in range(pool):
-            x = rng.normal(size=(cfg.batch, cfg.features)).astype("float32")
-            y = (np.maximum(x @ a, 0) @ b + 0.1 * rng.normal(size=(cfg.batch, 1))).astype("float32")
-            self.pool.append((x, y))
+        rng = np.random.default_rng(seed)
+        a = rng.normal(size=(features, 16)).astype("float32") / math.sqrt(features)
+        b = rng.normal(size=(16, 1)).astype("float32")
+        self.x = rng.normal(size=(pool, features)).astype("float32")
+        clean = np.tanh(self.x @ a) @ b
+        self.y = (clean + noise * rng.normal(size=(pool, 1))).astype("float32")
 
-    def batch(self, step: int):
+    def batch(self, step: int, size: int, sharding: Any) -> dict:
         import jax
 
-        x, y = self.pool[step % len(self.pool)]
-        return jax.device_put(x, self.sharding), jax.device_put(y, self.sharding)
+        n = self.x.shape[0]
+        if size > n:
+            raise ValueError(f"batch size ({size}) exceeds the data pool ({n})")
+        start = (step * size) % (n - size + 1)
+        return jax.device_put({"x": self.x[start:start + size], "y": self.y[start:start + size]},
+                              sharding)
 
 
 # ---------------------------------------------------------------------- checkpoints
-def save_checkpoint(ckpt_dir: str, step: int, params: dict, opt_state: Any) -> str:
-    """Save params and optimizer state after ``step`` as one .npz file."""
+def save_checkpoint(ckpt_dir: str, step: int, state: Any) -> str:
+    """Save a pytree after ``step`` as one .npz file (atomic rename)."""
     import jax
     import numpy as np
 
-    leaves = jax.tree_util.tree_leaves((params, opt_state))
+    leaves = jax.tree_util.tree_leaves(state)
     path = os.path.join(ckpt_dir, f"step_{step:06d}.npz")
     tmp = path + ".tmp.npz"
     np.savez(tmp, *[np.asarray(x) for x in leaves])
@@ -149,13 +238,14 @@ def save_checkpoint(ckpt_dir: str, step: int, params: dict, opt_state: Any) -> s
 
 
 def latest_checkpoint(ckpt_dir: str) -> int | None:
-    steps = [int(f[5:11]) for f in os.listdir(ckpt_dir) if f.startswith("step_") and f.endswith(".npz")
-             and ".tmp" not in f]
+    """The newest saved step in ``ckpt_dir``, or None."""
+    steps = [int(f[5:11]) for f in os.listdir(ckpt_dir)
+             if f.startswith("step_") and f.endswith(".npz") and ".tmp" not in f]
     return max(steps) if steps else None
 
 
-def restore_checkpoint(ckpt_dir: str, step: int, like: tuple) -> tuple:
-    """Load the checkpoint of ``step`` into the structure of ``like`` (params, opt_state)."""
+def restore_checkpoint(ckpt_dir: str, step: int, like: Any) -> Any:
+    """Load the checkpoint of ``step`` into the structure of ``like``."""
     import jax
     import numpy as np
 
@@ -165,10 +255,88 @@ def restore_checkpoint(ckpt_dir: str, step: int, like: tuple) -> tuple:
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
+# ---------------------------------------------------------------------- model and step
+def _model_and_optimizer(cfg: DemoConfig, init_batch_size: int):
+    import flax.linen as nn
+    import optax
+
+    from goodput_jax.model import gradstats as gs
+
+    class MLP(nn.Module):
+        hidden: int
+
+        @nn.compact
+        def __call__(self, x):
+            x = nn.relu(nn.Dense(self.hidden)(x))
+            x = nn.relu(nn.Dense(self.hidden)(x))
+            return nn.Dense(1)(x)
+
+    model = MLP(cfg.hidden)
+    # Statistics first in the chain (identity on the updates), then Adam.
+    tx = optax.chain(gs.gradient_noise_scale(init_batch_size), optax.adam(cfg.learning_rate))
+    return model, tx
+
+
+def _make_train_step(model, tx, mesh):
+    """Jitted data-parallel step over ``mesh``: (params, opt_state, batch) -> (params, opt_state, loss)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from jax.sharding import PartitionSpec as P
+
+    from goodput_jax.model import gradstats as gs
+
+    def loss_fn(params, batch):
+        return jnp.mean((model.apply(params, batch["x"]) - batch["y"]) ** 2)
+
+    def step(params, opt_state, batch):
+        pre = gs.auto_preconditioner(opt_state)  # Adam: precondition the norms
+        loss, grads, sq = gs.data_parallel_grads(loss_fn, params, batch, "data", preconditioner=pre)
+        updates, opt_state = tx.update(grads, opt_state, params, grad_sqnorms=sq)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    sm = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data")), out_specs=(P(), P(), P()))
+    return jax.jit(sm, donate_argnums=(0, 1))
+
+
+@dataclasses.dataclass
+class _Setup:
+    devices: list
+    data: SyntheticData
+    model: Any
+    tx: Any
+    init_batch_size: int
+
+
+def _configurations(cfg: DemoConfig, num_devices: int) -> list[tuple[int, int]]:
+    """(replicas, atomic_bsz) that run 2 profiles; the default configuration is last.
+
+    Every total batch is at least ``M0 = num_devices * atomic_bsz`` (the
+    model's efficiency is defined from the initial batch size upwards).
+    """
+    b, d = cfg.atomic_bsz, num_devices
+    half = max(1, d // 2)
+    extra = [(d, 2 * b), (half, 2 * b), (d, 4 * b), (half, 4 * b), (half, 8 * b)]
+    out: list[tuple[int, int]] = []
+    for c in extra:
+        if c != (d, b) and c not in out and c[0] * c[1] >= d * b:
+            out.append(c)
+    return out[: cfg.extra_configs] + [(d, b)]
+
+
 # ---------------------------------------------------------------------- one run
 def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash: bool,
-                 progress: bool) -> dict:
-    """One process launch: init, (restore), compile, train; returns a small summary."""
+                 bar: ProgressBar, setup: _Setup | None = None) -> dict:
+    """One process launch: init, (restore), compile, train. Returns a summary dict.
+
+    Run 1 (``crash=True``) trains in the default configuration and stops at
+    ``cfg.crash_at`` without a job end. Run 2 profiles extra configurations
+    for ``cfg.profile_steps`` steps each, then finishes in the default one;
+    on a clean exit the hooks refit the model, publish the hints and record
+    the job end.
+    """
+    from goodput_jax.integrations.hooks import GoodputHooks
+
     rec.record_job_start_time()
     with rec.accelerator_init():
         import jax
@@ -176,86 +344,218 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         from jax.sharding import PartitionSpec as P
 
         devices = jax.devices()
-        mesh = Mesh(devices, ("data",))
-        data_sharding = NamedSharding(mesh, P("data"))
-        replicated = NamedSharding(mesh, P())
+        num_devices = len(devices)
+    init_bs = num_devices * cfg.atomic_bsz
     with rec.training_prep():
-        import optax
-
-        optimizer = optax.adam(cfg.learning_rate)
-        params = jax.device_put(init_params(cfg), replicated)
-        opt_state = optimizer.init(params)
-        data = SyntheticData(cfg, data_sharding)
-        train_step = make_train_step(optimizer)
+        data = SyntheticData(cfg.features, cfg.noise) if setup is None else setup.data
+        model, tx = _model_and_optimizer(cfg, init_bs)
+        params = model.init(jax.random.PRNGKey(0), data.x[:1])
+        opt_state = tx.init(params)
         start = 0
         restored = latest_checkpoint(ckpt_dir)
         if restored is not None:
             with rec.checkpoint_restore(step=restored):
                 params, opt_state = restore_checkpoint(ckpt_dir, restored, (params, opt_state))
-                params, opt_state = jax.device_put((params, opt_state), replicated)
             start = restored + 1
+        hooks = GoodputHooks(
+            rec.job_name, init_batch_size=init_bs, atomic_bsz=cfg.atomic_bsz,
+            max_batch_size=16 * init_bs, local_bsz_bounds=(8, 8 * cfg.atomic_bsz),
+            gradient_accumulation=True, num_nodes=1, num_replicas=num_devices,
+            # the demo refits explicitly (below), inside a "model refit" custom badput span
+            recorder=rec, refit_interval=math.inf, is_primary=True,
+        )
+    configs = [(num_devices, cfg.atomic_bsz)] if crash else _configurations(cfg, num_devices)
+    compiled: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
     with rec.program_startup():
-        x, y = data.batch(start)
-        compiled = train_step.lower(params, opt_state, x, y).compile()
+        for r, a in configs:
+            mesh = Mesh(devices[:r], ("data",))
+            rep, shard = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+            fn = _make_train_step(model, tx, mesh)
+            p, o = jax.device_put((params, opt_state), rep)
+            batch = data.batch(0, r * a, shard)
+            compiled[(r, a)] = (fn.lower(p, o, batch).compile(), rep, shard)
+    # Run 2 profiles the extra configurations first, then trains in the default one.
+    plan = [c for c in configs[:-1] for _ in range(cfg.profile_steps)]
     stop = cfg.crash_at if crash else cfg.steps
+    current = None
     loss = float("nan")
     for step in range(start, stop):
-        rec.record_step_start_time(step)
+        conf = plan[step - start] if step - start < len(plan) else configs[-1]
+        fn, rep, shard = compiled[conf]
+        if conf != current:
+            params, opt_state = jax.device_put((params, opt_state), rep)
+            hooks.set_config(num_replicas=conf[0], atomic_bsz=conf[1])
+            current = conf
         with rec.data_loading():
-            if step == cfg.stall_at and crash:
+            if crash and step == cfg.stall_at:
                 time.sleep(cfg.stall_seconds)  # a slow input pipeline
-            x, y = data.batch(step)
-        params, opt_state, loss_arr = compiled(params, opt_state, x, y)
-        loss = float(loss_arr)  # blocks until the step is done
+            batch = data.batch(step, conf[0] * conf[1], shard)
+        params, opt_state, loss_arr = hooks.step(step, fn, params, opt_state, batch)
+        loss = float(loss_arr)
+        done = step - start + 1
+        if not crash and done >= len(plan) and (done - len(plan)) % cfg.refit_every == 0 \
+                and step < stop - 1:
+            with rec.badput("model refit"):
+                hooks.refit()
+                h = hooks.publish()
+            bar.message(f"  step {step}: refit the step-time model on "
+                        f"{sum(1 for e in hooks.profile.values() if e.optim_count)} configurations,"
+                        f" suggested batch {h.get('suggestedBatchSize')}, hints published")
         if (step + 1) % cfg.checkpoint_every == 0:
+            t_ckpt = time.time()
             with rec.checkpoint_save(step=step):
-                save_checkpoint(ckpt_dir, step, params, opt_state)
-            rec.record_checkpoint_progress(step, time.time())
-        if progress and (step % max(1, cfg.steps // 10) == 0 or step == stop - 1):
-            print(f"  run {rec.run_id[-6:]} step {step:>5} loss {loss:.4f}", flush=True)
+                save_checkpoint(ckpt_dir, step, (params, opt_state))
+            rec.record_checkpoint_progress(step, t_ckpt)
+        bar.update(1, note=f"run {'1' if crash else '2'} step {step} loss {loss:.3f}")
     if crash:
-        # Simulated crash: the process dies mid-step, no job end is ever recorded.
+        # Simulated crash: the process dies in the next step; no job end is recorded.
         rec.record_step_start_time(stop)
     else:
+        if any(e.optim_count for e in hooks.profile.values()):
+            with rec.badput("model refit"):  # the final fit, as GoodputHooks.job() does
+                hooks.refit()
+                hooks.publish()
         rec.record_job_end_time()
-    return {"start": start, "stop": stop, "loss": loss, "devices": len(devices)}
+    return {"start": start, "stop": stop, "loss": loss, "devices": num_devices, "hooks": hooks,
+            "setup": _Setup(devices, data, model, tx, init_bs)}
 
 
-def main(args: argparse.Namespace) -> int:
-    """Entry point of ``goodput-jax demo``."""
-    cfg = DemoConfig.from_args(args)
-    configure_devices(args.devices)
-    out = os.path.abspath(args.dir)
-    os.makedirs(out, exist_ok=True)
+# ---------------------------------------------------------------------- summary text
+def format_model_summary(hooks: Any) -> str:
+    """The fitted step-time model, gradient noise and the suggestion, as text.
+
+    Args:
+        hooks: the :class:`~goodput_jax.integrations.hooks.GoodputHooks` of the run.
+
+    Returns:
+        A multi-line string (says so when the model is not fitted yet).
+
+    Example:
+        >>> print(format_model_summary(hooks))  # doctest: +SKIP
+    """
+    lines = ["Pollux model (from the training hooks)"]
+    gp = hooks.grad_params
+    m0 = hooks.init_batch_size
+    if gp is None:
+        lines.append("  gradient noise: no statistics collected")
+    else:
+        scale = m0 * gp.var / gp.sqr if gp.sqr > 0 else float("inf")
+        lines.append(f"  gradient noise: |G|^2 = {gp.sqr:.4g}, tr(Sigma) = {gp.var:.4g} "
+                     f"(at M0 = {m0})")
+        lines.append(f"  gradient noise scale B_noise = M0 * tr(Sigma) / |G|^2 = {scale:.4g} samples")
+    fn = hooks.goodput_function()
+    if gp is not None and fn is not None:
+        bs = hooks.batch_size
+        lines.append(f"  statistical efficiency at batch {bs}: {fn.efficiency(bs):.3f}"
+                     f" (at 4x: {fn.efficiency(4 * bs):.3f})")
+    p = hooks.perf_params
+    if p is None:
+        lines.append("  step-time model: not fitted (no profiled steps)")
+    else:
+        n = sum(1 for e in hooks.profile.values() if e.optim_count)
+        lines.append(f"  step-time model fitted to {n} profiled configurations:")
+        lines.append(f"    compute  T_c(b) = {p.alpha_c * 1e3:.3f} ms + {p.beta_c * 1e3:.4f} ms * b")
+        lines.append(f"    network  T_r(r) = {p.alpha_r * 1e3:.3f} ms + {p.beta_r * 1e3:.4f} ms"
+                     f" * (r - 2)   [nodes: {p.alpha_n * 1e3:.3f} + {p.beta_n * 1e3:.4f} * (r - 2)]")
+        lines.append(f"    overlap  gamma = {p.gamma:.3f}   "
+                     f"(T = (T_c^g + T_r^g)^(1/g))")
+        for (nn_, r, b, s), e in sorted(hooks.profile.items()):
+            if not e.optim_count:
+                continue
+            model_ms = float("nan")
+            if fn is not None:
+                model_ms = r * b * (s + 1) / float(fn.throughput(nn_, r, b, s)) * 1e3
+            lines.append(f"    profiled r={r} b={b:<4d} measured "
+                         f"{e.optim_time / e.optim_count * 1e3:8.3f} ms  model {model_ms:8.3f} ms"
+                         f"  ({e.optim_count} steps)")
+    sug = hooks.suggest()
+    if sug is None:
+        lines.append("  suggestion: none yet (needs both a fit and gradient statistics)")
+    else:
+        lines.append(
+            f"  suggested for {hooks.num_replicas} replicas: batch {sug.batch_size} "
+            f"(atomic {sug.atomic_bsz} x {sug.accum_steps + 1} micro-steps x {hooks.num_replicas} "
+            f"replicas), efficiency {sug.efficiency:.3f}")
+        lines.append(
+            f"  predicted speedup {sug.predicted_speedup:.2f}x over the current batch "
+            f"{hooks.batch_size} (goodput {sug.current_goodput:.1f} -> {sug.goodput:.1f} "
+            f"samples/s at M0-equivalent progress)")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- entry point
+def _clean_dir(out: str) -> tuple[str, str, str]:
     ckpt_dir = os.path.join(out, "checkpoints")
+    tb_dir = os.path.join(out, "tensorboard")
     os.makedirs(ckpt_dir, exist_ok=True)
+    os.makedirs(tb_dir, exist_ok=True)
     for f in os.listdir(ckpt_dir):  # a fresh job every time the demo runs
         if f.startswith("step_") and f.endswith(".npz"):
             os.remove(os.path.join(ckpt_dir, f))
+    for f in os.listdir(tb_dir):
+        if f.startswith("events.out.tfevents."):
+            os.remove(os.path.join(tb_dir, f))
     db = os.path.join(out, "goodput.db")
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(db + suffix):
             os.remove(db + suffix)
-    store = SQLiteStore(db)
-    progress = not args.no_progress
+    return ckpt_dir, tb_dir, db
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of ``goodput-jax demo``; returns the exit code."""
+    cfg = DemoConfig.from_args(args)
+    configure_devices(args.devices)
+    out = os.path.abspath(args.dir)
+    os.makedirs(out, exist_ok=True)
+    ckpt_dir, tb_dir, db = _clean_dir(out)
     t0 = time.time()
+    print(f"goodput-jax demo: job {args.job!r}, {cfg.steps} steps, writing to {out}", flush=True)
+    import jax
+
+    from goodput_jax.measure.monitor import GoodputMonitor
+
+    n_dev = jax.device_count()
+    if n_dev != args.devices:
+        print(f"  note: JAX was already initialised with {n_dev} devices; using them", flush=True)
+    store = SQLiteStore(db)
+    logger = f"goodput_{args.job}"
+    monitor = GoodputMonitor(args.job, logger, tb_dir, cfg.monitor_interval,
+                             monitoring_enabled=True, store=store)
+    total_bar = cfg.crash_at + (cfg.steps - (cfg.crash_at // cfg.checkpoint_every)
+                                * cfg.checkpoint_every)
+    bar = ProgressBar(total_bar, enabled=not args.no_progress)
+    recorders: list[GoodputRecorder] = []
     try:
-        print(f"goodput-jax demo: job {args.job!r}, {cfg.steps} steps, store {store.url}")
-        rec1 = GoodputRecorder(args.job, f"goodput_{args.job}", logging_enabled=True, store=store)
-        s1 = run_training(rec1, cfg, ckpt_dir, crash=True, progress=progress)
+        monitor.start_goodput_uploader()
+        rec1 = GoodputRecorder(args.job, logger, logging_enabled=True, store=store)
+        recorders.append(rec1)
+        s1 = run_training(rec1, cfg, ckpt_dir, crash=True, bar=bar)
         rec1.close()  # the "crashed" process's flushed events survive
-        print(f"run 1 crashed at step {s1['stop']} (last checkpoint: step "
-              f"{latest_checkpoint(ckpt_dir)}); restarting after {cfg.restart_delay}s")
+        bar.message(f"run 1 crashed at step {s1['stop']} (last checkpoint: step "
+                    f"{latest_checkpoint(ckpt_dir)}); restarting after {cfg.restart_delay}s")
         time.sleep(cfg.restart_delay)  # infrastructure recovery
-        rec2 = GoodputRecorder(args.job, f"goodput_{args.job}", logging_enabled=True, store=store)
-        s2 = run_training(rec2, cfg, ckpt_dir, crash=False, progress=progress)
+        rec2 = GoodputRecorder(args.job, logger, logging_enabled=True, store=store)
+        recorders.append(rec2)
+        s2 = run_training(rec2, cfg, ckpt_dir, crash=False, bar=bar, setup=s1["setup"])
         rec2.close()
+        bar.close()
+        monitor.close()  # stops the uploader after a final upload
         print(f"run 2 resumed at step {s2['start']} and finished step {s2['stop'] - 1} "
               f"on {s2['devices']} devices, final loss {s2['loss']:.4f} "
               f"({time.time() - t0:.1f}s)\n")
-        calc = GoodputCalculator(args.job, f"goodput_{args.job}", store=store)
+        calc = GoodputCalculator(args.job, logger, store=store)
         print(format_report(calc))
-        print(f"\nreproduce: goodput-jax report --job {args.job} --store sqlite:///{db}")
+        print()
+        print(format_model_summary(s2["hooks"]))
+        print()
+        print(f"TensorBoard:  tensorboard --logdir {tb_dir}")
+        print(f"Report:       goodput-jax report --job {args.job} --store sqlite:///{db} "
+              f"--html {os.path.join(out, 'report.html')}")
     finally:
+        bar.close()
+        for rec in recorders:
+            rec.close()
+        monitor.close()
         store.close()
     return 0

@@ -1,7 +1,12 @@
-"""Text goodput report: ``goodput-jax report --job NAME [--store URL]``.
+"""Goodput report: ``goodput-jax report --job NAME [--store URL] [--html F] [--png F]``.
+
+Prints the goodput / badput table; ``--html`` additionally writes a
+self-contained HTML page and ``--png`` one image with the job timeline, the
+badput breakdown and the fitted model's goodput curves (see
+:mod:`goodput_jax.measure.report_render`).
 
 Example:
-    $ goodput-jax report --job demo --store sqlite:///goodput-demo/goodput.db
+    $ goodput-jax report --job demo --store sqlite:///goodput-demo/goodput.db --html report.html
 """
 
 from __future__ import annotations
@@ -99,11 +104,12 @@ def _open(url: str | None):
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``goodput-jax report``; prints the table, returns the exit code."""
-    if getattr(args, "html", None) or getattr(args, "png", None):
-        raise ValueError(
-            "--html/--png rendering is not available in this build yet; "
-            "run without them for the text report"
-        )
+    html_path, png_path = getattr(args, "html", None), getattr(args, "png", None)
+    for flag, p in (("--html", html_path), ("--png", png_path)):
+        if p is not None:
+            parent = os.path.dirname(os.path.abspath(p))
+            if not os.path.isdir(parent):
+                raise ValueError(f"{flag} ({p!r}): directory {parent!r} does not exist")
     try:
         store = _open(args.store)
     except StoreError as e:
@@ -123,7 +129,20 @@ def main(args: argparse.Namespace) -> int:
             job, None, store=store,
             configured_ideal_step_time=getattr(args, "ideal_step_time", None),
         )
-        print(format_report(calc))
+        text = format_report(calc)
+        print(text)
+        if html_path or png_path:
+            from goodput_jax.measure import report_render
+
+            if html_path:
+                report_render.render_html(calc, html_path, text_report=text)
+                print(f"wrote HTML report: {html_path}")
+            if png_path:
+                report_render.render_png(calc, png_path)
+                print(f"wrote PNG report: {png_path}")
+            if calc.get_latest_hints() is None:
+                print("note: the job has no model hints (GoodputHooks publishes them); "
+                      "the report shows the measurement plots only")
     except StoreError as e:
         print(f"goodput-jax report: error: {e}", file=sys.stderr)
         return 2
