@@ -11,8 +11,8 @@ quantity AdaptDL's search maximises).
 AdaptDL runs in an isolated venv (numpy 1.23 / pymoo 0.5; build it with
 ``bash benchmarks/adaptdl_policy_venv.sh``) through a subprocess; if it is
 missing its rows say n/a. 512 x 128 is skipped for AdaptDL unless
-``--adaptdl-large`` (its 64 x 16 cycle already takes seconds; the search grows
-with jobs x nodes x 2).
+``--adaptdl-large`` (its 64 x 16 cycle already takes tens of seconds and its
+search grows with jobs x nodes; the row prints that extrapolation).
 
     python benchmarks/policy_bench.py            # full table
     python benchmarks/policy_bench.py --quick    # 16 x 4 only, one cycle
@@ -175,14 +175,19 @@ def main(argv=None) -> None:
     configs = [(16, 4)] if args.quick else [(16, 4), (64, 16), (512, 128)]
     cycles = 1 if args.quick else args.cycles
     evaluator = PolluxPolicy()
-    rows, adaptdl_versions = [], None
+    rows, adaptdl_versions, adaptdl_64 = [], None, None
     for num_jobs, num_nodes in configs:
         spec = workload(num_jobs, num_nodes)
         jobs, nodes, _ = build_jobs(spec)
         total_gpus = 4 * num_nodes
         cold, ours = run_jax(spec, cycles)
         if (num_jobs, num_nodes) == (512, 128) and not args.adaptdl_large:
-            ref, why = None, "n/a: skipped (--adaptdl-large to run; minutes per cycle)"
+            ref = None
+            if adaptdl_64 is not None:  # its search scales with jobs x nodes
+                est = adaptdl_64 * (512 * 128) / (64 * 16) / 60.0
+                why = f"n/a: skipped, est. ~{est:.0f} min/cycle (--adaptdl-large runs it)"
+            else:
+                why = "n/a: skipped (--adaptdl-large runs it)"
         else:
             ref, why = run_adaptdl(spec, cycles, args.adaptdl_timeout)
         results = [("goodput_jax", ours, cold)]
@@ -200,6 +205,8 @@ def main(argv=None) -> None:
                          "-" if cold_s is None else f"{cold_s:.2f}", f"{per_cycle:.3f}", "",
                          f"{objective:.4f}", f"{total:.2f}", f"{running}/{num_jobs}",
                          f"{gpus}/{total_gpus}", str(last["desired"])])
+        if "adaptdl" in warm and (num_jobs, num_nodes) == (64, 16):
+            adaptdl_64 = warm["adaptdl"]
         if "adaptdl" in warm:
             rows[-2][4] = f"{warm['adaptdl'] / warm['goodput_jax']:.1f}x"
         else:
