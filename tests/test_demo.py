@@ -1,52 +1,140 @@
-"""`goodput-jax demo --quick` end to end: real training, restart, checkpoint, report."""
+"""`goodput-jax demo --quick` end to end: real Flax training, restart, checkpoint, stall,
+gradient noise, fitted model, suggestion, TensorBoard logs, and the HTML/PNG report of it."""
 
 from __future__ import annotations
 
+import argparse
+import io
 import os
 import re
 import subprocess
 import sys
 
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-def test_demo_quick(tmp_path):
-    out = tmp_path / "demo-out"
-    cwd = tmp_path / "cwd"
+from goodput_jax.demo import DemoConfig, ProgressBar, _configurations
+
+ROWS = ["GOODPUT (productive step time)", "accelerator initialization",
+        "training preparation", "program startup (compile)", "data loading (sync)",
+        "checkpoint save", "checkpoint restore", "wasted progress (disruption)",
+        "infrastructure recovery", "custom badput events", "other (unaccounted, hangs)"]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("demo")
+    out, cwd = tmp / "demo-out", tmp / "cwd"
     cwd.mkdir()
-    before = set(os.listdir(cwd))
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     r = subprocess.run(
         [sys.executable, "-m", "goodput_jax.cli", "demo", "--dir", str(out), "--quick",
          "--no-progress", "--devices", "2"],
-        cwd=cwd, capture_output=True, text=True, timeout=120, check=False,
+        cwd=cwd, capture_output=True, text=True, timeout=300, check=False, env=env,
     )
+    return r, out, cwd
+
+
+def _pct(text, label):
+    m = re.search(rf"^\s*{re.escape(label)}\s+([\d.]+)\s+([\d.]+)\s*$", text, re.MULTILINE)
+    assert m, label
+    return float(m.group(2))
+
+
+def test_demo_quick_measures_the_job(demo_run):
+    r, out, cwd = demo_run
     assert r.returncode == 0, r.stderr
     text = r.stdout
     assert "Goodput report for job 'demo'" in text
     assert "runs: 2  disruptions: 1" in text
-    assert "run 2 resumed at step 20" in text and "on 2 devices" in text
-
-    def pct(label):
-        m = re.search(rf"{re.escape(label)}\s+([\d.]+)\s+([\d.]+)", text)
-        assert m, label
-        return float(m.group(2))
-
-    rows = ["GOODPUT (productive step time)", "accelerator initialization",
-            "training preparation", "program startup (compile)", "data loading (sync)",
-            "checkpoint save", "checkpoint restore", "wasted progress (disruption)",
-            "infrastructure recovery", "custom badput events", "other (unaccounted, hangs)"]
-    values = {r_: pct(r_) for r_ in rows}
+    # crash at 70, checkpoints every 25 steps -> run 2 resumes after the step-49 checkpoint
+    assert "run 1 crashed at step 70 (last checkpoint: step 49)" in text
+    assert "run 2 resumed at step 50" in text and "on 2 devices" in text
+    values = {row: _pct(text, row) for row in ROWS}
     assert abs(sum(values.values()) - 100.0) < 0.1
-    for must in ("GOODPUT (productive step time)", "data loading (sync)", "checkpoint restore",
-                 "wasted progress (disruption)", "infrastructure recovery", "program startup (compile)"):
+    for must in ("GOODPUT (productive step time)", "training preparation", "data loading (sync)",
+                 "checkpoint restore", "wasted progress (disruption)", "infrastructure recovery",
+                 "program startup (compile)", "custom badput events"):
         assert values[must] > 0, must
-    # writes only inside --dir
-    assert set(os.listdir(cwd)) == before
-    assert sorted(os.listdir(out)) >= ["checkpoints", "goodput.db"]
+    assert _pct(text, "model refit") > 0  # the model fit is accounted for, not "other"
+    # writes only inside --dir (no stray goodput.db or TensorBoard logs in the cwd)
+    assert os.listdir(cwd) == []
+    assert {"checkpoints", "goodput.db", "tensorboard"} <= set(os.listdir(out))
     assert any(f.endswith(".npz") for f in os.listdir(out / "checkpoints"))
-    # the report command reproduces the table from the stored events
+    assert r.stderr.strip() == "" or "Traceback" not in r.stderr
+
+
+def test_demo_quick_prints_the_model(demo_run):
+    r, out, _ = demo_run
+    text = r.stdout
+    m = re.search(r"gradient noise scale B_noise = M0 \* tr\(Sigma\) / \|G\|\^2 = ([\d.e+]+) samples",
+                  text)
+    assert m and float(m.group(1)) > 0
+    assert re.search(r"statistical efficiency at batch 64: 1\.000", text)  # M0 = 2 x 32
+    assert "step-time model fitted to 3 profiled configurations" in text
+    assert re.search(r"compute\s+T_c\(b\) = [\d.]+ ms \+ [\d.]+ ms \* b", text)
+    assert len(re.findall(r"profiled r=\d b=\d+\s+measured", text)) == 3
+    m = re.search(r"suggested for 2 replicas: batch (\d+) \(atomic (\d+) x (\d+) micro-steps", text)
+    assert m and int(m.group(1)) == 2 * int(m.group(2)) * int(m.group(3)) >= 64
+    m = re.search(r"predicted speedup ([\d.]+)x", text)
+    assert m and float(m.group(1)) >= 0.99
+    assert f"tensorboard --logdir {out / 'tensorboard'}" in text
+
+
+def test_demo_tensorboard_logs(demo_run):
+    r, out, _ = demo_run
+    assert r.returncode == 0, r.stderr
+    acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"goodput/total", "badput/data_loading", "badput/wasted_progress_from_disruption",
+            "model/gradient_noise_scale", "model/suggested_batch_size",
+            "model/predicted_speedup"} <= tags
+    final = acc.Scalars("goodput/total")[-1]
+    assert 0 < final.value < 100
+    assert final.step == 119  # the job's last productive step
+
+
+def test_demo_report_html_png(demo_run, tmp_path):
+    r, out, _ = demo_run
+    assert r.returncode == 0, r.stderr
+    html, png = tmp_path / "demo.html", tmp_path / "demo.png"
     r2 = subprocess.run(
         [sys.executable, "-m", "goodput_jax.cli", "report", "--store",
-         "sqlite:///" + str(out / "goodput.db")],
-        cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
+         "sqlite:///" + str(out / "goodput.db"), "--html", str(html), "--png", str(png)],
+        capture_output=True, text=True, timeout=120, check=False,
     )
     assert r2.returncode == 0, r2.stderr
-    assert "Goodput report for job 'demo'" in r2.stdout
+    assert "Goodput report for job 'demo'" in r2.stdout and "no model hints" not in r2.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = html.read_text()
+    for section in ('id="timeline"', 'id="breakdown"', 'id="model-curves"', 'id="hints"'):
+        assert section in doc
+    assert doc.count("data:image/png;base64,") == 3
+
+
+def test_config_and_progress_bar():
+    ns = argparse.Namespace(quick=True, steps=None)
+    cfg = DemoConfig.from_args(ns)
+    confs = _configurations(cfg, 4)
+    assert confs[-1] == (4, cfg.atomic_bsz) and len(confs) == cfg.extra_configs + 1
+    assert all(r * b >= 4 * cfg.atomic_bsz for r, b in confs)  # never below M0
+    with pytest.raises(ValueError, match=r"--steps \(3\)"):
+        DemoConfig.from_args(argparse.Namespace(quick=False, steps=3))
+    cfg = DemoConfig.from_args(argparse.Namespace(quick=False, steps=240))
+    assert cfg.steps == 240 and cfg.crash_at < cfg.steps and cfg.stall_at < cfg.crash_at
+
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+
+    s = TTY()
+    bar = ProgressBar(4, stream=s, min_interval=0.0)
+    bar.update(2, note="loss 1.0")
+    bar.close()
+    assert "[##############--------------]  50.0% 2/4" in s.getvalue() and s.getvalue().endswith("\n")
+    quiet = io.StringIO()  # not a TTY: nothing is drawn
+    bar = ProgressBar(4, stream=quiet)
+    bar.update(4)
+    bar.close()
+    assert quiet.getvalue() == "" and bar.done == 4

@@ -1,16 +1,31 @@
-"""`goodput-jax report`: the text table, job selection and clear errors."""
+"""`goodput-jax report`: the text table, job selection, clear errors, HTML and PNG output."""
 
 from __future__ import annotations
 
+import base64
 import re
+from html.parser import HTMLParser
 
 import pytest
 
 from goodput_jax.cli import main as cli_main
 from goodput_jax.measure.calculator import GoodputCalculator
+from goodput_jax.measure.events import Event
 from goodput_jax.measure.report import format_report
+from goodput_jax.measure.report_render import build_timeline, model_curves
 from goodput_jax.measure.stores.sqlite import SQLiteStore
-from tests.measure._timeline import K, events
+from tests.measure._timeline import K, calc_for, events, new_store
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+HINTS = {
+    "perfParams": {"alpha_c": 0.121, "beta_c": 0.00568, "alpha_n": 0.0236, "beta_n": 0.00634,
+                   "alpha_r": 0.0118, "beta_r": 0.00317, "gamma": 1.14},
+    "gradParams": {"norm": 0.00136, "var": 0.000502},
+    "initBatchSize": 128, "maxBatchSize": 1280, "localBszBounds": [16, 256],
+    "gradientAccumulation": True, "maxProfiledReplicas": 4, "numNodes": 1, "numReplicas": 4,
+    "atomicBsz": 32, "accumSteps": 0, "suggestedBatchSize": 1024, "suggestedAtomicBsz": 256,
+    "suggestedAccumSteps": 0, "predictedSpeedup": 2.0,
+}
 
 
 @pytest.fixture
@@ -66,11 +81,138 @@ def test_report_errors(db, tmp_path, capsys):
     assert cli_main(["report", "--job", "x", "--store", "sqlite:///" + str(tmp_path / "junk.db")]) == 2
     assert "not a readable SQLite file" in capsys.readouterr().err
     assert cli_main(["report", "--job", "train", "--store", "sqlite:///" + db,
-                     "--html", str(tmp_path / "r.html")]) == 2
-    assert "--html/--png" in capsys.readouterr().err
+                     "--html", str(tmp_path / "no" / "such" / "dir" / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "--html" in err and "does not exist" in err
 
 
 def test_format_report_reusable(db):
     calc = GoodputCalculator("train", "l", store=SQLiteStore(db))
     text = format_report(calc)
     assert text.splitlines()[0] == "Goodput report for job 'train'"
+
+
+# ----------------------------------------------------------------------------- HTML / PNG
+
+
+class _Sections(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.imgs, self.tags = set(), [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append(tag)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "img":
+            self.imgs.append(a["src"])
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_MAGIC
+    assert data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def _html_sections(path):
+    p = _Sections()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+@pytest.fixture
+def db_with_hints(db):
+    s = SQLiteStore(db)
+    s.append([Event(K.HINTS, "train", "A", 0, 20.0, payload=HINTS)])
+    s.close()
+    return db
+
+
+def test_html_and_png_without_model_hints(db, tmp_path, capsys):
+    html, png = tmp_path / "r.html", tmp_path / "r.png"
+    assert cli_main(["report", "--job", "train", "--store", "sqlite:///" + db,
+                     "--html", str(html), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "no model hints" in out and "wrote HTML report" in out and "wrote PNG report" in out
+    w, h = _png_size(png.read_bytes())
+    assert w > 600 and h > 600
+    sec = _html_sections(html)
+    assert {"table", "timeline", "breakdown", "model", "no-model"} <= sec.ids
+    assert "model-curves" not in sec.ids
+    assert len(sec.imgs) == 2  # timeline + breakdown
+    for src in sec.imgs:
+        assert src.startswith("data:image/png;base64,")
+        _png_size(base64.b64decode(src.split(",", 1)[1]))
+    text = html.read_text()
+    assert "GOODPUT (productive step time)" in text and "75.00" in text
+
+
+def test_html_and_png_with_model_curves(db_with_hints, tmp_path, capsys):
+    html, png = tmp_path / "m.html", tmp_path / "m.png"
+    assert cli_main(["report", "--job", "train", "--store", "sqlite:///" + db_with_hints,
+                     "--html", str(html), "--png", str(png)]) == 0
+    assert "no model hints" not in capsys.readouterr().out
+    _png_size(png.read_bytes())
+    sec = _html_sections(html)
+    assert {"table", "timeline", "breakdown", "model", "model-curves", "hints"} <= sec.ids
+    assert "no-model" not in sec.ids
+    assert len(sec.imgs) == 3
+    assert "suggestedBatchSize" in html.read_text()
+
+
+def test_model_curves_from_hints():
+    from goodput_jax.model.goodput import GoodputFunction
+    from goodput_jax.model.types import GradParams, PerfParams
+
+    mc = model_curves(HINTS)
+    assert mc is not None
+    fn = GoodputFunction(PerfParams(**HINTS["perfParams"]), GradParams(0.00136, 0.000502), 128)
+    # current point = the model at the running configuration
+    assert mc.current[:2] == (128, 4)
+    assert mc.current[2] == pytest.approx(fn.evaluate(1, 4, 32, 0), rel=1e-6)
+    assert mc.suggested[:2] == (1024, 4)
+    assert mc.suggested[2] == pytest.approx(fn.evaluate(1, 4, 256, 0), rel=1e-6)
+    # the batch curve starts at M0 and covers the suggestion; the replica curve is the optimum
+    assert min(mc.batch_sizes) >= 128 and max(mc.batch_sizes) >= 1024
+    assert all(0 < e <= 1.0 + 1e-6 for e in mc.efficiency_vs_batch)
+    assert max(mc.goodput_vs_batch) <= fn.optimize(1, 4, max_batch_size=1280,
+                                                   atomic_bsz_range=(16, 256),
+                                                   accumulation=True)[0] * (1 + 1e-4)
+    g4 = mc.goodput_vs_replicas[mc.replicas.index(4)]
+    assert g4 == pytest.approx(fn.optimize(1, 4, max_batch_size=1280, atomic_bsz_range=(16, 256),
+                                           accumulation=True)[0], rel=1e-5)
+    assert model_curves({"initBatchSize": 8}) is None
+    assert model_curves({**HINTS, "perfParams": None}) is None
+
+
+def test_timeline_totals_match_the_calculator():
+    """Restart with rollback, crash, nested restore, custom badput, a zombie event, a live tail."""
+    store = new_store()
+    store.append(events("j", "r1", [
+        (K.JOB_START, 0), (K.ACCELERATOR_INIT_START, 0), (K.ACCELERATOR_INIT_END, 2),
+        (K.TRAINING_PREP_START, 2), (K.TRAINING_PREP_END, 5), (K.STEP_START, 5, 0),
+        (K.DATA_LOADING_START, 6), (K.DATA_LOADING_END, 7), (K.STEP_START, 8, 1),
+        (K.CHECKPOINT_SAVE_START, 9, 1), (K.CHECKPOINT_SAVE_END, 10, 1), (K.STEP_START, 11, 2),
+        (K.STEP_START, 13, 3)]))  # crash in step 3
+    store.append(events("j", "r2", [
+        (K.JOB_START, 20), (K.TRAINING_PREP_START, 20), (K.CHECKPOINT_RESTORE_START, 21, 1),
+        (K.CHECKPOINT_RESTORE_END, 23, 1), (K.TRAINING_PREP_END, 24), (K.STEP_START, 24, 2),
+        (K.CUSTOM_BADPUT_START, 25, None, "eval"), (K.CUSTOM_BADPUT_END, 26, None, "eval"),
+        (K.STEP_START, 27, 3), (K.STEP_END, 29, 3)]))
+    store.append(events("j", "r1", [(K.STEP_START, 30, 4)]))  # late zombie event: ignored
+    now = 40.0
+    calc = calc_for(store, "j", now=now)
+    d = calc.get_job_goodput_details()
+    tl = build_timeline(store, "j", now=now)
+    tot = tl.totals()
+    assert tot["PRODUCTIVE"] == pytest.approx(d["productive_time"])
+    for bt, secs in d["badput_time"].items():
+        if bt.name in tot:
+            assert tot[bt.name] == pytest.approx(secs), bt
+    assert sum(tot.values()) == pytest.approx(d["total_time"])
+    assert tot["WASTED_PROGRESS_FROM_DISRUPTION"] > 0 and tot["INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"] > 0
+    assert tl.restarts == [(20.0, 1)] and tl.crashes == [(13.0, 0)]
+    assert tl.run_ids == ["r1", "r2"]
+    with pytest.raises(ValueError, match="'nope'"):
+        build_timeline(store, "nope")
