@@ -26,7 +26,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -45,13 +44,13 @@ def workload(num_jobs: int, num_nodes: int, seed: int = 0) -> dict:
     jobs = []
     for i in range(num_jobs):
         scale = float(np.exp(rng.normal(0.0, 1.5)))
-        jobs.append(dict(
-            key=f"job-{i}", sqr=0.00136, var=0.000502 * scale, init_bsz=128,
-            max_bsz=int(128 * rng.choice([4, 10, 20])), bounds=[64, 256],
-            min_replicas=int(rng.choice([0, 0, 0, 1, 2])), max_replicas=int(rng.choice([4, 8, 16])),
-            created_min=-(num_jobs - i) * 2, age=120.0 * (num_jobs - i)))
-    nodes = [dict(key=f"node-{n}", gpus=4) for n in range(num_nodes)]
-    return dict(jobs=jobs, nodes=nodes)
+        jobs.append({
+            "key": f"job-{i}", "sqr": 0.00136, "var": 0.000502 * scale, "init_bsz": 128,
+            "max_bsz": int(128 * rng.choice([4, 10, 20])), "bounds": [64, 256],
+            "min_replicas": int(rng.choice([0, 0, 0, 1, 2])), "max_replicas": int(rng.choice([4, 8, 16])),
+            "created_min": -(num_jobs - i) * 2, "age": 120.0 * (num_jobs - i)})
+    nodes = [{"key": f"node-{n}", "gpus": 4} for n in range(num_nodes)]
+    return {"jobs": jobs, "nodes": nodes}
 
 
 # --------------------------------------------------------------------------- #
@@ -105,7 +104,7 @@ def run_adaptdl(spec: dict, cycles: int, timeout: float) -> tuple[dict | None, s
     payload = json.dumps(dict(spec, perf=PERF, cycles=cycles))
     try:
         proc = subprocess.run([str(py), "-c", ADAPTDL_RUNNER], input=payload, text=True,
-                              capture_output=True, timeout=timeout)
+                              capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return None, f"n/a: AdaptDL exceeded {timeout:.0f} s"
     if proc.returncode != 0:
@@ -154,7 +153,7 @@ def run_jax(spec: dict, cycles: int):
     for _ in range(cycles):
         t = time.perf_counter()
         alloc, desired = policy.optimize(jobs, nodes, prev, template)
-        out.append(dict(seconds=time.perf_counter() - t, alloc=alloc, desired=desired, base=prev))
+        out.append({"seconds": time.perf_counter() - t, "alloc": alloc, "desired": desired, "base": prev})
         prev = alloc
     return cold, out
 

@@ -36,14 +36,20 @@ import math
 import numbers
 import re
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from goodput_jax.sched.speedup import SpeedupFunction
 from goodput_jax.sched.types import JobInfo
 
-__all__ = ["job_info_from_hints", "pod_requests", "parse_quantity", "linear_speedup",
-           "PERF_PARAM_KEYS"]
+__all__ = [
+    "PERF_PARAM_KEYS",
+    "job_info_from_hints",
+    "linear_speedup",
+    "parse_quantity",
+    "pod_requests",
+]
 
 #: Keys of ``hints["perfParams"]``, in PerfParams order.
 PERF_PARAM_KEYS = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
@@ -226,7 +232,7 @@ def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = No
         raise TypeError(f"job must be a mapping, got {type(job).__name__}")
     spec = job.get("spec")
     if not isinstance(spec, Mapping):
-        raise ValueError("job is missing 'spec' (a mapping)")
+        raise TypeError("job is missing 'spec' (a mapping)")
     if resources is None:
         template = spec.get("template")
         if not isinstance(template, Mapping) or "spec" not in template:
@@ -271,7 +277,7 @@ def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = No
         created = stamp
     else:
         try:
-            created = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+            created = datetime.fromisoformat(str(stamp))
         except ValueError:
             raise ValueError(f"metadata.creationTimestamp is not ISO-8601: {stamp!r}") from None
     return JobInfo(resources, speedup_fn, created, min_replicas, max_replicas, preemptible)

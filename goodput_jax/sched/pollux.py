@@ -62,8 +62,8 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +72,7 @@ import numpy as np
 from goodput_jax.sched.speedup import speedup_tables, table_dims
 from goodput_jax.sched.types import JobInfo, NodeInfo
 
-__all__ = ["PolluxPolicy", "CycleStats"]
+__all__ = ["CycleStats", "PolluxPolicy"]
 
 _BIG = 1 << 20
 _TOL = 1e-4  # relative slack when dividing float resources
@@ -190,7 +190,7 @@ def _mutate(a: _Arrays, state: jax.Array, u: jax.Array, rate: jax.Array) -> jax.
     ``u`` is [J, 6] uniform noise (one random call per generation keeps compiles
     small). Pinned jobs are never touched and ``max_replicas`` is never exceeded.
     """
-    num_jobs, num_nodes = state.shape
+    num_nodes = state.shape[1]
     replicas = state.sum(axis=1)
     occ = state > 0
     nnz = occ.sum(axis=1)
@@ -305,11 +305,11 @@ def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_st
         hp, hs, hf = c["hist"]
         hist = (hp.at[it].set(prefix), hs.at[it].set(jnp.sum(jnp.where(a["valid_job"], speed, 0.0))),
                 hf.at[it].set(jnp.sum(util)))
-        return dict(state=s, fit_free=fit_free, used=used, speed=speed, util=util, diff=diff,
-                    prefix=prefix, it=it + go.astype(jnp.int32), go=go, hist=hist)
+        return {"state": s, "fit_free": fit_free, "used": used, "speed": speed, "util": util, "diff": diff,
+                    "prefix": prefix, "it": it + go.astype(jnp.int32), "go": go, "hist": hist}
 
-    init = dict(state=state, fit_free=fit_free0, used=used0, speed=speedup0, util=util0,
-                diff=diff0, prefix=prefix0, it=jnp.int32(0), go=jnp.bool_(True), hist=hist)
+    init = {"state": state, "fit_free": fit_free0, "used": used0, "speed": speedup0, "util": util0,
+                "diff": diff0, "prefix": prefix0, "it": jnp.int32(0), "go": jnp.bool_(True), "hist": hist}
     out = jax.lax.while_loop(cond, body, init)
     start_stats = (prefix0, jnp.sum(jnp.where(a["valid_job"], speedup0, 0.0)), jnp.sum(util0))
     return out["state"], out["it"], out["hist"], start_stats
@@ -627,8 +627,8 @@ class PolluxPolicy:
             free=free, pinned_dist_node=pinned_dist_node, res=res, cap=cap, fit=fit, min_r=min_r, max_r=max_r, table=table, fair=fair,
             factor=factor, base=base_p, running=base_p.sum(axis=1) > 0, pinned=pinned_p,
             valid_job=valid_job, valid_node=valid_node, num_nodes=np.int32(total_nodes))
-        meta = dict(job_keys=job_keys, node_keys=node_keys, n_jobs=n_jobs, n_nodes=n_nodes,
-                    jb=jb, nb=nb, accel=per_node_accel, slots=int(fit.max(axis=0).sum()))
+        meta = {"job_keys": job_keys, "node_keys": node_keys, "n_jobs": n_jobs, "n_nodes": n_nodes,
+                    "jb": jb, "nb": nb, "accel": per_node_accel, "slots": int(fit.max(axis=0).sum())}
         return arrays, meta
 
     def _budget(self, arrays: _Arrays) -> tuple[int, int]:
@@ -670,7 +670,7 @@ class PolluxPolicy:
 
     # ------------------------------------------------------------------ #
     def evaluate(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
-                 allocations: Mapping[Hashable, Sequence], base_allocations: Mapping = None
+                 allocations: Mapping[Hashable, Sequence], base_allocations: Mapping | None = None
                  ) -> float:
         """Objective (power mean of penalised fair-share speedups) of an allocation.
 

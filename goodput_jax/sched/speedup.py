@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,9 +59,9 @@ def _as_int_array(value: Any, name: str) -> np.ndarray:
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
                                  or np.issubdtype(arr.dtype, np.floating)):
         raise TypeError(f"{name} must be integers, got {value!r}")
-    if np.issubdtype(arr.dtype, np.floating):
-        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise ValueError(f"{name} must be whole numbers, got {value!r}")
+    if np.issubdtype(arr.dtype, np.floating) and (
+            not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
+        raise ValueError(f"{name} must be whole numbers, got {value!r}")
     return arr.astype(np.int64)
 
 
@@ -127,11 +128,11 @@ class SpeedupFunction:
         if not callable(getattr(goodput_fn, "optimize", None)):
             raise TypeError(f"goodput_fn must have an optimize method (a GoodputFunction), "
                             f"got {type(goodput_fn).__name__}")
-        if max_batch_size is not None:
-            if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, numbers.Real) \
-                    or max_batch_size <= 0:
-                raise ValueError(f"max_batch_size must be a positive number or None, "
-                                 f"got {max_batch_size!r}")
+        if max_batch_size is not None and (
+                isinstance(max_batch_size, bool) or not isinstance(max_batch_size, numbers.Real)
+                or max_batch_size <= 0):
+            raise ValueError(f"max_batch_size must be a positive number or None, "
+                             f"got {max_batch_size!r}")
         if atomic_bsz_range is not None:
             if len(atomic_bsz_range) != 2:
                 raise ValueError(f"atomic_bsz_range must be (min, max), got {atomic_bsz_range!r}")

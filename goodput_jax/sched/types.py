@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 __all__ = ["JobInfo", "NodeInfo", "timestamp_seconds"]
 
@@ -149,4 +150,4 @@ class NodeInfo:
 
 
 def _now_seconds() -> float:
-    return datetime.now(timezone.utc).timestamp()
+    return datetime.now(UTC).timestamp()

@@ -257,7 +257,7 @@ def test_autoscale_shrinks_idle_cluster():
 
 def test_no_recompile_within_bucket(speedup_fn, policy):
     nodes = {i: NodeInfo({GPU: 4, "pods": 32}, preemptible=False) for i in range(4)}
-    make = lambda n: {i: JobInfo({GPU: 1, "pods": 1}, speedup_fn, float(i), 0, 8)  # noqa: E731
+    make = lambda n: {i: JobInfo({GPU: 1, "pods": 1}, speedup_fn, float(i), 0, 8)
                       for i in range(n)}
     policy.optimize(make(9), nodes, {}, nodes[0])
     size = pollux_mod._search._cache_size()

@@ -42,9 +42,9 @@ def test_jobinfo_fields_and_tuple_timestamp():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(min_replicas=3, max_replicas=2), "max_replicas \\(2\\) < min_replicas \\(3\\)"),
-    (dict(min_replicas=0, max_replicas=0), "max_replicas must be >= 1"),
-    (dict(min_replicas=-1, max_replicas=2), "min_replicas must be >= 0"),
+    ({"min_replicas": 3, "max_replicas": 2}, "max_replicas \\(2\\) < min_replicas \\(3\\)"),
+    ({"min_replicas": 0, "max_replicas": 0}, "max_replicas must be >= 1"),
+    ({"min_replicas": -1, "max_replicas": 2}, "min_replicas must be >= 0"),
 ])
 def test_jobinfo_rejects_bad_replicas(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -130,7 +130,7 @@ def test_speedup_tables_batched_matches_individual():
            for k in (1, 2, 3)]
     fns.append(SpeedupFunction(GoodputFunction(PERF, GRAD, 64), accumulation=True,
                                max_batch_size=640, atomic_bsz_range=(32, 128)))
-    linear = lambda n, r: r  # noqa: E731
+    linear = lambda n, r: r
     tables = speedup_tables(fns + [linear, fns[0]], 3, 6)
     assert tables.shape == (6, 4, 7)
     fresh = [SpeedupFunction(fn.goodput_fn, fn.max_batch_size, fn.atomic_bsz_range,
