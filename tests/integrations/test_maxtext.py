@@ -1,0 +1,234 @@
+"""MaxText drop-in: the hook sites of MaxText's train.py / goodput_utils.py, with
+``from goodput_jax import goodput`` as the only change, on a real (tiny) Flax/optax run.
+
+MaxText's sites, mimicked below:
+
+* ``main``: create the recorder (``enable_goodput_recording``), record the job
+  start, run the monitor on process 0 (``monitor_goodput``,
+  ``goodput_upload_interval_seconds``, ``monitor_step_time_deviation``,
+  ``step_deviation_interval_seconds``), train, record the job end on a clean
+  exit only;
+* ``train_loop``: accelerator init and training preparation as context
+  managers, a data-loading context per batch, a step context per iteration.
+"""
+
+from __future__ import annotations
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import linen as nn
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from goodput_jax import goodput  # was: from ml_goodput_measurement import goodput
+from goodput_jax.measure.events import EventKind
+from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+GoodputEvent = goodput.GoodputEvent
+maybe_record_goodput = goodput.maybe_record_goodput
+
+
+class _MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(1)(nn.relu(nn.Dense(16)(x)))
+
+
+_MODEL = _MLP()
+_TX = optax.adamw(1e-2)
+
+
+def _loss(params, batch):
+    return jnp.mean((_MODEL.apply(params, batch["x"]) - batch["y"]) ** 2)
+
+
+@jax.jit
+def _train_step(state, batch):
+    params, opt_state = state
+    loss, grads = jax.value_and_grad(_loss)(params, batch)
+    updates, opt_state = _TX.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state), {"loss": loss}
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def _config(tmp_path, **kw):
+    cfg = dict(run_name="maxtext-run", enable_goodput_recording=True, monitor_goodput=True,
+               tensorboard_dir=str(tmp_path / "tb"), goodput_upload_interval_seconds=3600,
+               monitor_step_time_deviation=True, step_deviation_interval_seconds=3600,
+               enable_pathways_goodput=False, steps=6)
+    cfg.update(kw)
+    return types.SimpleNamespace(**cfg)  # MaxText's config is an attribute object
+
+
+def train_loop(config, recorder, crash_at=None):
+    """MaxText's train_loop hook sites."""
+    with maybe_record_goodput(recorder, GoodputEvent.TPU_INIT):
+        devices = jax.devices()[:2]
+        mesh = Mesh(np.array(devices), ("data",))
+    with maybe_record_goodput(recorder, GoodputEvent.TRAINING_PREPARATION):
+        params = _MODEL.init(jax.random.key(0), jnp.ones((1, 4)))
+        state = (params, _TX.init(params))
+        data_sharding = NamedSharding(mesh, P("data"))
+        rng = np.random.default_rng(0)
+        w = rng.normal(size=(4, 1)).astype(np.float32)
+
+        def batches():
+            while True:
+                x = rng.normal(size=(8, 4)).astype(np.float32)
+                yield jax.device_put({"x": x, "y": x @ w}, data_sharding)
+
+        data_iterator = batches()
+    losses = []
+    for step in range(config.steps):
+        with maybe_record_goodput(recorder, GoodputEvent.DATA_LOADING):
+            batch = next(data_iterator)
+        with maybe_record_goodput(recorder, GoodputEvent.STEP, step):
+            if step == crash_at:
+                raise _Crash(f"preempted in step {step}")
+            state, metrics = _train_step(state, batch)
+            losses.append(float(metrics["loss"]))  # blocks, as MaxText's metric logging does
+    return losses
+
+
+def main(config, store, process_index=0, crash_at=None):
+    """MaxText's main hook sites (recording and monitoring only on process 0)."""
+    recorder = goodput.create_goodput_recorder(config, process_index=process_index, store=store)
+    if recorder is not None:
+        recorder.record_job_start_time()
+    try:
+        with goodput.maybe_monitor_goodput(config, process_index=process_index, store=store):
+            losses = train_loop(config, recorder, crash_at=crash_at)
+            if recorder is not None:
+                recorder.record_job_end_time()  # a clean exit only: a crash skips it
+    finally:
+        if recorder is not None:
+            recorder.close()  # = the process exiting: the recorder's atexit hook flushes
+    return losses
+
+
+def _spans(events, start, end):
+    """Sum of end - start over matched pairs, per run (no nesting of the same kind)."""
+    total, open_t = 0.0, {}
+    for ev in events:
+        if ev.kind == start:
+            open_t[ev.run_id] = ev.timestamp
+        elif ev.kind == end and ev.run_id in open_t:
+            total += ev.timestamp - open_t.pop(ev.run_id)
+    return total
+
+
+def test_maxtext_hook_sites_measure_a_real_run(tmp_path):
+    store = SQLiteStore(str(tmp_path / "goodput.db"))
+    config = _config(tmp_path)
+    losses = main(config, store)
+    assert len(losses) == 6 and np.all(np.isfinite(losses))
+    events, _ = store.read_events("maxtext-run")
+    kinds = [e.kind for e in events]
+    assert kinds[0] == EventKind.JOB_START and kinds[-1] == EventKind.JOB_END
+    assert kinds.count(EventKind.STEP_START) == 6 and kinds.count(EventKind.DATA_LOADING_START) == 6
+    calc = goodput.GoodputCalculator("maxtext-run", "goodput_maxtext-run", store=store)
+    gp, badput, last_step = calc.get_job_goodput(include_badput_breakdown=True)
+    d = calc.get_job_goodput_details()
+    assert last_step == 5
+    assert gp + sum(v for k, v in badput.items() if k is not goodput.BadputType.DATA_LOADING_ASYNC) \
+        == pytest.approx(100.0)
+    # the calculator's buckets are exactly the recorded spans
+    k = EventKind
+    assert d["productive_time"] == pytest.approx(_spans(events, k.STEP_START, k.STEP_END))
+    assert d["badput_time"][goodput.BadputType.TPU_INITIALIZATION] == pytest.approx(
+        _spans(events, k.ACCELERATOR_INIT_START, k.ACCELERATOR_INIT_END))
+    assert d["badput_time"][goodput.BadputType.TRAINING_PREP] == pytest.approx(
+        _spans(events, k.TRAINING_PREP_START, k.TRAINING_PREP_END))
+    assert d["badput_time"][goodput.BadputType.DATA_LOADING_SYNC] == pytest.approx(
+        _spans(events, k.DATA_LOADING_START, k.DATA_LOADING_END))
+    assert d["total_time"] == pytest.approx(events[-1].timestamp - events[0].timestamp)
+    assert d["productive_time"] > 0 and d["badput_time"][goodput.BadputType.TRAINING_PREP] > 0
+    # TensorBoard: the monitor's final upload (at the end of maybe_monitor_goodput) saw the job end
+    acc = EventAccumulator(config.tensorboard_dir, size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"goodput/total", "badput/training_prep", "badput/data_loading",
+            "step_time/median", "step_time/deviation"} <= tags
+    final = acc.Scalars("goodput/total")[-1]
+    assert final.step == 5
+    assert final.value == pytest.approx(gp, rel=1e-4)
+    assert acc.Scalars("goodput/total_time")[-1].value == pytest.approx(d["total_time"], rel=1e-4)
+    store.close()
+
+
+def test_maxtext_crash_then_restart_and_other_processes(tmp_path):
+    store = SQLiteStore(str(tmp_path / "goodput.db"))
+    config = _config(tmp_path, monitor_goodput=False, steps=4)
+    with pytest.raises(_Crash):
+        main(config, store, crash_at=2)  # no job end
+    # a worker that is not process 0 records nothing and runs no monitor
+    assert main(_config(tmp_path, run_name="other", steps=2), store, process_index=1)
+    main(config, store)  # the restart runs all 4 steps again
+    events, _ = store.read_events("maxtext-run")
+    assert [e.kind for e in events].count(EventKind.JOB_END) == 1
+    assert store.read_events("other")[0] == []
+    calc = goodput.GoodputCalculator("maxtext-run", None, store=store)
+    d = calc.get_job_goodput_details()
+    assert d["num_runs"] == 2 and d["num_disruptions"] == 1
+    assert d["badput_time"][goodput.BadputType.WASTED_PROGRESS_FROM_DISRUPTION] > 0
+    assert d["badput_time"][goodput.BadputType.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION] > 0
+    assert d["last_productive_step"] == 3
+    # recording switched off by MaxText's flag: nothing is written
+    off = _config(tmp_path, run_name="off", enable_goodput_recording=False, monitor_goodput=False,
+                  steps=1)
+    main(off, store)
+    assert "off" not in store.list_jobs()
+    store.close()
+
+
+def test_maxtext_flag_mapping(tmp_path):
+    tb = str(tmp_path / "tb")
+    m = goodput.GoodputMonitor("j", "goodput_j", tb, goodput_upload_interval_seconds=45,
+                               monitor_goodput=True, monitor_step_time_deviation=False,
+                               store=":memory:")
+    assert (m.upload_interval, m.monitoring_enabled, m.include_step_deviation) == (45.0, True, False)
+    m.close()
+    m = goodput.GoodputMonitor("j", "goodput_j", tb, 30, True, monitor_goodput=False,
+                               store=":memory:")
+    assert m.monitoring_enabled is False and m.start() is False
+    m.close()
+    with pytest.raises(ValueError, match="goodput_upload_interval_seconds"):
+        goodput.GoodputMonitor("j", "l", tb, 30, goodput_upload_interval_seconds=60, store=":memory:")
+    with pytest.raises(ValueError, match="monitor_step_time_deviation"):
+        goodput.GoodputMonitor("j", "l", tb, 30, include_step_deviation=True,
+                               monitor_step_time_deviation=False, store=":memory:")
+    with pytest.raises(ValueError, match="upload_interval"):
+        goodput.GoodputMonitor("j", "l", tb, goodput_upload_interval_seconds=0, store=":memory:")
+    with pytest.raises(TypeError, match="enable_goodput_recording"):
+        goodput.GoodputRecorder("j", "l", True, enable_goodput_recording="yes")
+    cfg = _config(tmp_path, goodput_upload_interval_seconds=12, step_deviation_interval_seconds=7)
+    gp = goodput.from_maxtext_config(cfg, process_index=0, store=":memory:")
+    assert gp.job_name == "maxtext-run" and gp.recorder.logging_enabled
+    assert gp.recorder.logger_name == "goodput_maxtext-run"
+    assert (gp.monitor.upload_interval, gp.monitor.step_deviation_interval_seconds) == (12.0, 7.0)
+    assert gp.monitor.monitor_step_time_deviation and gp.monitor.include_step_deviation
+    assert gp.monitor.tensorboard_dir == cfg.tensorboard_dir
+    gp.close()
+    worker = goodput.from_maxtext_config(vars(cfg), process_index=3, store=":memory:")  # a mapping
+    assert worker.monitor is None and not worker.recorder.logging_enabled
+    with pytest.raises(ValueError, match="config.run_name"):
+        goodput.create_goodput_recorder({"enable_goodput_recording": True}, process_index=0)
+    with pytest.raises(ValueError, match="process_index"):
+        goodput.create_goodput_recorder(cfg, process_index=-1)
+    with pytest.raises(TypeError, match="GoodputEvent"):
+        with goodput.maybe_record_goodput(None, "step"):
+            pass
+    # GCPOptions is accepted (MaxText passes it) and kept
+    m = goodput.GoodputMonitor("j", "l", tb, 30, gcp_options=goodput.GCPOptions(project_id="p"),
+                               store=":memory:")
+    assert m.gcp_options.project_id == "p"
+    m.close()
