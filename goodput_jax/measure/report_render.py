@@ -382,8 +382,7 @@ def draw_timeline(ax: Any, tl: Timeline) -> None:
             for a, b, c in merged:
                 if (c == "PRODUCTIVE") != (order == 0):
                     continue
-                w = max(b - a, span / 800.0 if c != "PRODUCTIVE" else 0.0)
-                ax.broken_barh([(a - tl.t0, w)], (y - lane_h / 2, lane_h),
+                ax.broken_barh([(a - tl.t0, b - a)], (y - lane_h / 2, lane_h),
                                facecolors=CATEGORIES[c][1], edgecolor="none")
                 used.add(c)
     for t, run in tl.restarts:
@@ -549,16 +548,16 @@ def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: i
     data = _collect(calculator, now)
     plt = _plt()
     nrun = max(1, len(data.timeline.run_ids))
-    fig = plt.figure(figsize=(13, 12 + 0.4 * nrun))
-    gs = fig.add_gridspec(3, 2, height_ratios=[1.2 + 0.35 * nrun, 1.6, 1.6], hspace=0.45,
+    last = 1.6 if data.curves is not None else 0.35
+    fig = plt.figure(figsize=(13, 8.5 + 0.4 * nrun + 2.6 * last))
+    gs = fig.add_gridspec(3, 2, height_ratios=[1.2 + 0.35 * nrun, 1.6, last], hspace=0.45,
                           wspace=0.3, top=0.93)
     draw_timeline(fig.add_subplot(gs[0, :]), data.timeline)
     draw_breakdown(fig.add_subplot(gs[1, :]), data.details)
-    a1, a2 = fig.add_subplot(gs[2, 0]), fig.add_subplot(gs[2, 1])
     if data.curves is None:
-        _no_model(a1, data.no_model_reason)
-        _no_model(a2, "(measurement plots only)")
+        _no_model(fig.add_subplot(gs[2, :]), data.no_model_reason)
     else:
+        a1, a2 = fig.add_subplot(gs[2, 0]), fig.add_subplot(gs[2, 1])
         draw_batch_curve(a1, data.curves)
         draw_replica_curve(a2, data.curves)
     fig.suptitle(f"goodput-jax report: job {calculator.job_name!r}", fontsize=14)
