@@ -30,7 +30,8 @@ one, stop the job, move it to one node), repair, and truncation selection of
 the best distinct candidates.  The whole population is evaluated with
 ``vmap`` and the generation loop is a ``lax.fori_loop`` under ``jit``.  The
 initial population holds the previous allocation, two greedy allocations (from
-scratch and from the previous allocation) and the previous cycle's
+scratch with worst-fit placement, and grown from the previous allocation with
+first-fit placement) and the previous cycle's
 population, so the result is never worse than any of them.  Jobs and nodes
 are padded to power-of-two buckets, so a changing job count does not
 recompile.
@@ -221,10 +222,13 @@ def _mutate(a: _Arrays, state: jax.Array, u: jax.Array, rate: jax.Array) -> jax.
     return jnp.where(clear[:, None], 0, state) + jnp.where(cell, amount[:, None], 0)
 
 
-def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_steps: int):
+def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_steps: int,
+            worst_fit: bool = False):
     """Marginal-gain greedy: repeatedly give the best job one more replica (a started
     job gets ``max(min_replicas, 1)``), preferring nodes it already uses, else the
-    first node that fits and keeps at most one distributed job per node.
+    first node (``worst_fit``: the emptiest node) that fits and keeps at most one
+    distributed job per node; a waiting job whose ``min_replicas`` fit on no single
+    node may start spread over nodes without distributed jobs.
 
     Returns the final state and per-step history ``(prefix, total_speedup, fitness)``
     where ``prefix`` is one past the highest node index in use (adds only ever grow it).
@@ -258,7 +262,11 @@ def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_st
         same_any = jnp.any(same_ok, axis=1)
         new_ok = (~occ) & (fit_free >= delta[:, None]) & node_mask[None, :]
         new_ok &= jnp.where((replicas > 0)[:, None], (other == 0) & ~conflict[:, None], True)
-        target = jnp.where(same_any, jnp.argmax(same_ok, axis=1), jnp.argmax(new_ok, axis=1))
+        if worst_fit:  # new placements go to the emptiest node: room to grow later
+            new_node = jnp.argmax(jnp.where(new_ok, fit_free, -1), axis=1)
+        else:  # first fit: fills nodes in order (the autoscaler relies on this)
+            new_node = jnp.argmax(new_ok, axis=1)
+        target = jnp.where(same_any, jnp.argmax(same_ok, axis=1), new_node)
         single = same_any | jnp.any(new_ok, axis=1)
         # A waiting job whose min_replicas fit on no single node may start spread
         # over nodes that hold no distributed job (first fit).
@@ -325,7 +333,7 @@ def _search(a: _Arrays, seeds: jax.Array, num_seeds: jax.Array, key: jax.Array, 
     # also build a greedy allocation from the pinned jobs alone (one vmapped loop).
     base = _full_repair(a, seeds[0])
     pinned_only = jnp.where(a["pinned"][:, None], base, 0)
-    greedy_new, _, _, _ = _greedy(a, pinned_only, all_nodes, p, greedy_steps)
+    greedy_new, _, _, _ = _greedy(a, pinned_only, all_nodes, p, greedy_steps, worst_fit=True)
     greedy_base, _, _, _ = _greedy(a, base, all_nodes, p, greedy_steps)
     greedy = jnp.stack([greedy_new, greedy_base])
     seeds = seeds.at[0].set(base)
@@ -428,7 +436,10 @@ class CycleStats:
 
     Attributes:
         objective: power-mean objective of the returned allocation.
-        greedy_objective: objective of the greedy allocation built from scratch.
+        greedy_objective: objective of the greedy allocation built from scratch
+            (worst fit: new jobs go to the emptiest node).
+        grown_objective: objective of the previous allocation grown greedily
+            (first fit).
         previous_objective: objective of the (repaired) previous allocation.
         utility: total speedup per accelerator of the returned allocation.
         desired_nodes: the autoscaling answer.
@@ -437,6 +448,7 @@ class CycleStats:
 
     objective: float
     greedy_objective: float
+    grown_objective: float
     previous_objective: float
     utility: float
     desired_nodes: int
@@ -738,7 +750,8 @@ class PolluxPolicy:
             raise TypeError(f"base_allocations must be a mapping, got {type(base_allocations).__name__}")
         if not jobs:
             desired = sum(1 for node in nodes.values() if not node.preemptible)
-            self.last_stats = CycleStats(0.0, 0.0, 0.0, 0.0, desired, time.perf_counter() - started)
+            self.last_stats = CycleStats(0.0, 0.0, 0.0, 0.0, 0.0, desired,
+                                         time.perf_counter() - started)
             return {}, desired
         arrays, meta = self._build(jobs, nodes, node_template, base_allocations)
         n_jobs, n_nodes = meta["n_jobs"], meta["n_nodes"]
@@ -770,6 +783,7 @@ class PolluxPolicy:
         self.last_stats = CycleStats(
             objective=self._objective_value(float(best_fit), n_jobs),
             greedy_objective=self._objective_value(float(seed_fit[0]), n_jobs),
+            grown_objective=self._objective_value(float(seed_fit[1]), n_jobs),
             previous_objective=self._objective_value(float(seed_fit[2]), n_jobs),
             utility=utility, desired_nodes=desired, seconds=time.perf_counter() - started)
         return allocations, desired
