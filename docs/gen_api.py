@@ -101,7 +101,7 @@ def _render_object(qual: str, obj) -> list[str]:
         else:
             lines.append(f"### class `{qual}{_sig(obj)}`\n")
         lines.append(_fence(_doc(obj)))
-        if hasattr(obj, "__members__") and isinstance(getattr(obj, "__members__"), dict):
+        if hasattr(obj, "__members__") and isinstance(obj.__members__, dict):
             members = ", ".join(f"`{m}`" for m in obj.__members__)
             lines.append(f"Members: {members}\n")
         for name, m in _members(obj):

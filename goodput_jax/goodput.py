@@ -379,13 +379,13 @@ def maybe_record_goodput(recorder: Any, event: GoodputEvent, *args: Any) -> Iter
         raise TypeError(f"event ({event!r}) must be a GoodputEvent")
     if recorder is not None:
         getattr(recorder, f"record_{event.value}_start_time")(
-            *args, datetime.datetime.now(datetime.timezone.utc))
+            *args, datetime.datetime.now(datetime.UTC))
     try:
         yield
     finally:
         if recorder is not None:
             getattr(recorder, f"record_{event.value}_end_time")(
-                *args, datetime.datetime.now(datetime.timezone.utc))
+                *args, datetime.datetime.now(datetime.UTC))
 
 
 @contextlib.contextmanager

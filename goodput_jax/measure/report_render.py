@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from goodput_jax.measure.calculator import BadputType, GoodputCalculator
+from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.events import START_END_PAIRS, Event, EventKind
 
 __all__ = [
@@ -204,7 +204,7 @@ def build_timeline(store: Any, job_name: str, now: float | None = None) -> Timel
         else:
             t = max(t, last_t)
             if spans:
-                kind, label, cat = spans[-1]
+                _kind, label, cat = spans[-1]
                 add(last_t, t, cat, label=label)
             elif open_step >= 0:
                 s = add(last_t, t, "PRODUCTIVE", step=open_step)
