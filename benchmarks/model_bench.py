@@ -233,7 +233,7 @@ def main(argv=None) -> None:
     c = first_call(fb)
     jx[row] = measure(fb, mt, max_reps=20)
     comp[row] = c - jx[row]
-    npref[row] = measure(lambda: [ref.fit(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=1)
+    npref[row] = None if quick else measure(lambda: [ref.fit(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=1)
     loop = measure(lambda: [fit_perf_params(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=3)
     out_b = fb()
     worst = max(
@@ -278,7 +278,7 @@ def main(argv=None) -> None:
         met_x = True if target_x is None or ratio is None else ratio >= target_x
         met = ("yes" if met_t and met_x else "NO") + ("" if target_x is None or ratio is not None else " (x: n/a)")
         rows.append([
-            name, "< " + fmt(target), fmt(t), fmt(max(comp[name], 0.0)), fmt(npref[name]), "%.1fx" % (npref[name] / t),
+            name, "< " + fmt(target), fmt(t), fmt(max(comp[name], 0.0)), fmt(npref[name]), "n/a" if npref[name] is None else "%.1fx" % (npref[name] / t),
             fmt(ad), "n/a" if ratio is None else "%.0fx" % ratio, "-" if target_x is None else ">= %dx" % target_x, met,
             checks.get(name, ""),
         ])

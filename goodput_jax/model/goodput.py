@@ -475,7 +475,9 @@ class GoodputFunction:
             61.538
         """
         _check_nodes(num_nodes, num_replicas)
-        out = _throughput_packed(self._packed(), num_nodes, num_replicas, atomic_bsz, accum_steps)
+        args = [_check_numeric(k, v) for k, v in (("num_nodes", num_nodes), ("num_replicas", num_replicas),
+                                                   ("atomic_bsz", atomic_bsz), ("accum_steps", accum_steps))]
+        out = _throughput_packed(self._packed(), *args)
         return self._out(out, out.ndim == 0)
 
     def efficiency(self, batch_size):
@@ -538,6 +540,8 @@ class GoodputFunction:
         else:
             _check_nodes(num_nodes, num_replicas)
         bounds = np.array([max_batch_size, lo, hi], dtype=_fdt())
+        if not scalar:
+            num_nodes, num_replicas = np.asarray(num_nodes), np.asarray(num_replicas)
         out = np.asarray(_optimize_packed(self._packed(), num_nodes, num_replicas, bounds, bool(accumulation)))
         if scalar:
             return float(out[0]), int(out[1]), int(out[2])

@@ -196,22 +196,30 @@ def fit_loss(
         w = jnp.ones(acc.shape, dt)
     else:
         w = jnp.asarray(mask, dt)
-    count = jnp.maximum(jnp.sum(w), 1.0)
-    pred_acc = predict_accum_time(perf, atomic_bsz)
-    pred_net = predict_network_time(perf, num_nodes, num_replicas)
-    pred_log_opt = _log_optim_from_parts(perf.gamma, pred_acc, pred_net)
     # Padded points may hold arbitrary values: make their logs harmless.
-    safe_acc = jnp.where(w > 0, acc, 1.0)
-    safe_opt = jnp.where(w > 0, opt, 1.0)
-    e1 = w * (jnp.log(jnp.where(w > 0, pred_acc, 1.0)) - jnp.log(safe_acc)) ** 2
-    e2 = w * (jnp.where(w > 0, pred_log_opt, 0.0) - jnp.log(safe_opt)) ** 2
+    log_acc = jnp.log(jnp.where(w > 0, acc, 1.0))
+    log_opt = jnp.log(jnp.where(w > 0, opt, 1.0))
+    dt_ = _float_dtype()
+    b = jnp.where(w > 0, jnp.asarray(atomic_bsz, dt_), 1.0)
+    n = jnp.where(w > 0, jnp.asarray(num_nodes, dt_), 1.0)
+    r = jnp.where(w > 0, jnp.asarray(num_replicas, dt_), 1.0)
+    return _loss_from_logs(perf, n, r, b, log_acc, log_opt, w)
+
+
+def _loss_from_logs(perf, n, r, b, log_acc, log_opt, w):
+    """fit_loss on precomputed log targets; every entry must be finite (w weights)."""
+    count = jnp.maximum(jnp.sum(w), 1.0)
+    pred_acc = perf.alpha_c + perf.beta_c * b
+    pred_net = predict_network_time(perf, n, r)
+    pred_log_opt = _log_optim_from_parts(perf.gamma, pred_acc, pred_net)
+    e1 = w * (jnp.log(pred_acc) - log_acc) ** 2
+    e2 = w * (pred_log_opt - log_opt) ** 2
     # sqrt'(0) is infinite: floor the mean square (irrelevant at any real noise).
     err1 = jnp.sqrt(jnp.maximum(jnp.sum(e1) / count, 1e-30))
     err2 = jnp.sqrt(jnp.maximum(jnp.sum(e2) / count, 1e-30))
     reg1 = 1e-3 * (perf.gamma - 1.0) ** 2
     reg2 = 1e-2 * ((perf.beta_n / perf.alpha_n) ** 2 + (perf.beta_r / perf.alpha_r) ** 2)
     return err1 + err2 + reg1 + reg2
-
 
 def _to_unconstrained(value: jax.Array, is_gamma: jax.Array) -> jax.Array:
     # alpha/beta = 1e-8 + exp(u); gamma = 1 + 9 sin^2(u).
@@ -227,7 +235,7 @@ def _from_unconstrained(u: jax.Array, is_gamma: jax.Array) -> jax.Array:
     return jnp.where(is_gamma, gam, pos)
 
 
-_LS_STEPS = tuple(2.0**e for e in range(1, -13, -1))  # 2, 1, 1/2, ..., 2^-12
+_LS_STEPS = (2.0, 1.0, 0.5, 0.25, 0.125, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-10, 2.0**-13)
 _MEMORY = 6
 
 
@@ -357,8 +365,11 @@ def _fit_single(
     def params_of(u):
         return jnp.where(free, _from_unconstrained(u, is_gamma), fixed)
 
+    log_acc = jnp.log(acc)  # padding holds 1.0 -> 0.0
+    log_opt = jnp.log(opt)
+
     def loss(u):
-        return fit_loss(PerfParams(*params_of(u)), n, r, b, acc, opt, w)
+        return _loss_from_logs(PerfParams(*params_of(u)), n, r, b, log_acc, log_opt, w)
 
     u0 = _to_unconstrained(init, is_gamma)
     u0 = jnp.where(free, u0, 0.0)
@@ -438,8 +449,9 @@ def fit_perf_params(
     Afterwards, without multi-node data, ``alpha_n = max(alpha_n, 1.1 alpha_r)``
     and ``beta_n = max(beta_n, 1.1 beta_r)``.
 
-    Profiles are padded (masked) to a power-of-two length >= 16, so growing
-    profiles compile only O(log P) times (a compile takes seconds).
+    Profiles are padded (masked) to a length >= 16 of the form {4,5,6,7} * 2^k
+    (at most 25% padding), so growing profiles compile only O(log P) times
+    (a compile takes seconds).
 
     Args:
         num_nodes, num_replicas, atomic_bsz: profiled configurations, 1-D, same length.
@@ -482,6 +494,8 @@ def fit_perf_params_batched(
     Profiles are padded to a common length ``P``; ``mask[j, p]`` marks real
     points. Padded entries may hold any value (they are ignored, also by
     validation). Each job's freezing rules are evaluated on its own points.
+    J and P are padded to sizes of the form {4,5,6,7} * 2^k (J >= 8, P >= 16)
+    so that changing job counts and profile lengths rarely recompile.
 
     Args:
         num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time:
@@ -512,7 +526,7 @@ def fit_perf_params_batched(
     # Neutralise padding so it cannot produce NaNs anywhere.
     arrays = [np.where(mask, a, 1) for a in arrays]
     jobs, count = shape
-    size = (_bucket(jobs, 1), _bucket(count))
+    size = (_bucket(jobs, 8), _bucket(count))
     full_mask = np.zeros(size, bool)
     full_mask[:jobs, :count] = mask
     full_mask[jobs:, 0] = True  # padding jobs: one dummy point each
@@ -521,7 +535,13 @@ def fit_perf_params_batched(
 
 
 def _bucket(n: int, minimum: int = 16) -> int:
-    return max(minimum, 1 << max(int(n) - 1, 0).bit_length())
+    """Smallest size >= n of the form {4, 5, 6, 7} * 2^k (at most 25% padding)."""
+    n = max(int(n), minimum)
+    if n <= 4:
+        return n
+    k = (n - 1).bit_length() - 3  # n - 1 < 8 * 2^k
+    step = 1 << k
+    return -(-n // step) * step
 
 
 def _pad(arrays, size):

@@ -327,6 +327,13 @@ def test_scalar_and_array_outputs():
     assert g.shape == b.shape == s.shape == (2, 2)
     assert b.dtype.kind == "i"
     assert fun.perf_params == REALISTIC and fun.grad_params == REALISTIC_GRAD and fun.init_batch_size == 128
+    # Lists are accepted like arrays.
+    np.testing.assert_allclose(fun.throughput([1, 1], [2, 4], 64, 0), fun.throughput(np.array([1, 1]), np.array([2, 4]), 64, 0))
+    np.testing.assert_allclose(fun([1, 1], [2, 4], [64, 64], [0, 0]), fun(np.array([1, 1]), np.array([2, 4]), 64, 0))
+    g, b, s = fun.optimize([1, 1], [2, 4], 1280, (64, 256))
+    assert b.shape == (2,)
+    with pytest.raises(TypeError, match="atomic_bsz must be numeric"):
+        fun(1, 2, "64", 0)
 
 
 # --------------------------------------------------------------------------- #

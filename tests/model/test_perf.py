@@ -144,7 +144,7 @@ def test_no_recompile_for_new_values_or_lengths_in_bucket():
     rng = np.random.default_rng(6)
     fit_perf_params(*_profile(rng, 10))
     before = P._fit_single_jit._cache_size()
-    for k in (5, 11, 16):  # same power-of-two bucket (16)
+    for k in (5, 11, 16):  # same bucket (16)
         fit_perf_params(*_profile(rng, k))
     assert P._fit_single_jit._cache_size() == before
 
