@@ -227,7 +227,7 @@ def optimize_fn(
     m0, n, r, max_bs, min_atomic, max_atomic = (ex(x) for x in (m0, n, r, max_bs, min_atomic, max_atomic))
     t = jnp.linspace(0.0, 1.0, NUM_CANDIDATES, dtype=dt)
     min_bs = jnp.maximum(m0, min_atomic * r)
-    batch = min_bs * (max_bs / min_bs) ** t  # [*shape, C], geometric, first == min_bs
+    batch = min_bs * jnp.exp(t * jnp.log(max_bs / min_bs))  # [*shape, C], geometric, first == min_bs
     batch = jnp.where(t == 1.0, max_bs, batch)  # exact endpoint
     local = batch / r
     if accumulation:
