@@ -88,7 +88,7 @@ class DemoConfig:
     features: int = 32
     hidden: int = 128
     learning_rate: float = 3e-3
-    noise: float = 0.5
+    noise: float = 1.0
     refit_every: int = 300
     monitor_interval: float = 2.0
 
@@ -507,6 +507,8 @@ def main(args: argparse.Namespace) -> int:
     cfg = DemoConfig.from_args(args)
     configure_devices(args.devices)
     out = os.path.abspath(args.dir)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--dir ({args.dir!r}) exists and is not a directory")
     os.makedirs(out, exist_ok=True)
     ckpt_dir, tb_dir, db = _clean_dir(out)
     t0 = time.time()
@@ -548,6 +550,8 @@ def main(args: argparse.Namespace) -> int:
         print(format_report(calc))
         print()
         print(format_model_summary(s2["hooks"]))
+        print("  (fake CPU devices share the host's cores: the fitted times reflect dispatch "
+              "overhead and contention, not an accelerator; the numbers show the mechanics)")
         print()
         print(f"TensorBoard:  tensorboard --logdir {tb_dir}")
         print(f"Report:       goodput-jax report --job {args.job} --store sqlite:///{db} "

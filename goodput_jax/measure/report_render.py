@@ -551,7 +551,7 @@ def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: i
     last = 1.6 if data.curves is not None else 0.35
     fig = plt.figure(figsize=(13, 8.5 + 0.4 * nrun + 2.6 * last))
     gs = fig.add_gridspec(3, 2, height_ratios=[1.2 + 0.35 * nrun, 1.6, last], hspace=0.45,
-                          wspace=0.3, top=0.93)
+                          wspace=0.45, top=0.93)
     draw_timeline(fig.add_subplot(gs[0, :]), data.timeline)
     draw_breakdown(fig.add_subplot(gs[1, :]), data.details)
     if data.curves is None:
