@@ -144,10 +144,13 @@ class ProgressBar:
         self._last = 0.0
         self._t0 = time.perf_counter()
         self._shown = False
+        self._note = ""
 
     def update(self, n: int = 1, note: str = "", force: bool = False) -> None:
         """Advance by ``n`` units and redraw (rate-limited) with a short note."""
         self.done = min(self.total, self.done + int(n))
+        if note:
+            self._note = note
         if not self.enabled:
             return
         now = time.perf_counter()
@@ -157,7 +160,8 @@ class ProgressBar:
         frac = self.done / self.total
         full = int(frac * self.width)
         bar = "#" * full + "-" * (self.width - full)
-        line = f"\r[{bar}] {100 * frac:5.1f}% {self.done}/{self.total} {now - self._t0:5.1f}s {note}"
+        line = (f"\r[{bar}] {100 * frac:5.1f}% {self.done}/{self.total} {now - self._t0:5.1f}s "
+                f"{self._note}")
         self.stream.write(line[:120].ljust(100))
         self.stream.flush()
         self._shown = True
@@ -335,6 +339,8 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
     on a clean exit the hooks refit the model, publish the hints and record
     the job end.
     """
+    run = "1" if crash else "2"
+    bar.update(0, note=f"run {run}: starting (JAX, model init)", force=True)
     from goodput_jax.integrations.hooks import GoodputHooks
 
     rec.record_job_start_time()
@@ -366,6 +372,7 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         )
     configs = [(num_devices, cfg.atomic_bsz)] if crash else _configurations(cfg, num_devices)
     compiled: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
+    bar.update(0, note=f"run {run}: compiling {len(configs)} configuration(s)", force=True)
     with rec.program_startup():
         for r, a in configs:
             mesh = Mesh(devices[:r], ("data",))
@@ -395,6 +402,7 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         done = step - start + 1
         if not crash and done >= len(plan) and (done - len(plan)) % cfg.refit_every == 0 \
                 and step < stop - 1:
+            bar.update(0, note="run 2: refitting the step-time model", force=True)
             with rec.badput("model refit"):
                 hooks.refit()
                 h = hooks.publish()
@@ -406,12 +414,13 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
             with rec.checkpoint_save(step=step):
                 save_checkpoint(ckpt_dir, step, (params, opt_state))
             rec.record_checkpoint_progress(step, t_ckpt)
-        bar.update(1, note=f"run {'1' if crash else '2'} step {step} loss {loss:.3f}")
+        bar.update(1, note=f"run {run} step {step} loss {loss:.3f}")
     if crash:
         # Simulated crash: the process dies in the next step; no job end is recorded.
         rec.record_step_start_time(stop)
     else:
         if any(e.optim_count for e in hooks.profile.values()):
+            bar.update(0, note="run 2: final model refit", force=True)
             with rec.badput("model refit"):  # the final fit, as GoodputHooks.job() does
                 hooks.refit()
                 hooks.publish()
