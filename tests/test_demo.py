@@ -138,3 +138,17 @@ def test_config_and_progress_bar():
     bar.update(4)
     bar.close()
     assert quiet.getvalue() == "" and bar.done == 4
+
+
+def test_demo_bad_arguments(tmp_path, capsys):
+    from goodput_jax.cli import main as cli_main
+
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    assert cli_main(["demo", "--dir", str(f), "--quick", "--no-progress"]) == 2
+    assert "--dir" in capsys.readouterr().err
+    assert cli_main(["demo", "--dir", str(tmp_path / "d"), "--steps", "2", "--no-progress"]) == 2
+    assert "--steps (2)" in capsys.readouterr().err
+    assert cli_main(["demo", "--dir", str(tmp_path / "d"), "--devices", "0", "--quick"]) == 2
+    assert "--devices (0)" in capsys.readouterr().err
+    assert not (tmp_path / "d" / "goodput.db").exists()
