@@ -134,15 +134,14 @@ def main(args: argparse.Namespace) -> int:
         if html_path or png_path:
             from goodput_jax.measure import report_render
 
+            done = report_render.render_reports(calc, html_path, png_path, text_report=text)
             if html_path:
-                report_render.render_html(calc, html_path, text_report=text)
                 print(f"wrote HTML report: {html_path}")
             if png_path:
-                report_render.render_png(calc, png_path)
                 print(f"wrote PNG report: {png_path}")
-            if calc.get_latest_hints() is None:
-                print("note: the job has no model hints (GoodputHooks publishes them); "
-                      "the report shows the measurement plots only")
+            if not done["has_model"]:
+                print("note: the job has no model hints (GoodputHooks publishes them), "
+                      "so the report shows the measurement plots only")
     except StoreError as e:
         print(f"goodput-jax report: error: {e}", file=sys.stderr)
         return 2

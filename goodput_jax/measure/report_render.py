@@ -42,6 +42,7 @@ __all__ = [
     "model_curves",
     "render_html",
     "render_png",
+    "render_reports",
 ]
 
 #: timeline categories: key -> (label, colour). "productive" and the BadputType names.
@@ -373,18 +374,18 @@ def draw_timeline(ax: Any, tl: Timeline) -> None:
     used = set()
     nrun = max(1, len(tl.run_ids))
     lane_h = 0.8
-    # badput lanes draw on top of the productive lane, so thin spans stay visible
+    # one collection per (run, category): thousands of steps draw in one call;
+    # badput draws on top of the productive spans, so thin spans stay visible
     for run in range(nrun):
-        segs = [s for s in tl.segments if s.run == run]
-        merged = _merge(segs, min_w)
+        merged = _merge([s for s in tl.segments if s.run == run], min_w)
         y = nrun - 1 - run
-        for order in (0, 1):
-            for a, b, c in merged:
-                if (c == "PRODUCTIVE") != (order == 0):
-                    continue
-                ax.broken_barh([(a - tl.t0, b - a)], (y - lane_h / 2, lane_h),
-                               facecolors=CATEGORIES[c][1], edgecolor="none")
-                used.add(c)
+        by_cat: dict[str, list[tuple[float, float]]] = {}
+        for a, b, c in merged:
+            by_cat.setdefault(c, []).append((a - tl.t0, b - a))
+        for c in sorted(by_cat, key=lambda c: c != "PRODUCTIVE"):
+            ax.broken_barh(by_cat[c], (y - lane_h / 2, lane_h), facecolors=CATEGORIES[c][1],
+                           edgecolor="none")
+            used.add(c)
     for t, run in tl.restarts:
         ax.axvline(t - tl.t0, color="black", linestyle="--", linewidth=1)
         ax.annotate(f"restart (run {run + 1})", (t - tl.t0, nrun - 0.5), xytext=(3, -2),
@@ -529,7 +530,7 @@ def _figure(data: _Data, which: str):
 
 
 def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: int = 100,
-               now: float | None = None) -> str:
+               now: float | None = None, _data: _Data | None = None) -> str:
     """Write one PNG with the timeline, the breakdown and the model curves.
 
     Args:
@@ -545,7 +546,7 @@ def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: i
         >>> render_png(calc, "report.png")   # doctest: +SKIP
         'report.png'
     """
-    data = _collect(calculator, now)
+    data = _data if _data is not None else _collect(calculator, now)
     plt = _plt()
     nrun = max(1, len(data.timeline.run_ids))
     last = 1.6 if data.curves is not None else 0.35
@@ -593,7 +594,8 @@ def _fmt(v: Any) -> str:
 
 def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
                 text_report: str | None = None, dpi: int = 100, now: float | None = None,
-                format_text: Callable[[GoodputCalculator], str] | None = None) -> str:
+                format_text: Callable[[GoodputCalculator], str] | None = None,
+                _data: _Data | None = None) -> str:
     """Write a self-contained HTML report (PNG plots embedded as base64, plus tables).
 
     Sections: the goodput table, the timeline, the badput breakdown, the model
@@ -614,7 +616,7 @@ def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
         >>> render_html(calc, "report.html")   # doctest: +SKIP
         'report.html'
     """
-    data = _collect(calculator, now)
+    data = _data if _data is not None else _collect(calculator, now)
     if text_report is None:
         if format_text is None:
             from goodput_jax.measure.report import format_report as format_text
@@ -661,3 +663,24 @@ table.hints {{ border-collapse: collapse; font-size: 90%; }}
     with open(os.fspath(path), "w", encoding="utf-8") as f:
         f.write(doc)
     return os.fspath(path)
+
+
+def render_reports(calculator: GoodputCalculator, html_path: str | os.PathLike | None = None,
+                   png_path: str | os.PathLike | None = None, *, text_report: str | None = None,
+                   now: float | None = None) -> dict:
+    """Write the HTML and/or PNG report, reading the store once.
+
+    Returns:
+        ``{"html": path or None, "png": path or None, "has_model": bool}``.
+
+    Example:
+        >>> render_reports(calc, "r.html", "r.png")["has_model"]   # doctest: +SKIP
+        True
+    """
+    data = _collect(calculator, now)
+    out = {"html": None, "png": None, "has_model": data.curves is not None}
+    if html_path is not None:
+        out["html"] = render_html(calculator, html_path, text_report=text_report, _data=data)
+    if png_path is not None:
+        out["png"] = render_png(calculator, png_path, _data=data)
+    return out
