@@ -216,3 +216,28 @@ def test_timeline_totals_match_the_calculator():
     assert tl.run_ids == ["r1", "r2"]
     with pytest.raises(ValueError, match="'nope'"):
         build_timeline(store, "nope")
+
+
+def test_timeline_draws_one_collection_per_run_and_category():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from goodput_jax.measure.report_render import CATEGORIES, draw_timeline
+
+    spec = [(K.JOB_START, 0)]
+    for i in range(500):  # alternating data loading and steps: 1000 segments
+        spec += [(K.DATA_LOADING_START, 2 * i), (K.DATA_LOADING_END, 2 * i + 0.5),
+                 (K.STEP_START, 2 * i + 0.5, i)]
+    spec.append((K.JOB_END, 1000))
+    store = new_store()
+    store.append(events("big", "r", spec))
+    tl = build_timeline(store, "big")
+    assert len(tl.segments) == 1000
+    assert tl.totals()["DATA_LOADING"] == pytest.approx(250.0)
+    assert tl.totals()["PRODUCTIVE"] == pytest.approx(750.0)
+    fig, ax = plt.subplots()
+    draw_timeline(ax, tl)
+    assert len(ax.collections) <= len(CATEGORIES)
+    plt.close(fig)
