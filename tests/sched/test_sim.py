@@ -359,7 +359,11 @@ def test_smoke_pollux_adapts_and_beats_optimus(smoke_apps, smoke_rows):
     jobs = make_jobs(smoke_rows, smoke_apps, "pollux")
     res = simulate(jobs, PolluxAdapter(model, p=-1.0, seed=0), model=model)
     _check_run(res, jobs, smoke_rows)
-    assert all(j.perf_params is not None and len(j.profile) >= 1 for j in jobs)
+    assert all(len(j.profile) >= 1 for j in jobs)
+    # Fits run once per interval: every job still running at the end of its first interval
+    # (30 s restart + 30 s of training) has a fitted model.
+    assert all(j.perf_params is not None for j in jobs if j.run_time > 60.0)
+    assert sum(j.perf_params is not None for j in jobs) >= SMOKE_JOBS // 2
     # Batched model calls: far fewer than one per job and interval.
     assert 0 < model.calls["reoptimize"] < res.num_intervals * 4
     ncf = [j for j in jobs if j.app.name == "ncf"]
