@@ -37,17 +37,17 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-import jax  # noqa: E402
+import jax
 
-from goodput_jax.model.goodput import GoodputFunction, GradParams, PerfParams  # noqa: E402
-from goodput_jax.model.perf import fit_perf_params, fit_perf_params_batched  # noqa: E402
-from tests.model import numpy_reference as ref  # noqa: E402
+from goodput_jax.model.goodput import GoodputFunction, GradParams, PerfParams
+from goodput_jax.model.perf import fit_perf_params, fit_perf_params_batched
+from tests.model import numpy_reference as ref
 
 PERF = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14)
 GRAD = GradParams(sqr=0.00136, var=0.000502)
 TRUE_FIT = PerfParams(0.1, 0.01, 0.5, 1.0, 1e-6, 1e-6, 1.2)
-SCALAR_ARGS = dict(max_batch_size=1280, atomic_bsz_range=(64, 256), accumulation=True)
-SWEEP_ARGS = dict(max_batch_size=65536, atomic_bsz_range=(32, 256), accumulation=True)
+SCALAR_ARGS = {"max_batch_size": 1280, "atomic_bsz_range": (64, 256), "accumulation": True}
+SWEEP_ARGS = {"max_batch_size": 65536, "atomic_bsz_range": (32, 256), "accumulation": True}
 
 # (name, target seconds or None, target speed-up over AdaptDL or None)
 ROWS = [
@@ -139,7 +139,7 @@ if not quick:
 np.savez(sys.argv[3], **{k: np.asarray(v[0] if isinstance(v, tuple) else v) for k, v in res.items()},
          **{k + "_bsz": np.asarray(v[1]) for k, v in res.items() if isinstance(v, tuple)})
 import numpy, scipy
-out["_versions"] = "numpy %s, scipy %s, python %s" % (numpy.__version__, scipy.__version__, sys.version.split()[0])
+out["_versions"] = "numpy " + numpy.__version__ + ", scipy " + scipy.__version__ + ", python " + sys.version.split()[0]
 print(json.dumps(out))
 """
 
@@ -155,17 +155,35 @@ def adaptdl_python() -> str | None:
 def run_adaptdl(data: dict, quick: bool) -> tuple[dict, dict, str]:
     py = adaptdl_python()
     if py is None:
-        return {}, {}, "AdaptDL: n/a (run benchmarks/adaptdl_venv.sh to build benchmarks/.venv-adaptdl)"
+        return (
+            {},
+            {},
+            "AdaptDL: n/a (run benchmarks/adaptdl_venv.sh to build benchmarks/.venv-adaptdl)",
+        )
     with tempfile.TemporaryDirectory() as tmp:
         inp = os.path.join(tmp, "in.npz")
         outp = os.path.join(tmp, "out.npz")
         np.savez(inp, **{k: v for k, v in data.items() if k != "batched"})
-        cfg = dict(quick=quick, perf=list(PERF), grad=list(GRAD), scalar=SCALAR_ARGS, sweep=SWEEP_ARGS)
+        cfg = {
+            "quick": quick,
+            "perf": list(PERF),
+            "grad": list(GRAD),
+            "scalar": SCALAR_ARGS,
+            "sweep": SWEEP_ARGS,
+        }
         proc = subprocess.run(
-            [py, "-c", ADAPTDL_SCRIPT, inp, json.dumps(cfg), outp], capture_output=True, text=True, timeout=3600
+            [py, "-c", ADAPTDL_SCRIPT, inp, json.dumps(cfg), outp],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
         )
         if proc.returncode != 0:
-            return {}, {}, f"AdaptDL: n/a (subprocess failed: {proc.stderr.strip().splitlines()[-1:]})"
+            return (
+                {},
+                {},
+                f"AdaptDL: n/a (subprocess failed: {proc.stderr.strip().splitlines()[-1:]})",
+            )
         times = json.loads(proc.stdout.strip().splitlines()[-1])
         results = dict(np.load(outp))
     return times, results, "AdaptDL 0.2.11: " + times.pop("_versions")
@@ -173,7 +191,9 @@ def run_adaptdl(data: dict, quick: bool) -> tuple[dict, dict, str]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="few repeats; skip AdaptDL's 10k-point fit")
+    ap.add_argument(
+        "--quick", action="store_true", help="few repeats; skip AdaptDL's 10k-point fit"
+    )
     args = ap.parse_args(argv)
     quick = args.quick
     mt = 0.2 if quick else 1.0
@@ -183,74 +203,108 @@ def main(argv=None) -> None:
     fn = GoodputFunction(PERF, GRAD, 128)
 
     # optimize sweep
-    sweep = lambda: fn.optimize(data["sweep_n"], data["sweep_r"], **SWEEP_ARGS)  # noqa: E731
+    sweep = lambda: fn.optimize(data["sweep_n"], data["sweep_r"], **SWEEP_ARGS)
     c = first_call(sweep)
     jx[ROWS[0][0]] = measure(sweep, mt)
     comp[ROWS[0][0]] = c - jx[ROWS[0][0]]
     sa = SWEEP_ARGS
     npref[ROWS[0][0]] = measure(
-        lambda: ref.optimize(PERF, GRAD, 128, data["sweep_n"], data["sweep_r"], sa["max_batch_size"], sa["atomic_bsz_range"], True), mt
+        lambda: ref.optimize(
+            PERF,
+            GRAD,
+            128,
+            data["sweep_n"],
+            data["sweep_r"],
+            sa["max_batch_size"],
+            sa["atomic_bsz_range"],
+            True,
+        ),
+        mt,
     )
     sweep_out = sweep()
 
     # scalar optimize
-    scalar = lambda: fn.optimize(2, 8, **SCALAR_ARGS)  # noqa: E731
+    scalar = lambda: fn.optimize(2, 8, **SCALAR_ARGS)
     c = first_call(scalar)
     jx[ROWS[1][0]] = measure(scalar, mt, inner=50)
     comp[ROWS[1][0]] = c - jx[ROWS[1][0]]
     s = SCALAR_ARGS
-    npref[ROWS[1][0]] = measure(lambda: ref.optimize(PERF, GRAD, 128, 2, 8, s["max_batch_size"], s["atomic_bsz_range"], True), mt, inner=20)
+    npref[ROWS[1][0]] = measure(
+        lambda: ref.optimize(
+            PERF, GRAD, 128, 2, 8, s["max_batch_size"], s["atomic_bsz_range"], True
+        ),
+        mt,
+        inner=20,
+    )
     scalar_out = scalar()
 
     # evaluate 1e6
     fe = GoodputFunction(PERF, GRAD, 16)
-    ev = lambda: fe(data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"])  # noqa: E731
+    ev = lambda: fe(data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"])
     c = first_call(ev)
     jx[ROWS[2][0]] = measure(ev, mt)
     comp[ROWS[2][0]] = c - jx[ROWS[2][0]]
-    npref[ROWS[2][0]] = measure(lambda: ref.goodput(PERF, GRAD, 16, data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"]), mt)
-    eval_out = ev()
-    checks[ROWS[2][0]] = "max rel diff vs numpy %.1e" % np.max(
-        np.abs(eval_out / ref.goodput(PERF, GRAD, 16, data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"]) - 1)
+    npref[ROWS[2][0]] = measure(
+        lambda: ref.goodput(
+            PERF, GRAD, 16, data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"]
+        ),
+        mt,
     )
+    eval_out = ev()
+    eval_ref = ref.goodput(
+        PERF, GRAD, 16, data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"]
+    )
+    checks[ROWS[2][0]] = f"max rel diff vs numpy {np.max(np.abs(eval_out / eval_ref - 1)):.1e}"
 
     # fits
     fit_out = {}
     for row, key in ((ROWS[3][0], "fit100"), (ROWS[4][0], "fit10k")):
         p = data[key]
-        f = lambda p=p: fit_perf_params(*p)  # noqa: E731
+        f = lambda p=p: fit_perf_params(*p)
         c = first_call(f)
         jx[row] = measure(f, mt, max_reps=20)
         comp[row] = c - jx[row]
         npref[row] = measure(lambda p=p: ref.fit(*p), mt, max_reps=3)
         fit_out[key] = f()
-        checks[row] = "loss / scipy loss %.4f" % (ref.fit_loss(fit_out[key], *p) / ref.fit_loss(ref.fit(*p), *p))
+        ratio = ref.fit_loss(fit_out[key], *p) / ref.fit_loss(ref.fit(*p), *p)
+        checks[row] = f"loss / scipy loss {ratio:.4f}"
 
     # batched fit
     bt = data["batched"]
     row = ROWS[5][0]
-    fb = lambda: fit_perf_params_batched(*bt)  # noqa: E731
+    fb = lambda: fit_perf_params_batched(*bt)
     c = first_call(fb)
     jx[row] = measure(fb, mt, max_reps=20)
     comp[row] = c - jx[row]
-    npref[row] = None if quick else measure(lambda: [ref.fit(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=1)
-    loop = measure(lambda: [fit_perf_params(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=3)
+    npref[row] = (
+        None
+        if quick
+        else measure(lambda: [ref.fit(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=1)
+    )
+    loop = measure(
+        lambda: [fit_perf_params(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=3
+    )
     out_b = fb()
     worst = max(
-        ref.fit_loss([x[j] for x in out_b], *bt[:, j]) / ref.fit_loss(fit_perf_params(*bt[:, j]), *bt[:, j])
+        ref.fit_loss([x[j] for x in out_b], *bt[:, j])
+        / ref.fit_loss(fit_perf_params(*bt[:, j]), *bt[:, j])
         for j in range(bt.shape[1])
     )
-    checks[row] = "%.1fx vs JAX loop of single fits; worst loss ratio %.4f" % (loop / jx[row], worst)
+    checks[row] = f"{loop / jx[row]:.1f}x vs JAX loop of single fits; worst loss ratio {worst:.4f}"
 
     ad_times, ad_res, ad_note = run_adaptdl(data, quick)
     if ad_res:
         g = ad_res["sweep"]
-        checks[ROWS[0][0]] = "vs AdaptDL: max rel goodput diff %.1e, atomic_bsz equal %.1f%%" % (
-            np.max(np.abs(sweep_out[0] / np.where(g > 0, g, 1) - (g > 0))),
-            100 * np.mean(sweep_out[1] == ad_res["sweep_bsz"]),
+        diff = np.max(np.abs(sweep_out[0] / np.where(g > 0, g, 1) - (g > 0)))
+        same = 100 * np.mean(sweep_out[1] == ad_res["sweep_bsz"])
+        checks[ROWS[0][0]] = (
+            f"vs AdaptDL: max rel goodput diff {diff:.1e}, atomic_bsz equal {same:.1f}%"
         )
         a = ad_res["scalar"]
-        checks[ROWS[1][0]] = "vs AdaptDL: (%.2f, %d, %d) vs (%.2f, %d, %d)" % (*scalar_out, a[0], int(a[1]), int(a[2]))
+        g0, b0, s0 = scalar_out
+        checks[ROWS[1][0]] = (
+            f"vs AdaptDL: ({g0:.2f}, {b0}, {s0}) vs ({a[0]:.2f}, {int(a[1])}, {int(a[2])})"
+        )
     else:
         checks.setdefault(ROWS[0][0], "")
         checks.setdefault(ROWS[1][0], "")
@@ -259,16 +313,32 @@ def main(argv=None) -> None:
         if t is None:
             return "n/a"
         if t < 1e-3:
-            return "%.1f us" % (t * 1e6)
+            return f"{t * 1e6:.1f} us"
         if t < 1:
-            return "%.2f ms" % (t * 1e3)
-        return "%.2f s" % t
+            return f"{t * 1e3:.2f} ms"
+        return f"{t:.2f} s"
 
     dev = jax.devices()[0]
     print(f"# goodput_jax model benchmark ({'quick' if quick else 'full'})")
-    print(f"# device: {dev.platform} {getattr(dev, 'device_kind', '')} x{jax.device_count()}; cpu: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
-    print(f"# jax {jax.__version__}, numpy {np.__version__}, python {platform.python_version()}; {ad_note}")
-    header = ["benchmark", "target", "JAX warm", "compile", "numpy ref", "np/JAX", "AdaptDL", "AdaptDL/JAX", "target x", "met", "check"]
+    print(
+        f"# device: {dev.platform} {getattr(dev, 'device_kind', '')} x{jax.device_count()}; cpu: {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    )
+    print(
+        f"# jax {jax.__version__}, numpy {np.__version__}, python {platform.python_version()}; {ad_note}"
+    )
+    header = [
+        "benchmark",
+        "target",
+        "JAX warm",
+        "compile",
+        "numpy ref",
+        "np/JAX",
+        "AdaptDL",
+        "AdaptDL/JAX",
+        "target x",
+        "met",
+        "check",
+    ]
     rows = []
     for name, target, target_x in ROWS:
         t = jx[name]
@@ -276,14 +346,26 @@ def main(argv=None) -> None:
         ratio = None if ad is None else ad / t
         met_t = t < target
         met_x = True if target_x is None or ratio is None else ratio >= target_x
-        met = ("yes" if met_t and met_x else "NO") + ("" if target_x is None or ratio is not None else " (x: n/a)")
-        rows.append([
-            name, "< " + fmt(target), fmt(t), fmt(max(comp[name], 0.0)), fmt(npref[name]), "n/a" if npref[name] is None else "%.1fx" % (npref[name] / t),
-            fmt(ad), "n/a" if ratio is None else "%.0fx" % ratio, "-" if target_x is None else ">= %dx" % target_x, met,
-            checks.get(name, ""),
-        ])
+        met = ("yes" if met_t and met_x else "NO") + (
+            "" if target_x is None or ratio is not None else " (x: n/a)"
+        )
+        rows.append(
+            [
+                name,
+                "< " + fmt(target),
+                fmt(t),
+                fmt(max(comp[name], 0.0)),
+                fmt(npref[name]),
+                "n/a" if npref[name] is None else f"{npref[name] / t:.1f}x",
+                fmt(ad),
+                "n/a" if ratio is None else f"{ratio:.0f}x",
+                "-" if target_x is None else f">= {target_x}x",
+                met,
+                checks.get(name, ""),
+            ]
+        )
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"
     print(line(header))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:

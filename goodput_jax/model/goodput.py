@@ -72,14 +72,14 @@ from goodput_jax.model.perf import _optim_from_parts, predict_accum_time, predic
 from goodput_jax.model.types import GradParams, PerfParams
 
 __all__ = [
-    "PerfParams",
-    "GradParams",
+    "NUM_CANDIDATES",
     "GoodputFunction",
-    "throughput_fn",
+    "GradParams",
+    "PerfParams",
     "efficiency_fn",
     "goodput_fn",
     "optimize_fn",
-    "NUM_CANDIDATES",
+    "throughput_fn",
 ]
 
 #: Number of geometric total-batch-size candidates searched by ``optimize``.
@@ -101,7 +101,9 @@ def _tree_f(tree):
 
 
 @jax.jit
-def throughput_fn(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any, accum_steps: Any) -> jax.Array:
+def throughput_fn(
+    perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any, accum_steps: Any
+) -> jax.Array:
     """Samples per second: ``R * b * (s + 1) / (s * T_acc + T_opt)`` (pure, jitted).
 
     Args:
@@ -221,13 +223,17 @@ def optimize_fn(
     )
     # Candidates live on a new trailing (minor) axis: the argmax is then a
     # contiguous row reduction. Every input gets a trailing unit axis.
-    ex = lambda x: jnp.reshape(x, jnp.shape(x) + (1,))  # noqa: E731
+    ex = lambda x: jnp.reshape(x, jnp.shape(x) + (1,))
     perf = type(perf)(*(ex(x) for x in perf))
     grad = type(grad)(*(ex(x) for x in grad))
-    m0, n, r, max_bs, min_atomic, max_atomic = (ex(x) for x in (m0, n, r, max_bs, min_atomic, max_atomic))
+    m0, n, r, max_bs, min_atomic, max_atomic = (
+        ex(x) for x in (m0, n, r, max_bs, min_atomic, max_atomic)
+    )
     t = jnp.linspace(0.0, 1.0, NUM_CANDIDATES, dtype=dt)
     min_bs = jnp.maximum(m0, min_atomic * r)
-    batch = min_bs * jnp.exp(t * jnp.log(max_bs / min_bs))  # [*shape, C], geometric, first == min_bs
+    batch = min_bs * jnp.exp(
+        t * jnp.log(max_bs / min_bs)
+    )  # [*shape, C], geometric, first == min_bs
     batch = jnp.where(t == 1.0, max_bs, batch)  # exact endpoint
     local = batch / r
     if accumulation:
@@ -243,7 +249,7 @@ def optimize_fn(
     full = shape + (NUM_CANDIDATES,)
     good = jnp.broadcast_to(good, full)
     idx = jnp.argmax(good, axis=-1)[..., None]
-    pick = lambda x: jnp.take_along_axis(jnp.broadcast_to(x, full), idx, axis=-1)[..., 0]  # noqa: E731
+    pick = lambda x: jnp.take_along_axis(jnp.broadcast_to(x, full), idx, axis=-1)[..., 0]
     return pick(good), pick(atomic).astype(jnp.int32), pick(steps).astype(jnp.int32)
 
 
@@ -260,7 +266,17 @@ def _unpack(packed):
 @functools.partial(jax.jit, static_argnames=("accumulation",))
 def _optimize_packed(packed, num_nodes, num_replicas, bounds, accumulation):
     perf, grad, m0 = _unpack(packed)
-    g, b, s = optimize_fn(perf, grad, m0, num_nodes, num_replicas, bounds[0], bounds[1], bounds[2], accumulation=accumulation)
+    g, b, s = optimize_fn(
+        perf,
+        grad,
+        m0,
+        num_nodes,
+        num_replicas,
+        bounds[0],
+        bounds[1],
+        bounds[2],
+        accumulation=accumulation,
+    )
     return jnp.stack([g, b.astype(g.dtype), s.astype(g.dtype)])
 
 
@@ -316,7 +332,11 @@ def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation):
         atomic = np.ceil(x - 1e-8 * np.maximum(1.0, x))
     else:
         steps = np.zeros(NUM_CANDIDATES)
-        atomic = np.full(NUM_CANDIDATES, float(m0)) if r == 1 else np.ceil(local - 1e-8 * np.maximum(1.0, local))
+        atomic = (
+            np.full(NUM_CANDIDATES, float(m0))
+            if r == 1
+            else np.ceil(local - 1e-8 * np.maximum(1.0, local))
+        )
     if n > 1:
         net = alpha_n + beta_n * max(r - 2.0, 1e-8)
     elif r > 1:
@@ -337,7 +357,9 @@ def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation):
 
 
 def _is_scalar(x) -> bool:
-    return isinstance(x, numbers.Number) or (isinstance(x, np.ndarray | np.generic) and np.ndim(x) == 0)
+    return isinstance(x, numbers.Number) or (
+        isinstance(x, np.ndarray | np.generic) and np.ndim(x) == 0
+    )
 
 
 def _check_numeric(name, x):
@@ -394,7 +416,11 @@ class GoodputFunction:
         for name, v in zip(PerfParams._fields + GradParams._fields, perf + grad):
             if not math.isfinite(v):
                 raise ValueError(f"{name} must be finite, got {v}")
-        if not _is_scalar(init_batch_size) or not (init_batch_size > 0) or not math.isfinite(init_batch_size):
+        if (
+            not _is_scalar(init_batch_size)
+            or not (init_batch_size > 0)
+            or not math.isfinite(init_batch_size)
+        ):
             raise ValueError(f"init_batch_size must be a positive number, got {init_batch_size!r}")
         self._perf = perf
         self._grad = grad
@@ -447,13 +473,22 @@ class GoodputFunction:
             >>> round(fn.evaluate(1, 1, 16, 0), 3)
             61.538
         """
-        args = [_check_numeric(k, v) for k, v in (("num_nodes", num_nodes), ("num_replicas", num_replicas),
-                                                   ("atomic_bsz", atomic_bsz), ("accum_steps", accum_steps))]
+        args = [
+            _check_numeric(k, v)
+            for k, v in (
+                ("num_nodes", num_nodes),
+                ("num_replicas", num_replicas),
+                ("atomic_bsz", atomic_bsz),
+                ("accum_steps", accum_steps),
+            )
+        ]
         try:
             good, ok = _evaluate_packed(self._packed(), *args)
         except (TypeError, ValueError) as e:
             if "broadcast" in str(e) or "Incompatible shapes" in str(e):
-                raise ValueError(f"arguments do not broadcast: shapes {[a.shape for a in args]}") from None
+                raise ValueError(
+                    f"arguments do not broadcast: shapes {[a.shape for a in args]}"
+                ) from None
             raise
         if not bool(ok):
             _check_nodes(num_nodes, num_replicas)
@@ -475,8 +510,15 @@ class GoodputFunction:
             61.538
         """
         _check_nodes(num_nodes, num_replicas)
-        args = [_check_numeric(k, v) for k, v in (("num_nodes", num_nodes), ("num_replicas", num_replicas),
-                                                   ("atomic_bsz", atomic_bsz), ("accum_steps", accum_steps))]
+        args = [
+            _check_numeric(k, v)
+            for k, v in (
+                ("num_nodes", num_nodes),
+                ("num_replicas", num_replicas),
+                ("atomic_bsz", atomic_bsz),
+                ("accum_steps", accum_steps),
+            )
+        ]
         out = _throughput_packed(self._packed(), *args)
         return self._out(out, out.ndim == 0)
 
@@ -492,7 +534,14 @@ class GoodputFunction:
         out = _efficiency_packed(self._packed(), b)
         return self._out(out, out.ndim == 0)
 
-    def optimize(self, num_nodes, num_replicas, max_batch_size=None, atomic_bsz_range=None, accumulation=False):
+    def optimize(
+        self,
+        num_nodes,
+        num_replicas,
+        max_batch_size=None,
+        atomic_bsz_range=None,
+        accumulation=False,
+    ):
         """Best ``(goodput, atomic_bsz, accum_steps)`` for each ``(num_nodes, num_replicas)``.
 
         Args:
@@ -525,7 +574,9 @@ class GoodputFunction:
         lo = lo or 1
         hi = hi or math.inf
         if not (_is_scalar(lo) and _is_scalar(hi) and lo <= hi):
-            raise ValueError(f"atomic_bsz_range must be (min, max) with min <= max, got {atomic_bsz_range!r}")
+            raise ValueError(
+                f"atomic_bsz_range must be (min, max) with min <= max, got {atomic_bsz_range!r}"
+            )
         scalar = _is_scalar(num_nodes) and _is_scalar(num_replicas)
         if scalar:
             if not (num_nodes >= 1):
@@ -534,15 +585,24 @@ class GoodputFunction:
                 raise ValueError(f"num_nodes ({num_nodes}) > num_replicas ({num_replicas})")
             if self._scalar_numpy:
                 return _optimize_scalar_np(
-                    self._perf, self._grad, float(self._m0), float(num_nodes), float(num_replicas),
-                    float(max_batch_size), float(lo), float(hi), accumulation,
+                    self._perf,
+                    self._grad,
+                    float(self._m0),
+                    float(num_nodes),
+                    float(num_replicas),
+                    float(max_batch_size),
+                    float(lo),
+                    float(hi),
+                    accumulation,
                 )
         else:
             _check_nodes(num_nodes, num_replicas)
         bounds = np.array([max_batch_size, lo, hi], dtype=_fdt())
         if not scalar:
             num_nodes, num_replicas = np.asarray(num_nodes), np.asarray(num_replicas)
-        out = np.asarray(_optimize_packed(self._packed(), num_nodes, num_replicas, bounds, bool(accumulation)))
+        out = np.asarray(
+            _optimize_packed(self._packed(), num_nodes, num_replicas, bounds, bool(accumulation))
+        )
         if scalar:
             return float(out[0]), int(out[1]), int(out[2])
         return np.array(out[0]), out[1].astype(np.int64), out[2].astype(np.int64)

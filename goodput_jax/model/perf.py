@@ -32,17 +32,17 @@ import numpy as np
 from goodput_jax.model.types import GradParams, PerfParams
 
 __all__ = [
-    "PerfParams",
+    "FIT_INIT",
+    "FIT_MAX_ITERS",
     "GradParams",
-    "predict_accum_time",
-    "predict_network_time",
-    "predict_log_optim_time",
-    "predict_optim_time",
+    "PerfParams",
     "fit_loss",
     "fit_perf_params",
     "fit_perf_params_batched",
-    "FIT_INIT",
-    "FIT_MAX_ITERS",
+    "predict_accum_time",
+    "predict_log_optim_time",
+    "predict_network_time",
+    "predict_optim_time",
 ]
 
 # Lower bound of every alpha/beta, value used for "absent" network links.
@@ -120,7 +120,9 @@ def _optim_from_parts(gamma: Any, accum_time: jax.Array, network_time: jax.Array
 
 
 @jax.jit
-def predict_log_optim_time(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any) -> jax.Array:
+def predict_log_optim_time(
+    perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any
+) -> jax.Array:
     """Natural log of the predicted optimizer-step time (numerically stable).
 
     Example:
@@ -134,7 +136,9 @@ def predict_log_optim_time(perf: PerfParams, num_nodes: Any, num_replicas: Any, 
 
 
 @jax.jit
-def predict_optim_time(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any) -> jax.Array:
+def predict_optim_time(
+    perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any
+) -> jax.Array:
     """Predicted optimizer-step time ``(T_acc**gamma + T_net**gamma) ** (1/gamma)``.
 
     Example:
@@ -221,6 +225,7 @@ def _loss_from_logs(perf, n, r, b, log_acc, log_opt, w):
     reg2 = 1e-2 * ((perf.beta_n / perf.alpha_n) ** 2 + (perf.beta_r / perf.alpha_r) ** 2)
     return err1 + err2 + reg1 + reg2
 
+
 def _to_unconstrained(value: jax.Array, is_gamma: jax.Array) -> jax.Array:
     # alpha/beta = 1e-8 + exp(u); gamma = 1 + 9 sin^2(u).
     pos = jnp.log(jnp.maximum(value - _TINY, 1e-30))
@@ -235,7 +240,8 @@ def _from_unconstrained(u: jax.Array, is_gamma: jax.Array) -> jax.Array:
     return jnp.where(is_gamma, gam, pos)
 
 
-_LS_STEPS = (2.0, 1.0, 0.5, 0.25, 0.125, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-10, 2.0**-13)
+# Line-search trial steps, relative to the last accepted step (clipped to <= 2).
+_LS_STEPS = (4.0, 2.0, 1.0, 0.5, 0.25, 2.0**-4, 2.0**-7)
 _MEMORY = 6
 
 
@@ -245,17 +251,18 @@ def _solve_plbfgs(loss, u0, free):
     Each iteration evaluates the gradient at the current point (the only
     gradient site, so it is compiled once), folds the last step into the
     curvature memory (``_MEMORY`` pairs), takes the two-loop direction,
-    evaluates the loss at all step sizes in ``_LS_STEPS`` at once and moves to
-    the best one if it lowers the loss. Without a decrease the memory is
-    cleared (steepest descent next). Three iterations in a row with less than
-    ``ftol`` relative progress, or ``FIT_MAX_ITERS`` iterations, stop the loop.
-    The body is straight-line code over small arrays, so ``vmap`` over jobs
-    costs about one job's ops.
+    evaluates the loss at all trial steps ``_LS_STEPS * t`` at once (``t`` =
+    the last accepted step, so the trials follow the scale of the problem)
+    and moves to the best one if it lowers the loss. A failure clears the
+    memory (steepest descent next) and shrinks the trials. Three iterations in
+    a row with less than ``ftol`` relative progress, or ``FIT_MAX_ITERS``
+    iterations, stop the loop. The body is straight-line code over small
+    arrays, so ``vmap`` over jobs costs about one job's ops.
     """
     dt = u0.dtype
     k = u0.shape[0]
     m = _MEMORY
-    ftol = 1e-12 if dt == jnp.float64 else 1e-7
+    ftol = 1e-10 if dt == jnp.float64 else 1e-6
     steps = jnp.asarray(_LS_STEPS, dt)
     value_and_grad = jax.value_and_grad(loss)
     batched_loss = jax.vmap(loss)
@@ -274,7 +281,9 @@ def _solve_plbfgs(loss, u0, free):
         sy = jnp.dot(mem_s[m - 1], mem_y[m - 1])
         gnorm = jnp.sqrt(jnp.dot(g, g))
         # Before any curvature pair: a unit-length steepest-descent step.
-        h0 = jnp.where(valid[m - 1], sy / jnp.where(valid[m - 1], yy, 1.0), 1.0 / jnp.maximum(gnorm, 1e-30))
+        h0 = jnp.where(
+            valid[m - 1], sy / jnp.where(valid[m - 1], yy, 1.0), 1.0 / jnp.maximum(gnorm, 1e-30)
+        )
         r = h0 * q
         for i in range(m):
             b = rhos[i] * jnp.dot(mem_y[i], r)
@@ -282,27 +291,33 @@ def _solve_plbfgs(loss, u0, free):
         return -jnp.where(free, r, 0.0)
 
     def body(carry):
-        it, stall, u, s_prev, g_prev, moved, progressed, mem_s, mem_y, valid = carry
+        it, stall, u, s_prev, g_prev, moved, progressed, mem_s, mem_y, valid, t_prev = carry
         f, g = value_and_grad(u)
         g = jnp.where(free, g, 0.0)
         # Fold the previous step (if it moved) into the memory; forget the
         # memory after a failed line search.
         y_prev = g - g_prev
         curv = moved & (jnp.dot(s_prev, y_prev) > 1e-10 * jnp.dot(y_prev, y_prev))
-        shift = lambda mem, v: jnp.concatenate([mem[1:], v[None]], axis=0)  # noqa: E731
+        shift = lambda mem, v: jnp.concatenate([mem[1:], v[None]], axis=0)
         mem_s = jnp.where(curv, shift(mem_s, s_prev), mem_s)
         mem_y = jnp.where(curv, shift(mem_y, y_prev), mem_y)
-        valid = jnp.where(curv, jnp.concatenate([valid[1:], jnp.ones((1,), bool)]), valid) & (moved | (it == 0))
+        valid = jnp.where(curv, jnp.concatenate([valid[1:], jnp.ones((1,), bool)]), valid) & (
+            moved | (it == 0)
+        )
         stall = jnp.where(progressed, 0, stall + 1)
         d = direction(g, mem_s, mem_y, valid)
-        cand = u[None, :] + steps[:, None] * d[None, :]
+        trial = jnp.minimum(steps * t_prev, 2.0)
+        cand = u[None, :] + trial[:, None] * d[None, :]
         fc = batched_loss(cand)
         fc = jnp.where(jnp.isfinite(fc), fc, jnp.inf)
         best = jnp.argmin(fc)
         ok = fc[best] < f
         u_new = jnp.where(ok, cand[best], u)
         progressed = ok & ((f - fc[best]) > ftol * jnp.abs(f))
-        return it + 1, stall, u_new, u_new - u, g, ok, progressed, mem_s, mem_y, valid
+        # Next trials centre on the accepted step; after a failure, restart wide.
+        t_next = jnp.where(ok, jnp.minimum(trial[best], 1.0), 1.0)
+        t_next = jnp.where(ok, t_next, jnp.where(t_prev < 1e-3, 1.0, t_prev * 2.0**-8))
+        return it + 1, stall, u_new, u_new - u, g, ok, progressed, mem_s, mem_y, valid, t_next
 
     def keep_going(carry):
         it, stall, progressed = carry[0], carry[1], carry[6]
@@ -311,10 +326,21 @@ def _solve_plbfgs(loss, u0, free):
     zeros = jnp.zeros((m, k), dt)
     vec = jnp.zeros((k,), dt)
     false = jnp.asarray(False)
-    init = (jnp.int32(0), jnp.int32(0), u0, vec, vec, false, jnp.asarray(True), zeros, zeros, jnp.zeros((m,), bool))
+    init = (
+        jnp.int32(0),
+        jnp.int32(0),
+        u0,
+        vec,
+        vec,
+        false,
+        jnp.asarray(True),
+        zeros,
+        zeros,
+        jnp.zeros((m,), bool),
+        jnp.asarray(1.0, dt),
+    )
     out = jax.lax.while_loop(keep_going, body, init)
     return out[2]
-
 
 
 def _fit_single(
@@ -410,15 +436,25 @@ def _validate_profile(names, arrays, batched: bool, mask=None):
             idx = np.argwhere(cond & v)[0]
             raise ValueError(what(tuple(int(i) for i in idx)))
 
-    _bad(~(num_nodes >= 1), lambda i: f"num_nodes must be >= 1, got num_nodes[{i}] = {num_nodes[i]}")
+    _bad(
+        ~(num_nodes >= 1), lambda i: f"num_nodes must be >= 1, got num_nodes[{i}] = {num_nodes[i]}"
+    )
     _bad(
         num_nodes > num_replicas,
         lambda i: f"num_nodes ({num_nodes[i]}) > num_replicas ({num_replicas[i]}) at index {i}",
     )
-    _bad(~(atomic_bsz >= 1), lambda i: f"atomic_bsz must be >= 1, got atomic_bsz[{i}] = {atomic_bsz[i]}")
+    _bad(
+        ~(atomic_bsz >= 1),
+        lambda i: f"atomic_bsz must be >= 1, got atomic_bsz[{i}] = {atomic_bsz[i]}",
+    )
     for name, t in (("accum_step_time", acc), ("optim_step_time", opt)):
-        _bad(~np.isfinite(t), lambda i, t=t, name=name: f"{name} must be finite, got {name}[{i}] = {t[i]}")
-        _bad(~(t > 0), lambda i, t=t, name=name: f"{name} must be positive, got {name}[{i}] = {t[i]}")
+        _bad(
+            ~np.isfinite(t),
+            lambda i, t=t, name=name: f"{name} must be finite, got {name}[{i}] = {t[i]}",
+        )
+        _bad(
+            ~(t > 0), lambda i, t=t, name=name: f"{name} must be positive, got {name}[{i}] = {t[i]}"
+        )
     return arrays
 
 
@@ -472,7 +508,11 @@ def fit_perf_params(
         >>> 0.005 < p.beta_c < 0.02
         True
     """
-    arrays = _validate_profile(_PROFILE_NAMES, (num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time), False)
+    arrays = _validate_profile(
+        _PROFILE_NAMES,
+        (num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time),
+        False,
+    )
     count = arrays[0].shape[0]
     size = _bucket(count)
     mask = np.zeros(size, bool)
@@ -517,11 +557,16 @@ def fit_perf_params_batched(
     shape = np.shape(num_nodes)
     mask = np.ones(shape, bool) if mask is None else np.asarray(mask)
     if mask.shape != shape:
-        raise ValueError(f"mismatched array lengths: num_nodes has shape {shape} but mask has shape {mask.shape}")
+        raise ValueError(
+            f"mismatched array lengths: num_nodes has shape {shape} but mask has shape {mask.shape}"
+        )
     if mask.dtype != bool:
         raise TypeError(f"mask must be boolean, got dtype {mask.dtype}")
     arrays = _validate_profile(
-        _PROFILE_NAMES, (num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time), True, mask
+        _PROFILE_NAMES,
+        (num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time),
+        True,
+        mask,
     )
     # Neutralise padding so it cannot produce NaNs anywhere.
     arrays = [np.where(mask, a, 1) for a in arrays]
@@ -553,4 +598,3 @@ def _pad(arrays, size):
         buf[tuple(slice(0, k) for k in a.shape)] = a
         out.append(buf)
     return out
-

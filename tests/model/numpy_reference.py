@@ -124,7 +124,11 @@ def fit(n, r, b, t_acc, t_opt):
     for i, v in frozen.items():
         x0[i] = lower[i] = upper[i] = v
     res = scipy.optimize.minimize(
-        fit_loss, x0, args=(n, r, b, t_acc, t_opt), method="L-BFGS-B", bounds=list(zip(lower, upper))
+        fit_loss,
+        x0,
+        args=(n, r, b, t_acc, t_opt),
+        method="L-BFGS-B",
+        bounds=list(zip(lower, upper)),
     )
     x = res.x.copy()
     if not np.any(n > 1):

@@ -38,7 +38,10 @@ def _groupby_indices(*keys):
 def _evaluate_invariants(perf, grad, x64: bool):
     m0 = 16
     fun = GoodputFunction(perf, grad, m0)
-    n, r, b, s = map(np.array, zip(*itertools.product([1, 2, 3, 4], [1, 2, 4, 8], [8, 12, 16, 20, 24], [0, 1, 2, 3, 4])))
+    n, r, b, s = map(
+        np.array,
+        zip(*itertools.product([1, 2, 3, 4], [1, 2, 4, 8], [8, 12, 16, 20, 24], [0, 1, 2, 3, 4])),
+    )
     valid = (n <= r) & (m0 <= r * b * s)
     n, r, b, s = n[valid], r[valid], b[valid], s[valid]
     goodput = fun(n, r, b, s)
@@ -58,7 +61,9 @@ def _evaluate_invariants(perf, grad, x64: bool):
         if len(idx) > 1:
             dx = np.diff(b[idx][order])
             dy = np.diff(thr[idx][order])
-            assert np.all(dx[:-1] * dy[1:] - dx[1:] * dy[:-1] <= tol * np.max(thr[idx]) * np.max(dx))
+            assert np.all(
+                dx[:-1] * dy[1:] - dx[1:] * dy[:-1] <= tol * np.max(thr[idx]) * np.max(dx)
+            )
     for idx in _groupby_indices(n, b, s):
         scal = thr / r
         order = np.argsort(r[idx])
@@ -122,7 +127,9 @@ def test_optimize_max_bounds(pi, gi):
 @pytest.mark.parametrize("pi,gi", COMBOS)
 def test_optimize_accumulation(pi, gi):
     fun = GoodputFunction(PERF_PARAMS[pi], GRAD_PARAMS[gi], 128)
-    goodput, bsz, steps = fun.optimize(1, 1, max_batch_size=1280, atomic_bsz_range=(64, 256), accumulation=True)
+    goodput, bsz, steps = fun.optimize(
+        1, 1, max_batch_size=1280, atomic_bsz_range=(64, 256), accumulation=True
+    )
     assert isinstance(goodput, float)
     replicas = np.asarray(range(1, 20))
     for multi_node in (False, True):
@@ -149,7 +156,11 @@ def test_one_replica_accumulation(pi, gi):
     replicas = np.asarray([1])
     # As in the seed: optimise with max_batch_size=1280, check against each bound.
     goodput, bsz, steps = fun.optimize(
-        np.ones_like(replicas), replicas, max_batch_size=1280, atomic_bsz_range=(64, 256), accumulation=True
+        np.ones_like(replicas),
+        replicas,
+        max_batch_size=1280,
+        atomic_bsz_range=(64, 256),
+        accumulation=True,
     )
     for max_batch_size in range(128, 128 * 20, 128):
         assert np.all((bsz >= 64) | (goodput == 0.0))
@@ -224,10 +235,20 @@ def test_parity_optimize(accumulation, x64):
 @pytest.mark.parametrize("accumulation", [False, True])
 def test_scalar_numpy_path_matches_kernel(accumulation):
     """Scalar optimize() uses a float64 numpy twin of the kernel: same answers."""
-    bounds = [(None, None), (1280, (64, 256)), (4096, (None, 100)), (2000, (32, None)), (128, (200, 300))]
+    bounds = [
+        (None, None),
+        (1280, (64, 256)),
+        (4096, (None, 100)),
+        (2000, (32, None)),
+        (128, (200, 300)),
+    ]
     checked = 0
     for pi, gi in [(0, 0), (4, 6), (9, 3)]:
-        for p, gp in [(PERF_PARAMS[pi], GRAD_PARAMS[gi]), (REALISTIC, REALISTIC_GRAD), (REALISTIC, GradParams(0.0, 0.0))]:
+        for p, gp in [
+            (PERF_PARAMS[pi], GRAD_PARAMS[gi]),
+            (REALISTIC, REALISTIC_GRAD),
+            (REALISTIC, GradParams(0.0, 0.0)),
+        ]:
             fun = GoodputFunction(p, gp, 128)
             nodes = np.array([1, 1, 1, 2, 3, 4, 8])
             replicas = np.array([1, 2, 7, 2, 9, 64, 100])
@@ -235,7 +256,9 @@ def test_scalar_numpy_path_matches_kernel(accumulation):
                 with jax.enable_x64(True):
                     g, b, s = fun.optimize(nodes, replicas, max_bs, rng_, accumulation)
                 for k in range(len(nodes)):
-                    sg, sb, ss = fun.optimize(int(nodes[k]), int(replicas[k]), max_bs, rng_, accumulation)
+                    sg, sb, ss = fun.optimize(
+                        int(nodes[k]), int(replicas[k]), max_bs, rng_, accumulation
+                    )
                     assert (sb, ss) == (b[k], s[k])
                     assert sg == pytest.approx(g[k], rel=1e-9, abs=1e-300)
                     checked += 1
@@ -267,7 +290,9 @@ def test_optimize_fn_vmap_matches_class():
     hi = jnp.array([256.0] * 5 + [jnp.inf] * 5)
     replicas = jnp.arange(1, 17)
     nodes = jnp.minimum(replicas, 2)
-    fn = jax.vmap(lambda p, g, m, mb, a, z: optimize_fn(p, g, m, nodes, replicas, mb, a, z, accumulation=True))
+    fn = jax.vmap(
+        lambda p, g, m, mb, a, z: optimize_fn(p, g, m, nodes, replicas, mb, a, z, accumulation=True)
+    )
     g, b, s = fn(perfs, grads, m0, max_bs, lo, hi)
     assert g.shape == b.shape == s.shape == (10, 16)
     assert b.dtype == jnp.int32
@@ -275,14 +300,26 @@ def test_optimize_fn_vmap_matches_class():
         fun = GoodputFunction(PERF_PARAMS[j], GRAD_PARAMS[j], float(m0[j]))
         rng_ = (64, 256) if j < 5 else None
         mb = 1280 if j < 5 else None
-        eg, eb, es = fun.optimize(np.asarray(nodes), np.asarray(replicas), mb, rng_, accumulation=True)
+        eg, eb, es = fun.optimize(
+            np.asarray(nodes), np.asarray(replicas), mb, rng_, accumulation=True
+        )
         np.testing.assert_allclose(np.asarray(g[j]), eg, rtol=1e-5)
         np.testing.assert_array_equal(np.asarray(b[j]), eb)
         np.testing.assert_array_equal(np.asarray(s[j]), es)
     # Broadcasting instead of vmap: params [J, 1] against replicas [R].
     pb = PerfParams(*(x[:, None] for x in perfs))
     gb = GradParams(*(x[:, None] for x in grads))
-    g2, b2, s2 = optimize_fn(pb, gb, m0[:, None], nodes, replicas, max_bs[:, None], lo[:, None], hi[:, None], accumulation=True)
+    g2, b2, _s2 = optimize_fn(
+        pb,
+        gb,
+        m0[:, None],
+        nodes,
+        replicas,
+        max_bs[:, None],
+        lo[:, None],
+        hi[:, None],
+        accumulation=True,
+    )
     np.testing.assert_allclose(np.asarray(g2), np.asarray(g), rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(b2), np.asarray(b))
 
@@ -299,7 +336,16 @@ def test_no_recompile_on_new_values():
     for k in range(4):
         perf = PerfParams(*np.float32(PERF_PARAMS[k]))
         grad = GradParams(*np.float32(GRAD_PARAMS[k]))
-        f(perf, grad, np.float32(64 + k), np.ones(8, np.int32), r.astype(np.int32), np.float32(640 + k), np.float32(1 + k), np.float32(300))
+        f(
+            perf,
+            grad,
+            np.float32(64 + k),
+            np.ones(8, np.int32),
+            r.astype(np.int32),
+            np.float32(640 + k),
+            np.float32(1 + k),
+            np.float32(300),
+        )
     assert len(traces) == 1
     # The class methods reuse one compiled kernel per shape and flag.
     before = G._optimize_packed._cache_size()
@@ -326,10 +372,19 @@ def test_scalar_and_array_outputs():
     g, b, s = fun.optimize(np.array([[1, 2]]), np.array([[2], [4]]), 1280, (64, 256))
     assert g.shape == b.shape == s.shape == (2, 2)
     assert b.dtype.kind == "i"
-    assert fun.perf_params == REALISTIC and fun.grad_params == REALISTIC_GRAD and fun.init_batch_size == 128
+    assert (
+        fun.perf_params == REALISTIC
+        and fun.grad_params == REALISTIC_GRAD
+        and fun.init_batch_size == 128
+    )
     # Lists are accepted like arrays.
-    np.testing.assert_allclose(fun.throughput([1, 1], [2, 4], 64, 0), fun.throughput(np.array([1, 1]), np.array([2, 4]), 64, 0))
-    np.testing.assert_allclose(fun([1, 1], [2, 4], [64, 64], [0, 0]), fun(np.array([1, 1]), np.array([2, 4]), 64, 0))
+    np.testing.assert_allclose(
+        fun.throughput([1, 1], [2, 4], 64, 0),
+        fun.throughput(np.array([1, 1]), np.array([2, 4]), 64, 0),
+    )
+    np.testing.assert_allclose(
+        fun([1, 1], [2, 4], [64, 64], [0, 0]), fun(np.array([1, 1]), np.array([2, 4]), 64, 0)
+    )
     g, b, s = fun.optimize([1, 1], [2, 4], 1280, (64, 256))
     assert b.shape == (2,)
     with pytest.raises(TypeError, match="atomic_bsz must be numeric"):

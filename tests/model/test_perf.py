@@ -86,9 +86,13 @@ def test_fit_freezing_rules():
     p = fit_perf_params([1, 1, 1], [1, 1, 1], [32, 32, 32], t, t * 1.01)
     assert p.alpha_c == pytest.approx(np.mean(t) / 2, rel=1e-5)
     assert p.alpha_r == pytest.approx(1e-8, rel=1e-3) and p.beta_r == pytest.approx(1e-8, rel=1e-3)
-    assert p.alpha_n == pytest.approx(1.1e-8, rel=1e-3) and p.beta_n == pytest.approx(1.1e-8, rel=1e-3)
+    assert p.alpha_n == pytest.approx(1.1e-8, rel=1e-3) and p.beta_n == pytest.approx(
+        1.1e-8, rel=1e-3
+    )
     # Single node, up to 2 replicas: betas frozen, alpha_r fitted, alpha_n from the prior.
-    n, r, b, t_acc, t_opt = _profile(rng, 12, PerfParams(0.1, 0.01, 0.5, 0.1, 0.2, 0.05, 1.1), max_nodes=1, max_per_node=2)
+    n, r, b, t_acc, t_opt = _profile(
+        rng, 12, PerfParams(0.1, 0.01, 0.5, 0.1, 0.2, 0.05, 1.1), max_nodes=1, max_per_node=2
+    )
     r[:2] = [1, 2]
     t_opt = ref.optim_time(PerfParams(0.1, 0.01, 0.5, 0.1, 0.2, 0.05, 1.1), n, r, b)
     p = fit_perf_params(n, r, b, t_acc, t_opt)
@@ -176,5 +180,7 @@ def test_fit_batched_bad_input():
         fit_perf_params_batched(ones, ones, ones, ones, ones, np.array([[True] * 3, [False] * 3]))
     bad = ones.copy()
     bad[1, 2] = -1.0
-    with pytest.raises(ValueError, match=r"accum_step_time must be positive, got accum_step_time\[\(1, 2\)\]"):
+    with pytest.raises(
+        ValueError, match=r"accum_step_time must be positive, got accum_step_time\[\(1, 2\)\]"
+    ):
         fit_perf_params_batched(ones, ones, ones, bad, ones)
