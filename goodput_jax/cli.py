@@ -57,7 +57,7 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--traces", default=None, help="directory of application traces")
     s.add_argument("--out", default="sim-out", help="output directory (logs, plots)")
-    s.add_argument("--all", action="store_true", help="run all 8 workloads and print the table")
+    s.add_argument("--all", action="store_true", help="run all 8 workloads with all three policies (ignores --policy) and print the table")
     s.add_argument("--max-jobs", type=int, default=None, help="only the first N jobs")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(_impl="goodput_jax.sched.sim.cli:main")

@@ -473,6 +473,9 @@ class PolluxPolicy:
         min_util, max_util: target band of cluster utility for autoscaling.
         clock: returns the current POSIX time; used for job ages when
             ``JobInfo.age`` is not set.
+        autoscale: compute ``desired_nodes`` from the node template (default).
+            ``False`` is for a fixed-size cluster: ``optimize`` then reports the
+            current node count and skips the extra evaluation.
 
     Example:
         >>> from goodput_jax.sched.types import JobInfo, NodeInfo
@@ -484,7 +487,8 @@ class PolluxPolicy:
 
     def __init__(self, p: float = -1.0, restart_penalty: float = 30.0,
                  population: int | None = None, generations: int | None = None, seed: int = 0, min_util: float = 0.35,
-                 max_util: float = 0.65, clock: Callable[[], float] = time.time):
+                 max_util: float = 0.65, clock: Callable[[], float] = time.time,
+                 autoscale: bool = True):
         if not math.isfinite(p):
             raise ValueError(f"p must be finite, got {p!r}")
         if not (restart_penalty >= 0 and math.isfinite(restart_penalty)):
@@ -503,6 +507,7 @@ class PolluxPolicy:
         self.min_util = float(min_util)
         self.max_util = float(max_util)
         self._clock = clock
+        self.autoscale = bool(autoscale)
         self._cycle = 0
         self._prev = None  # (job_keys, node_keys, population array) of the last cycle
         self.last_stats: CycleStats | None = None
@@ -777,8 +782,11 @@ class PolluxPolicy:
         accel_real = float(meta["accel"][:n_nodes].sum())
         utility = total_speedup / accel_real if accel_real > 0 else 0.0
         self._last_best = (meta["job_keys"], meta["node_keys"], best)
-        desired = self._desired_nodes(jobs, nodes, node_template, base_allocations, utility,
-                                      n_nodes)
+        if self.autoscale:
+            desired = self._desired_nodes(jobs, nodes, node_template, base_allocations,
+                                          utility, n_nodes)
+        else:
+            desired = n_nodes
         seed_fit = np.asarray(seed_fit)
         self.last_stats = CycleStats(
             objective=self._objective_value(float(best_fit), n_jobs),

@@ -116,6 +116,23 @@ def test_unusable_node(speedup_fn, policy):
     check_invariants(jobs, nodes, allocations)
 
 
+def test_autoscale_off_reports_the_fixed_cluster(speedup_fn, policy):
+    """autoscale=False: the same allocation search, desired_nodes = the real node count."""
+    nodes = {i: NodeInfo({"gpu": 1, "cpu": 8000, "pods": 32}, preemptible=False)
+             for i in range(3)}
+    template = NodeInfo({"gpu": 1, "cpu": 8000, "pods": 32}, preemptible=True)
+    now = datetime.now()
+    jobs = {i: JobInfo({"gpu": 1, "cpu": 1000, "pods": 1}, speedup_fn,
+                       now + timedelta(minutes=i), 0, max_replicas=1) for i in range(5)}
+    fixed = PolluxPolicy(seed=policy.seed, autoscale=False)
+    allocations, desired_nodes = fixed.optimize(jobs, nodes, {}, template)
+    assert desired_nodes == 3
+    assert sum(len(alloc) for alloc in allocations.values()) == 3
+    check_invariants(jobs, nodes, allocations)
+    _, desired_auto = PolluxPolicy(seed=policy.seed).optimize(jobs, nodes, {}, template)
+    assert desired_auto > 3
+
+
 @pytest.mark.parametrize("num_nodes", [1, 2, 4, 8, 16])
 def test_optimize(num_nodes, speedup_fn, policy, total_devices=16):
     num_devices = total_devices // num_nodes

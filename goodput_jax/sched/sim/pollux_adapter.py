@@ -237,16 +237,10 @@ class PolluxAdapter:
                  **policy_kwargs: Any) -> None:
         from goodput_jax.sched.pollux import PolluxPolicy
 
-        class _FixedClusterPolicy(PolluxPolicy):
-            """The simulated cluster never scales: skip the desired-nodes computation."""
-
-            def _desired_nodes(self, jobs, nodes, node_template, base_allocations, utility,
-                               n_nodes):
-                return n_nodes
-
         self.model = model
-        cls = _FixedClusterPolicy if hasattr(PolluxPolicy, "_desired_nodes") else PolluxPolicy
-        self.policy = cls(p=p, seed=seed, **policy_kwargs)
+        # The simulated cluster never scales: skip the desired-nodes computation.
+        policy_kwargs.setdefault("autoscale", False)
+        self.policy = PolluxPolicy(p=p, seed=seed, **policy_kwargs)
 
     @staticmethod
     def max_replicas(job: SimJob) -> int:
