@@ -248,8 +248,17 @@ def optimize_fn(
     good = jnp.where((min_atomic <= atomic) & (atomic <= max_atomic), good, 0.0)
     full = shape + (NUM_CANDIDATES,)
     good = jnp.broadcast_to(good, full)
-    idx = jnp.argmax(good, axis=-1)[..., None]
-    pick = lambda x: jnp.take_along_axis(jnp.broadcast_to(x, full), idx, axis=-1)[..., 0]
+    # First index of the row maximum via plain (vectorisable) reductions;
+    # XLA's CPU argmax (a variadic reduce) is several times slower here.
+    iota = jnp.arange(NUM_CANDIDATES, dtype=jnp.int32)
+    best = jnp.max(good, axis=-1, keepdims=True)
+    idx = jnp.min(jnp.where(good == best, iota, NUM_CANDIDATES), axis=-1, keepdims=True)
+    idx = jnp.where(idx == NUM_CANDIDATES, 0, idx)  # all-NaN row
+    sel = iota == idx
+
+    def pick(x):
+        return jnp.sum(jnp.where(sel, jnp.broadcast_to(x, full), 0), axis=-1)
+
     return pick(good), pick(atomic).astype(jnp.int32), pick(steps).astype(jnp.int32)
 
 
