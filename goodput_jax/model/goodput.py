@@ -378,6 +378,16 @@ def _check_numeric(name, x):
     return a
 
 
+def _check_config(num_nodes, num_replicas, atomic_bsz, accum_steps):
+    """The four configuration arguments as numeric numpy arrays (TypeError names the bad one)."""
+    return [
+        _check_numeric("num_nodes", num_nodes),
+        _check_numeric("num_replicas", num_replicas),
+        _check_numeric("atomic_bsz", atomic_bsz),
+        _check_numeric("accum_steps", accum_steps),
+    ]
+
+
 def _check_nodes(num_nodes, num_replicas):
     n = _check_numeric("num_nodes", num_nodes)
     r = _check_numeric("num_replicas", num_replicas)
@@ -482,15 +492,7 @@ class GoodputFunction:
             >>> round(fn.evaluate(1, 1, 16, 0), 3)
             61.538
         """
-        args = [
-            _check_numeric(k, v)
-            for k, v in (
-                ("num_nodes", num_nodes),
-                ("num_replicas", num_replicas),
-                ("atomic_bsz", atomic_bsz),
-                ("accum_steps", accum_steps),
-            )
-        ]
+        args = _check_config(num_nodes, num_replicas, atomic_bsz, accum_steps)
         try:
             good, ok = _evaluate_packed(self._packed(), *args)
         except (TypeError, ValueError) as e:
@@ -519,15 +521,7 @@ class GoodputFunction:
             61.538
         """
         _check_nodes(num_nodes, num_replicas)
-        args = [
-            _check_numeric(k, v)
-            for k, v in (
-                ("num_nodes", num_nodes),
-                ("num_replicas", num_replicas),
-                ("atomic_bsz", atomic_bsz),
-                ("accum_steps", accum_steps),
-            )
-        ]
+        args = _check_config(num_nodes, num_replicas, atomic_bsz, accum_steps)
         out = _throughput_packed(self._packed(), *args)
         return self._out(out, out.ndim == 0)
 
