@@ -173,6 +173,53 @@ class Preconditioner(NamedTuple):
         nu_hat = nu.astype(jnp.float32) / self.bias_correction
         return jnp.where(self.valid, 1.0 / (jnp.sqrt(nu_hat) + self.eps), 1.0)
 
+    def _norm_scalars(self) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``(valid, c, e)`` with ``(g / (sqrt(nu / bc) + eps))^2 == c * (g / (sqrt(nu) + e))^2``.
+
+        ``c = bc`` and ``e = eps * sqrt(bc)``: the bias correction leaves the
+        per-element work, which is then one sqrt and ONE divide (instead of a
+        divide by ``bc``, a sqrt and a reciprocal). ``c`` is 1 while invalid.
+        """
+        valid = jnp.asarray(self.valid, jnp.bool_)
+        bc = jnp.asarray(self.bias_correction, jnp.float32)
+        c = jnp.where(valid, bc, 1.0)
+        e = jnp.asarray(self.eps, jnp.float32) * jnp.sqrt(jnp.where(valid, bc, 1.0))
+        return valid, c, e
+
+
+def _pre_multipliers(preconditioner: Preconditioner) -> tuple[Any, jax.Array]:
+    """``(q, c)`` with ``q = 1 / (sqrt(nu) + e)`` (1 while invalid), materialised ONCE.
+
+    For norms taken several times per step (one per microbatch, then ``T``):
+    each is then multiply-only, ``c * sum((g * q)^2)``, at the price of one
+    gradient-sized buffer.
+    """
+    valid, c, e = preconditioner._norm_scalars()
+    q = jax.tree.map(
+        lambda nu: jnp.where(valid, 1.0 / (jnp.sqrt(nu.astype(jnp.float32)) + e), 1.0),
+        preconditioner.nu,
+    )
+    return q, c
+
+
+def _q_sqnorm(tree: Any, q: Any, c: Any) -> jax.Array:
+    """``c * sum((g * q)^2)`` over matching leaves (see :func:`_pre_multipliers`)."""
+    leaves, qs = jax.tree.leaves(tree), jax.tree.leaves(q)
+    if len(qs) != len(leaves):
+        raise ValueError(
+            f"preconditioner has {len(qs)} leaves but the gradient has {len(leaves)}; "
+            "it must have the gradient's structure"
+        )
+    terms = [jnp.sum(jnp.square(x.astype(jnp.float32) * m)) for x, m in zip(leaves, qs)]
+    return c * functools.reduce(jnp.add, terms, jnp.zeros([], jnp.float32))
+
+
+def _pre_leaf_sqsum(x: Any, nu: Any, valid: Any, e: Any) -> jax.Array:
+    """``sum((x / (sqrt(nu) + e))^2)`` (``sum(x^2)`` while invalid), one fused reduction."""
+    y = x.astype(jnp.float32)
+    y = jnp.where(valid, y / (jnp.sqrt(nu.astype(jnp.float32)) + e), y)
+    return jnp.sum(jnp.square(y))
+
 
 # --------------------------------------------------------------------------- pure estimators
 
@@ -363,10 +410,10 @@ def sqnorm(tree: Any, preconditioner: Preconditioner | None = None) -> jax.Array
                 f"preconditioner has {len(pleaves)} leaves but the gradient has {len(leaves)}; "
                 "it must have the gradient's structure"
             )
-        terms = [
-            jnp.sum(jnp.square(x.astype(jnp.float32) * preconditioner._scale_leaf(nu)))
-            for x, nu in zip(leaves, pleaves)
-        ]
+        valid, c, e = preconditioner._norm_scalars()
+        terms = [_pre_leaf_sqsum(x, nu, valid, e) for x, nu in zip(leaves, pleaves)]
+        if terms:
+            return c * functools.reduce(jnp.add, terms)
     if not terms:
         return jnp.zeros([], jnp.float32)
     return functools.reduce(jnp.add, terms)
@@ -517,23 +564,36 @@ def _accumulate(
     num_microbatches: int,
     preconditioner: Preconditioner | None,
     has_aux: bool,
-) -> tuple[Any, Any, Any, jax.Array]:
-    """Mean loss, aux (stacked), mean gradient and mean per-microbatch squared norm."""
+) -> tuple[Any, Any, Any, jax.Array, Callable | None]:
+    """Mean loss, aux (stacked), mean gradient, mean per-microbatch squared norm, norm used.
+
+    The last item is the norm function the scan used (``norm(tree)``, reusing
+    the precomputed Adam multipliers) or None when no scan ran.
+    """
     vg = _value_and_grad(loss_fn, has_aux)
     if num_microbatches == 1:
         value, grads = vg(params, batch)
         loss, aux = value if has_aux else (value, None)
         if has_aux:
             aux = jax.tree.map(lambda x: jnp.expand_dims(x, 0), aux)
-        return loss, aux, grads, sqnorm(grads, preconditioner)
+        return loss, aux, grads, sqnorm(grads, preconditioner), None
     micro = _split(batch, num_microbatches, "num_microbatches")
+    # Several norms per step: the Adam multipliers are computed once, outside
+    # the scan (XLA would otherwise hoist a worse loop-invariant part itself).
+    if preconditioner is None:
+        norm = sqnorm
+    else:
+        q, c = _pre_multipliers(preconditioner)
+
+        def norm(tree, _pre=None):
+            return _q_sqnorm(tree, q, c)
 
     def body(carry, mb):
         acc, sq, loss_sum = carry
         value, g = vg(params, mb)
         loss, aux = value if has_aux else (value, None)
         acc = jax.tree.map(lambda a, x: a + x.astype(a.dtype), acc, g)
-        return (acc, sq + sqnorm(g, preconditioner), loss_sum + loss.astype(jnp.float32)), aux
+        return (acc, sq + norm(g), loss_sum + loss.astype(jnp.float32)), aux
 
     # Inside shard_map the carry must vary over the same mesh axes as the gradients,
     # which vary over the union of the inputs' varying axes.
@@ -548,7 +608,7 @@ def _accumulate(
     (acc, sq, loss_sum), aux = jax.lax.scan(body, (acc0, zero, zero), micro)
     inv = 1.0 / num_microbatches
     grads = jax.tree.map(lambda a, p: (a * inv).astype(p.dtype), acc, params)
-    return loss_sum * inv, (aux if has_aux else None), grads, sq * inv
+    return loss_sum * inv, (aux if has_aux else None), grads, sq * inv, norm
 
 
 def microbatch_grads(
@@ -591,8 +651,9 @@ def microbatch_grads(
     """
     n = _check_positive_int(num_microbatches, "num_microbatches")
     size = _leading_size(batch)
-    loss, aux, grads, local = _accumulate(loss_fn, params, batch, n, preconditioner, has_aux)
-    total = sqnorm(grads, preconditioner)
+    loss, aux, grads, local, norm = _accumulate(loss_fn, params, batch, n, preconditioner,
+                                                has_aux)
+    total = sqnorm(grads, preconditioner) if norm is None else norm(grads)
     out = (loss, aux) if has_aux else loss
     return out, grads, GradSqNorms(local, total, n, size, _pre_valid(preconditioner))
 
@@ -675,7 +736,7 @@ def data_parallel_grads(
         devices *= int(jax.lax.axis_size(a))
     local_size = _leading_size(batch)
     pv = _to_varying(params, axis_name)
-    loss, aux, grads, local = _accumulate(loss_fn, pv, batch, n, preconditioner, has_aux)
+    loss, aux, grads, local, _ = _accumulate(loss_fn, pv, batch, n, preconditioner, has_aux)
     grads = jax.lax.pmean(grads, axis_name)
     # T: each device reduces only its 1/devices slice of the (replicated) mean
     # gradient; ONE scalar collective then sums [loss, local S, partial T].
@@ -707,6 +768,8 @@ def _sliced_sqnorm(
             f"preconditioner has {len(nus)} leaves but the gradient has {len(leaves)}; "
             "it must have the gradient's structure"
         )
+    if preconditioner is not None:
+        valid, c, e = preconditioner._norm_scalars()
     total = jnp.zeros([], jnp.float32)
     for x, nu in zip(leaves, nus):
         axis = next((a for a, d in enumerate(x.shape) if d % devices == 0 and d >= devices), None)
@@ -717,11 +780,11 @@ def _sliced_sqnorm(
             weight = 1.0
         else:
             weight = 1.0 / devices
-        y = x.astype(jnp.float32)
-        if nu is not None:
-            y = y * preconditioner._scale_leaf(nu)
-        total = total + weight * jnp.sum(jnp.square(y))
-    return total
+        if nu is None:
+            total = total + weight * jnp.sum(jnp.square(x.astype(jnp.float32)))
+        else:
+            total = total + weight * _pre_leaf_sqsum(x, nu, valid, e)
+    return total if preconditioner is None else c * total
 
 
 def _constrain(x: Any, sharding: Any) -> Any:
