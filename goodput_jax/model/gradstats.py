@@ -187,33 +187,6 @@ class Preconditioner(NamedTuple):
         return valid, c, e
 
 
-def _pre_multipliers(preconditioner: Preconditioner) -> tuple[Any, jax.Array]:
-    """``(q, c)`` with ``q = 1 / (sqrt(nu) + e)`` (1 while invalid), materialised ONCE.
-
-    For norms taken several times per step (one per microbatch, then ``T``):
-    each is then multiply-only, ``c * sum((g * q)^2)``, at the price of one
-    gradient-sized buffer.
-    """
-    valid, c, e = preconditioner._norm_scalars()
-    q = jax.tree.map(
-        lambda nu: jnp.where(valid, 1.0 / (jnp.sqrt(nu.astype(jnp.float32)) + e), 1.0),
-        preconditioner.nu,
-    )
-    return q, c
-
-
-def _q_sqnorm(tree: Any, q: Any, c: Any) -> jax.Array:
-    """``c * sum((g * q)^2)`` over matching leaves (see :func:`_pre_multipliers`)."""
-    leaves, qs = jax.tree.leaves(tree), jax.tree.leaves(q)
-    if len(qs) != len(leaves):
-        raise ValueError(
-            f"preconditioner has {len(qs)} leaves but the gradient has {len(leaves)}; "
-            "it must have the gradient's structure"
-        )
-    terms = [jnp.sum(jnp.square(x.astype(jnp.float32) * m)) for x, m in zip(leaves, qs)]
-    return c * functools.reduce(jnp.add, terms, jnp.zeros([], jnp.float32))
-
-
 def _pre_leaf_sqsum(x: Any, nu: Any, valid: Any, e: Any) -> jax.Array:
     """``sum((x / (sqrt(nu) + e))^2)`` (``sum(x^2)`` while invalid), one fused reduction."""
     y = x.astype(jnp.float32)
@@ -567,8 +540,8 @@ def _accumulate(
 ) -> tuple[Any, Any, Any, jax.Array, Callable | None]:
     """Mean loss, aux (stacked), mean gradient, mean per-microbatch squared norm, norm used.
 
-    The last item is the norm function the scan used (``norm(tree)``, reusing
-    the precomputed Adam multipliers) or None when no scan ran.
+    The last item is the norm function the scan used (``norm(tree)``) or None
+    when no scan ran.
     """
     vg = _value_and_grad(loss_fn, has_aux)
     if num_microbatches == 1:
@@ -578,15 +551,17 @@ def _accumulate(
             aux = jax.tree.map(lambda x: jnp.expand_dims(x, 0), aux)
         return loss, aux, grads, sqnorm(grads, preconditioner), None
     micro = _split(batch, num_microbatches, "num_microbatches")
-    # Several norms per step: the Adam multipliers are computed once, outside
-    # the scan (XLA would otherwise hoist a worse loop-invariant part itself).
+    # Adam: the multipliers 1/(sqrt(nu)+e) are loop-invariant, and XLA would
+    # hoist them out of the scan into a gradient-sized buffer that lives through
+    # the loop. The barrier ties nu to this microbatch's gradient, so each norm
+    # stays one fused reduction over (g, nu): no buffer, and measured faster
+    # than the materialised multipliers (one pass less over memory).
     if preconditioner is None:
         norm = sqnorm
     else:
-        q, c = _pre_multipliers(preconditioner)
-
-        def norm(tree, _pre=None):
-            return _q_sqnorm(tree, q, c)
+        def norm(tree):
+            tree, nu = jax.lax.optimization_barrier((tree, preconditioner.nu))
+            return sqnorm(tree, preconditioner._replace(nu=nu))
 
     def body(carry, mb):
         acc, sq, loss_sum = carry
