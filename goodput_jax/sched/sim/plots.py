@@ -77,6 +77,11 @@ def plot_run(result: SimResult, path: str | os.PathLike[str],
     for o in others:
         runs.setdefault(o.policy, list(o.jcts.values()))
     _jct_cdf(ax1, runs)
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path: str | os.PathLike[str]) -> Path:
+    """Lay out, write the PNG (creating its folder) and free the figure."""
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -108,9 +113,4 @@ def plot_table(results: Mapping[str, Mapping[str, SimResult]], path: str | os.Pa
     pooled = {pol: [x for w in workloads if pol in results[w]
                     for x in results[w][pol].jcts.values()] for pol in policies}
     _jct_cdf(ax1, pooled)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
