@@ -37,6 +37,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--models", default="mlp,transformer", help="comma-separated subset")
     ap.add_argument("--modes", default="a,b,c,d", help="comma-separated subset of a,b,c,d")
     ap.add_argument("--opts", default="sgd,adam", help="optimizers: sgd (momentum), adam")
+    ap.add_argument("--every", default="1,4",
+                    help="sampling intervals to run (gradient_noise_scale(every=k) with "
+                         "sample=sample_now(opt_state)); 1 = statistics on every step")
     ap.add_argument("--rounds", type=int, default=None, help="timing rounds (default 9, quick 3)")
     ap.add_argument("--iters", type=int, default=None, help="steps per round (default 5, quick 2)")
     return ap.parse_args()
@@ -44,7 +47,7 @@ def _parse() -> argparse.Namespace:
 
 ARGS = _parse() if __name__ == "__main__" else argparse.Namespace(
     quick=True, devices=4, platform="cpu", rounds=None, iters=None, models="mlp,transformer",
-    modes="a,b,c,d", opts="sgd,adam")
+    modes="a,b,c,d", opts="sgd,adam", every="1")
 if ARGS.platform == "cpu":
     os.environ["JAX_PLATFORMS"] = "cpu"
     flags = os.environ.get("XLA_FLAGS", "")
@@ -163,11 +166,15 @@ def make_opt(name: str) -> optax.GradientTransformation:
     raise ValueError(f"optimizer ({name!r}) must be 'sgd' or 'adam'")
 
 
-def build_steps(mode: str, opt: str, loss_fn, params, data, mesh, n_dev: int, n_micro: int):
+def build_steps(mode: str, opt: str, loss_fn, params, data, mesh, n_dev: int, n_micro: int,
+                every: int = 1):
     """(baseline_step, stats_step, args_base, args_stats, calls_per_step)."""
     m0 = data[next(iter(data))].shape[0] // 4
     adam = make_opt(opt)  # the baseline optimizer (SGD+momentum or Adam)
-    tx = optax.chain(gs.gradient_noise_scale(m0, differenced=False), make_opt(opt))
+    tx = optax.chain(gs.gradient_noise_scale(m0, differenced=False, every=every), make_opt(opt))
+
+    def sample(o):  # every=1: no conditional at all (the default sample=True)
+        return True if every == 1 else gs.sample_now(o)
     rep = NamedSharding(mesh, P())
 
     def cp(tree):  # fresh buffers: the steps donate params and optimizer state
@@ -189,7 +196,7 @@ def build_steps(mode: str, opt: str, loss_fn, params, data, mesh, n_dev: int, n_
         def stats_inner(p, o, b):
             pre = gs.auto_preconditioner(o)
             loss, g, sq = gs.data_parallel_grads(loss_fn, p, b, "data", num_microbatches=micro_a,
-                                                 preconditioner=pre)
+                                                 preconditioner=pre, sample=sample(o))
             u, o = tx.update(g, o, p, grad_sqnorms=sq)
             return optax.apply_updates(p, u), o, loss
 
@@ -209,7 +216,8 @@ def build_steps(mode: str, opt: str, loss_fn, params, data, mesh, n_dev: int, n_
 
         def stats(p, o, b):
             pre = gs.auto_preconditioner(o)
-            loss, g, sq = gs.microbatch_grads(loss_fn, p, b, n_micro, preconditioner=pre)
+            loss, g, sq = gs.microbatch_grads(loss_fn, p, b, n_micro, preconditioner=pre,
+                                              sample=sample(o))
             u, o = tx.update(g, o, p, grad_sqnorms=sq)
             return optax.apply_updates(p, u), o, loss
 
@@ -221,7 +229,7 @@ def build_steps(mode: str, opt: str, loss_fn, params, data, mesh, n_dev: int, n_
         k = n_micro
         ms = optax.MultiSteps(make_opt(opt), k)
         gms = gs.multi_steps(make_opt(opt), k, init_batch_size=m0,
-                             micro_batch_size=data[next(iter(data))].shape[0] // k)
+                             micro_batch_size=data[next(iter(data))].shape[0] // k, every=every)
         micro = jax.tree.map(lambda x: x[: x.shape[0] // k], data)
 
         def make(t):
@@ -243,7 +251,7 @@ def build_steps(mode: str, opt: str, loss_fn, params, data, mesh, n_dev: int, n_
         def stats(p, o, b):
             pre = gs.auto_preconditioner(o)
             loss, g, sq = gs.grouped_grads(loss_fn, p, b, n_dev, preconditioner=pre,
-                                           group_sharding=shard)
+                                           group_sharding=shard, sample=sample(o))
             u, o = tx.update(g, o, p, grad_sqnorms=sq)
             return optax.apply_updates(p, u), o, loss
 
@@ -265,13 +273,13 @@ def _mem(compiled) -> tuple[int, int]:
 
 
 def bench(mode: str, opt: str, model: str, quick: bool, rounds: int, iters: int, mesh,
-          n_dev: int) -> dict:
+          n_dev: int, every: int = 1) -> dict:
     batch = 32 if quick else (1024 if model == "mlp" else 256)
     n_micro = 4
     params, data, loss_fn = make_problem(model, quick, batch)
     grad_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
     f_base, f_stats, a_base, a_stats, calls = build_steps(mode, opt, loss_fn, params, data, mesh,
-                                                          n_dev, n_micro)
+                                                          n_dev, n_micro, every)
     c_base = f_base.lower(*a_base).compile()
     c_stats = f_stats.lower(*a_stats).compile()
     mem_base, mem_stats = _mem(c_base), _mem(c_stats)
@@ -291,7 +299,10 @@ def bench(mode: str, opt: str, model: str, quick: bool, rounds: int, iters: int,
         state[which] = [p, o, b]
         return (clock() - t0) / n
 
-    run("base", 1), run("stats", 1)  # warm-up
+    # Whole sampling periods per round, so every round holds the same share
+    # of sampled steps.
+    iters = -(-iters // every) * every
+    run("base", every), run("stats", every)  # warm-up
     times: dict[str, list[float]] = {"base": [], "stats": []}
     for r in range(rounds):  # interleaved, alternating order
         order = ("base", "stats") if r % 2 == 0 else ("stats", "base")
@@ -299,7 +310,7 @@ def bench(mode: str, opt: str, model: str, quick: bool, rounds: int, iters: int,
             times[which].append(run(which, iters))
     tb, ts = statistics.median(times["base"]), statistics.median(times["stats"])
     return {
-        "model": model, "mode": mode, "opt": opt, "base_ms": tb * 1e3, "stats_ms": ts * 1e3,
+        "model": model, "mode": mode, "opt": opt, "every": every, "base_ms": tb * 1e3, "stats_ms": ts * 1e3,
         "overhead": ts / tb - 1.0,
         "overhead_min": min(times["stats"]) / min(times["base"]) - 1.0, "grad_mib": grad_bytes / 2**20,
         "temp_base": mem_base[0], "temp_stats": mem_stats[0],
@@ -328,9 +339,11 @@ def main() -> int:
     print("# times: per-step " + ("process CPU time (all threads; robust on a shared CPU)"
           if jax.default_backend() == "cpu" else "wall time") + ", interleaved rounds; overhead = ratio of medians, "
           "ovh(min) = ratio of the fastest rounds")
+    print("# every = k: gradient_noise_scale(every=k), helpers get sample=sample_now(opt_state):"
+          " the norms run on one step in k (lax.cond); every = 1: on every step, no conditional")
     print("# step = grads + optimizer update (SGD+momentum or Adam; Adam => preconditioned norms); 'extra' = (peak_stats - peak_base) / gradient size;"
           " targets: overhead < 3% in (a),(b); extra <= 1 gradient")
-    hdr = (f"{'model':<12} {'mode':<21} {'opt':<5} {'grad MiB':>8} {'base ms':>8} "
+    hdr = (f"{'model':<12} {'mode':<21} {'opt':<5} {'every':>5} {'grad MiB':>8} {'base ms':>8} "
            f"{'stats ms':>9} {'overhead':>9} {'ovh(min)':>9} {'peak base MiB':>13} "
            f"{'peak stats MiB':>14} {'extra':>6}  target")
     print(hdr)
@@ -338,15 +351,16 @@ def main() -> int:
     ok_all = True
     for model in ARGS.models.split(","):
         for mode in ARGS.modes.split(","):
-            for opt in ARGS.opts.split(","):
-                r = bench(mode, opt, model, quick, rounds, iters, mesh, n_dev)
+            for opt, every in [(o, int(e)) for o in ARGS.opts.split(",")
+                               for e in ARGS.every.split(",")]:
+                r = bench(mode, opt, model, quick, rounds, iters, mesh, n_dev, every)
                 time_target = r["mode"] in ("a", "b")
                 ok_t = (r["overhead"] < 0.03) if time_target else True
                 ok_m = r["extra_grads"] <= 1.02  # one gradient, plus scalars and rounding
                 ok_all &= ok_t and ok_m
                 verdict = ("time " + ("ok" if ok_t else "MISSED") if time_target
                            else "time n/a") + ", mem " + ("ok" if ok_m else "MISSED")
-                print(f"{r['model']:<12} {MODE_NAMES[r['mode']]:<21} {r['opt']:<5} "
+                print(f"{r['model']:<12} {MODE_NAMES[r['mode']]:<21} {r['opt']:<5} {every:>5} "
                       f"{r['grad_mib']:>8.2f} {r['base_ms']:>8.2f} {r['stats_ms']:>9.2f} "
                       f"{100 * r['overhead']:>8.1f}% {100 * r['overhead_min']:>8.1f}% "
                       f"{r['peak_base'] / 2**20:>13.2f} {r['peak_stats'] / 2**20:>14.2f} "

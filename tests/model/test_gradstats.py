@@ -253,13 +253,27 @@ def test_shard_map_agrees_with_microbatch(mlp_problem, devices, n_micro, check_v
     assert float(sq.local_sqr) < devices * float(sq.total_sqr) * devices
 
 
-def test_shard_map_uses_one_scalar_collective_beyond_the_gradient_mean(mlp_problem):
+def test_shard_map_adds_one_scalar_collective_to_the_plain_step(mlp_problem):
     params, batch = mlp_problem
     mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4])
     sbatch = jax.device_put(batch, NamedSharding(mesh, P("data")))
-    text = _dp_fn(mesh, 1).lower(params, sbatch).as_text()
-    # One all-reduce per gradient leaf (the gradient pmean) + one for the stacked [loss, S].
-    assert text.count("stablehlo.all_reduce") == len(jax.tree.leaves(params)) + 1
+    lowered = _dp_fn(mesh, 1).lower(params, sbatch)
+    # The gradient psum carries [loss, S] (one psum of leaves + 1 operands) and
+    # one scalar psum sums the sliced T.
+    assert lowered.as_text().count("stablehlo.all_reduce") == len(jax.tree.leaves(params)) + 2
+
+    def plain(p, b):
+        loss, g = jax.value_and_grad(mlp_loss)(p, b)
+        return jax.lax.pmean(loss, "data"), jax.tree.map(lambda x: x / 4, g)
+
+    plain_c = jax.jit(jax.shard_map(plain, mesh=mesh, in_specs=(P(), P("data")),
+                                    out_specs=(P(), P()))).lower(params, sbatch).compile()
+
+    def count(compiled):
+        return sum(" all-reduce(" in line for line in compiled.as_text().splitlines())
+
+    # Compiled: the plain step's collectives plus the scalar one for T.
+    assert count(lowered.compile()) == count(plain_c) + 1
 
 
 # ----------------------------------------------------------------------------- Adam
