@@ -499,3 +499,177 @@ def test_jitted_step_traces_once_and_matches_eager(mlp_problem):
     st1 = jax.jit(step)(params, tx.init(params), batch)[1]
     np.testing.assert_allclose(gs.get_grad_params(st1), gs.get_grad_params(ste), rtol=1e-5)
     assert int(gs.get_grad_stats(st).count) == 3
+
+
+# ----------------------------------------------------------------------------- sampling, ordering
+
+
+def test_update_grad_stats_steps_scales_the_decay_exactly():
+    sq = gs.GradSqNorms(jnp.float32(5.0), jnp.float32(2.0), 4, 32)  # sqr 1, var 4 (scale 4)
+    s = gs.update_grad_stats(gs.init_grad_stats(), sq, 8, smoothing=0.9, steps=3)
+    np.testing.assert_allclose(float(s.ema_norm), 1.0 - 0.9 ** 12, rtol=1e-6)
+    np.testing.assert_allclose(float(s.sqr_ema), (1.0 - 0.9 ** 12) * 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"steps \(0\)"):
+        gs.update_grad_stats(gs.init_grad_stats(), sq, 8, steps=0)
+
+
+def test_every_k_samples_one_step_in_k_and_matches_every_step(mlp_problem):
+    params, batch = mlp_problem
+    k, steps = 3, 7
+    opt = optax.adam(1e-2)
+    tx_k = optax.chain(gs.gradient_noise_scale(4, every=k, differenced=False), opt)
+    tx_1 = optax.chain(gs.gradient_noise_scale(4, differenced=False), opt)
+
+    @jax.jit
+    def step_k(p, st, b):
+        pre = gs.auto_preconditioner(st)
+        _, g, sq = gs.microbatch_grads(mlp_loss, p, b, 4, preconditioner=pre,
+                                       sample=gs.sample_now(st))
+        u, st = tx_k.update(g, st, p, grad_sqnorms=sq)
+        return optax.apply_updates(p, u), st, sq
+
+    @jax.jit
+    def step_1(p, st, b):
+        _, g, sq = gs.microbatch_grads(mlp_loss, p, b, 4, preconditioner=gs.auto_preconditioner(st))
+        u, st = tx_1.update(g, st, p, grad_sqnorms=sq)
+        return optax.apply_updates(p, u), st, sq
+
+    pk, stk, p1, st1 = params, tx_k.init(params), params, tx_1.init(params)
+    want = gs.init_grad_stats()
+    for i in range(steps):
+        b = jax.tree.map(lambda x, i=i: jnp.roll(x, i, axis=0), batch)
+        assert bool(gs.sample_now(stk)) == (i % k == 0)
+        pk, stk, sqk = step_k(pk, stk, b)
+        p1, st1, sq1 = step_1(p1, st1, b)
+        # Same training (the statistics never touch the updates) ...
+        np.testing.assert_allclose(_flat(pk), _flat(p1), rtol=1e-6, atol=1e-7)
+        if i % k == 0:  # ... the same norms on sampled steps ...
+            np.testing.assert_allclose([sqk.local_sqr, sqk.total_sqr],
+                                       [sq1.local_sqr, sq1.total_sqr], rtol=1e-5)
+            want = gs.update_grad_stats(want, sq1, 4, steps=k)
+        else:  # ... and none on the others.
+            assert float(sqk.local_sqr) == 0.0 and float(sqk.total_sqr) == 0.0
+            assert not bool(sqk.valid)
+    got = gs.get_grad_stats(stk)
+    # Step 0 has an empty Adam state (invalid), so samples came from steps 3 and 6.
+    assert int(got.count) == len(range(k, steps, k))
+    np.testing.assert_allclose([got.sqr_ema, got.var_ema, got.ema_norm],
+                               [want.sqr_ema, want.var_ema, want.ema_norm], rtol=1e-5)
+
+
+def test_sampling_inside_shard_map_and_grouped(mlp_problem):
+    params, batch = mlp_problem
+    mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4])
+    sbatch = jax.device_put(batch, NamedSharding(mesh, P("data")))
+    pre = gs.adam_preconditioner(optax.ScaleByAdamState(
+        jnp.int32(3), jax.tree.map(jnp.zeros_like, params),
+        jax.tree.map(lambda p: jnp.abs(p) * 1e-3 + 1e-6, params)))
+
+    def step(params, pre, batch, sample):
+        return gs.data_parallel_grads(mlp_loss, params, batch, "data", preconditioner=pre,
+                                      num_microbatches=2, sample=sample)
+
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data"), P()),
+                              out_specs=(P(), P(), P())))
+    loss_on, g_on, on = f(params, pre, sbatch, jnp.array(True))
+    loss_off, g_off, off = f(params, pre, sbatch, jnp.array(False))
+    _, g_ref, ref = step_ref = jax.jit(lambda p, b, pre: gs.microbatch_grads(
+        mlp_loss, p, b, 8, preconditioner=pre))(params, batch, pre)
+    del step_ref
+    np.testing.assert_allclose([on.local_sqr, on.total_sqr], [ref.local_sqr, ref.total_sqr],
+                               rtol=1e-5)
+    assert bool(on.valid) and not bool(off.valid)
+    assert float(off.local_sqr) == 0.0 and float(off.total_sqr) == 0.0
+    np.testing.assert_array_equal(_flat(g_on), _flat(g_off))  # gradients never change
+    assert float(loss_on) == float(loss_off)
+    np.testing.assert_allclose(_flat(g_on), _flat(g_ref), rtol=1e-5, atol=1e-7)
+
+    grouped = jax.jit(lambda p, b, s: gs.grouped_grads(mlp_loss, p, b, 4, preconditioner=pre,
+                                                       sample=s))
+    on_g, off_g = grouped(params, batch, jnp.array(True))[2], grouped(params, batch,
+                                                                      jnp.array(False))[2]
+    assert bool(on_g.valid) and not bool(off_g.valid) and float(off_g.local_sqr) == 0.0
+    # Python bools: True is the plain path, False skips the norms at trace time.
+    assert float(gs.microbatch_grads(mlp_loss, params, batch, 4, sample=False)[2].total_sqr) == 0
+
+
+def test_multi_steps_every_samples_one_window_in_k(mlp_problem):
+    params, batch = mlp_problem
+    tx = gs.multi_steps(optax.sgd(0.0), 2, init_batch_size=4, micro_batch_size=8, every=3)
+    st = tx.init(params)
+    upd = jax.jit(tx.update)
+    for i in range(2 * 7):  # 7 windows: sampled windows 0, 3, 6
+        half = jax.tree.map(lambda x, i=i: x[(i % 2) * 8:(i % 2) * 8 + 8], batch)
+        _, st = upd(_mlp_grad(params, half), st, params)
+    assert int(gs.get_grad_stats(st).count) == 3
+
+
+def test_sampling_arguments_are_checked(mlp_problem):
+    params, batch = mlp_problem
+    with pytest.raises(TypeError, match=r"sample \('yes'\)"):
+        gs.microbatch_grads(mlp_loss, params, batch, 4, sample="yes")
+    with pytest.raises(TypeError, match=r"sample"):
+        gs.microbatch_grads(mlp_loss, params, batch, 4, sample=jnp.ones(2, bool))
+    with pytest.raises(ValueError, match=r"every \(0\)"):
+        gs.gradient_noise_scale(4, every=0)
+    with pytest.raises(ValueError, match=r"every \(-1\)"):
+        gs.multi_steps(optax.sgd(0.1), 2, 4, 8, every=-1)
+    with pytest.raises(ValueError, match="no gradient_noise_scale"):
+        gs.sample_now(optax.sgd(0.1).init(params))
+
+
+def test_preconditioned_gradients_are_exact_and_finite_when_T_overflows():
+    # The returned gradients carry an exact zero derived from T (it orders the
+    # nu read before the optimizer's in-place update); an overflowing T must
+    # not leak into them.
+    w = {"a": jnp.full((4,), 1e19, jnp.float32)}
+    batch = {"x": jnp.ones((8, 4))}
+
+    def loss(p, b):
+        return jnp.mean(b["x"] @ p["a"])  # gradient 1 per element, times the scale below
+
+    big = lambda p, b: 1e19 * loss(p, b)  # noqa: E731  (gradient 1e19: T overflows)
+    pre = gs.adam_preconditioner(optax.ScaleByAdamState(
+        jnp.int32(2), jax.tree.map(jnp.zeros_like, w), jax.tree.map(lambda x: x * 0 + 1e-30, w)))
+    _, g, sq = jax.jit(lambda p, b, pre: gs.microbatch_grads(big, p, b, 2, preconditioner=pre))(
+        w, batch, pre)
+    _, g_plain, _ = jax.jit(lambda p, b: gs.microbatch_grads(big, p, b, 2))(w, batch)
+    assert not np.isfinite(float(sq.total_sqr))
+    np.testing.assert_array_equal(np.asarray(g["a"]), np.asarray(g_plain["a"]))
+    assert np.all(np.isfinite(np.asarray(g["a"])))
+
+
+@pytest.mark.parametrize("mode", ["shard_map", "scan"])
+def test_adam_step_does_not_copy_the_second_moment(mode):
+    # Regression guard: without the ordering, XLA copies every nu leaf at the
+    # start of the step because the norm's read and Adam's in-place write of
+    # the donated state are unordered.
+    params = {"a": jnp.zeros((64, 32)), "b": jnp.zeros((32, 48))}
+    batch = {"x": jnp.ones((16, 64))}
+
+    def loss(p, b):
+        return jnp.mean(jnp.tanh(b["x"] @ p["a"]) @ p["b"])
+
+    tx = optax.chain(gs.gradient_noise_scale(4, differenced=False), optax.adam(1e-3))
+    mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4])
+
+    def step(p, st, b):
+        pre = gs.auto_preconditioner(st)
+        if mode == "shard_map":
+            _, g, sq = gs.data_parallel_grads(loss, p, b, "data", preconditioner=pre)
+        else:
+            _, g, sq = gs.microbatch_grads(loss, p, b, 4, preconditioner=pre)
+        u, st = tx.update(g, st, p, grad_sqnorms=sq)
+        return optax.apply_updates(p, u), st
+
+    if mode == "shard_map":
+        step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data")),
+                             out_specs=(P(), P()))
+        batch = jax.device_put(batch, NamedSharding(mesh, P("data")))
+    text = jax.jit(step, donate_argnums=(0, 1)).lower(params, tx.init(params),
+                                                      batch).compile().as_text()
+    entry = text.split("ENTRY")[1]
+    copied = [line.split("=")[1].split("copy(")[0].strip() for line in entry.splitlines()
+              if " copy(" in line]
+    shapes = {f"f32[{','.join(map(str, x.shape))}]" for x in jax.tree.leaves(params)}
+    assert not [c for c in copied if c.split("{")[0] in shapes], copied
