@@ -40,8 +40,8 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--every", default="1,4",
                     help="sampling intervals to run (gradient_noise_scale(every=k) with "
                          "sample=sample_now(opt_state)); 1 = statistics on every step")
-    ap.add_argument("--rounds", type=int, default=None, help="timing rounds (default 9, quick 3)")
-    ap.add_argument("--iters", type=int, default=None, help="steps per round (default 5, quick 2)")
+    ap.add_argument("--rounds", type=int, default=None, help="timing rounds (default 15, quick 3)")
+    ap.add_argument("--iters", type=int, default=None, help="steps per round (default 8, quick 2)")
     return ap.parse_args()
 
 
@@ -325,8 +325,8 @@ MODE_NAMES = {"a": "(a) shard_map", "b": "(b) scan microbatch", "c": "(c) multi_
 
 def main() -> int:
     quick = ARGS.quick
-    rounds = ARGS.rounds or (3 if quick else 9)
-    iters = ARGS.iters or (2 if quick else 5)
+    rounds = ARGS.rounds or (3 if quick else 15)
+    iters = ARGS.iters or (2 if quick else 8)
     devices = jax.devices()
     n_dev = len(devices)
     # Auto axes: mode (d) is "plain jit with automatic sharding".

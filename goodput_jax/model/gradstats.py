@@ -44,7 +44,20 @@ Layers, from the bottom:
   (d) :func:`grouped_grads` (plain ``jit`` with an explicit group axis);
 * the optax transformation :func:`gradient_noise_scale` (first in a chain,
   identity on the updates, statistics in its state) and the readers
-  :func:`get_grad_stats` / :func:`get_grad_params`.
+  :func:`get_grad_stats` / :func:`get_grad_params` / :func:`sample_now`.
+
+Cost. The statistics add reductions, never a gradient-sized buffer: each
+device reads its own gradient once more for ``S`` (plus Adam's ``nu`` when
+preconditioned) and a 1/devices slice of the mean gradient for ``T``. In mode
+(a) the loss and ``S`` ride in the gradients' own all-reduce and ``T`` needs one
+scalar collective. These passes are memory-bound; on an accelerator they are
+small next to the step, on a CPU they are not (see ``docs/concepts.md`` for
+measured numbers). To pay them on one step in ``k`` only, build the
+transformation with ``gradient_noise_scale(M0, every=k)`` and pass
+``sample=sample_now(opt_state)`` to the collection helper: the other steps
+skip the norms inside a ``lax.cond``, and each sample counts for ``k`` steps
+in the moving averages (same window in training examples, ``k`` times fewer
+samples in it).
 
 Example:
     >>> import jax.numpy as jnp
@@ -918,8 +931,8 @@ def grouped_grads(
                   _axes_of(g))
     grads = jax.tree.map(lambda x: jnp.mean(x.astype(jnp.float32), axis=0).astype(x.dtype), g)
     total = _when(sample, lambda: sqnorm(grads, preconditioner), _axes_of(grads))
-    if preconditioner is not None:
-        grads = _ordered_after(grads, total)
+    if preconditioner is not None:  # both norms read nu: order both before the update
+        grads = _ordered_after(grads, total + local)
     mean_loss = jnp.mean(loss.astype(jnp.float32))
     out = (mean_loss, aux) if has_aux else mean_loss
     return out, grads, GradSqNorms(local, total, n, size, _pre_valid(preconditioner, sample))
@@ -1073,6 +1086,35 @@ def gradient_noise_scale(
 # --------------------------------------------------------------------------- mode (c)
 
 
+class _ProbeState(NamedTuple):
+    inner: Any
+    total_sqr: jax.Array
+
+
+def _total_sqr_probe(optimizer: optax.GradientTransformation, precondition: bool,
+                     b2: Any, eps: Any) -> optax.GradientTransformationExtraArgs:
+    """``optimizer`` that also keeps the squared norm of the updates it receives.
+
+    Inside ``optax.MultiSteps`` it runs on the emitting call only, with the
+    window's mean gradient: that norm is ``T``. Preconditioned by the wrapped
+    optimizer's own Adam state (before its update) when ``precondition``.
+    """
+    optimizer = optax.with_extra_args_support(optimizer)
+
+    def init_fn(params):
+        return _ProbeState(optimizer.init(params), jnp.zeros([], jnp.float32))
+
+    def update_fn(updates, state, params=None, **extra_args):
+        pre = auto_preconditioner(state.inner, b2=b2, eps=eps) if precondition else None
+        total = sqnorm(updates, pre)
+        if pre is not None:
+            updates = _ordered_after(updates, total)
+        new_updates, inner = optimizer.update(updates, state.inner, params, **extra_args)
+        return new_updates, _ProbeState(inner, total)
+
+    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
 class MultiStepsGNSState(NamedTuple):
     """State of :func:`multi_steps`.
 
@@ -1141,7 +1183,8 @@ def multi_steps(
     smoothing = _check_smoothing(smoothing)
     if precondition not in ("auto", "none"):
         raise ValueError(f"precondition ({precondition!r}) must be 'auto' or 'none'")
-    inner = optax.MultiSteps(optimizer, every_k_schedule=k, use_grad_mean=True)
+    probe = _total_sqr_probe(optimizer, precondition == "auto", b2, eps)
+    inner = optax.MultiSteps(probe, every_k_schedule=k, use_grad_mean=True)
 
     def init_fn(params):
         return MultiStepsGNSState(inner.init(params), jnp.zeros([], jnp.float32), init_grad_stats())
@@ -1153,22 +1196,19 @@ def multi_steps(
             if precondition == "auto"
             else None
         )
-        n = ms.mini_step
         sampling = True if every == 1 else (ms.gradient_step % every) == 0
         local_sum = state.local_sqr_sum + _when(sampling, lambda: sqnorm(updates, pre))
-        emit = n == (k - 1)
+        emit = ms.mini_step == (k - 1)
         take = emit if sampling is True else jnp.logical_and(emit, sampling)
-
-        def total():  # T, on the emitting call only: the window's mean gradient
-            mean = jax.tree.map(lambda g, a: a + (g.astype(a.dtype) - a) / (n + 1).astype(a.dtype),
-                                updates, ms.acc_grads)
-            return sqnorm(mean, pre)
-
+        # (Ordering S's read of nu before the update, as the other modes do,
+        # measured worse here: MultiSteps' conditional then keeps more alive.)
+        new_updates, new_ms = inner.update(updates, ms, params, **extra_args)
+        # T was taken by the probe inside MultiSteps' own emitting branch, on the
+        # window's mean gradient: no extra pass, no conditional of ours.
         bs = mb if batch_size is None else batch_size
-        sq = GradSqNorms(local_sum / k, _when(take, total), k, bs * k,
+        sq = GradSqNorms(local_sum / k, new_ms.inner_opt_state.total_sqr, k, bs * k,
                          jnp.logical_and(take, jnp.asarray(_pre_valid(pre), jnp.bool_)))
         stats = update_grad_stats(state.stats, sq, m0, smoothing=smoothing, steps=every)
-        new_updates, new_ms = inner.update(updates, ms, params, **extra_args)
         new_sum = jnp.where(emit, 0.0, local_sum).astype(jnp.float32)
         return new_updates, MultiStepsGNSState(new_ms, new_sum, stats)
 
