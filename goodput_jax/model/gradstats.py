@@ -1243,7 +1243,9 @@ def sample_now(opt_state: Any) -> jax.Array:
 
     True on steps ``0, every, 2 * every, ...`` of the :func:`gradient_noise_scale`
     found in ``opt_state`` (always True with ``every=1``). Call it on the
-    optimizer state at the start of the train step, before the update.
+    optimizer state at the start of the train step, before the update. Under
+    ``jit`` it is a traced bool, so the helpers then use a ``lax.cond`` even
+    with ``every=1``; leave ``sample`` at its default (True) there instead.
 
     Raises:
         ValueError: when ``opt_state`` holds no :func:`gradient_noise_scale` state.
