@@ -1119,7 +1119,9 @@ class MultiStepsGNSState(NamedTuple):
     """State of :func:`multi_steps`.
 
     Attributes:
-        inner: the wrapped ``optax.MultiStepsState``.
+        inner: the wrapped ``optax.MultiStepsState``; its ``inner_opt_state``
+            holds the inner optimizer's state as ``.inner`` beside the last
+            window's ``T`` (``.total_sqr``), taken on the emitting call.
         local_sqr_sum: sum of this window's per-call squared norms.
         stats: the smoothed :class:`GradStatsState`.
     """
