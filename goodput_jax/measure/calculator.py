@@ -267,24 +267,18 @@ class _Engine:
                         break
                 else:
                     self.unmatched += 1
-            elif kind == _STEP_END:
-                if open_step >= 0:
+            elif kind == _STEP_END or kind == _JOB_END:
+                if open_step >= 0:  # both close an open step
                     live_steps.append(open_step)
                     live_secs.append(pending)
                     productive += pending
                     open_step = -1
                     pending = 0.0
-                else:
+                elif kind == _STEP_END:
                     self.unmatched += 1
-            elif kind == _JOB_END:
-                if open_step >= 0:
-                    live_steps.append(open_step)
-                    live_secs.append(pending)
-                    productive += pending
-                    open_step = -1
-                    pending = 0.0
-                spans = []
-                ended = True
+                if kind == _JOB_END:
+                    spans = []
+                    ended = True
             # JOB_START: only marks the stream's beginning
         self.cur, self.ended, self.last_t = cur, ended, last_t
         self.spans, self.open_step, self.pending = spans, open_step, pending
