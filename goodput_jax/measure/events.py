@@ -49,6 +49,12 @@ class EventKind(str, enum.Enum):
     HINTS = "hints"
     #: ``record_checkpoint_progress``: the last step included in a saved checkpoint.
     CHECKPOINT_PROGRESS = "checkpoint_progress"
+    #: A JAX compilation measured from ``jax.monitoring`` (point event at the compile's
+    #: end; payload ``{"duration_s": float, "recompile": bool, "name": str}``).
+    COMPILATION = "compilation"
+    #: The device finished step ``step`` (its outputs became ready), observed by the
+    #: non-stalling step recorder; the step's host-side ``STEP_END`` is only its dispatch.
+    STEP_DEVICE_END = "step_device_end"
 
 
 #: start kind -> end kind, for every start/end pair.
@@ -88,6 +94,8 @@ KIND_CODES: dict[EventKind, int] = {
     EventKind.CUSTOM_BADPUT_END: 17,
     EventKind.HINTS: 18,
     EventKind.CHECKPOINT_PROGRESS: 19,
+    EventKind.COMPILATION: 20,
+    EventKind.STEP_DEVICE_END: 21,
 }
 #: code -> kind (index = code).
 KINDS_BY_CODE: tuple[EventKind, ...] = tuple(

@@ -29,6 +29,8 @@ import collections
 import contextlib
 import json
 import logging
+import math
+import numbers
 import threading
 import time
 import weakref
@@ -365,6 +367,44 @@ class GoodputRecorder:
             raise ValueError(f"hints ({hints!r}) must be JSON-serialisable: {e}") from None
         t = self._now() if timestamp is None else to_timestamp(timestamp, name="timestamp")
         self._put(_K[EventKind.HINTS], t, None, None, dict(hints))
+
+    def record_compilation(self, duration_s: float, end_time: Any = None, *,
+                           recompile: bool = False, name: str = "") -> None:
+        """Record one JAX compilation of ``duration_s`` seconds that ended at ``end_time``.
+
+        Fed automatically by the JAX runtime capture (``jax.monitoring`` listeners);
+        the calculator counts measured compilations as program startup (the first
+        compile of a run) or recompilation badput (``recompile=True``), and measured
+        time replaces the first-step guess.
+
+        Example:
+            >>> GoodputRecorder("j", "l").record_compilation(0.25, recompile=False, name="step")
+        """
+        if not self._enabled:
+            return
+        if isinstance(duration_s, bool) or not isinstance(duration_s, numbers.Real) \
+                or not math.isfinite(duration_s) or duration_s < 0:
+            raise ValueError(f"duration_s ({duration_s!r}) must be a finite number >= 0")
+        if not isinstance(name, str):
+            raise TypeError(f"name ({name!r}) must be a str")
+        t = self._now() if end_time is None else to_timestamp(end_time, name="end_time")
+        self._put(_K[EventKind.COMPILATION], t, None, None,
+                  {"duration_s": float(duration_s), "recompile": bool(recompile), "name": name})
+
+    def record_step_device_end_time(self, step: int, end_time: Any = None) -> None:
+        """Record that the device finished step ``step`` (its outputs are ready).
+
+        The non-stalling step recorder calls this one step late, when it observes
+        readiness, with the time readiness was first seen.
+
+        Example:
+            >>> GoodputRecorder("j", "l").record_step_device_end_time(3)
+        """
+        if not self._enabled:
+            return
+        step = check_step(step)
+        t = self._now() if end_time is None else to_timestamp(end_time, name="end_time")
+        self._put(_K[EventKind.STEP_DEVICE_END], t, step, None, None)
 
     # ------------------------------------------------------ context managers
     @contextlib.contextmanager

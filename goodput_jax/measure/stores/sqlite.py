@@ -73,6 +73,7 @@ _LABELLED_KINDS = (
     KIND_CODES[EventKind.CUSTOM_BADPUT_START],
     KIND_CODES[EventKind.CUSTOM_BADPUT_END],
     KIND_CODES[EventKind.HINTS],
+    KIND_CODES[EventKind.COMPILATION],
 )
 
 #: One raw row as read by :meth:`SQLiteStore.read_rows`:
@@ -439,7 +440,7 @@ class SQLiteStore:
                     for offset, first, last in labelled_blocks:
                         for eid, text in c.execute(
                             "SELECT id, COALESCE(label, payload) FROM events WHERE id >= ?"
-                            " AND id <= ? AND kind IN (?, ?, ?)",
+                            " AND id <= ? AND kind IN (" + ", ".join("?" * len(_LABELLED_KINDS)) + ")",
                             (first, last, *_LABELLED_KINDS),
                         ):
                             labels[offset + eid - first] = text
