@@ -16,7 +16,9 @@ turns them, plus the job's spec, into a JobInfo with the rules of AdaptDL's
 * jobs without ``perfParams``/``initBatchSize`` and non-preemptible jobs get a
   linear speedup (``speedup(n, r) = r``).
 
-Malformed hints raise ``ValueError``/``TypeError`` naming the offending key.
+Hints are parsed by :meth:`goodput_jax.model.hints.Hints.from_json` (one typed
+record shared with the training hooks); malformed hints raise
+``ValueError``/``TypeError`` naming the offending key.
 Identical hints map to the same memoised SpeedupFunction, so tables are not
 recomputed every scheduling cycle.
 
@@ -36,10 +38,12 @@ import math
 import numbers
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from goodput_jax.model.hints import PERF_PARAM_KEYS, Hints
+from goodput_jax.model.types import GradParams, PerfParams
 from goodput_jax.sched.speedup import SpeedupFunction
 from goodput_jax.sched.types import JobInfo
 
@@ -49,10 +53,9 @@ __all__ = [
     "linear_speedup",
     "parse_quantity",
     "pod_requests",
+    "speedup_fns_by_type",
 ]
 
-#: Keys of ``hints["perfParams"]``, in PerfParams order.
-PERF_PARAM_KEYS = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
 
 _SUFFIX = {
     "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
@@ -126,19 +129,6 @@ def pod_requests(pod_spec: Mapping) -> dict:
     return out
 
 
-def _number(hints: Mapping, key: str, *, positive: bool = False, integer: bool = False) -> float:
-    value = hints[key]
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise TypeError(f"hint {key!r} must be a finite number, got {value!r}")
-    if integer and value != int(value):
-        raise ValueError(f"hint {key!r} must be an integer, got {value!r}")
-    if positive and value <= 0:
-        raise ValueError(f"hint {key!r} must be > 0, got {value!r}")
-    if value < 0:
-        raise ValueError(f"hint {key!r} must be >= 0, got {value!r}")
-    return value
-
-
 def _spec_int(spec: Mapping, key: str, default: int | None) -> int | None:
     value = spec.get(key, default)
     if value is None:
@@ -148,61 +138,53 @@ def _spec_int(spec: Mapping, key: str, default: int | None) -> int | None:
     return int(value)
 
 
-def _speedup_from_hints(hints: Mapping) -> SpeedupFunction:
+def _speedup_from_hints(h: Hints, perf_params: PerfParams | None = None) -> SpeedupFunction:
+    """Memoised SpeedupFunction of parsed hints (``perf_params`` overrides ``h.perf_params``)."""
     from goodput_jax.model.goodput import GoodputFunction
-    from goodput_jax.model.types import GradParams, PerfParams
 
-    perf = hints["perfParams"]
-    if not isinstance(perf, Mapping):
-        raise TypeError(f"hint 'perfParams' must be a mapping, got {perf!r}")
-    values = []
-    for name in PERF_PARAM_KEYS:
-        if name not in perf:
-            raise ValueError(f"hint 'perfParams' is missing key {name!r}")
-        values.append(_number(perf, name) if name != "gamma" else _number(perf, name, positive=True))
-    perf_params = PerfParams(*values)
-    grad = hints.get("gradParams")
-    if grad is None:
-        grad_params = GradParams(0.0, 1.0)
-    else:
-        if not isinstance(grad, Mapping):
-            raise TypeError(f"hint 'gradParams' must be a mapping, got {grad!r}")
-        for name in ("norm", "var"):
-            if name not in grad:
-                raise ValueError(f"hint 'gradParams' is missing key {name!r}")
-        grad_params = GradParams(_number(grad, "norm"), _number(grad, "var"))
-    init_bsz = _number(hints, "initBatchSize", positive=True, integer=True)
-    max_bsz = hints.get("maxBatchSize")
-    if max_bsz is not None:
-        max_bsz = _number(hints, "maxBatchSize", positive=True)
-        if max_bsz < init_bsz:
-            raise ValueError(f"hint 'maxBatchSize' ({max_bsz}) < 'initBatchSize' ({init_bsz})")
-    bounds = hints.get("localBszBounds")
-    if bounds is not None:
-        if not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
-            raise ValueError(f"hint 'localBszBounds' must be [min, max], got {bounds!r}")
-        lo, hi = bounds
-        for name, v in (("min", lo), ("max", hi)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or v < 0):
-                raise ValueError(f"hint 'localBszBounds' {name} must be a number >= 0 or null, "
-                                 f"got {v!r}")
-        if lo and hi and lo > hi:
-            raise ValueError(f"hint 'localBszBounds' min ({lo}) > max ({hi})")
-        bounds = (lo, hi)
-    accumulation = hints.get("gradientAccumulation", False)
-    if not isinstance(accumulation, bool):
-        raise TypeError(f"hint 'gradientAccumulation' must be a bool, got {accumulation!r}")
-    key = (tuple(perf_params), tuple(grad_params), init_bsz, max_bsz, bounds, accumulation)
+    perf_params = h.perf_params if perf_params is None else perf_params
+    grad_params = GradParams(0.0, 1.0) if h.grad_params is None else h.grad_params
+    key = (tuple(perf_params), tuple(grad_params), h.init_batch_size, h.max_batch_size,
+           h.local_bsz_bounds, h.gradient_accumulation)
     cached = _CACHE.get(key)
     if cached is not None:
         _CACHE.move_to_end(key)
         return cached
-    goodput_fn = GoodputFunction(perf_params, grad_params, int(init_bsz))
-    speedup = SpeedupFunction(goodput_fn, max_bsz, bounds, accumulation)
+    goodput_fn = GoodputFunction(perf_params, grad_params, int(h.init_batch_size))
+    speedup = SpeedupFunction(goodput_fn, h.max_batch_size, h.local_bsz_bounds,
+                              h.gradient_accumulation)
     _CACHE[key] = speedup
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return speedup
+
+
+def speedup_fns_by_type(hints: Mapping | Hints,
+                        accelerator_types: Sequence[str]) -> dict[str, SpeedupFunction]:
+    """Per-accelerator-type speedup functions of a job (fitted or bootstrapped, Sia-style).
+
+    A type the job has observed uses its fitted step-time parameters; another
+    type is bootstrapped from an observed one by the throughput ratio at the
+    minimum GPU count (:meth:`~goodput_jax.model.hints.Hints.perf_params_for`).
+    Types with neither are left out.
+
+    Example:
+        >>> p = dict(alpha_c=0.1, beta_c=0.01, alpha_n=0.2, beta_n=0.02, alpha_r=0.1,
+        ...          beta_r=0.01, gamma=1.5)
+        >>> fns = speedup_fns_by_type({"perfParamsByType": {"t4": p}, "initBatchSize": 32,
+        ...     "minThroughputByType": {"t4": 100.0, "a100": 300.0}}, ["t4", "a100", "v100"])
+        >>> sorted(fns), round(fns["a100"].base_goodput / fns["t4"].base_goodput, 3)
+        (['a100', 't4'], 3.0)
+    """
+    h = Hints.from_json(hints)
+    if h.init_batch_size is None:
+        return {}
+    out = {}
+    for name in accelerator_types:
+        perf = h.perf_params_for(name)
+        if perf is not None:
+            out[name] = _speedup_from_hints(h, perf)
+    return out
 
 
 def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = None) -> JobInfo:
@@ -245,10 +227,8 @@ def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = No
     if not isinstance(hints, Mapping):
         raise TypeError(f"job 'status.train' (hints) must be a mapping, got {hints!r}")
 
-    profiled = 0
-    if "maxProfiledReplicas" in hints:
-        profiled = int(_number(hints, "maxProfiledReplicas", integer=True))
-    max_replicas = max(2 * profiled, 1)
+    h = Hints.from_json(hints)
+    max_replicas = max(2 * h.max_profiled_replicas, 1)
     spec_max = _spec_int(spec, "maxReplicas", None)
     if spec_max:
         max_replicas = min(max_replicas, spec_max)
@@ -258,12 +238,11 @@ def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = No
     if not isinstance(preemptible, bool):
         raise TypeError(f"spec.preemptible must be a bool, got {preemptible!r}")
 
-    if {"perfParams", "initBatchSize"} <= set(hints) and preemptible:
-        speedup_fn = _speedup_from_hints(hints)
-        max_batch_size = hints.get("maxBatchSize") or hints["initBatchSize"]
-        bounds = hints.get("localBszBounds")
-        if bounds and bounds[0]:
-            min_local = bounds[0]
+    if h.perf_params is not None and h.init_batch_size is not None and preemptible:
+        speedup_fn = _speedup_from_hints(h)
+        max_batch_size = h.max_batch_size or h.init_batch_size
+        if h.local_bsz_bounds and h.local_bsz_bounds[0]:
+            min_local = h.local_bsz_bounds[0]
             if max_batch_size < min_local * max_replicas:
                 max_replicas = max(int(max_batch_size / min_local), min_replicas, 1)
     else:

@@ -70,6 +70,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from goodput_jax.model.buckets import bucket as _bucket
 from goodput_jax.sched.speedup import speedup_tables, table_dims
 from goodput_jax.sched.types import JobInfo, NodeInfo
 
@@ -78,11 +79,6 @@ __all__ = ["CycleStats", "PolluxPolicy"]
 _BIG = 1 << 20
 _TOL = 1e-4  # relative slack when dividing float resources
 _EPS = 1e-2  # zero-speedup offset in the power mean for p <= 0
-
-
-def _bucket(value: int, minimum: int = 8) -> int:
-    value = max(int(value), minimum)
-    return 1 << (value - 1).bit_length()
 
 
 # --------------------------------------------------------------------------- #

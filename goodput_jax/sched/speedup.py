@@ -30,18 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from goodput_jax.model.buckets import bucket as _bucket
+
 __all__ = ["SpeedupFunction", "speedup_tables", "table_dims"]
 
 # Dense memo tables grow to these sizes at most; larger queries are memoised
 # per (nodes, replicas) pair instead.
 _TABLE_MAX_NODES = 128
 _TABLE_MAX_REPLICAS = 512
-
-
-def _bucket(value: int, minimum: int = 8) -> int:
-    """Smallest power of two >= value (at least ``minimum``): few distinct shapes, few compiles."""
-    value = max(int(value), minimum)
-    return 1 << (value - 1).bit_length()
 
 
 def table_dims(max_nodes: int, max_replicas: int) -> tuple[int, int]:

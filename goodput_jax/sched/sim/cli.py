@@ -32,9 +32,10 @@ from pathlib import Path
 
 from goodput_jax.sched.sim.apps import find_traces_dir, find_workload, load_applications
 from goodput_jax.sched.sim.cluster import SimResult
-from goodput_jax.sched.sim.runner import POLICIES, PUBLISHED_REDUCTION, ProgressBar, run_workload
+from goodput_jax._progress import ProgressBar
+from goodput_jax.sched.sim.runner import POLICIES, PUBLISHED_REDUCTION, run_workload
 
-__all__ = ["format_table", "main"]
+__all__ = ["add_arguments", "format_table", "main"]
 
 
 def _stem(path: Path) -> str:
@@ -101,8 +102,55 @@ def format_table(results: dict[str, dict[str, SimResult]]) -> str:
     return "\n".join(lines)
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Defines the options of ``goodput-jax simulate`` on ``parser``.
+
+    Args:
+        parser: the subcommand's parser (or a fresh ``ArgumentParser``).
+
+    Returns:
+        The same parser.
+
+    Example:
+        >>> args = add_arguments(argparse.ArgumentParser()).parse_args(["6", "--policy", "tiresias"])
+        >>> args.workload, args.policy, args.interval
+        ('6', 'tiresias', 60.0)
+    """
+    parser.add_argument("workload", nargs="?", default=None,
+                        help="workload CSV path or name (6, workload-6, workloads-1.5/workload-6)")
+    parser.add_argument("--policy", default="pollux", choices=list(POLICIES),
+                        help="scheduling policy (default: pollux)")
+    parser.add_argument("--interval", type=float, default=60.0,
+                        help="scheduling interval in simulated seconds (default: 60)")
+    parser.add_argument("--interference", type=float, default=0.0,
+                        help="slowdown of distributed jobs sharing a node, 0..1 (default: 0)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the policy search")
+    parser.add_argument("--traces", default=None,
+                        help="directory of application traces (default: the bundled data)")
+    parser.add_argument("--out", default="sim-out",
+                        help="output directory for logs, summaries and plots (default: sim-out)")
+    parser.add_argument("--all", action="store_true",
+                        help="run all 8 workloads with all three policies (ignores --policy) "
+                             "and print the table")
+    parser.add_argument("--max-jobs", type=int, default=None,
+                        help="simulate only the first N jobs of the workload")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="do not draw the progress bar (it is never drawn when stderr "
+                             "is not a terminal)")
+    return parser
+
+
 def main(args: argparse.Namespace) -> int:
-    """Entry point of ``goodput-jax simulate`` (arguments defined in ``goodput_jax.cli``)."""
+    """Runs ``goodput-jax simulate`` with the options of :func:`add_arguments`.
+
+    Returns:
+        The exit status (0).
+
+    Example:
+        >>> main(add_arguments(argparse.ArgumentParser()).parse_args(
+        ...     ["6", "--policy", "tiresias", "--max-jobs", "4"]))   # doctest: +SKIP
+        0
+    """
     from goodput_jax.sched.sim.plots import plot_run, plot_table
 
     if not args.all and args.workload is None:
@@ -127,7 +175,7 @@ def main(args: argparse.Namespace) -> int:
             stem = _stem(f)
             results[stem] = {}
             for pol in POLICIES:
-                bar = ProgressBar(f"{stem} {pol}", enabled=show)
+                bar = ProgressBar(label=f"{stem} {pol}", enabled=show)
                 res = run_workload(f, pol, log_path=out / f"{stem}-{pol}.jsonl", progress=bar,
                                    **common)
                 bar.close()
@@ -137,7 +185,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"plot: {plot_table(results, out / 'all.png')}")
         return 0
     stem = _stem(path)
-    bar = ProgressBar(args.policy, enabled=show)
+    bar = ProgressBar(label=args.policy, enabled=show)
     res = run_workload(path, args.policy, log_path=out / f"{stem}-{args.policy}.jsonl",
                        progress=bar, **common)
     bar.close()

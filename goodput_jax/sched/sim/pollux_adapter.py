@@ -34,6 +34,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from goodput_jax.model.buckets import bucket as _bucket
 from goodput_jax.model.goodput import optimize_fn
 from goodput_jax.model.perf import fit_perf_params_batched
 from goodput_jax.model.types import GradParams, PerfParams
@@ -46,11 +47,6 @@ MAX_REPLICAS = 64  # the simulator's cluster size
 FIT_CHUNK = 8
 OPT_CHUNK = 16
 TABLE_CHUNK = 8
-
-
-def _bucket(n: int, minimum: int = 8) -> int:
-    n = max(int(n), minimum)
-    return 1 << (n - 1).bit_length()
 
 
 class TableSpeedup:

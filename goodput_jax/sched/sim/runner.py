@@ -10,8 +10,6 @@ Example:
 from __future__ import annotations
 
 import os
-import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -22,7 +20,6 @@ __all__ = [
     "POLICIES",
     "PUBLISHED_REDUCTION",
     "PUBLISHED_WORKLOAD6",
-    "ProgressBar",
     "make_policy",
     "run_workload",
 ]
@@ -57,44 +54,6 @@ def make_policy(policy: str, *, seed: int = 0, p: float = -1.0):
         model = PolluxModel()
         return PolluxAdapter(model, p=p, seed=seed), model
     raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-
-
-class ProgressBar:
-    """A tiny single-line progress bar on stderr (no dependency).
-
-    Example:
-        >>> bar = ProgressBar("tiresias", enabled=False)
-        >>> bar(10, 160, 3600.0); bar.close()
-    """
-
-    def __init__(self, label: str, enabled: bool = True, stream=None, min_interval: float = 0.25):
-        self.label = label
-        self.enabled = enabled
-        self.stream = stream or sys.stderr
-        self.min_interval = min_interval
-        self._last = 0.0
-        self._start = time.perf_counter()
-        self._shown = False
-
-    def __call__(self, done: int, total: int, sim_time: float) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if now - self._last < self.min_interval and done < total:
-            return
-        self._last = now
-        width = 30
-        fill = int(width * done / max(total, 1))
-        self.stream.write(f"\r{self.label:>10} [{'#' * fill}{'.' * (width - fill)}] "
-                          f"{done}/{total} jobs  t={sim_time / 3600:6.2f} h  "
-                          f"{now - self._start:6.1f} s")
-        self.stream.flush()
-        self._shown = True
-
-    def close(self) -> None:
-        if self.enabled and self._shown:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def run_workload(workload: str | os.PathLike[str], policy: str, *,
