@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from goodput_jax.model.buckets import bucket as _bucket
 
-__all__ = ["SpeedupFunction", "speedup_tables", "table_dims"]
+__all__ = ["SpeedupFunction", "goodput_matrix", "speedup_tables", "table_dims"]
 
 # Dense memo tables grow to these sizes at most; larger queries are memoised
 # per (nodes, replicas) pair instead.
@@ -222,6 +222,18 @@ class SpeedupFunction:
             return float(out)
         return np.asarray(out, dtype=np.float64)
 
+    def goodput(self, num_nodes: Any, num_replicas: Any) -> Any:
+        """Absolute goodput (``speedup * base_goodput``), comparable across accelerator types.
+
+        Example:
+            >>> class Lin:
+            ...     def optimize(self, n, r, **kw): return np.asarray(r, float) * 5.0, None, None
+            >>> SpeedupFunction(Lin()).goodput(1, 2)
+            10.0
+        """
+        out = self(num_nodes, num_replicas)
+        return out * self._base_goodput
+
     def __getitem__(self, index: tuple[Any, Any]) -> Any:
         if not (isinstance(index, tuple) and len(index) == 2):
             raise TypeError(f"index a SpeedupFunction as speedup[num_nodes, num_replicas], "
@@ -357,3 +369,57 @@ def _vmapped_tables(members: list[SpeedupFunction], max_nodes: int,
     # Keep the memo consistent with single-job evaluation at (1, 1).
     tables[:, 1, 1] = np.where(tables[:, 1, 1] > 0, 1.0, tables[:, 1, 1])
     return list(tables)
+
+
+def goodput_matrix(goodput_fns: Sequence[Mapping[str, Callable] | None], types: Sequence[str],
+                   config_type: Any, config_nodes: Any, config_gpus: Any) -> np.ndarray:
+    """Goodput of every job in every (type, nodes, GPUs) configuration: a dense ``[jobs, configs]``.
+
+    The (type x count) table of each job, batched over jobs: per type, the
+    :class:`SpeedupFunction` s of all jobs are evaluated together
+    (:func:`speedup_tables`, one vmapped call per group) and scaled by their
+    base goodput; other callables are called with the configuration arrays.
+    A job without a function for a type gets 0 there (it cannot run there).
+
+    Args:
+        goodput_fns: per job, ``{type: fn(num_nodes, num_replicas) -> goodput}``
+            (``JobInfo.goodput_fns``) or None.
+        types: accelerator type names; ``config_type`` indexes into it.
+        config_type, config_nodes, config_gpus: int arrays ``[configs]``.
+
+    Returns:
+        float64 ``[len(goodput_fns), configs]``, non-negative.
+
+    Example:
+        >>> fns = [{"a": lambda n, r: 1.0 * r, "b": lambda n, r: 3.0 * r}, {"a": lambda n, r: r}]
+        >>> goodput_matrix(fns, ["a", "b"], [0, 0, 1], [1, 1, 1], [1, 2, 1])
+        array([[1., 2., 3.],
+               [1., 2., 0.]])
+    """
+    ctype = np.asarray(config_type, np.int64)
+    cnodes = np.asarray(config_nodes, np.int64)
+    cgpus = np.asarray(config_gpus, np.int64)
+    out = np.zeros((len(goodput_fns), len(ctype)))
+    for t, name in enumerate(types):
+        cols = np.nonzero(ctype == t)[0]
+        if cols.size == 0:
+            continue
+        rows, spd, other = [], [], []
+        for j, fns in enumerate(goodput_fns):
+            fn = None if fns is None else fns.get(name)
+            if fn is None:
+                continue
+            if isinstance(fn, SpeedupFunction):
+                rows.append(j)
+                spd.append(fn)
+            else:
+                other.append((j, fn))
+        if spd:
+            tables = speedup_tables(spd, int(cnodes[cols].max()), int(cgpus[cols].max()))
+            base = np.array([fn.base_goodput for fn in spd])
+            out[np.asarray(rows)[:, None], cols[None, :]] = (
+                tables[:, cnodes[cols], cgpus[cols]] * base[:, None])
+        for j, fn in other:
+            vals = np.asarray(fn(cnodes[cols], cgpus[cols]), dtype=np.float64)
+            out[j, cols] = np.broadcast_to(vals, cols.shape)
+    return np.where(np.isfinite(out), np.maximum(out, 0.0), 0.0)

@@ -10,6 +10,8 @@ Example:
     (4, True)
     >>> NodeInfo({"gpu": 4, "cpu": 16000}, preemptible=False).resources["gpu"]
     4
+    >>> NodeInfo({"gpu": 8}, preemptible=False, accelerator_type="a100").accelerator_type
+    'a100'
 """
 
 from __future__ import annotations
@@ -83,6 +85,16 @@ class JobInfo:
         age: seconds the job has existed, for the restart penalty; ``None`` lets
             the policy derive it from ``creation_timestamp`` and its clock.
         num_restarts: how often the job has been restarted so far.
+        goodput_fns: for heterogeneity-aware policies (``SiaPolicy``): per
+            accelerator type, ``fn(num_nodes, num_replicas)`` -> goodput in a unit
+            shared by all types of this job (a
+            :class:`~goodput_jax.sched.speedup.SpeedupFunction` counts in its own
+            absolute goodput, ``speedup * base_goodput``). A type left out means
+            the job cannot run there (yet).
+        restarting: the job is in the middle of a checkpoint-restore; a
+            heterogeneity-aware policy keeps its allocation.
+        restart_penalty: seconds one restart of this job costs (``None``: the
+            policy's default).
 
     Example:
         >>> JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 8, preemptible=False).min_replicas
@@ -92,7 +104,8 @@ class JobInfo:
     def __init__(self, resources: Mapping[str, float], speedup_fn: Callable,
                  creation_timestamp: Any, min_replicas: int, max_replicas: int,
                  preemptible: bool = True, *, age: float | None = None,
-                 num_restarts: int = 0):
+                 num_restarts: int = 0, goodput_fns: Mapping[str, Callable] | None = None,
+                 restarting: bool = False, restart_penalty: float | None = None):
         self.resources = _check_resources(resources, "JobInfo")
         if not callable(speedup_fn):
             raise TypeError(f"JobInfo: speedup_fn must be callable, got {speedup_fn!r}")
@@ -121,6 +134,23 @@ class JobInfo:
         self.preemptible = bool(preemptible)
         self.age = None if age is None else float(age)
         self.num_restarts = int(num_restarts)
+        if goodput_fns is not None:
+            if not isinstance(goodput_fns, Mapping):
+                raise TypeError(f"JobInfo: goodput_fns must map accelerator type to a callable, "
+                                f"got {goodput_fns!r}")
+            for name, fn in goodput_fns.items():
+                if not isinstance(name, str) or not callable(fn):
+                    raise TypeError(f"JobInfo: goodput_fns[{name!r}] must be a callable keyed "
+                                    f"by an accelerator type (str), got {fn!r}")
+            goodput_fns = dict(goodput_fns)
+        self.goodput_fns = goodput_fns
+        self.restarting = bool(restarting)
+        if restart_penalty is not None and (
+                isinstance(restart_penalty, bool) or not isinstance(restart_penalty, numbers.Real)
+                or not math.isfinite(restart_penalty) or restart_penalty < 0):
+            raise ValueError(f"JobInfo: restart_penalty must be >= 0 seconds, "
+                             f"got {restart_penalty!r}")
+        self.restart_penalty = None if restart_penalty is None else float(restart_penalty)
 
     def __repr__(self) -> str:
         return (f"JobInfo(resources={self.resources!r}, creation_timestamp="
@@ -135,18 +165,29 @@ class NodeInfo:
         resources: e.g. ``{"nvidia.com/gpu": 4, "pods": 32}``; a resource a
             node does not list counts as 0.
         preemptible: whether the node may disappear (spot/preemptible VM).
+        accelerator_type: the node's accelerator type (``"t4"``, ``"a100"``,
+            ``"v5e"`` ...); ``None`` for a homogeneous cluster.
 
     Example:
         >>> NodeInfo({"gpu": 2}, preemptible=True).preemptible
         True
     """
 
-    def __init__(self, resources: Mapping[str, float], preemptible: bool):
+    def __init__(self, resources: Mapping[str, float], preemptible: bool,
+                 accelerator_type: str | None = None):
         self.resources = _check_resources(resources, "NodeInfo")
         self.preemptible = bool(preemptible)
+        if accelerator_type is not None and (not isinstance(accelerator_type, str)
+                                             or not accelerator_type):
+            raise TypeError(f"NodeInfo: accelerator_type must be a non-empty str or None, "
+                            f"got {accelerator_type!r}")
+        self.accelerator_type = accelerator_type
 
     def __repr__(self) -> str:
-        return f"NodeInfo(resources={self.resources!r}, preemptible={self.preemptible})"
+        extra = ("" if self.accelerator_type is None
+                 else f", accelerator_type={self.accelerator_type!r}")
+        return (f"NodeInfo(resources={self.resources!r}, preemptible={self.preemptible}"
+                f"{extra})")
 
 
 def _now_seconds() -> float:
