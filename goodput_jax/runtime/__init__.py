@@ -1,0 +1,37 @@
+"""Measurements taken from the live JAX runtime, fed to a GoodputRecorder.
+
+* :func:`attach`: every JAX compilation (``jax.monitoring``'s trace, lowering
+  and backend-compile spans) recorded with its measured duration; repeats of a
+  program after training started are recompiles.
+* :func:`init_backend` / :func:`start_job`: the backend start-up (accelerator
+  initialisation) timed, and recorded as the first events of the run.
+* :class:`StepRecorder`: step ends taken on the device (outputs ready, observed
+  off the training thread), so asynchronous dispatch is measured, not guessed.
+
+Importing this package does not import JAX (each function does, when called).
+
+Example:
+    >>> import jax  # doctest: +SKIP
+    >>> from goodput_jax import goodput, runtime  # doctest: +SKIP
+    >>> init = runtime.init_backend()  # doctest: +SKIP
+    >>> rec = goodput.GoodputRecorder("run1", "goodput_run1",
+    ...                               logging_enabled=(init.process_index == 0))  # doctest: +SKIP
+    >>> runtime.start_job(rec)  # doctest: +SKIP
+"""
+
+from goodput_jax.runtime.backend import BackendInit, init_backend, measured_init, start_job
+from goodput_jax.runtime.compile import Attachment, attach, attached, detach, listener
+from goodput_jax.runtime.steps import StepRecorder
+
+__all__ = [
+    "Attachment",
+    "BackendInit",
+    "StepRecorder",
+    "attach",
+    "attached",
+    "detach",
+    "init_backend",
+    "listener",
+    "measured_init",
+    "start_job",
+]

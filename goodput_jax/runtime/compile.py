@@ -1,0 +1,288 @@
+"""Compile time measured from ``jax.monitoring``, recorded on attached recorders.
+
+JAX reports its own compilation work through :mod:`jax.monitoring`: one time
+span per jaxpr trace (``/jax/core/compile/jaxpr_trace_duration``), per lowering
+to MLIR (``.../jaxpr_to_mlir_module_duration``) and per backend compile
+(``.../backend_compile_duration``, which also covers a persistent-cache
+retrieval). One listener per process (installed the first time a recorder is
+attached) chains each backend compile with the trace and lowering spans that
+led straight up to it on the same thread, and records the chain's length
+(from the first chained span's start to the compile's end; nested traces
+count once) as one
+:meth:`~goodput_jax.measure.recorder.GoodputRecorder.record_compilation` on every
+attached recorder.
+
+A compilation is a *recompile* when a program of the same name (e.g.
+``jit(train_step)`` with a new batch shape) was already compiled while the
+recorder was attached, and training is under way: a
+:class:`~goodput_jax.runtime.StepRecorder` on the recorder has started its
+second step. Compiles before and within the first step, and any compile of a
+recorder without a StepRecorder, are program startup.
+
+The listener costs one attribute read per JAX compile event while no recorder
+is attached, and nothing before the first attach. An event name a JAX version
+does not emit is simply never seen (no compile time is recorded, nothing fails).
+
+Example:
+    >>> from goodput_jax import goodput, runtime
+    >>> rec = goodput.GoodputRecorder("job", "log")   # disabled: attach is a no-op
+    >>> with runtime.attach(rec):
+    ...     pass
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: JAX's event names (stable from jax 0.4.x through 0.12)
+TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_PRE_EVENTS = frozenset((TRACE_EVENT, LOWER_EVENT))
+
+#: a trace / lowering span that ended more than this long before the chain's
+#: start belongs to something else (``jax.eval_shape``, a Flax ``init``)
+CHAIN_GAP_S = 0.05
+#: spans kept per thread while waiting for a backend compile
+_MAX_PENDING = 256
+
+__all__ = ["Attachment", "CompileListener", "attach", "attached", "detach", "listener"]
+
+
+class Attachment:
+    """One recorder receiving runtime measurements; a context manager that detaches.
+
+    Attributes:
+        recorder: the :class:`GoodputRecorder` fed.
+        compilations: compilations recorded so far.
+        recompilations: how many of them were recompiles.
+        compile_seconds: their total duration.
+
+    Example:
+        >>> from goodput_jax import goodput, runtime
+        >>> att = runtime.attach(goodput.GoodputRecorder("j", "l"))
+        >>> att.compilations
+        0
+        >>> att.detach()
+    """
+
+    def __init__(self, recorder: Any):
+        self._ref = weakref.ref(recorder)
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+        self.steps_started = 0  # step starts seen by a StepRecorder on this recorder
+        self.compilations = 0
+        self.recompilations = 0
+        self.compile_seconds = 0.0
+
+    @property
+    def recorder(self) -> Any:
+        return self._ref()
+
+    @property
+    def live(self) -> bool:
+        """False once the recorder was garbage-collected or closed (then it is dropped)."""
+        rec = self._ref()
+        return rec is not None and not getattr(rec, "_closed", False)
+
+    def _step_started(self) -> None:
+        """Called by a StepRecorder on every step start."""
+        self.steps_started += 1
+
+    def _on_compile(self, duration: float, end: float, name: str) -> None:
+        rec = self._ref()
+        if rec is None:
+            return
+        with self._lock:
+            seen = name in self._names
+            self._names.add(name)
+            recompile = seen and self.steps_started >= 2
+            self.compilations += 1
+            self.recompilations += recompile
+            self.compile_seconds += duration
+        rec.record_compilation(duration, end, recompile=recompile, name=name)
+
+    def detach(self) -> None:
+        """Stop feeding this recorder (idempotent)."""
+        detach(self)
+
+    def __enter__(self) -> Attachment:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.detach()
+
+
+class CompileListener:
+    """The process-wide ``jax.monitoring`` listener (see :func:`listener`).
+
+    Attributes:
+        installed: whether the callbacks are registered with ``jax.monitoring``.
+        events_seen: JAX compile events received (all, attached or not).
+    """
+
+    def __init__(self) -> None:
+        self.installed = False
+        self.events_seen = 0
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        self._attached: tuple[Attachment, ...] = ()
+
+    def install(self) -> None:
+        """Register with ``jax.monitoring`` once per process (idempotent)."""
+        with self._lock:
+            if self.installed:
+                return
+            import jax.monitoring as mon
+
+            if hasattr(mon, "register_event_time_span_listener"):
+                mon.register_event_time_span_listener(self._on_span)
+            else:  # older JAX: durations only; the span ends now
+                mon.register_event_duration_secs_listener(self._on_duration)
+            self.installed = True
+
+    # ------------------------------------------------------------- callbacks
+    def _on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+        import time
+
+        end = time.time()
+        self._on_span(event, end - duration, end, **kwargs)
+
+    def _on_span(self, event: str, start: float, end: float, **kwargs: Any) -> None:
+        if not self._attached:
+            return
+        if any(not a.live for a in self._attached):
+            for a in self._attached:
+                if not a.live:
+                    self.remove(a)
+            if not self._attached:
+                return
+        if event in _PRE_EVENTS:
+            self.events_seen += 1
+            pend = getattr(self._tls, "pending", None)
+            if pend is None:
+                pend = self._tls.pending = []
+            pend.append((start, end))
+            if len(pend) > _MAX_PENDING:
+                del pend[: len(pend) // 2]
+        elif event == BACKEND_COMPILE_EVENT:
+            self.events_seen += 1
+            pend = getattr(self._tls, "pending", None) or []
+            self._tls.pending = []
+            duration = chain_duration(pend, start, end)
+            name = str(kwargs.get("fun_name", "")) or "<unknown>"
+            for att in self._attached:
+                try:
+                    att._on_compile(duration, end, name)
+                except Exception:  # noqa: BLE001 - JAX's compile must never fail because of us
+                    logger.exception("goodput runtime: recording a compilation failed")
+
+    # ------------------------------------------------------------ registry
+    def add(self, att: Attachment) -> None:
+        with self._lock:
+            self._attached = (*self._attached, att)
+
+    def remove(self, att: Attachment) -> None:
+        with self._lock:
+            self._attached = tuple(a for a in self._attached if a is not att)
+
+    @property
+    def attachments(self) -> tuple[Attachment, ...]:
+        return self._attached
+
+
+def chain_duration(pending: list[tuple[float, float]], start: float, end: float) -> float:
+    """Seconds from the start of the chain of spans that led to a compile until its end.
+
+    A span joins the chain when it ends no more than :data:`CHAIN_GAP_S` before
+    the chain's current start; nested spans (an inner ``jit`` traced inside an
+    outer one) lie inside it, and the host's work between trace, lowering and
+    compile counts with them (it is part of the same ``jit`` call).
+
+    Example:
+        >>> chain_duration([(0.0, 1.0), (0.2, 0.5), (1.01, 1.5)], 1.5, 3.0)
+        3.0
+        >>> chain_duration([(0.0, 1.0)], 5.0, 6.0)  # too long ago: not part of it
+        1.0
+    """
+    lo = start
+    for s, e in sorted(pending, key=lambda span: span[1], reverse=True):
+        if e < lo - CHAIN_GAP_S:
+            break
+        lo = min(lo, s)
+    return max(end - lo, 0.0)
+
+
+_LISTENER = CompileListener()
+
+
+def listener() -> CompileListener:
+    """The process-wide listener (installed on the first :func:`attach`).
+
+    Example:
+        >>> listener().events_seen >= 0
+        True
+    """
+    return _LISTENER
+
+
+def attach(recorder: Any) -> Attachment:
+    """Feed ``recorder`` every JAX compilation of this process from now on.
+
+    A disabled recorder (``logging_enabled=False``) gets a detached handle and
+    nothing is installed.
+
+    Args:
+        recorder: a :class:`~goodput_jax.measure.recorder.GoodputRecorder`.
+
+    Returns:
+        An :class:`Attachment` (a context manager that detaches on exit).
+
+    Raises:
+        TypeError: ``recorder`` has no ``record_compilation`` method.
+
+    Example:
+        >>> from goodput_jax import goodput, runtime
+        >>> rec = goodput.GoodputRecorder("j", "l")
+        >>> runtime.attach(rec).detach()
+    """
+    if not callable(getattr(recorder, "record_compilation", None)):
+        raise TypeError(f"recorder ({recorder!r}) must be a GoodputRecorder "
+                        "(it has no record_compilation method)")
+    for att in _LISTENER.attachments:
+        if att.recorder is recorder:
+            return att
+    att = Attachment(recorder)
+    if getattr(recorder, "logging_enabled", True):
+        _LISTENER.install()
+        _LISTENER.add(att)
+    return att
+
+
+def attached(recorder: Any) -> Attachment | None:
+    """The live attachment of ``recorder``, or None.
+
+    Example:
+        >>> attached(object()) is None
+        True
+    """
+    for att in _LISTENER.attachments:
+        if att.recorder is recorder:
+            return att
+    return None
+
+
+def detach(what: Any) -> None:
+    """Stop feeding a recorder (pass the recorder or its :class:`Attachment`).
+
+    Example:
+        >>> detach(object())  # not attached: nothing happens
+    """
+    for att in _LISTENER.attachments:
+        if att is what or att.recorder is what or att.recorder is None:
+            _LISTENER.remove(att)

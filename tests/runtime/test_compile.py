@@ -1,0 +1,93 @@
+"""Compile time from jax.monitoring: recorded per compilation, recompiles flagged, listener idle
+without a recorder."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from goodput_jax import goodput, runtime
+from goodput_jax.measure.calculator import BadputType, GoodputCalculator
+from goodput_jax.measure.stores.sqlite import SQLiteStore
+from goodput_jax.runtime.compile import BACKEND_COMPILE_EVENT, LOWER_EVENT, TRACE_EVENT, chain_duration
+from tests.runtime._helpers import events, run_snippet
+
+
+def test_chain_duration_hand_computed():
+    # trace [1.0, 1.2] with a nested trace, lowering [1.21, 1.3], compile [1.3, 2.0]
+    pend = [(1.0, 1.2), (1.05, 1.1), (1.21, 1.3)]
+    assert chain_duration(pend, 1.3, 2.0) == pytest.approx(1.0)
+    # an eval_shape trace long before is not part of this compile
+    assert chain_duration([(0.0, 0.1), *pend], 1.3, 2.0) == pytest.approx(1.0)
+    assert chain_duration([], 5.0, 5.25) == pytest.approx(0.25)
+
+
+def test_recompile_at_the_shape_change_matches_jax_monitoring(tmp_path):
+    """The quickstart loop, batch rows halve at step k=6: one recompile at step 6."""
+    k = 6
+    reported: list[tuple[str, float, float, float, str]] = []
+
+    def spy(event, start, end, **kw):
+        if event in (TRACE_EVENT, LOWER_EVENT, BACKEND_COMPILE_EVENT):
+            reported.append((event, start, end, end - start, str(kw.get("fun_name", ""))))
+
+    jax.monitoring.register_event_time_span_listener(spy)
+    try:
+        ns = run_snippet(tmp_path, size=128, num_steps=10, shapes=f"lambda i: N if i < {k} else N // 2")
+    finally:
+        jax.monitoring.unregister_event_time_span_listener(spy)
+    comps = events(ns, "compilation")
+    starts = {e.step: e.timestamp for e in events(ns, "step_start")}
+    dev_end = {e.step: e.timestamp for e in events(ns, "step_device_end")}
+    step_comps = [e for e in comps if e.payload["name"] == "jit(train_step)"]
+    assert [e.payload["recompile"] for e in step_comps] == [False, True]
+    first, re = step_comps
+    assert starts[0] <= first.timestamp <= dev_end[0]
+    assert starts[k] <= re.timestamp <= dev_end[k]  # the recompile happened in step k
+    assert [e for e in comps if e.payload["recompile"]] == [re]  # and it is the only one
+    # what jax.monitoring itself reported for that recompile: trace + lowering + compile
+    in_k = [r for r in reported if starts[k] <= r[1] and r[2] <= re.timestamp + 1e-6]
+    assert {r[0] for r in in_k} == {TRACE_EVENT, LOWER_EVENT, BACKEND_COMPILE_EVENT}
+    jax_total = sum(r[3] for r in in_k)
+    assert re.payload["duration_s"] == pytest.approx(jax_total, rel=0.2)
+    assert ns["steps"]._att.recompilations == 1
+
+    # the calculator: measured compiles are program startup, the recompile its own bucket,
+    # taken out of step k's device time: the part of the compile while the device still ran
+    # step k-1 (dispatched ahead) was not lost
+    calc = GoodputCalculator("run1", "goodput_run1", store=ns["_store"])
+    bad = calc.get_job_goodput_details()["badput_time"]
+    lost = min(re.payload["duration_s"], re.timestamp - max(starts[k], dev_end[k - 1]))
+    assert bad[BadputType.RECOMPILATION] == pytest.approx(lost, rel=0.05)
+    # the first step's compile; the eager ops compiled inside training_prep stay training prep
+    assert bad[BadputType.PROGRAM_STARTUP] == pytest.approx(first.payload["duration_s"], rel=0.05)
+
+
+def test_listener_idle_without_a_recorder_and_detach(tmp_path):
+    store = SQLiteStore(str(tmp_path / "c.db"))
+    rec = goodput.GoodputRecorder("c", "c", logging_enabled=True, store=store)
+    f = jax.jit(lambda x: jnp.sin(x) * 3)
+    att = runtime.attach(rec)
+    lst = runtime.listener()
+    assert lst.installed and runtime.attached(rec) is att and runtime.attach(rec) is att
+    f(np.ones(3, np.float32)).block_until_ready()
+    assert att.compilations >= 1
+    att.detach()
+    seen = lst.events_seen
+    n = att.compilations
+    f(np.ones(5, np.float32)).block_until_ready()  # compiles again, nobody attached
+    assert lst.events_seen == seen and att.compilations == n
+    rec.close()
+    evs, _ = store.read_events("c")
+    assert sum(e.kind.value == "compilation" for e in evs) == n
+    store.close()
+
+
+def test_attach_checks_its_argument_and_skips_disabled_recorders():
+    with pytest.raises(TypeError, match=r"recorder \(42\) must be a GoodputRecorder"):
+        runtime.attach(42)
+    off = goodput.GoodputRecorder("off", "off")
+    att = runtime.attach(off)
+    assert runtime.attached(off) is None and att.compilations == 0
