@@ -609,3 +609,45 @@ class GoodputFunction:
         if scalar:
             return float(out[0]), int(out[1]), int(out[2])
         return np.array(out[0]), out[1].astype(np.int64), out[2].astype(np.int64)
+
+
+# --------------------------------------------------------------------------- #
+# AdaptDL module-level names, so `import adaptdl.goodput as goodput` becomes
+# `import goodput_jax.model.goodput as goodput` with nothing else changed
+# (AdaptDL's own fit tests use these private helpers).
+# --------------------------------------------------------------------------- #
+
+
+def fit_perf_params(num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time):
+    """AdaptDL's ``adaptdl.goodput.fit_perf_params`` (see :func:`goodput_jax.model.perf.fit_perf_params`).
+
+    Example:
+        >>> p = fit_perf_params([1, 1, 1], [1, 1, 1], [16, 32, 64], [0.26, 0.42, 0.74], [0.26, 0.42, 0.74])
+        >>> 0.005 < p.beta_c < 0.02
+        True
+    """
+    from goodput_jax.model.perf import fit_perf_params as _fit
+
+    return _fit(num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time)
+
+
+def _predict_accum_time(params, atomic_bsz):
+    """AdaptDL's private ``_predict_accum_time(params, atomic_bsz)`` (numpy out)."""
+    return np.asarray(predict_accum_time(PerfParams(*params), np.asarray(atomic_bsz)))
+
+
+def _predict_network_time(params, num_nodes, num_replicas):
+    """AdaptDL's private ``_predict_network_time(params, num_nodes, num_replicas)`` (numpy out)."""
+    return np.asarray(
+        predict_network_time(PerfParams(*params), np.asarray(num_nodes), np.asarray(num_replicas))
+    )
+
+
+def _obj_fn(params, num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time):
+    """AdaptDL's private fit objective ``_obj_fn`` (the loss :func:`fit_perf_params` minimises)."""
+    from goodput_jax.model.perf import fit_loss
+
+    return float(
+        fit_loss(PerfParams(*(float(x) for x in params)), num_nodes, num_replicas, atomic_bsz,
+                 accum_step_time, optim_step_time)
+    )
