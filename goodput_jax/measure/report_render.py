@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from goodput_jax.measure.calculator import GoodputCalculator
-from goodput_jax.measure.events import START_END_PAIRS, Event, EventKind
+from goodput_jax.measure.engine import Engine
+from goodput_jax.measure.events import KIND_CODES, Event, EventKind
 
 __all__ = [
     "CATEGORIES",
@@ -58,19 +59,8 @@ CATEGORIES: dict[str, tuple[str, str]] = {
     "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION": ("infrastructure recovery", "#7f7f7f"),
     "CUSTOM_BADPUT_EVENTS": ("custom badput", "#bcbd22"),
     "OTHER": ("other / unaccounted", "#c7c7c7"),
+    "RECOMPILATION": ("recompilation", "#f7b6d2"),
 }
-
-_SPAN_BUCKET = {
-    EventKind.ACCELERATOR_INIT_START: "ACCELERATOR_INITIALIZATION",
-    EventKind.TRAINING_PREP_START: "TRAINING_PREP",
-    EventKind.PROGRAM_STARTUP_START: "PROGRAM_STARTUP",
-    EventKind.DATA_LOADING_START: "DATA_LOADING",
-    EventKind.CHECKPOINT_SAVE_START: "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
-    EventKind.CHECKPOINT_RESTORE_START: "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
-    EventKind.CUSTOM_BADPUT_START: "CUSTOM_BADPUT_EVENTS",
-}
-_SPAN_END = {v: k for k, v in START_END_PAIRS.items() if k in _SPAN_BUCKET}
-
 
 @dataclasses.dataclass
 class Segment:
@@ -125,16 +115,12 @@ def _events(store: Any, job: str, chunk: int = 100_000) -> list[Event]:
 
 
 def build_timeline(store: Any, job_name: str, now: float | None = None) -> Timeline:
-    """Attribute a job's events to segments, following the calculator's rules.
+    """The job's attributed time slices, as the calculator's engine attributes them.
 
-    Reads the store read-only (``store.read_events``). Time between two
-    consecutive events of the active stream goes to the innermost open badput
-    span, else to the open step (productive once it completes; wasted if a
-    later restart redoes it), else to ``OTHER``; a run that never logged a job
-    end crashed, and its in-flight step plus the downtime until the next run
-    are infrastructure recovery; late events of superseded streams are
-    ignored; while the last run is live, the time up to ``now`` goes to the
-    open span or ``OTHER``.
+    Reads the store read-only (``store.read_events``) and feeds the one
+    attribution engine (:class:`goodput_jax.measure.engine.Engine`, the same
+    one the calculator uses) in recording mode; the report draws what it
+    returns, so the timeline's totals equal the calculator's buckets.
 
     Args:
         store: an EventStore.
@@ -156,93 +142,14 @@ def build_timeline(store: Any, job_name: str, now: float | None = None) -> Timel
     if not events:
         raise ValueError(f"job_name ({job_name!r}) has no goodput events in the store")
     now = time.time() if now is None else float(now)
-    segs: list[Segment] = []
-    restarts: list[tuple[float, int]] = []
-    crashes: list[tuple[float, int]] = []
-    run_ids: list[str] = []
-    seen: set = set()
-    cur = None
-    ended = False
-    last_t = events[0].timestamp
-    spans: list[tuple[EventKind, str | None, str]] = []
-    open_step = -1
-    pending: list[Segment] = []  # segments of the open step
-    live: list[tuple[int, list[Segment]]] = []  # completed, productive steps
-
-    def add(a: float, b: float, cat: str, **kw: Any) -> Segment | None:
-        if b > a:
-            s = Segment(a, b, cat, len(run_ids) - 1, **kw)
-            segs.append(s)
-            return s
-        return None
-
-    def complete() -> None:
-        nonlocal open_step, pending
-        if open_step >= 0:
-            live.append((open_step, pending))
-        open_step, pending = -1, []
-
-    for ev in events:
-        key = (ev.run_id, ev.host)
-        t = ev.timestamp
-        if key != cur:
-            if key in seen:
-                continue  # a superseded stream's late event
-            if cur is not None and not ended:
-                crashes.append((last_t, len(run_ids) - 1))
-                for s in pending:
-                    s.category = "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"
-                add(last_t, max(t, last_t), "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION")
-            seen.add(key)
-            run_ids.append(ev.run_id)
-            if cur is not None:
-                restarts.append((t, len(run_ids) - 1))
-            cur, ended, last_t = key, False, t
-            spans, open_step, pending = [], -1, []
-        elif ended:
-            ended = False
-            last_t = max(t, last_t)
-        else:
-            t = max(t, last_t)
-            if spans:
-                _kind, label, cat = spans[-1]
-                add(last_t, t, cat, label=label)
-            elif open_step >= 0:
-                s = add(last_t, t, "PRODUCTIVE", step=open_step)
-                if s is not None:
-                    pending.append(s)
-            else:
-                add(last_t, t, "OTHER")
-            last_t = t
-        k = ev.kind
-        if k == EventKind.STEP_START:
-            if ev.step is None or ev.step < 0:
-                continue
-            complete()
-            while live and live[-1][0] >= ev.step:
-                for s in live.pop()[1]:
-                    s.category = "WASTED_PROGRESS_FROM_DISRUPTION"
-            open_step = ev.step
-        elif k in _SPAN_BUCKET:
-            spans.append((k, ev.label, _SPAN_BUCKET[k]))
-        elif k in _SPAN_END:
-            want = _SPAN_END[k]
-            for i in range(len(spans) - 1, -1, -1):
-                if spans[i][0] == want and spans[i][1] == ev.label:
-                    del spans[i]
-                    break
-        elif k == EventKind.STEP_END:
-            complete()
-        elif k == EventKind.JOB_END:
-            complete()
-            spans = []
-            ended = True
-    if cur is not None and not ended and now > last_t:
-        if spans:
-            add(last_t, now, spans[-1][2], label=spans[-1][1])
-        else:
-            add(last_t, now, "OTHER")
-    return Timeline(segs, restarts, crashes, events[0].timestamp, run_ids)
+    eng = Engine(record=True)
+    eng.feed((KIND_CODES[e.kind], (e.run_id, e.host), e.timestamp, e.step,
+              e.payload if e.kind is EventKind.COMPILATION else e.label) for e in events)
+    out = eng.timeline(now)
+    segs = [Segment(a, b, cat, run, step, label)
+            for a, b, cat, run, step, label in out["segments"] if b > a]
+    return Timeline(segs, out["restarts"], out["crashes"], events[0].timestamp,
+                    [key[0] for key in out["run_ids"]])
 
 
 # ---------------------------------------------------------------------- model curves

@@ -118,9 +118,13 @@ def test_events_round_trip_with_context_managers(store):
     assert [e.label for e in got if e.kind is K.CUSTOM_BADPUT_START] == ["eval"]
     calc = GoodputCalculator("job", "logger", store=store, clock=clock)
     d = calc.get_job_goodput_details()
-    # 2 steps x 2 s productive; every other second attributed to its bucket
-    assert d["productive_time"] == pytest.approx(4.0)
-    assert d["badput_time"][BadputType.DATA_LOADING] == pytest.approx(2.0)
+    # Google's rules: a step lasts until the next step starts (step 6: until the job end);
+    # the run's first load (0.5 s, in step 5) is synchronous badput, later loads (0.5 s in
+    # step 6 and the 1 s badput(DATA_LOADING)) are asynchronous: step 5 = 2.5 - 0.5 = 2,
+    # step 6 = 2.5 + save 1 + async load 1 + eval 1 - save - eval = 3.5.
+    assert d["productive_time"] == pytest.approx(5.5)
+    assert d["badput_time"][BadputType.DATA_LOADING] == pytest.approx(0.5)
+    assert d["badput_time"][BadputType.DATA_LOADING_ASYNC] == pytest.approx(1.5)
     assert d["badput_time"][BadputType.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME] == pytest.approx(1.0)
     assert d["custom_badput_time"] == {"eval": pytest.approx(1.0)}
     assert d["last_checkpointed_step"] == 6

@@ -227,15 +227,15 @@ def test_timeline_draws_one_collection_per_run_and_category():
     from goodput_jax.measure.report_render import CATEGORIES, draw_timeline
 
     spec = [(K.JOB_START, 0)]
-    for i in range(500):  # alternating data loading and steps: 1000 segments
-        spec += [(K.DATA_LOADING_START, 2 * i), (K.DATA_LOADING_END, 2 * i + 0.5),
-                 (K.STEP_START, 2 * i + 0.5, i)]
+    for i in range(500):  # alternating steps and checkpoint saves: 1000 segments
+        spec += [(K.STEP_START, 2 * i, i), (K.CHECKPOINT_SAVE_START, 2 * i + 1.5),
+                 (K.CHECKPOINT_SAVE_END, 2 * i + 2)]
     spec.append((K.JOB_END, 1000))
     store = new_store()
     store.append(events("big", "r", spec))
     tl = build_timeline(store, "big")
     assert len(tl.segments) == 1000
-    assert tl.totals()["DATA_LOADING"] == pytest.approx(250.0)
+    assert tl.totals()["UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"] == pytest.approx(250.0)
     assert tl.totals()["PRODUCTIVE"] == pytest.approx(750.0)
     fig, ax = plt.subplots()
     draw_timeline(ax, tl)

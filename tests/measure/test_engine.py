@@ -1,0 +1,73 @@
+"""The one engine: the report's timeline and the calculator agree to the millisecond."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from goodput_jax.measure.calculator import NoEventsError
+from goodput_jax.measure.events import Event
+from goodput_jax.measure.report_render import build_timeline
+from tests.measure._timeline import K, calc_for, events, new_store
+from tests.measure.test_calculator import timelines
+
+MS = 1e-3
+
+
+def _agree(store, job, now):
+    d = calc_for(store, job, now=now).get_job_goodput_details()
+    tot = build_timeline(store, job, now=now).totals()
+    assert tot["PRODUCTIVE"] == pytest.approx(d["productive_time"], abs=MS)
+    for bt, secs in d["badput_time"].items():
+        if bt.name in tot:
+            assert tot[bt.name] == pytest.approx(secs, abs=MS), bt
+    assert sum(tot.values()) == pytest.approx(d["total_time"], abs=MS)
+    return d, tot
+
+
+def _job(store, finished: bool):
+    """Two runs (a repeated job start = crash), compiles, device ends, async loads."""
+    spec = [(K.JOB_START, 0), (K.ACCELERATOR_INIT_START, 0), (K.ACCELERATOR_INIT_END, 3),
+            (K.DATA_LOADING_START, 3), (K.DATA_LOADING_END, 4)]
+    t = 4.0
+    for i in range(6):
+        spec += [(K.STEP_START, t, i), (K.STEP_END, t + 0.1, i),
+                 (K.DATA_LOADING_START, t + 0.2), (K.DATA_LOADING_END, t + 0.5)]
+        t += 2.0 if i else 9.0  # the first step is slow (inferred program startup)
+    spec += [(K.JOB_START, t + 5)]  # the same recorder starts again: a crash
+    t += 6
+    for i in range(3, 9):
+        spec += [(K.STEP_START, t, i), (K.STEP_DEVICE_END, t + 1.5, i)]
+        t += 2.0
+    spec.append((K.STEP_START, t, 9))  # in flight
+    if finished:
+        spec.append((K.JOB_END, t + 1.25))
+    evs = events("j", "r", spec)
+    comp = Event(K.COMPILATION, "j", "r", 0, 8.0,
+                 payload={"duration_s": 3.0, "recompile": True, "name": "step"})
+    store.append(evs[:9] + [comp] + evs[9:])
+    return t
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_timeline_equals_calculator_live_and_finished(finished):
+    store = new_store()
+    t = _job(store, finished)
+    d, tot = _agree(store, "j", now=t + 0.7)
+    assert tot["PROGRAM_STARTUP"] > 1 and tot["RECOMPILATION"] == pytest.approx(3.0)
+    assert d["num_runs"] == 2 and d["num_disruptions"] == 1
+    if not finished:  # the in-flight step (0.7 s so far) is not productive yet
+        assert d["last_productive_step"] == 8
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timelines(), st.floats(0.0, 1000.0))
+def test_timeline_equals_calculator_on_arbitrary_events(evs, now):
+    store = new_store()
+    store.append(evs)
+    try:
+        calc_for(store, now=now).get_job_goodput_details()
+    except NoEventsError:
+        return
+    _agree(store, "job", now)
