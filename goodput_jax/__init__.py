@@ -1,11 +1,27 @@
 """goodput_jax: measure, model and schedule ML training goodput, JAX-native.
 
-Public API (lazily imported, so ``import goodput_jax`` stays cheap and does
-not start JAX until a model-side name is used)::
+The public API (every name is imported lazily, so ``import goodput_jax`` stays
+cheap and starts no JAX until a model-side name is used)::
 
-    from goodput_jax import GoodputRecorder, GoodputCalculator, GoodputMonitor
-    from goodput_jax import PerfParams, GradParams, GoodputFunction, fit_perf_params
+    # measured goodput: productive step time / job time, badput by cause
+    from goodput_jax import GoodputRecorder, GoodputCalculator, GoodputMonitor, BadputType
+    from goodput_jax import goodput          # drop-in for ml_goodput_measurement.goodput
+    # modelled goodput: throughput x statistical efficiency (Pollux)
+    from goodput_jax import PerfParams, GradParams, Hints, GoodputFunction, fit_perf_params
+    from goodput_jax import gradient_noise_scale, get_grad_params, GoodputHooks
+    # scheduling
     from goodput_jax import SpeedupFunction, PolluxPolicy, JobInfo, NodeInfo
+
+The rooms behind it: ``goodput_jax.measure`` (recorder -> store -> calculator ->
+monitor), ``goodput_jax.model`` (its own curated API), ``goodput_jax.sched``,
+``goodput_jax.integrations``; the ``goodput-jax`` command lives in
+``goodput_jax.cli``, which nothing in the library imports. See
+``docs/architecture.md``.
+
+Example:
+    >>> import goodput_jax
+    >>> "GoodputRecorder" in goodput_jax.__all__
+    True
 """
 
 from __future__ import annotations
@@ -22,9 +38,11 @@ _EXPORTS = {
     "BadputType": "goodput_jax.measure.calculator",
     "PerfParams": "goodput_jax.model.types",
     "GradParams": "goodput_jax.model.types",
+    "Hints": "goodput_jax.model.hints",
     "GoodputFunction": "goodput_jax.model.goodput",
     "fit_perf_params": "goodput_jax.model.perf",
     "gradient_noise_scale": "goodput_jax.model.gradstats",
+    "get_grad_params": "goodput_jax.model.gradstats",
     "SpeedupFunction": "goodput_jax.sched.speedup",
     "PolluxPolicy": "goodput_jax.sched.pollux",
     "JobInfo": "goodput_jax.sched.types",
@@ -56,7 +74,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from goodput_jax.measure.monitor import GoodputMonitor  # noqa: F401
     from goodput_jax.measure.recorder import GoodputRecorder  # noqa: F401
     from goodput_jax.model.goodput import GoodputFunction  # noqa: F401
-    from goodput_jax.model.gradstats import gradient_noise_scale  # noqa: F401
+    from goodput_jax.model.gradstats import get_grad_params, gradient_noise_scale  # noqa: F401
+    from goodput_jax.model.hints import Hints  # noqa: F401
     from goodput_jax.model.perf import fit_perf_params  # noqa: F401
     from goodput_jax.model.types import GradParams, PerfParams  # noqa: F401
     from goodput_jax.sched.pollux import PolluxPolicy  # noqa: F401

@@ -25,7 +25,13 @@ class PerfParams(NamedTuple):
 
 
 class GradParams(NamedTuple):
-    """Gradient statistics: ``sqr`` = |G|^2, ``var`` = tr(Sigma) at the initial batch size."""
+    """Gradient statistics: ``sqr = |G|^2`` and ``var = tr(Sigma) / M0``.
+
+    ``tr(Sigma)`` is the trace of the per-example gradient covariance and ``M0``
+    the initial batch size, so ``var`` is the variance of an ``M0``-sample batch
+    gradient, and the gradient noise scale in samples is ``var / sqr * M0``
+    (:func:`goodput_jax.model.gradstats.noise_scale`).
+    """
 
     sqr: Any
     var: Any

@@ -426,8 +426,16 @@ def test_transformation_is_identity_and_differenced_path(mlp_problem):
 
 
 def test_noise_scale_helper():
-    assert float(gs.noise_scale(GradParams(2.0, 6.0))) == 3.0
+    # var = tr(Sigma) / M0, so var / sqr is in units of initial batches: M0 is required.
     assert float(gs.noise_scale(GradParams(2.0, 6.0), 32)) == 96.0
+    assert float(gs.noise_scale(GradParams(2.0, 6.0), init_batch_size=1)) == 3.0
+    with pytest.raises(TypeError, match="needs init_batch_size"):
+        gs.noise_scale(GradParams(2.0, 6.0))
+    with pytest.raises(ValueError, match=r"init_batch_size \(0\)"):
+        gs.noise_scale(GradParams(2.0, 6.0), 0)
+    m0s = jnp.array([8.0, 32.0])  # arrays pass through (vmap / jit)
+    np.testing.assert_allclose(jax.vmap(lambda m: gs.noise_scale(GradParams(2.0, 6.0), m))(m0s),
+                               [24.0, 96.0])
 
 
 def test_shard_map_preconditioned_agrees_with_microbatch(mlp_problem):
@@ -698,3 +706,85 @@ def test_adam_step_does_not_copy_the_second_moment(mode):
               if " copy(" in line]
     shapes = {f"f32[{','.join(map(str, x.shape))}]" for x in jax.tree.leaves(params)}
     assert not [c for c in copied if c.split("{")[0] in shapes], copied
+
+
+# ----------------------------------------------------------------------------- jit boundaries
+
+
+@jax.jit
+def _update_across_jit(g, st, params, sq):
+    # The GradSqNorms arrives as an argument of a jitted function.
+    return _GNS16.update(g, st, params, grad_sqnorms=sq)[1]
+
+
+_GNS16 = gs.gradient_noise_scale(16)
+
+
+def test_grad_sqnorms_crossing_a_jit_boundary_keep_updating(mlp_problem):
+    """A static part count stays an int through jit, and a traced one still picks its estimator.
+
+    Before the fix the count became a tracer at the boundary, the transformation took the
+    unbiased path for count 1 too, and update_grad_stats ignored every sample: the
+    statistics silently stopped updating.
+    """
+    params, batch = mlp_problem
+    g1 = _mlp_grad(params, batch)
+    g2 = jax.tree.map(lambda x: 0.5 * x + 0.01, g1)
+    one = gs.GradSqNorms(jnp.float32(1.0), jnp.float32(1.0), 1, 16)
+    ref = _GNS16.init(params)
+    for g in (g1, g2):
+        ref = _GNS16.update(g, ref, params, grad_sqnorms=one)[1]
+    for count in (1, jnp.int32(1)):  # static and traced count 1: the differenced estimator
+        sq = one._replace(count=count)
+        st = _GNS16.init(params)
+        for g in (g1, g2):
+            st = _update_across_jit(g, st, params, sq)
+        stats = gs.get_grad_stats(st)
+        assert int(stats.count) == 1 and bool(stats.biased), count
+        np.testing.assert_allclose(gs.get_grad_params(st), gs.get_grad_params(ref), rtol=1e-5)
+    four = gs.GradSqNorms(jnp.float32(5.0), jnp.float32(2.0), 4, 64)
+    for count in (4, jnp.int32(4)):  # count > 1: the unbiased estimator, every step
+        st = _GNS16.init(params)
+        for g in (g1, g2):
+            st = _update_across_jit(g, st, params, four._replace(count=count))
+        stats = gs.get_grad_stats(st)
+        assert int(stats.count) == 2 and not bool(stats.biased), count
+        np.testing.assert_allclose(gs.get_grad_params(st), [1.0, 4.0], rtol=1e-5)
+    seen = []
+    jax.jit(lambda sq: seen.append(type(sq.count)) or sq.local_sqr)(one)
+    assert seen == [int]  # the count is pytree metadata, not a traced leaf
+    assert len(jax.tree.leaves(one)) == 4
+
+
+def test_grouped_grads_group_sharding_on_auto_and_explicit_meshes(mlp_problem):
+    """``group_sharding`` on an Auto mesh constrains, on an Explicit one reshards (no error)."""
+    from jax.sharding import AxisType
+
+    params, batch = mlp_problem
+    _, g_ref, sq_ref = jax.jit(lambda p, b: gs.grouped_grads(mlp_loss, p, b, 4))(params, batch)
+    for axis_type in (AxisType.Auto, AxisType.Explicit):
+        mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4], axis_types=(axis_type,))
+        shard = NamedSharding(mesh, P("data"))
+        sbatch = jax.device_put(batch, shard)
+        with jax.set_mesh(mesh):
+            _, g, sq = jax.jit(lambda p, b, s=shard: gs.grouped_grads(
+                mlp_loss, p, b, 4, group_sharding=s))(params, sbatch)
+        np.testing.assert_allclose(_flat(g), _flat(g_ref), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose([sq.local_sqr, sq.total_sqr],
+                                   [sq_ref.local_sqr, sq_ref.total_sqr], rtol=1e-5)
+
+
+def test_no_jax_internals_in_the_collection_helpers():
+    """The helpers read no abstract-value fields and pick no API by catching an error."""
+    import ast
+    import inspect
+
+    from goodput_jax.model.gradstats import collect, transform
+
+    for mod in (collect, transform):
+        tree = ast.parse(inspect.getsource(mod))
+        attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        assert not attrs & {"vma", "manual_axis_type", "Tracer", "core"}, mod.__name__
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ExceptHandler):
+                raise AssertionError(f"{mod.__name__}: try/except at line {node.lineno}")

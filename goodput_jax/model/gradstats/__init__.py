@@ -1,0 +1,138 @@
+"""Gradient noise statistics computed inside the jitted train step.
+
+Pollux's statistical efficiency needs two numbers about the gradient: the
+squared norm of the true gradient ``sqr = |G|^2`` and the trace of the
+per-example gradient covariance expressed at the initial batch size
+``var = tr(Sigma) / M0``. Both follow from two cheap scalars that a data
+parallel or accumulating train step can produce almost for free:
+
+* ``S``: the mean of the squared norms of the *parts* of the gradient (one part
+  per device, per microbatch, or per device x microbatch);
+* ``T``: the squared norm of the mean gradient (the one the optimizer uses).
+
+With ``count`` equal-sized parts and ``scale = total batch / M0``::
+
+    sqr = (count * T - S) / (count - 1)
+    var = (S - T) * scale / (count - 1)
+
+(Unbiased: ``E[S] = |G|^2 + tr(Sigma)/b`` and ``E[T] = |G|^2 + tr(Sigma)/B``
+with part size ``b = B / count``.) When there is only one part, the previous
+step's gradient serves as the second part (the *differenced* estimator, flagged
+as biased because consecutive gradients are taken at different parameters);
+once unbiased samples arrive the averages restart from them.
+
+The per-step estimates are noisy, so they are smoothed with bias-corrected
+exponential moving averages whose decay ``theta = smoothing ** scale`` makes
+the averaging window a fixed number of *samples* whatever the batch size.
+Non-finite steps are skipped. Reported values are clamped to ``sqr >= 0`` and
+``var >= MIN_VAR`` (1e-6, the floor the AdaScale gain uses too).
+
+For Adam-type optimizers the statistics are taken of the preconditioned
+gradient ``g / (sqrt(nu_hat) + eps)``, with ``nu_hat`` the bias-corrected
+second moment found in the optimizer state (:func:`auto_preconditioner` finds
+it in any optax state tree, so the same train step serves SGD and Adam).
+
+The package, one job per module, from the bottom (each imports only the ones
+above it):
+
+* :mod:`.estimate`: the state types and pure functions
+  (:func:`estimate_grad_params`, :func:`init_grad_stats`,
+  :func:`update_grad_stats`, :func:`grad_params_from_stats`, :func:`noise_scale`);
+* :mod:`.precondition`: :class:`Preconditioner`, :func:`sqnorm`,
+  :func:`auto_preconditioner` (Adam's ``nu`` found in any optax state);
+* :mod:`.collect`: the collection helpers called inside the user's train step:
+  (a) :func:`data_parallel_grads` under ``jax.shard_map``,
+  (b) :func:`microbatch_grads` (``lax.scan`` accumulation in one step),
+  (d) :func:`grouped_grads` (plain ``jit`` with an explicit group axis);
+* :mod:`.transform`: the optax transformation :func:`gradient_noise_scale`
+  (first in a chain, identity on the updates, statistics in its state) and
+  (c) :func:`multi_steps` (accumulation across calls, like ``optax.MultiSteps``);
+* :mod:`.readers`: :func:`get_grad_stats` / :func:`get_grad_params` /
+  :func:`sample_now`.
+
+Every name is re-exported here: ``from goodput_jax.model.gradstats import X``.
+
+Cost. The statistics add reductions, never a gradient-sized buffer: each
+device reads its own gradient once more for ``S`` (plus Adam's ``nu`` when
+preconditioned) and a 1/devices slice of the mean gradient for ``T``. In mode
+(a) the loss and ``S`` ride in the gradients' own all-reduce and ``T`` needs one
+scalar collective. These passes are memory-bound; on an accelerator they are
+small next to the step, on a CPU they are not (see ``docs/concepts.md`` for
+measured numbers). To pay them on one step in ``k`` only, build the
+transformation with ``gradient_noise_scale(M0, every=k)`` and pass
+``sample=sample_now(opt_state)`` to the collection helper: the other steps
+skip the norms inside a ``lax.cond``, and each sample counts for ``k`` steps
+in the moving averages (same window in training examples, ``k`` times fewer
+samples in it).
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> state = init_grad_stats()
+    >>> state = update_grad_stats(state, GradSqNorms(jnp.float32(5.0), jnp.float32(2.0), 4, 64), 16)
+    >>> [round(float(v), 3) for v in grad_params_from_stats(state)]
+    [1.0, 4.0]
+"""
+
+from __future__ import annotations
+
+from goodput_jax.model.gradstats.collect import (
+    data_parallel_grads,
+    differenced_sqnorms,
+    grouped_grads,
+    microbatch_grads,
+)
+from goodput_jax.model.gradstats.estimate import (
+    DEFAULT_SMOOTHING,
+    MIN_VAR,
+    GradSqNorms,
+    GradStatsState,
+    estimate_grad_params,
+    grad_params_from_stats,
+    has_grad_stats,
+    init_grad_stats,
+    noise_scale,
+    update_grad_stats,
+)
+from goodput_jax.model.gradstats.precondition import (
+    Preconditioner,
+    adam_preconditioner,
+    auto_preconditioner,
+    find_adam_state,
+    sqnorm,
+)
+from goodput_jax.model.gradstats.readers import get_grad_params, get_grad_stats, sample_now
+from goodput_jax.model.gradstats.transform import (
+    GradientNoiseScaleState,
+    MultiStepsGNSState,
+    gradient_noise_scale,
+    multi_steps,
+)
+
+__all__ = [
+    "DEFAULT_SMOOTHING",
+    "MIN_VAR",
+    "GradSqNorms",
+    "GradStatsState",
+    "GradientNoiseScaleState",
+    "MultiStepsGNSState",
+    "Preconditioner",
+    "adam_preconditioner",
+    "auto_preconditioner",
+    "data_parallel_grads",
+    "differenced_sqnorms",
+    "estimate_grad_params",
+    "find_adam_state",
+    "get_grad_params",
+    "get_grad_stats",
+    "grad_params_from_stats",
+    "gradient_noise_scale",
+    "grouped_grads",
+    "has_grad_stats",
+    "init_grad_stats",
+    "microbatch_grads",
+    "multi_steps",
+    "noise_scale",
+    "sample_now",
+    "sqnorm",
+    "update_grad_stats",
+]

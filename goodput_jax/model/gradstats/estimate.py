@@ -1,0 +1,319 @@
+"""Estimators and moving averages: ``(S, T)`` -> ``GradParams``, pure and jittable.
+
+The state types (:class:`GradSqNorms`, :class:`GradStatsState`), the one-step
+unbiased estimator, the bias-corrected EMAs and the read-outs. No optimizer,
+no collectives: everything here is a pure function of scalars.
+
+Units: ``sqr = |G|^2`` and ``var = tr(Sigma) / M0`` (the gradient variance of a
+batch of ``M0`` samples, ``M0`` = the initial batch size); the noise scale in
+samples is ``var / sqr * M0`` (:func:`noise_scale`).
+
+Example:
+    >>> s = update_grad_stats(init_grad_stats(), GradSqNorms(5.0, 2.0, 4, 64), 16)
+    >>> [round(float(v), 3) for v in grad_params_from_stats(s)]
+    [1.0, 4.0]
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from goodput_jax.model.scaling import _MIN_VAR
+from goodput_jax.model.types import GradParams
+
+__all__ = [
+    "DEFAULT_SMOOTHING",
+    "MIN_VAR",
+    "GradSqNorms",
+    "GradStatsState",
+    "estimate_grad_params",
+    "grad_params_from_stats",
+    "has_grad_stats",
+    "init_grad_stats",
+    "noise_scale",
+    "static_count",
+    "update_grad_stats",
+]
+
+#: Per-sample EMA decay; the per-step decay is ``DEFAULT_SMOOTHING ** scale``.
+DEFAULT_SMOOTHING = 0.999
+#: Floor of the reported ``var`` (keeps the efficiency formula finite); the same
+#: constant as the AdaScale gain's floor in :mod:`goodput_jax.model.scaling`.
+MIN_VAR = _MIN_VAR
+
+
+# --------------------------------------------------------------------------- types
+
+
+class GradSqNorms(NamedTuple):
+    """The two scalars a collection helper produces for one optimizer step.
+
+    Attributes:
+        local_sqr: ``S``, mean over the ``count`` parts of each part's squared
+            gradient norm (preconditioned where a preconditioner was given).
+        total_sqr: ``T``, squared norm of the mean gradient.
+        count: number of equal-sized parts (replicas x microbatches); a Python
+            int in every helper here. A Python int is static pytree metadata:
+            it survives ``jit`` boundaries as an int (a traced count still
+            works, at the price of a ``lax.cond`` between the estimators).
+        batch_size: total number of samples behind the mean gradient.
+        valid: False when the statistics must be ignored (e.g. the Adam second
+            moment is not initialised yet).
+    """
+
+    local_sqr: Any
+    total_sqr: Any
+    count: Any
+    batch_size: Any
+    valid: Any = True
+
+
+def static_count(count: Any) -> int | None:
+    """``count`` as a Python int when it is one (a static part count), else None.
+
+    Example:
+        >>> static_count(4), static_count(jnp.int32(4))
+        (4, None)
+    """
+    if isinstance(count, numbers.Integral) and not isinstance(count, bool):
+        return int(count)
+    return None
+
+
+def _flatten_sqnorms(sq: GradSqNorms) -> tuple[tuple, Any]:
+    # A Python-int count is static pytree metadata, so it stays a Python int
+    # through jit / vmap / scan boundaries (as a leaf it would become a tracer
+    # and the transformation could no longer pick its estimator statically).
+    count = static_count(sq.count)
+    if count is None:
+        return (sq.local_sqr, sq.total_sqr, sq.count, sq.batch_size, sq.valid), None
+    return (sq.local_sqr, sq.total_sqr, sq.batch_size, sq.valid), count
+
+
+def _unflatten_sqnorms(count: int | None, children: tuple) -> GradSqNorms:
+    if count is None:
+        return GradSqNorms(*children)
+    local_sqr, total_sqr, batch_size, valid = children
+    return GradSqNorms(local_sqr, total_sqr, count, batch_size, valid)
+
+
+jax.tree_util.register_pytree_node(GradSqNorms, _flatten_sqnorms, _unflatten_sqnorms)
+
+
+class GradStatsState(NamedTuple):
+    """Smoothed gradient statistics (a pytree of scalars; counters are int32).
+
+    Attributes:
+        count: samples folded into the averages since the last reset.
+        skipped: steps skipped because a statistic was not finite.
+        biased: whether the averages come from the differenced estimator.
+        sqr_ema: biased EMA accumulator of ``sqr``.
+        var_ema: biased EMA accumulator of ``var``.
+        ema_norm: ``1 - prod(theta)``, the bias correction of both accumulators.
+    """
+
+    count: jax.Array
+    skipped: jax.Array
+    biased: jax.Array
+    sqr_ema: jax.Array
+    var_ema: jax.Array
+    ema_norm: jax.Array
+
+
+# --------------------------------------------------------------------------- pure estimators
+
+
+def _check_init_batch_size(init_batch_size: Any) -> float:
+    if isinstance(init_batch_size, bool) or not isinstance(init_batch_size, numbers.Real):
+        raise TypeError(f"init_batch_size ({init_batch_size!r}) must be a positive number")
+    if not math.isfinite(init_batch_size) or init_batch_size <= 0:
+        raise ValueError(f"init_batch_size ({init_batch_size!r}) must be a positive number")
+    return float(init_batch_size)
+
+
+def _check_smoothing(smoothing: Any) -> float:
+    if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real):
+        raise TypeError(f"smoothing ({smoothing!r}) must be a number in (0, 1)")
+    if not 0.0 < smoothing < 1.0:
+        raise ValueError(f"smoothing ({smoothing!r}) must be in (0, 1)")
+    return float(smoothing)
+
+
+def _check_positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} ({value!r}) must be a positive integer")
+    if value < 1:
+        raise ValueError(f"{name} ({value!r}) must be a positive integer")
+    return int(value)
+
+
+def estimate_grad_params(local_sqr: Any, total_sqr: Any, count: Any, scale: Any) -> GradParams:
+    """One-step unbiased estimates of ``|G|^2`` and ``tr(Sigma)`` at the initial batch size.
+
+    Args:
+        local_sqr: ``S``, mean of the per-part squared norms.
+        total_sqr: ``T``, squared norm of the mean gradient.
+        count: number of equal parts (> 1 for a meaningful estimate).
+        scale: total batch size divided by the initial batch size.
+
+    Returns:
+        Raw (unclamped, unsmoothed) :class:`GradParams`; NaN/inf where ``count <= 1``.
+
+    Example:
+        >>> [float(v) for v in estimate_grad_params(5.0, 2.0, 4, 4.0)]
+        [1.0, 4.0]
+    """
+    s = jnp.asarray(local_sqr, jnp.float32)
+    t = jnp.asarray(total_sqr, jnp.float32)
+    n = jnp.asarray(count, jnp.float32)
+    scale = jnp.asarray(scale, jnp.float32)
+    sqr = (n * t - s) / (n - 1.0)
+    var = (s - t) * scale / (n - 1.0)
+    return GradParams(sqr=sqr, var=var)
+
+
+def init_grad_stats() -> GradStatsState:
+    """Empty statistics (no samples yet).
+
+    Example:
+        >>> int(init_grad_stats().count)
+        0
+    """
+    # Distinct buffers for every leaf, so that a donated optimizer state never
+    # donates one buffer twice.
+    return GradStatsState(
+        count=jnp.zeros([], jnp.int32),
+        skipped=jnp.zeros([], jnp.int32),
+        biased=jnp.zeros([], jnp.bool_),
+        sqr_ema=jnp.zeros([], jnp.float32),
+        var_ema=jnp.zeros([], jnp.float32),
+        ema_norm=jnp.zeros([], jnp.float32),
+    )
+
+
+def update_grad_stats(
+    state: GradStatsState,
+    sqnorms: GradSqNorms,
+    init_batch_size: float,
+    *,
+    smoothing: float = DEFAULT_SMOOTHING,
+    biased: Any = False,
+    steps: int = 1,
+) -> GradStatsState:
+    """Fold one step's ``(S, T)`` into the bias-corrected moving averages.
+
+    Pure and jittable. A sample is ignored (state unchanged) when ``count <= 1``
+    or ``sqnorms.valid`` is False; it is counted in ``skipped`` when any of
+    ``S``, ``T`` or the derived estimates is not finite. An unbiased sample
+    arriving while the averages are biased restarts them.
+
+    Args:
+        state: current statistics.
+        sqnorms: the step's squared norms (see :class:`GradSqNorms`).
+        init_batch_size: ``M0``; ``scale = sqnorms.batch_size / M0``.
+        smoothing: per-sample decay; the step decay is ``smoothing ** scale``.
+        biased: whether the sample comes from the differenced estimator.
+        steps: optimizer steps this sample stands for (``every`` when the
+            statistics are sampled every ``every`` steps); the decay is
+            ``smoothing ** (scale * steps)``, so the averaging window covers
+            the same number of training examples whatever the sampling.
+
+    Returns:
+        The new :class:`GradStatsState`.
+
+    Example:
+        >>> s = update_grad_stats(init_grad_stats(), GradSqNorms(5.0, 2.0, 4, 64), 16)
+        >>> int(s.count), bool(s.biased)
+        (1, False)
+    """
+    m0 = _check_init_batch_size(init_batch_size)
+    smoothing = _check_smoothing(smoothing)
+    steps = _check_positive_int(steps, "steps")
+    scale = jnp.asarray(sqnorms.batch_size, jnp.float32) / m0
+    est = estimate_grad_params(sqnorms.local_sqr, sqnorms.total_sqr, sqnorms.count, scale)
+    count_ok = jnp.asarray(sqnorms.count) > 1
+    usable = jnp.logical_and(count_ok, jnp.asarray(sqnorms.valid, jnp.bool_))
+    finite = jnp.isfinite(est.sqr) & jnp.isfinite(est.var) & jnp.isfinite(scale) & (scale > 0)
+    accept = usable & finite
+    biased = jnp.asarray(biased, jnp.bool_)
+    reset = state.biased & ~biased
+    theta = jnp.asarray(smoothing, jnp.float32) ** (scale * steps)
+    sqr_base = jnp.where(reset, 0.0, state.sqr_ema)
+    var_base = jnp.where(reset, 0.0, state.var_ema)
+    norm_base = jnp.where(reset, 0.0, state.ema_norm)
+    sqr_new = theta * sqr_base + (1.0 - theta) * est.sqr
+    var_new = theta * var_base + (1.0 - theta) * est.var
+    norm_new = theta * norm_base + (1.0 - theta)
+    count_new = jnp.where(reset, 1, state.count + 1).astype(jnp.int32)
+    return GradStatsState(
+        count=jnp.where(accept, count_new, state.count).astype(jnp.int32),
+        skipped=(state.skipped + (usable & ~finite).astype(jnp.int32)).astype(jnp.int32),
+        biased=jnp.where(accept, biased, state.biased),
+        sqr_ema=jnp.where(accept, sqr_new, state.sqr_ema),
+        var_ema=jnp.where(accept, var_new, state.var_ema),
+        ema_norm=jnp.where(accept, norm_new, state.ema_norm),
+    )
+
+
+def grad_params_from_stats(state: GradStatsState) -> GradParams:
+    """Bias-corrected, clamped statistics: ``sqr >= 0``, ``var >= 1e-6``.
+
+    Before the first sample this returns ``GradParams(0.0, 1e-6)`` (which makes
+    the AdaScale gain equal to the scale, i.e. assumes perfect scaling); check
+    :func:`has_grad_stats` to tell the two apart.
+
+    Example:
+        >>> bool(grad_params_from_stats(init_grad_stats()).var == jnp.float32(MIN_VAR))
+        True
+    """
+    has = state.ema_norm > 0
+    denom = jnp.where(has, state.ema_norm, 1.0)
+    sqr = jnp.where(has, state.sqr_ema / denom, 0.0)
+    var = jnp.where(has, state.var_ema / denom, 0.0)
+    return GradParams(sqr=jnp.maximum(sqr, 0.0), var=jnp.maximum(var, MIN_VAR))
+
+
+def has_grad_stats(state: GradStatsState) -> jax.Array:
+    """Whether at least one sample has been folded in (scalar bool array)."""
+    return state.count > 0
+
+
+def noise_scale(grad_params: GradParams, init_batch_size: float | None = None) -> jax.Array:
+    """Gradient noise scale ``B_noise = tr(Sigma) / |G|^2`` in samples.
+
+    ``GradParams.var`` is ``tr(Sigma) / M0`` (the variance of an ``M0``-sample
+    batch gradient), so ``var / sqr`` alone is the noise scale in units of
+    *initial batches*; multiplying by ``M0`` gives it in samples (McCandlish
+    et al.'s ``B_simple``). ``init_batch_size`` is therefore required: pass
+    ``M0`` for samples, or ``1`` explicitly for units of initial batches.
+    Pollux's efficiency at batch ``M`` is ``(B_noise + M0) / (B_noise + M)``
+    with ``B_noise`` in samples.
+
+    Args:
+        grad_params: :class:`GradParams` (``var = tr(Sigma) / M0``).
+        init_batch_size: ``M0``, the batch size ``var`` refers to (or 1).
+
+    Raises:
+        TypeError: ``init_batch_size`` is missing (it used to default to 1 and
+            silently return the noise scale divided by ``M0``).
+
+    Example:
+        >>> float(noise_scale(GradParams(sqr=2.0, var=6.0), init_batch_size=32))
+        96.0
+    """
+    if init_batch_size is None:
+        raise TypeError(
+            "noise_scale(grad_params, init_batch_size) needs init_batch_size: var is "
+            "tr(Sigma)/M0, so pass init_batch_size=M0 for the noise scale in samples "
+            "(or init_batch_size=1 for units of initial batches)"
+        )
+    m0 = (_check_init_batch_size(init_batch_size)
+          if isinstance(init_batch_size, numbers.Real) else init_batch_size)  # arrays: as is
+    sqr = jnp.asarray(grad_params.sqr, jnp.float32)
+    var = jnp.asarray(grad_params.var, jnp.float32)
+    return var / sqr * jnp.asarray(m0, jnp.float32)

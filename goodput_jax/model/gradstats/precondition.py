@@ -1,0 +1,195 @@
+"""Adam-type preconditioning of the gradient norms, found in any optax state.
+
+For Adam-type optimizers the statistics are taken of the preconditioned
+gradient ``g / (sqrt(nu_hat) + eps)``; :func:`auto_preconditioner` finds
+``nu`` in an optax state tree (chains, ``inject_hyperparams``, ``MultiSteps``)
+so the same train step serves SGD and Adam. :func:`sqnorm` computes a
+(preconditioned) squared norm as one fused reduction per leaf.
+
+Example:
+    >>> import optax
+    >>> auto_preconditioner(optax.adam(1e-3).init({"w": jnp.zeros(2)})) is not None
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+__all__ = [
+    "Preconditioner",
+    "adam_preconditioner",
+    "auto_preconditioner",
+    "find_adam_state",
+    "sqnorm",
+]
+
+
+class Preconditioner(NamedTuple):
+    """Adam-type preconditioning ``g -> g / (sqrt(nu / bias_correction) + eps)``.
+
+    It holds the optimizer's own second-moment buffers and two scalars; the
+    per-parameter multipliers are computed inside each norm's fused reduction,
+    so no gradient-sized buffer is materialised for them.
+
+    Attributes:
+        nu: second-moment pytree with the gradients' structure.
+        bias_correction: scalar ``1 - b2 ** count`` (1 while invalid).
+        eps: Adam's epsilon.
+        valid: scalar bool; False while the second moment is still empty.
+    """
+
+    nu: Any
+    bias_correction: Any
+    eps: Any
+    valid: Any
+
+    def scales(self) -> Any:
+        """The multipliers ``1 / (sqrt(nu_hat) + eps)`` as a pytree (materialised)."""
+        return jax.tree.map(self._scale_leaf, self.nu)
+
+    def _scale_leaf(self, nu: Any) -> jax.Array:
+        nu_hat = nu.astype(jnp.float32) / self.bias_correction
+        return jnp.where(self.valid, 1.0 / (jnp.sqrt(nu_hat) + self.eps), 1.0)
+
+    def _norm_scalars(self) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``(valid, c, e)`` with ``(g / (sqrt(nu / bc) + eps))^2 == c * (g / (sqrt(nu) + e))^2``.
+
+        ``c = bc`` and ``e = eps * sqrt(bc)``: the bias correction leaves the
+        per-element work, which is then one sqrt and ONE divide (instead of a
+        divide by ``bc``, a sqrt and a reciprocal). ``c`` is 1 while invalid.
+        """
+        valid = jnp.asarray(self.valid, jnp.bool_)
+        bc = jnp.asarray(self.bias_correction, jnp.float32)
+        c = jnp.where(valid, bc, 1.0)
+        e = jnp.asarray(self.eps, jnp.float32) * jnp.sqrt(jnp.where(valid, bc, 1.0))
+        return valid, c, e
+
+
+def _pre_leaf_sqsum(x: Any, nu: Any, valid: Any, e: Any) -> jax.Array:
+    """``sum((x / (sqrt(nu) + e))^2)`` (``sum(x^2)`` while invalid), one fused reduction."""
+    y = x.astype(jnp.float32)
+    y = jnp.where(valid, y / (jnp.sqrt(nu.astype(jnp.float32)) + e), y)
+    return jnp.sum(jnp.square(y))
+
+
+# --------------------------------------------------------------------------- pure estimators
+
+
+def sqnorm(tree: Any, preconditioner: Preconditioner | None = None) -> jax.Array:
+    """Squared L2 norm of a pytree in float32, optionally preconditioned elementwise.
+
+    Example:
+        >>> float(sqnorm({"a": jnp.array([3.0]), "b": jnp.array([4.0])}))
+        25.0
+    """
+    leaves = jax.tree.leaves(tree)
+    if preconditioner is None:
+        terms = [jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves]
+    else:
+        pleaves = jax.tree.leaves(preconditioner.nu)
+        if len(pleaves) != len(leaves):
+            raise ValueError(
+                f"preconditioner has {len(pleaves)} leaves but the gradient has {len(leaves)}; "
+                "it must have the gradient's structure"
+            )
+        valid, c, e = preconditioner._norm_scalars()
+        terms = [_pre_leaf_sqsum(x, nu, valid, e) for x, nu in zip(leaves, pleaves)]
+        if terms:
+            return c * functools.reduce(jnp.add, terms)
+    if not terms:
+        return jnp.zeros([], jnp.float32)
+    return functools.reduce(jnp.add, terms)
+
+
+_ADAM_LIKE = (optax.ScaleByAdamState, optax.ScaleByAmsgradState)
+
+
+def find_adam_state(opt_state: Any) -> Any | None:
+    """The first Adam-like state (``ScaleByAdamState`` / ``ScaleByAmsgradState``) in a tree.
+
+    Searches any optax state tree: chains, ``inject_hyperparams``, ``MultiSteps``,
+    ``multi_transform`` and wrappers built here.
+
+    Example:
+        >>> tx = optax.chain(optax.clip(1.0), optax.adam(1e-3))
+        >>> type(find_adam_state(tx.init({"w": jnp.zeros(2)}))).__name__
+        'ScaleByAdamState'
+        >>> find_adam_state(optax.sgd(0.1).init({"w": jnp.zeros(2)})) is None
+        True
+    """
+    found = [
+        x
+        for x in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, _ADAM_LIKE))
+        if isinstance(x, _ADAM_LIKE)
+    ]
+    return found[0] if found else None
+
+
+def _inject_hyperparam(opt_state: Any, name: str) -> Any | None:
+    states = [
+        x
+        for x in jax.tree.leaves(
+            opt_state, is_leaf=lambda x: isinstance(x, optax.InjectHyperparamsState)
+        )
+        if isinstance(x, optax.InjectHyperparamsState)
+    ]
+    for st in states:
+        if name in st.hyperparams:
+            return st.hyperparams[name]
+    return None
+
+
+def adam_preconditioner(adam_state: Any, *, b2: Any = 0.999, eps: Any = 1e-8) -> Preconditioner:
+    """``1 / (sqrt(nu_hat) + eps)`` from an Adam state, ``nu_hat = nu / (1 - b2**count)``.
+
+    Invalid (``valid`` False, scale 1) while the state has seen no update.
+
+    Example:
+        >>> st = optax.ScaleByAdamState(jnp.int32(1), {"w": jnp.zeros(1)}, {"w": jnp.array([0.004])})
+        >>> round(float(adam_preconditioner(st).scales()["w"][0]), 3)
+        0.5
+    """
+    count = jnp.asarray(adam_state.count)
+    valid = count > 0
+    b2 = jnp.asarray(b2, jnp.float32)
+    corr = jnp.where(valid, 1.0 - b2 ** jnp.maximum(count, 1).astype(jnp.float32), 1.0)
+    return Preconditioner(nu=adam_state.nu, bias_correction=corr,
+                          eps=jnp.asarray(eps, jnp.float32), valid=valid)
+
+
+def auto_preconditioner(
+    opt_state: Any, *, b2: Any | None = None, eps: Any | None = None
+) -> Preconditioner | None:
+    """The Adam preconditioner when ``opt_state`` holds an Adam-like state, else None.
+
+    Call it on the optimizer state at the start of the train step and pass the
+    result to the collection helpers (and to :func:`gradient_noise_scale`'s
+    update as ``preconditioner=``): the same step then does the right thing for
+    SGD and Adam. ``b2``/``eps`` default to values found in an
+    ``optax.inject_hyperparams`` state, else to optax.adam's defaults
+    (0.999, 1e-8); pass them when your Adam uses others.
+
+    Example:
+        >>> params = {"w": jnp.zeros(2)}
+        >>> auto_preconditioner(optax.sgd(0.1).init(params)) is None
+        True
+        >>> auto_preconditioner(optax.adamw(1e-3).init(params)) is not None
+        True
+    """
+    adam_state = find_adam_state(opt_state)
+    if adam_state is None:
+        return None
+    if b2 is None:
+        b2 = _inject_hyperparam(opt_state, "b2")
+        b2 = 0.999 if b2 is None else b2
+    if eps is None:
+        eps = _inject_hyperparam(opt_state, "eps")
+        eps = 1e-8 if eps is None else eps
+    return adam_preconditioner(adam_state, b2=b2, eps=eps)
+

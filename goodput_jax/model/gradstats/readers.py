@@ -1,0 +1,85 @@
+"""Readers: the statistics (and the sampling decision) out of an optimizer state.
+
+Example:
+    >>> import optax
+    >>> from goodput_jax.model.gradstats.transform import gradient_noise_scale
+    >>> tx = optax.chain(gradient_noise_scale(32), optax.sgd(0.1))
+    >>> float(get_grad_params(tx.init({"w": jnp.ones(2)})).sqr)
+    0.0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from goodput_jax.model.gradstats.estimate import GradStatsState, grad_params_from_stats
+from goodput_jax.model.gradstats.transform import GradientNoiseScaleState
+from goodput_jax.model.types import GradParams
+
+__all__ = ["get_grad_params", "get_grad_stats", "sample_now"]
+
+
+def get_grad_stats(opt_state: Any) -> GradStatsState:
+    """The first :class:`GradStatsState` in an optimizer state tree.
+
+    Raises:
+        ValueError: when ``opt_state`` holds none (no :func:`gradient_noise_scale`
+            or :func:`multi_steps` in the optimizer).
+    """
+    found = [
+        x
+        for x in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, GradStatsState))
+        if isinstance(x, GradStatsState)
+    ]
+    if not found:
+        raise ValueError(
+            "opt_state holds no gradient statistics: put goodput_jax.gradient_noise_scale(...) "
+            "first in the optax chain (or use gradstats.multi_steps)"
+        )
+    return found[0]
+
+
+def sample_now(opt_state: Any) -> jax.Array:
+    """Whether this step takes the statistics (scalar bool), for the helpers' ``sample=``.
+
+    True on steps ``0, every, 2 * every, ...`` of the :func:`gradient_noise_scale`
+    found in ``opt_state`` (always True with ``every=1``). Call it on the
+    optimizer state at the start of the train step, before the update. Under
+    ``jit`` it is a traced bool, so the helpers then use a ``lax.cond`` even
+    with ``every=1``; leave ``sample`` at its default (True) there instead.
+
+    Raises:
+        ValueError: when ``opt_state`` holds no :func:`gradient_noise_scale` state.
+
+    Example:
+        >>> tx = optax.chain(gradient_noise_scale(32, every=4), optax.sgd(0.1))
+        >>> bool(sample_now(tx.init({"w": jnp.ones(2)})))
+        True
+    """
+    found = [
+        x
+        for x in jax.tree.leaves(opt_state,
+                                 is_leaf=lambda x: isinstance(x, GradientNoiseScaleState))
+        if isinstance(x, GradientNoiseScaleState)
+    ]
+    if not found:
+        raise ValueError(
+            "opt_state holds no gradient_noise_scale state: put "
+            "goodput_jax.gradient_noise_scale(...) first in the optax chain"
+        )
+    return (found[0].step % found[0].every) == 0
+
+
+def get_grad_params(opt_state: Any) -> GradParams:
+    """Current smoothed :class:`GradParams` (arrays) read from an optimizer state.
+
+    Example:
+        >>> tx = optax.chain(gradient_noise_scale(32), optax.sgd(0.1))
+        >>> float(get_grad_params(tx.init({"w": jnp.ones(2)})).sqr)
+        0.0
+    """
+    return grad_params_from_stats(get_grad_stats(opt_state))
+

@@ -1,0 +1,290 @@
+"""The house's rules, checked on the source: who may import whom, and where argparse lives.
+
+The package's imports are read with ``ast`` (every ``import`` / ``from ... import``
+naming a ``goodput_jax`` module, at any depth, including imports inside functions),
+giving a module graph. The rules (see docs/architecture.md):
+
+1. no import cycles among goodput_jax modules (imports under ``if TYPE_CHECKING:``
+   are not run and do not count);
+2. ``goodput_jax.model`` imports only ``goodput_jax.model`` (pure JAX, the bottom);
+3. ``goodput_jax.measure`` imports only ``goodput_jax.measure`` (the light core);
+4. ``goodput_jax.sched`` imports only ``sched``, ``model`` and the shared ``_progress``;
+5. nothing outside ``goodput_jax.cli`` imports ``goodput_jax.cli``;
+6. ``argparse.Namespace`` appears only in ``goodput_jax/cli/`` and
+   ``goodput_jax/sched/sim/cli.py`` (library functions take keyword arguments).
+
+Known violations in code that other issues are reshaping are listed in the
+allowlists below, each naming its issue; any NEW violation fails, and an entry
+that no longer matches anything fails too (so the list only shrinks).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "goodput_jax"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+#: Import edges (importer, imported) that break a rule today, with the issue fixing them.
+ALLOWED_EDGES: dict[tuple[str, str], str] = {
+    ("goodput_jax.measure.report", "goodput_jax.measure.report_render"):
+        "issue 12: report <-> report_render circle; the report split places it above measure",
+    ("goodput_jax.measure.report_render", "goodput_jax.measure.report"):
+        "issue 12: report <-> report_render circle (see above)",
+    ("goodput_jax.measure.report_render", "goodput_jax.model.goodput"):
+        "issue 12: the report's model curves move above measure and model",
+    ("goodput_jax.measure.report_render", "goodput_jax.model.types"):
+        "issue 12: the report's model curves move above measure and model",
+}
+
+#: Files that still use argparse.Namespace outside the CLI, with the issue fixing them.
+ALLOWED_NAMESPACE: dict[str, str] = {
+    "goodput_jax/demo.py": "issue 13: demo.main / DemoConfig.from_args take a Namespace "
+                           "(goodput_jax.cli.demo adapts)",
+    "goodput_jax/measure/report.py": "issue 12: measure.report.main takes a Namespace "
+                                     "(no longer called: goodput_jax.cli.report replaces it)",
+}
+
+NAMESPACE_OK = ("goodput_jax/cli/", "goodput_jax/sched/sim/cli.py")
+
+
+# ----------------------------------------------------------------------------- the graph
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+class _Imports(ast.NodeVisitor):
+    """(imported name, runs at import/call time) for every goodput_jax import in a module."""
+
+    def __init__(self, module: str, is_package: bool):
+        self.package = module if is_package else module.rpartition(".")[0]
+        self.found: list[tuple[str, bool]] = []
+        self._typing_only = 0
+
+    def visit_If(self, node: ast.If) -> None:
+        if _is_type_checking(node.test):
+            self._typing_only += 1
+            for child in node.body:
+                self.visit(child)
+            self._typing_only -= 1
+            for child in node.orelse:
+                self.visit(child)
+        else:
+            self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
+                self.found.append((alias.name, not self._typing_only))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = node.module or ""
+        if node.level:
+            parts = self.package.split(".")
+            parts = parts[: len(parts) - (node.level - 1)]
+            base = ".".join(parts + ([base] if base else []))
+        if base != PACKAGE and not base.startswith(PACKAGE + "."):
+            return
+        for alias in node.names:  # "from a.b import c": a.b.c if it is a module, else a.b
+            self.found.append((f"{base}.{alias.name}", not self._typing_only))
+
+
+def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(all edges, runtime edges): module -> the goodput_jax modules it imports."""
+    sources = _sources()
+    modules = set(sources)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    every: dict[str, set[str]] = {}
+    runtime: dict[str, set[str]] = {}
+    for module, path in sources.items():
+        visitor = _Imports(module, path.name == "__init__.py")
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        every[module], runtime[module] = set(), set()
+        for name, runs in visitor.found:
+            target = resolve(name)
+            if target is None or target == module:
+                continue
+            every[module].add(target)
+            if runs:
+                runtime[module].add(target)
+    return every, runtime
+
+
+EVERY, RUNTIME = _graph()
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _is_in(module: str, room: str) -> bool:
+    return module == room or module.startswith(room + ".")
+
+
+def _violations(importer_room: str, allowed_rooms: tuple[str, ...]) -> list[str]:
+    bad = []
+    for src, targets in EVERY.items():
+        if not _is_in(src, importer_room):
+            continue
+        for dst in sorted(targets):
+            if any(_is_in(dst, r) for r in allowed_rooms) or (src, dst) in ALLOWED_EDGES:
+                continue
+            bad.append(f"{src} imports {dst}")
+    return bad
+
+
+# ----------------------------------------------------------------------------- the rules
+def test_the_graph_sees_the_package():
+    assert len(EVERY) > 40
+    assert "goodput_jax.measure.stores.base" in EVERY["goodput_jax.measure.stores.sqlite"]
+    # imports inside functions count (the CLI's heavy imports are lazy)
+    assert "goodput_jax.measure.report" in EVERY["goodput_jax.cli.report"]
+
+
+def test_no_import_cycles():
+    edges = {src: {dst for dst in dsts if (src, dst) not in ALLOWED_EDGES}
+             for src, dsts in RUNTIME.items()}
+    assert _cycles(edges) == [], "import cycles (break them; see docs/architecture.md)"
+
+
+def test_model_imports_only_model():
+    assert _violations("goodput_jax.model", ("goodput_jax.model",)) == []
+
+
+def test_measure_imports_only_measure():
+    assert _violations("goodput_jax.measure", ("goodput_jax.measure",)) == []
+
+
+def test_sched_imports_only_sched_and_model():
+    assert _violations("goodput_jax.sched", ("goodput_jax.sched", "goodput_jax.model",
+                                              "goodput_jax._progress")) == []
+
+
+def test_nothing_imports_the_cli():
+    bad = [f"{src} imports {dst}" for src, dsts in EVERY.items() for dst in sorted(dsts)
+           if _is_in(dst, "goodput_jax.cli") and not _is_in(src, "goodput_jax.cli")]
+    assert bad == []
+
+
+def _namespace_uses(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "Namespace" and \
+                isinstance(node.value, ast.Name) and node.value.id == "argparse":
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "argparse" and \
+                any(a.name == "Namespace" for a in node.names):
+            lines.append(node.lineno)
+    return lines
+
+
+def _namespace_files() -> dict[str, list[int]]:
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).as_posix()
+        if rel.startswith(NAMESPACE_OK[0]) or rel == NAMESPACE_OK[1]:
+            continue
+        lines = _namespace_uses(path)
+        if lines:
+            found[rel] = lines
+    return found
+
+
+def test_argparse_namespace_only_in_the_cli():
+    bad = {f: lines for f, lines in _namespace_files().items() if f not in ALLOWED_NAMESPACE}
+    assert bad == {}, "library functions take keyword arguments; the CLI converts"
+
+
+def test_allowlists_hold_no_stale_entries():
+    """When another issue fixes an allowlisted violation, delete its entry here."""
+    stale = [f"{a} -> {b}" for (a, b) in ALLOWED_EDGES if b not in EVERY.get(a, ())]
+    found = _namespace_files()
+    stale += [f for f in ALLOWED_NAMESPACE if f not in found]
+    assert stale == []
+
+
+# ----------------------------------------------------------------------------- public API
+@pytest.mark.parametrize("module", ["goodput_jax", "goodput_jax.model"])
+def test_curated_exports_resolve(module):
+    import importlib
+
+    mod = importlib.import_module(module)
+    assert mod.__all__ == sorted(mod.__all__) or module == "goodput_jax"
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        getattr(mod, "nope")
+
+
+def test_light_imports_start_no_jax_and_need_no_extras():
+    """The public package, the model's API object, the CLI, and the light core's modules."""
+    code = (
+        "import sys\n"
+        "import goodput_jax, goodput_jax.model, goodput_jax.model.types, goodput_jax.model.hints\n"
+        "import goodput_jax.cli\n"
+        "import goodput_jax.measure.recorder, goodput_jax.measure.calculator\n"
+        "import goodput_jax.measure.stores.sqlite\n"
+        "heavy = ('jax', 'flax', 'optax', 'matplotlib', 'scipy')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
