@@ -40,7 +40,11 @@ import numpy as np
 
 __all__ = [
     "APP_SETTINGS",
+    "CLUSTERS",
+    "SIA_RESTART_PENALTIES",
     "Application",
+    "find_sia_dir",
+    "load_typed_applications",
     "canonical_placement",
     "find_traces_dir",
     "find_workload",
@@ -59,7 +63,21 @@ APP_SETTINGS: dict[str, dict[str, int]] = {
     "yolov3": {"max_epochs": 50, "max_local_bsz": 8},
 }
 
+#: Heterogeneous clusters: type -> (nodes, GPUs per node). ``sia-64`` is the Sia paper's
+#: main setting (6 x 4 T4 on AWS, 3 x 8 RTX 2080Ti, 2 x 8 A100); ``sia-Nx`` scales it N times.
+CLUSTERS: dict[str, dict[str, tuple[int, int]]] = {
+    "sia-64": {"aws": (6, 4), "rtx": (3, 8), "dgx-ext": (2, 8)},
+    **{f"sia-{64 * n}": {"aws": (6 * n, 4), "rtx": (3 * n, 8), "dgx-ext": (2 * n, 8)}
+       for n in (2, 4, 8, 16, 32)},
+}
+#: Restart cost (s) per application in the Sia artifact (checkpoint-restore), others 30 s.
+SIA_RESTART_PENALTIES = {"deepspeech2": 25.0, "imagenet": 250.0, "cifar10": 30.0,
+                         "bert": 120.0, "yolov3": 45.0}
+#: Per-type overrides of the authors (deepspeech2 fits only 57 samples per RTX 2080Ti).
+SIA_TYPE_SETTINGS = {("deepspeech2", "rtx"): {"max_local_bsz": 57}}
+
 _ENV_VAR = "GOODPUT_JAX_TRACES"
+_SIA_ENV_VAR = "GOODPUT_JAX_SIA_DATA"
 _PACKAGED = Path(__file__).resolve().parent / "data"
 
 
@@ -204,8 +222,12 @@ class Application:
     def from_dir(cls, trace_dir: str | os.PathLike[str], *, max_epochs: int,
                  init_batch_size: int | None = None, max_batch_size: int | None = None,
                  min_local_bsz: int | None = None,
-                 max_local_bsz: int | None = None) -> Application:
+                 max_local_bsz: int | None = None, accelerator_type: str | None = None,
+                 ) -> Application:
         """Load one application's CSV traces.
+
+        ``accelerator_type`` selects ``placements-TYPE.csv`` / ``scalability-TYPE.csv``
+        (the Sia data); the validation curves do not depend on it.
 
         Example:
             >>> app = Application.from_dir("traces/cifar10", max_epochs=100)  # doctest: +SKIP
@@ -221,8 +243,9 @@ class Application:
                                      c["grad_sqr"], c["grad_var"])
         if not validation:
             raise FileNotFoundError(f"no validation-*.csv in {d}")
-        pl = _read_csv(d / "placements.csv")
-        sc = _read_csv(d / "scalability.csv")
+        suffix = "" if accelerator_type is None else f"-{accelerator_type}"
+        pl = _read_csv(d / f"placements{suffix}.csv")
+        sc = _read_csv(d / f"scalability{suffix}.csv")
         placements: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
         groups: dict[tuple[int, int, float], list[tuple[float, float]]] = {}
         for p, b, st, sy in zip(pl["placement"], pl["local_bsz"], pl["step_time"],
@@ -415,3 +438,65 @@ def load_applications(traces: str | os.PathLike[str] | None = None,
             raise ValueError(f"settings for application {name!r} lack max_epochs")
         apps[name] = Application.from_dir(d, **kw)
     return apps
+
+
+def _is_sia_dir(path: Path) -> bool:
+    return (path / "traces" / "cifar10" / "placements-aws.csv").is_file()
+
+
+def find_sia_dir(data: str | os.PathLike[str] | None = None) -> Path:
+    """Locate the Sia data root (``traces/APP/placements-TYPE.csv`` and ``workloads/``).
+
+    Search order: ``data``, ``$GOODPUT_JAX_SIA_DATA``, ``../shared/sia-sim`` relative to
+    the repository and the working directory, then the copy shipped in the package
+    (``goodput_jax/sched/sim/data/sia``).
+
+    Raises:
+        FileNotFoundError: if an explicit path is not a Sia data root, or nothing is found.
+
+    Example:
+        >>> (find_sia_dir() / "workloads" / "philly").is_dir()   # doctest: +SKIP
+        True
+    """
+    for name, value in (("data", data), (_SIA_ENV_VAR, os.environ.get(_SIA_ENV_VAR))):
+        if value:
+            p = Path(value).expanduser()
+            for cand in (p, p.parent):
+                if _is_sia_dir(cand):
+                    return cand
+            raise FileNotFoundError(f"{name}={str(value)!r} is not a Sia data root "
+                                    "(expected traces/APP/placements-TYPE.csv under it)")
+    repo = Path(__file__).resolve().parents[3]
+    for cand in (repo.parent / "shared" / "sia-sim", Path.cwd().parent / "shared" / "sia-sim",
+                 _PACKAGED / "sia"):
+        if _is_sia_dir(cand):
+            return cand
+    raise FileNotFoundError("Sia data not found: pass --traces DIR or set $GOODPUT_JAX_SIA_DATA")
+
+
+def load_typed_applications(types: Sequence[str], data: str | os.PathLike[str] | None = None,
+                            ) -> dict[str, dict[str, Application]]:
+    """Every application measured on every accelerator type: ``{app: {type: Application}}``.
+
+    Applications lacking a type's traces are skipped (``gpt_pmp`` is not loaded).
+
+    Example:
+        >>> apps = load_typed_applications(["aws", "dgx-ext"])    # doctest: +SKIP
+        >>> sorted(apps["cifar10"])                              # doctest: +SKIP
+        ['aws', 'dgx-ext']
+    """
+    root = find_sia_dir(data) / "traces"
+    out: dict[str, dict[str, Application]] = {}
+    for name, kw in APP_SETTINGS.items():
+        d = root / name
+        if not all((d / f"placements-{t}.csv").is_file() for t in types):
+            continue
+        # Local batch bounds come from each type's own measurements (an A100 holds more
+        # than a T4), so the Pollux-on-T4 override of yolov3 does not apply here.
+        base = {"max_epochs": kw["max_epochs"]}
+        out[name] = {t: Application.from_dir(d, accelerator_type=t,
+                                             **{**base, **SIA_TYPE_SETTINGS.get((name, t), {})})
+                     for t in types}
+    if not out:
+        raise FileNotFoundError(f"no application has traces for all of {list(types)} in {root}")
+    return out

@@ -40,8 +40,8 @@ import numpy as np
 from goodput_jax.sched.sim.apps import Application
 from goodput_jax.sched.sim.job import SimJob
 
-__all__ = ["AdaptiveModel", "Cluster", "SimResult", "WorkloadRow", "load_workload",
-           "make_jobs", "simulate"]
+__all__ = ["AdaptiveModel", "Cluster", "SimResult", "WorkloadRow", "cluster_nodes",
+           "load_workload", "make_jobs", "simulate"]
 
 FIXED_BATCH_APPS = {"ncf": 32768}  # Pollux runs ncf at a fixed batch size (the authors' rule)
 
@@ -87,21 +87,36 @@ def load_workload(path: str | os.PathLike[str], max_jobs: int | None = None) -> 
     return rows[:max_jobs] if max_jobs else rows
 
 
-def make_jobs(rows: Iterable[WorkloadRow], apps: Mapping[str, Application],
+def make_jobs(rows: Iterable[WorkloadRow], apps: Mapping[str, Application | Mapping],
               policy: str) -> list[SimJob]:
     """Jobs for ``policy``: Tiresias gets the workload's replicas and batch size, Optimus the
-    batch size, Pollux neither (its batch size is adaptive, ncf's fixed at 32768).
+    batch size, Pollux and Sia neither (their batch size is adaptive, ncf's fixed at 32768).
+
+    ``apps`` maps an application to its :class:`Application`, or (a heterogeneous cluster) to
+    ``{type: Application}``; the jobs then run at the speed of the type they are placed on and
+    restart with the Sia artifact's per-application cost.
 
     Example:
         >>> jobs = make_jobs(rows, apps, "pollux")   # doctest: +SKIP
     """
-    if policy not in ("pollux", "optimus", "tiresias"):
-        raise ValueError(f"policy must be pollux, optimus or tiresias, got {policy!r}")
+    from goodput_jax.sched.sim.apps import SIA_RESTART_PENALTIES
+
+    if policy not in ("pollux", "optimus", "tiresias", "sia"):
+        raise ValueError(f"policy must be pollux, optimus, tiresias or sia, got {policy!r}")
     jobs = []
     for r in rows:
         if r.application not in apps:
             raise ValueError(f"job {r.name!r}: unknown application {r.application!r}")
         app = apps[r.application]
+        if isinstance(app, Mapping):
+            typed = dict(app)
+            first = next(iter(typed.values()))
+            batch = (r.num_replicas, r.batch_size) if policy == "tiresias" else (
+                None, r.batch_size) if policy == "optimus" else (
+                None, FIXED_BATCH_APPS.get(r.application))
+            jobs.append(SimJob(r.name, first, r.time, *batch, type_apps=typed,
+                               restart_delay=SIA_RESTART_PENALTIES.get(r.application, 30.0)))
+            continue
         if policy == "tiresias":
             jobs.append(SimJob(r.name, app, r.time, r.num_replicas, r.batch_size))
         elif policy == "optimus":
@@ -138,6 +153,19 @@ class SimResult:
     policy_time: float = 0.0
     model_time: float = 0.0
     cpu_time: float = 0.0  # process CPU time (all threads) of the run
+    round_times: list[float] = field(repr=False, default_factory=list)  # per policy round (s)
+    total_gpus: int = 0
+    gpu_seconds: float = 0.0  # GPU-seconds held by all jobs
+
+    @property
+    def round_median(self) -> float:
+        """Median wall time of a policy round (s)."""
+        return float(np.median(self.round_times)) if self.round_times else float("nan")
+
+    @property
+    def round_p95(self) -> float:
+        """95th percentile wall time of a policy round (s)."""
+        return float(np.percentile(self.round_times, 95)) if self.round_times else float("nan")
 
     @property
     def avg_jct(self) -> float:
@@ -154,7 +182,11 @@ class SimResult:
                 "p99_jct": self.p99_jct, "makespan": self.makespan,
                 "wall_time": self.wall_time, "cpu_time": self.cpu_time,
                 "policy_time": self.policy_time,
-                "model_time": self.model_time, "intervals": self.num_intervals}
+                "model_time": self.model_time, "intervals": self.num_intervals,
+                "round_median": self.round_median, "round_p95": self.round_p95,
+                "total_gpus": self.total_gpus,
+                "gpu_hours_per_job": self.gpu_seconds / 3600 / max(len(self.jcts) +
+                                                                  len(self.unfinished), 1)}
 
 
 class Cluster:
@@ -177,7 +209,8 @@ class Cluster:
 
     def __init__(self, jobs: Sequence[SimJob], policy, *, num_nodes: int = 16,
                  gpus_per_node: int = 4, interval: float = 60.0, interference: float = 0.0,
-                 model: AdaptiveModel | None = None, log: TextIO | None = None) -> None:
+                 model: AdaptiveModel | None = None, log: TextIO | None = None,
+                 cluster: Mapping[str, tuple[int, int]] | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval}")
         if not 0.0 <= interference < 1.0:
@@ -193,6 +226,9 @@ class Cluster:
         self.jobs = list(jobs)
         self.policy = policy
         self.nodes = {i: int(gpus_per_node) for i in range(num_nodes)}
+        self.node_types: dict[int, str] = {}
+        if cluster is not None:
+            self.nodes, self.node_types = cluster_nodes(cluster)
         self.interval = float(interval)
         self.interference = float(interference)
         self.model = model
@@ -203,10 +239,20 @@ class Cluster:
         self.num_intervals = 0
         self.policy_time = 0.0
         self.model_time = 0.0
+        self.round_times: list[float] = []  # wall seconds of each policy round with jobs
 
     @property
     def done(self) -> bool:
         return all(j.completion_time is not None for j in self.jobs)
+
+    def job_type(self, job: SimJob, allocation: Sequence[int]) -> str:
+        """Accelerator type a job runs at on ``allocation``: the slowest of its nodes' types
+        (a synchronous data-parallel step waits for the slowest replica)."""
+        types = {self.node_types[n] for n in allocation}
+        if len(types) == 1:
+            return types.pop()
+        bsz = job.app.min_local_bsz
+        return max(sorted(types), key=lambda t: job.type_apps[t].get_throughput((1,), bsz)[0])
 
     def _interference(self) -> dict[str, float]:
         if self.interference == 0.0:
@@ -274,7 +320,10 @@ class Cluster:
         prev = {k: v for k, v in self.allocations.items() if k in active}
         t = time.perf_counter()
         allocations = self.policy.optimize(active, self.nodes, prev, self.time)
-        self.policy_time += time.perf_counter() - t
+        dt = time.perf_counter() - t
+        self.policy_time += dt
+        if active:
+            self.round_times.append(dt)
         allocations = {k: list(v) for k, v in allocations.items() if v}
         self._check(allocations, active)
         for job in self.jobs:
@@ -282,6 +331,8 @@ class Cluster:
                 job.reallocate([])
             new, old = allocations.get(job.name, []), prev.get(job.name, [])
             if job.name in active and sorted(new) != sorted(old):
+                if new and job.type_apps is not None:
+                    job.accel_type = self.job_type(job, new)
                 job.reallocate(new)
         self.allocations = allocations
         self._model_call(self.model.reoptimize if self.model else None,
@@ -297,16 +348,36 @@ class Cluster:
                                      "accum_steps": j.accum_steps, "epoch": j.epoch,
                                      "progress": round(j.progress / j.app.target_progress, 5),
                                      "goodput": round(j.last_goodput, 4),
-                                     "restarts": j.num_restarts or 0}
+                                     "restarts": j.num_restarts or 0,
+                                     **({"type": j.accel_type} if j.accel_type else {})}
                           for j in active.values()}}
             self.log.write(json.dumps(rec) + "\n")
+
+
+def cluster_nodes(cluster: Mapping[str, tuple[int, int]]) -> tuple[dict[int, int], dict[int, str]]:
+    """Node ids -> GPUs and node ids -> type of a heterogeneous cluster ``{type: (nodes, gpus)}``.
+
+    Example:
+        >>> cluster_nodes({"t4": (2, 4), "a100": (1, 8)})
+        ({0: 4, 1: 4, 2: 8}, {0: 't4', 1: 't4', 2: 'a100'})
+    """
+    gpus, types = {}, {}
+    for name, (n, g) in cluster.items():
+        if int(n) < 1 or int(g) < 1:
+            raise ValueError(f"cluster[{name!r}] = ({n}, {g}): need >= 1 node of >= 1 GPU")
+        for _ in range(int(n)):
+            i = len(gpus)
+            gpus[i] = int(g)
+            types[i] = str(name)
+    return gpus, types
 
 
 def simulate(jobs: Sequence[SimJob], policy, *, model: AdaptiveModel | None = None,
              interval: float = 60.0, interference: float = 0.0, num_nodes: int = 16,
              gpus_per_node: int = 4, max_time: float = 30 * 86400.0,
              log_path: str | os.PathLike[str] | None = None, workload: str = "",
-             progress: Callable[[int, int, float], None] | None = None) -> SimResult:
+             progress: Callable[[int, int, float], None] | None = None,
+             cluster: Mapping[str, tuple[int, int]] | None = None) -> SimResult:
     """Run the cluster loop until every job finishes (or ``max_time`` passes).
 
     Args:
@@ -318,6 +389,8 @@ def simulate(jobs: Sequence[SimJob], policy, *, model: AdaptiveModel | None = No
         log_path: JSON Lines file for the per-interval log.
         workload: label for the result.
         progress: called after every interval with ``(finished, total, time)``.
+        cluster: a heterogeneous cluster ``{type: (nodes, GPUs per node)}`` (replaces
+            ``num_nodes`` x ``gpus_per_node``).
 
     Returns:
         A :class:`SimResult`.
@@ -335,21 +408,23 @@ def simulate(jobs: Sequence[SimJob], policy, *, model: AdaptiveModel | None = No
         if log_path is not None:
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)
             f = stack.enter_context(open(log_path, "w"))
-        cluster = Cluster(jobs, policy, num_nodes=num_nodes, gpus_per_node=gpus_per_node,
-                          interval=interval, interference=interference, model=model, log=f)
-        while not cluster.done and cluster.time < max_time:
-            cluster.step()
+        sim = Cluster(jobs, policy, num_nodes=num_nodes, gpus_per_node=gpus_per_node,
+                      interval=interval, interference=interference, model=model, log=f,
+                      cluster=cluster)
+        while not sim.done and sim.time < max_time:
+            sim.step()
             if progress is not None:
-                progress(sum(j.completion_time is not None for j in jobs), len(jobs),
-                         cluster.time)
+                progress(sum(j.completion_time is not None for j in jobs), len(jobs), sim.time)
     jcts = {j.name: j.completion_time - j.submission_time for j in jobs
             if j.completion_time is not None}
     unfinished = [j.name for j in jobs if j.completion_time is None]
     ends = [j.completion_time for j in jobs if j.completion_time is not None]
     makespan = (max(ends) - min(j.submission_time for j in jobs)) if ends else float("nan")
     return SimResult(policy=getattr(policy, "name", type(policy).__name__), workload=workload,
-                     jcts=jcts, unfinished=unfinished, end_time=cluster.time, makespan=makespan,
-                     wall_time=time.perf_counter() - start, num_intervals=cluster.num_intervals,
-                     timeline=cluster.timeline, log_path=str(log_path) if log_path else None,
-                     policy_time=cluster.policy_time, model_time=cluster.model_time,
+                     jcts=jcts, unfinished=unfinished, end_time=sim.time, makespan=makespan,
+                     wall_time=time.perf_counter() - start, num_intervals=sim.num_intervals,
+                     timeline=sim.timeline, log_path=str(log_path) if log_path else None,
+                     policy_time=sim.policy_time, model_time=sim.model_time,
+                     round_times=sim.round_times, total_gpus=sum(sim.nodes.values()),
+                     gpu_seconds=sum(j.attained_service for j in jobs),
                      cpu_time=time.process_time() - cpu_start)

@@ -121,8 +121,22 @@ class SimJob:
     perf_params: tuple[float, ...] | None = None
     grad_params: tuple[float, float] | None = None
     last_goodput: float = 0.0
+    # --- heterogeneous clusters (None/empty on a homogeneous one)
+    type_apps: dict[str, Application] | None = None  # step times measured per type
+    accel_type: str | None = None  # type the job runs on now (the slowest if mixed)
+    restart_delay: float = RESTART_DELAY
+    profile_by_type: dict[str, dict[tuple[int, int, int], tuple[float, float]]] = field(
+        default_factory=dict)
+    perf_by_type: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- properties
+    @property
+    def speed_app(self) -> Application:
+        """The application model whose step times apply now (the current type's)."""
+        if self.type_apps is not None and self.accel_type is not None:
+            return self.type_apps[self.accel_type]
+        return self.app
+
     @property
     def num_replicas(self) -> int:
         return sum(self.placement)
@@ -156,7 +170,7 @@ class SimJob:
         bsz = self.target_batch_size
         if bsz is None:
             bsz = max(self.app.init_batch_size, self.app.min_local_bsz * r)
-        return fixed_batch_config(self.app, r, bsz)
+        return fixed_batch_config(self.speed_app, r, bsz)
 
     def set_batch_config(self, atomic_bsz: int, accum_steps: int) -> None:
         """Install a batch configuration, capped by the application's maximum batch size."""
@@ -179,7 +193,7 @@ class SimJob:
             self.allocation = alloc
             self.placement = placement_of(alloc)
             self.set_batch_config(*self.default_batch_config())
-            self.rescale_time = RESTART_DELAY
+            self.rescale_time = self.restart_delay
             self.num_restarts = 0 if self.num_restarts is None else self.num_restarts + 1
         else:
             self.allocation = ()
@@ -191,7 +205,7 @@ class SimJob:
     # ---------------------------------------------------------------- simulation
     def current_rates(self) -> tuple[float, float, float, float, float]:
         """``(goodput, step_time, sync_time, grad_sqr, grad_var)`` at the current config."""
-        step_time, sync_time = self.app.get_throughput(self.placement, self.atomic_bsz)
+        step_time, sync_time = self.speed_app.get_throughput(self.placement, self.atomic_bsz)
         bsz = self.batch_size
         grad_sqr, grad_var = self.app.get_grad_stats(bsz, self.epoch)
         scale = bsz / self.app.init_batch_size
@@ -233,6 +247,11 @@ class SimJob:
         new_config = key not in self.profile
         if new_config:
             self.profile[key] = (step_time, sync_time)
+        if self.type_apps is not None and self.accel_type is not None:
+            typed = self.profile_by_type.setdefault(self.accel_type, {})
+            if key not in typed:
+                typed[key] = (step_time, sync_time)
+                new_config = True
         target = self.app.get_progress(self.epoch + 1)
         if goodput <= 0:
             self.attained_service += seconds * gpus
@@ -253,12 +272,15 @@ class SimJob:
             return StepResult(0.0, True, new_config)
         return StepResult(seconds - delta, True, new_config)
 
-    def profile_arrays(self) -> tuple[list[int], list[int], list[int], list[float], list[float]]:
+    def profile_arrays(self, accel_type: str | None = None,
+                       ) -> tuple[list[int], list[int], list[int], list[float], list[float]]:
         """Profile as ``(nodes, replicas, atomic_bsz, accum_step_time, optim_step_time)`` lists.
 
         ``accum_step_time`` is the compute part (step - sync), ``optim_step_time`` the step.
+        With ``accel_type``, only what was measured on that accelerator type.
         """
-        keys = list(self.profile)
-        vals = [self.profile[k] for k in keys]
+        profile = self.profile if accel_type is None else self.profile_by_type[accel_type]
+        keys = list(profile)
+        vals = [profile[k] for k in keys]
         return ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
                 [v[0] - v[1] for v in vals], [v[0] for v in vals])

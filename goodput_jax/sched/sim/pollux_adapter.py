@@ -40,13 +40,36 @@ from goodput_jax.model.perf import fit_perf_params_batched
 from goodput_jax.model.types import GradParams, PerfParams
 from goodput_jax.sched.sim.job import SimJob
 
-__all__ = ["PolluxAdapter", "PolluxModel", "TableSpeedup"]
+__all__ = ["PolluxAdapter", "PolluxModel", "TableSpeedup", "fit_profiles"]
 
 MAX_REPLICAS = 64  # the simulator's cluster size
 # Jobs per batched call: fixed sizes, so each jitted kernel compiles once per run.
 FIT_CHUNK = 8
 OPT_CHUNK = 16
 TABLE_CHUNK = 8
+
+
+def fit_profiles(profiles: Sequence[tuple]) -> list[tuple[float, ...]]:
+    """PerfParams (as tuples) fitted to at most FIT_CHUNK profiles in one batched call.
+
+    Each profile is ``(nodes, replicas, atomic_bsz, accum_step_time, optim_step_time)``
+    lists (:meth:`SimJob.profile_arrays`); the batch is padded to FIT_CHUNK jobs.
+    """
+    J = FIT_CHUNK
+    if len(profiles) > J:
+        raise ValueError(f"at most {J} profiles per call, got {len(profiles)}")
+    P = _bucket(max(len(p[0]) for p in profiles), 16)
+    arr = np.ones((5, J, P))
+    mask = np.zeros((J, P), bool)
+    for i, cols in enumerate(profiles):
+        k = len(cols[0])
+        for c in range(5):
+            arr[c, i, :k] = cols[c]
+        mask[i, :k] = True
+    mask[len(profiles):, 0] = True  # padding rows: one dummy point each
+    params = fit_perf_params_batched(arr[0], arr[1], arr[2], arr[3], arr[4], mask)
+    out = np.stack([np.asarray(x, dtype=np.float64) for x in params], axis=1)
+    return [tuple(float(x) for x in out[i]) for i in range(len(profiles))]
 
 
 class TableSpeedup:
@@ -105,21 +128,9 @@ class PolluxModel:
 
     def _refit(self, jobs: Sequence[SimJob]) -> None:
         self.calls["refit"] += 1
-        J = FIT_CHUNK
-        P = _bucket(max(len(j.profile) for j in jobs), 16)
-        arr = np.ones((5, J, P))
-        mask = np.zeros((J, P), bool)
-        for i, job in enumerate(jobs):
-            cols = job.profile_arrays()
-            k = len(cols[0])
-            for c in range(5):
-                arr[c, i, :k] = cols[c]
-            mask[i, :k] = True
-        mask[len(jobs):, 0] = True  # padding rows: one dummy point each
-        params = fit_perf_params_batched(arr[0], arr[1], arr[2], arr[3], arr[4], mask)
-        out = np.stack([np.asarray(x, dtype=np.float64) for x in params], axis=1)
-        for i, job in enumerate(jobs):
-            job.perf_params = tuple(float(x) for x in out[i])
+        params = fit_profiles([j.profile_arrays() for j in jobs])
+        for job, p in zip(jobs, params):
+            job.perf_params = p
 
     # ------------------------------------------------------------------ batch size
     @staticmethod
@@ -134,7 +145,7 @@ class PolluxModel:
         for i, job in enumerate(jobs):
             perf[i] = job.perf_params
             grad[i] = job.grad_params if job.grad_params is not None else (0.0, 1.0)
-            app = job.app
+            app = job.speed_app  # the current accelerator type's (= job.app when homogeneous)
             m0[i], max_bs[i] = app.init_batch_size, app.max_batch_size
             lo[i], hi[i] = app.min_local_bsz, app.max_local_bsz
         return (PerfParams(*(jnp.asarray(perf[:, k]) for k in range(7))),

@@ -20,11 +20,19 @@ __all__ = [
     "POLICIES",
     "PUBLISHED_REDUCTION",
     "PUBLISHED_WORKLOAD6",
+    "HETERO_POLICIES",
+    "PUBLISHED_SIA",
+    "find_sia_workload",
     "make_policy",
     "run_workload",
 ]
 
 POLICIES = ("pollux", "optimus", "tiresias")
+#: Policies of the heterogeneous comparison (``--cluster sia-64``).
+HETERO_POLICIES = ("sia", "pollux")
+#: Sia paper, Table 3 (64 GPUs, 3 types): mean average JCT (h) per workload family.
+PUBLISHED_SIA = {"philly": {"sia": 0.6, "pollux": 1.0}, "saturn": {"sia": 0.7, "pollux": 1.0},
+                 "newtrace": {"sia": 0.7, "pollux": 1.5}}
 
 #: Average JCT (s) the Pollux paper reports for workload-6 at load 1.0.
 PUBLISHED_WORKLOAD6 = {"pollux": 2446.0, "optimus": 5302.0, "tiresias": 3470.0}
@@ -32,8 +40,12 @@ PUBLISHED_WORKLOAD6 = {"pollux": 2446.0, "optimus": 5302.0, "tiresias": 3470.0}
 PUBLISHED_REDUCTION = {"optimus": 0.52, "tiresias": 0.32}
 
 
-def make_policy(policy: str, *, seed: int = 0, p: float = -1.0):
+def make_policy(policy: str, *, seed: int = 0, p: float = -1.0,
+                cluster: Mapping[str, tuple[int, int]] | None = None):
     """Policy object and goodput model (None for the baselines) for a policy name.
+
+    ``"sia"`` needs the heterogeneous ``cluster``; ``"pollux"`` on such a cluster is the
+    heterogeneity-unaware Pollux (it sees every node as the same kind of GPU).
 
     Raises:
         ValueError: for an unknown name.
@@ -44,6 +56,14 @@ def make_policy(policy: str, *, seed: int = 0, p: float = -1.0):
     """
     from goodput_jax.sched.sim.policies import OptimusPolicy, TiresiasPolicy
 
+    if policy == "sia":
+        if cluster is None:
+            raise ValueError("policy 'sia' needs a heterogeneous cluster (e.g. --cluster sia-64)")
+        from goodput_jax.sched.sim.sia_adapter import SiaAdapter, SiaModel
+
+        model = SiaModel(cluster)
+        return SiaAdapter(model, cluster), model
+
     if policy == "tiresias":
         return TiresiasPolicy(), None
     if policy == "optimus":
@@ -53,7 +73,38 @@ def make_policy(policy: str, *, seed: int = 0, p: float = -1.0):
 
         model = PolluxModel()
         return PolluxAdapter(model, p=p, seed=seed), model
-    raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    raise ValueError(f"policy must be one of {', '.join(POLICIES + ('sia',))}, got {policy!r}")
+
+
+def find_sia_workload(workload: str | os.PathLike[str], data: str | os.PathLike[str] | None = None,
+                      ) -> Path:
+    """Resolve a workload of the Sia data: a CSV path, or ``FAMILY/N`` / ``FAMILY/workload-N``
+    (family ``philly``, ``saturn`` (Helios) or ``newtrace``), or ``scale_Nx``.
+
+    Raises:
+        FileNotFoundError: if nothing matches.
+
+    Example:
+        >>> find_sia_workload("philly/1").name
+        'workload-1.csv'
+    """
+    from goodput_jax.sched.sim.apps import find_sia_dir
+
+    p = Path(workload).expanduser()
+    if p.is_file():
+        return p
+    root = find_sia_dir(data) / "workloads"
+    s = str(workload).replace("helios", "saturn")
+    fam, _, rest = s.partition("/")
+    cands = [root / s, root / f"{s}.csv"]
+    if rest:
+        cands += [root / fam / f"{rest}.csv", root / fam / f"workload-{rest}.csv"]
+    cands += [root / "scale" / s / "workload-1.csv"]
+    for c in cands:
+        if c.is_file():
+            return c
+    raise FileNotFoundError(f"Sia workload {str(workload)!r} not found (looked under {root}: "
+                            "philly/N, saturn/N, newtrace/N, scale_Nx)")
 
 
 def run_workload(workload: str | os.PathLike[str], policy: str, *,
@@ -62,7 +113,8 @@ def run_workload(workload: str | os.PathLike[str], policy: str, *,
                  interference: float = 0.0, seed: int = 0, p: float = -1.0,
                  max_jobs: int | None = None, log_path: str | os.PathLike[str] | None = None,
                  progress: Callable[[int, int, float], None] | None = None,
-                 num_nodes: int = 16, gpus_per_node: int = 4) -> SimResult:
+                 num_nodes: int = 16, gpus_per_node: int = 4,
+                 cluster: str | Mapping[str, tuple[int, int]] | None = None) -> SimResult:
     """Simulate one workload CSV under ``policy`` ("pollux", "optimus" or "tiresias").
 
     Args:
@@ -75,6 +127,9 @@ def run_workload(workload: str | os.PathLike[str], policy: str, *,
         max_jobs: only the first N jobs of the workload.
         log_path: JSON Lines per-interval log.
         progress: callback ``(finished, total, sim_time)``.
+        cluster: a heterogeneous cluster, by name (``"sia-64"``, see
+            :data:`~.apps.CLUSTERS`) or as ``{type: (nodes, GPUs per node)}``; the workload
+            and the per-type traces then come from the Sia data (``traces`` names its root).
 
     Returns:
         The :class:`~.cluster.SimResult`.
@@ -83,12 +138,26 @@ def run_workload(workload: str | os.PathLike[str], policy: str, *,
         >>> run_workload("6", "optimus", max_jobs=20).avg_jct > 0    # doctest: +SKIP
         True
     """
-    path = find_workload(workload, traces)
-    apps = apps if apps is not None else load_applications(traces)
+    if cluster is not None:
+        from goodput_jax.sched.sim.apps import CLUSTERS, load_typed_applications
+
+        if isinstance(cluster, str):
+            if cluster not in CLUSTERS:
+                raise ValueError(f"cluster must be one of {', '.join(CLUSTERS)}, "
+                                 f"got {cluster!r}")
+            cluster = CLUSTERS[cluster]
+        path = find_sia_workload(workload, traces)
+        apps = apps if apps is not None else load_typed_applications(list(cluster), traces)
+        if policy not in HETERO_POLICIES:
+            raise ValueError(f"on a heterogeneous cluster the policy must be one of "
+                             f"{', '.join(HETERO_POLICIES)}, got {policy!r}")
+    else:
+        path = find_workload(workload, traces)
+        apps = apps if apps is not None else load_applications(traces)
     rows = load_workload(path, max_jobs=max_jobs)
-    pol, model = make_policy(policy, seed=seed, p=p)
+    pol, model = make_policy(policy, seed=seed, p=p, cluster=cluster)
     jobs = make_jobs(rows, apps, policy)
     label = f"{Path(path).parent.name}/{Path(path).stem}"
     return simulate(jobs, pol, model=model, interval=interval, interference=interference,
                     num_nodes=num_nodes, gpus_per_node=gpus_per_node, log_path=log_path,
-                    workload=label, progress=progress)
+                    workload=label, progress=progress, cluster=cluster)

@@ -1,0 +1,238 @@
+"""Sia in the simulator: per-type goodput models (fitted or bootstrapped) and a thin adapter.
+
+:class:`SiaModel` extends :class:`~.pollux_adapter.PolluxModel` to heterogeneous clusters:
+
+- :meth:`SiaModel.refit` fits one step-time model per (job, accelerator type) from what the
+  job measured on that type (batched, as Pollux does for one type);
+- a type the job has not run on is *bootstrapped* (Sia): the model of a type it has run on,
+  scaled by the ratio of the two types' throughputs at one GPU
+  (:func:`~goodput_jax.model.hints.bootstrap_perf_params`). The one-GPU throughput on every
+  type is the job's profile at submission (Sia measures it in < 20 GPU-seconds per type; the
+  simulator gives it for free);
+- :meth:`SiaModel.goodput_tables`: one ``optimize_fn`` call over jobs x types x replicas
+  gives every job's absolute goodput per (type, GPU count), the dense (type x count) table
+  the policy reads; cached per job until its models change;
+- :meth:`SiaModel.reoptimize` picks the batch size with the current type's model.
+
+:class:`SiaAdapter` turns the active jobs into :class:`~goodput_jax.sched.JobInfo` with
+``goodput_fns`` per type (none before the job's first run: Sia then offers one GPU of any
+type), ``restarting`` for jobs inside a checkpoint-restore, the per-application restart
+penalty, and calls :class:`~goodput_jax.sched.sia.SiaPolicy` on the typed nodes.
+
+Example:
+    >>> from goodput_jax.sched.sim.apps import CLUSTERS
+    >>> model = SiaModel()                                            # doctest: +SKIP
+    >>> policy = SiaAdapter(model, CLUSTERS["sia-64"])                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from goodput_jax.model.goodput import optimize_fn
+from goodput_jax.model.hints import bootstrap_perf_params
+from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.sched.sim.cluster import cluster_nodes
+from goodput_jax.sched.sim.job import SimJob
+from goodput_jax.sched.sim.pollux_adapter import (
+    FIT_CHUNK,
+    MAX_REPLICAS,
+    LinearSpeedup,
+    PolluxAdapter,
+    PolluxModel,
+    fit_profiles,
+)
+
+__all__ = ["RowGoodput", "SiaAdapter", "SiaModel"]
+
+TABLE_JOBS = 16  # jobs per batched table call (fixed shape: one compile per run)
+
+
+class RowGoodput:
+    """``goodput(num_nodes, num_gpus)`` of one job on one type, read from ``row[gpus]``.
+
+    Example:
+        >>> RowGoodput(np.array([0.0, 1.0, 1.8]))(1, 2)
+        1.8
+    """
+
+    def __init__(self, row: np.ndarray) -> None:
+        self.row = np.asarray(row, dtype=np.float64)
+
+    def __call__(self, num_nodes: Any, num_gpus: Any) -> Any:
+        r = np.minimum(np.asarray(num_gpus, dtype=np.int64), len(self.row) - 1)
+        out = self.row[r]
+        return float(out) if np.ndim(out) == 0 else out
+
+
+class SiaModel(PolluxModel):
+    """Per-(job, type) step-time models, Sia's bootstrap, and batched (type x count) tables.
+
+    Args:
+        cluster: ``{type: (nodes, GPUs per node)}``.
+
+    Example:
+        >>> SiaModel({"aws": (6, 4)}).types
+        ('aws',)
+    """
+
+    def __init__(self, cluster: Mapping[str, tuple[int, int]]) -> None:
+        super().__init__()
+        self.cluster = dict(cluster)
+        self.types = tuple(self.cluster)
+        self._min_thr: dict[str, dict[str, float]] = {}
+        self._typed_tables: dict[str, tuple[tuple, dict[str, np.ndarray]]] = {}
+        self.calls["typed_tables"] = 0
+
+    # ------------------------------------------------------------------ bootstrap
+    def min_throughput(self, job: SimJob) -> dict[str, float]:
+        """Samples/s of ``job`` on one GPU of each type (its Sia profile at submission)."""
+        hit = self._min_thr.get(job.name)
+        if hit is None:
+            hit = {}
+            for t in self.types:
+                app = job.type_apps[t]
+                bsz = min(app.init_batch_size, app.max_local_bsz)
+                step, _ = app.get_throughput((1,), bsz)
+                hit[t] = bsz / step
+            self._min_thr[job.name] = hit
+        return hit
+
+    def perf_for(self, job: SimJob, accel_type: str) -> tuple[float, ...] | None:
+        """Fitted parameters on ``accel_type``, else bootstrapped from an observed type."""
+        fitted = job.perf_by_type
+        if accel_type in fitted:
+            return fitted[accel_type]
+        if not fitted:
+            return None
+        ref = job.accel_type if job.accel_type in fitted else max(
+            sorted(fitted), key=lambda t: len(job.profile_by_type.get(t, ())))
+        thr = self.min_throughput(job)
+        return tuple(bootstrap_perf_params(PerfParams(*fitted[ref]), thr[ref], thr[accel_type]))
+
+    # ------------------------------------------------------------------ fitting
+    def refit(self, jobs: Sequence[SimJob]) -> None:
+        """Fit each job's model on every type it has measured (batched over (job, type))."""
+        pairs = [(j, t) for j in jobs for t in sorted(j.profile_by_type) if j.profile_by_type[t]]
+        for start in range(0, len(pairs), FIT_CHUNK):
+            chunk = pairs[start:start + FIT_CHUNK]
+            self.calls["refit"] += 1
+            params = fit_profiles([j.profile_arrays(t) for j, t in chunk])
+            for (job, t), p in zip(chunk, params):
+                job.perf_by_type[t] = p
+        for job in jobs:
+            if job.accel_type is not None:
+                job.perf_params = self.perf_for(job, job.accel_type)
+
+    def reoptimize(self, jobs: Sequence[SimJob]) -> None:
+        """Batch size with the model of the type each job runs on (then as Pollux)."""
+        for job in jobs:
+            if job.accel_type is not None and job.perf_by_type:
+                job.perf_params = self.perf_for(job, job.accel_type)
+        super().reoptimize(jobs)
+
+    # ------------------------------------------------------------------ tables
+    def goodput_tables(self, jobs: Sequence[SimJob]) -> list[dict[str, np.ndarray] | None]:
+        """Per job, ``{type: goodput[r]}`` for ``r = 0..MAX_REPLICAS`` (None before any fit).
+
+        Nodes follow Sia's configurations: ``ceil(r / GPUs per node)``.
+        """
+        out: list[dict[str, np.ndarray] | None] = [None] * len(jobs)
+        todo = []
+        for i, job in enumerate(jobs):
+            if not job.perf_by_type:
+                continue
+            perfs = tuple(self.perf_for(job, t) for t in self.types)
+            key = (perfs, job.grad_params)
+            hit = self._typed_tables.get(job.name)
+            if hit is not None and hit[0] == key:
+                out[i] = hit[1]
+            else:
+                todo.append((i, job, key))
+        for start in range(0, len(todo), TABLE_JOBS):
+            self._typed_chunk(todo[start:start + TABLE_JOBS], out)
+        return out
+
+    def _typed_chunk(self, todo, out) -> None:
+        self.calls["typed_tables"] += 1
+        J, T, R = TABLE_JOBS, len(self.types), MAX_REPLICAS
+        perf = np.tile(np.array([0.1, 0.01, 1e-8, 1e-8, 1e-8, 1e-8, 1.0]), (J, T, 1))
+        grad = np.tile(np.array([0.0, 1.0]), (J, 1))
+        m0, max_bs, lo, hi = (np.ones((J, T)) for _ in range(4))
+        for a, (_, job, key) in enumerate(todo):
+            for t, name in enumerate(self.types):
+                perf[a, t] = key[0][t]
+                app = job.type_apps[name]
+                m0[a, t], max_bs[a, t] = app.init_batch_size, app.max_batch_size
+                lo[a, t], hi[a, t] = app.min_local_bsz, app.max_local_bsz
+            if job.grad_params is not None:
+                grad[a] = job.grad_params
+        col = lambda x: jnp.asarray(x)[:, :, None]  # noqa: E731  [J, T, 1]
+        per_node = np.array([self.cluster[t][1] for t in self.types], np.float64)
+        r = np.arange(R + 1, dtype=np.float64)[None, None, :]
+        nodes = np.ceil(np.maximum(r, 1.0) / per_node[None, :, None])
+        good, _, _ = optimize_fn(
+            PerfParams(*(col(perf[:, :, k]) for k in range(7))),
+            GradParams(jnp.asarray(grad[:, 0])[:, None, None], jnp.asarray(grad[:, 1])[:, None, None]),
+            col(m0), nodes, np.maximum(r, 1.0), col(max_bs), col(lo), col(hi), accumulation=True)
+        good = np.asarray(good, dtype=np.float64)
+        good = np.where(np.isfinite(good) & (r >= 1), np.maximum(good, 0.0), 0.0)
+        for a, (i, job, key) in enumerate(todo):
+            tables = {name: good[a, t] for t, name in enumerate(self.types)}
+            self._typed_tables[job.name] = (key, tables)
+            out[i] = tables
+
+
+class SiaAdapter:
+    """Our :class:`~goodput_jax.sched.sia.SiaPolicy` behind the simulator's policy interface.
+
+    Args:
+        model: the :class:`SiaModel` shared with the cluster loop.
+        cluster: ``{type: (nodes, GPUs per node)}`` (node ids as in
+            :func:`~.cluster.cluster_nodes`).
+        **policy_kwargs: passed to ``SiaPolicy`` (``p``, ``lambda_n``, ``lambda_a`` ...).
+
+    Example:
+        >>> adapter = SiaAdapter(SiaModel({"aws": (1, 4)}), {"aws": (1, 4)})   # doctest: +SKIP
+    """
+
+    name = "sia"
+
+    def __init__(self, model: SiaModel, cluster: Mapping[str, tuple[int, int]],
+                 **policy_kwargs: Any) -> None:
+        from goodput_jax.sched.sia import SiaPolicy
+
+        self.model = model
+        self.cluster = dict(cluster)
+        _, self.node_types = cluster_nodes(self.cluster)
+        self.policy = SiaPolicy(resource="nvidia.com/gpu", **policy_kwargs)
+
+    def optimize(self, jobs: Mapping[str, SimJob], nodes: Mapping[int, int],
+                 prev_allocations: Mapping[str, Sequence[int]], now: float,
+                 ) -> dict[str, list[int]]:
+        """Allocations from SiaPolicy for the active ``jobs``."""
+        from goodput_jax.sched.types import JobInfo, NodeInfo
+
+        if not jobs:
+            return {}
+        names = list(jobs)
+        tables = self.model.goodput_tables([jobs[k] for k in names])
+        infos = {}
+        for k, table in zip(names, tables):
+            job = jobs[k]
+            cap = PolluxAdapter.max_replicas(job)
+            fns = None if table is None else {t: RowGoodput(row) for t, row in table.items()}
+            infos[k] = JobInfo({"nvidia.com/gpu": 1}, LinearSpeedup(), job.submission_time, 0,
+                               cap, True, age=max(now - job.submission_time, 0.0),
+                               num_restarts=job.num_restarts or 0, goodput_fns=fns,
+                               restarting=bool(job.placement) and job.rescale_time > 0,
+                               restart_penalty=job.restart_delay)
+        node_infos = {n: NodeInfo({"nvidia.com/gpu": g}, False, self.node_types[n])
+                      for n, g in nodes.items()}
+        out = self.policy.optimize(infos, node_infos,
+                                   {k: list(v) for k, v in prev_allocations.items()})
+        return {k: [int(n) for n in v] for k, v in out.items() if v}
