@@ -6,41 +6,56 @@ A Flax / MaxText-style loop adds two lines::
     for i, batch in enumerate(batches):
         state = hooks.step(i, train_step, state, batch)   # was: state = train_step(state, batch)
 
-``hooks.step`` runs the (jitted) step, waits for its outputs, and:
+``hooks.step`` runs the (jitted) step and returns at once (it never waits for
+the step it just dispatched), and:
 
-* records the step's start/end through a :class:`GoodputRecorder` (created
-  here, or the one passed in), so the calculator and monitor see the job;
+* records the step's start and, one step late, its device end through a
+  :class:`GoodputRecorder` (created here, or the one passed in);
 * profiles the step time under the current configuration
-  ``(num_nodes, num_replicas, atomic_bsz, accum_steps)``, split into the
-  accumulation micro-step (compute only) and the optimizer step, excluding
-  each configuration's first step (compilation);
+  ``(num_nodes, num_replicas, atomic_bsz, accum_steps)``. Step times come from
+  ONE timing function, :class:`OneStepLateTimer` (``self._timer``): after
+  dispatching step ``i`` it waits for step ``i - 1``'s outputs, so host and
+  device overlap by one step; a step's time is its device-busy interval
+  ``ready(i) - max(dispatch(i), ready(i - 1))``. Swapping in another timer
+  (e.g. the runtime's non-stalling step recorder) is one line in ``__init__``;
+* drops each configuration's first ``warmup_steps`` steps (compilation,
+  warm-up), keeps a bounded window of samples per configuration, and fits the
+  step-time model to their medians, weighted by the sample counts;
 * picks up the gradient statistics that :func:`goodput_jax.gradient_noise_scale`
-  keeps in the optimizer state anywhere in the step's outputs;
-* every ``refit_interval`` seconds of profiled training time, on the primary
-  process only, refits :class:`PerfParams`, combines them with the current
-  :class:`GradParams` into a :class:`GoodputFunction` and publishes the
-  scheduler hints (``recorder.record_hints``) next to the job's events.
+  keeps in the optimizer state anywhere in the step's outputs: every
+  ``stats_every`` steps one asynchronous on-device copy (read back lazily,
+  never blocking the step);
+* every ``refit_interval`` seconds of profiled time, on the primary process
+  only, refits :class:`PerfParams` on a background thread, combines them with
+  the current :class:`GradParams` into a :class:`GoodputFunction` and publishes
+  the scheduler hints (``recorder.record_hints``) next to the job's events.
 
 :meth:`GoodputHooks.suggest` returns the best ``(atomic_bsz, accum_steps)`` for
-the current replicas and the predicted speedup; :meth:`GoodputHooks.hints`
-returns the hints dict.
+the current (or a given) replica count with the predicted speedup and how far
+the model can be trusted (its median error on the profiled configurations);
+it refuses replica counts beyond twice the largest profiled one (AdaptDL's
+allocator limit). :meth:`GoodputHooks.hints` returns the hints (AdaptDL's JSON
+keys, :class:`goodput_jax.model.hints.Hints`). :meth:`GoodputHooks.cost`
+reports the hooks' own time on the training thread and in the background.
 
-Timing the accumulation split: when each micro-step is its own call (mode (c),
-:func:`goodput_jax.model.gradstats.multi_steps`), time the non-final calls with
-:meth:`GoodputHooks.accum_step` and the final one with :meth:`GoodputHooks.step`
-(AdaptDL's profile semantics). When the accumulation is fused into one call
-(mode (b)), the step time ``T`` with ``s`` extra micro-steps is split evenly:
-``s`` accumulation samples and one optimizer sample of ``T / (s + 1)`` each;
-this slightly overstates the compute time by the amortised synchronisation.
+Timing the accumulation split: when each micro-step is its own call, time the
+non-final calls with :meth:`GoodputHooks.accum_step` and the final one with
+:meth:`GoodputHooks.step` (AdaptDL's profile semantics; these block, as a
+separate micro-step must be timed alone). When the accumulation is fused into
+one call, the step time ``T`` with ``s`` extra micro-steps is split evenly:
+``s`` accumulation samples and one optimizer sample of ``T / (s + 1)`` each.
 """
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
 import math
 import numbers
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Self
@@ -51,23 +66,72 @@ import numpy as np
 from goodput_jax.model import gradstats
 from goodput_jax.model.types import GradParams, PerfParams
 
-__all__ = ["GoodputHooks", "ProfileEntry", "Suggestion"]
+__all__ = ["GoodputHooks", "OneStepLateTimer", "ProfileEntry", "Suggestion", "max_replicas_allowed"]
 
 _log = logging.getLogger(__name__)
+
+#: Samples kept per configuration (the newest; medians are taken over them).
+PROFILE_WINDOW = 64
+
+
+def max_replicas_allowed(max_profiled_replicas: int) -> int:
+    """Largest replica count the model may be asked about: AdaptDL's allocator rule.
+
+    ``max(2 * max_profiled_replicas, 1)`` (``adaptdl_sched/allocator.py``).
+
+    Example:
+        >>> max_replicas_allowed(0), max_replicas_allowed(2)
+        (1, 4)
+    """
+    return max(2 * int(max_profiled_replicas), 1)
 
 
 @dataclasses.dataclass
 class ProfileEntry:
-    """Summed step times of one ``(num_nodes, num_replicas, atomic_bsz, accum_steps)``."""
+    """Step times of one ``(num_nodes, num_replicas, atomic_bsz, accum_steps)``.
+
+    Sums and counts cover every kept step; ``accum_samples`` / ``optim_samples``
+    hold the newest :data:`PROFILE_WINDOW` per-step times for robust (median)
+    statistics.
+    """
 
     accum_time: float = 0.0
     accum_count: int = 0
     optim_time: float = 0.0
     optim_count: int = 0
+    accum_samples: collections.deque = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=PROFILE_WINDOW))
+    optim_samples: collections.deque = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=PROFILE_WINDOW))
+
+    def add_optim(self, seconds: float) -> None:
+        self.optim_time += seconds
+        self.optim_count += 1
+        self.optim_samples.append(seconds)
+
+    def add_accum(self, seconds: float, count: int = 1) -> None:
+        self.accum_time += seconds * count
+        self.accum_count += count
+        self.accum_samples.append(seconds)
+
+    def to_json(self) -> dict:
+        """JSON-safe form (for checkpoints)."""
+        return {"accum_time": self.accum_time, "accum_count": self.accum_count,
+                "optim_time": self.optim_time, "optim_count": self.optim_count,
+                "accum_samples": list(self.accum_samples),
+                "optim_samples": list(self.optim_samples)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> ProfileEntry:
+        e = cls(float(d["accum_time"]), int(d["accum_count"]), float(d["optim_time"]),
+                int(d["optim_count"]))
+        e.accum_samples.extend(float(x) for x in d.get("accum_samples", ()))
+        e.optim_samples.extend(float(x) for x in d.get("optim_samples", ()))
+        return e
 
 
 class Suggestion(NamedTuple):
-    """What :meth:`GoodputHooks.suggest` recommends for the current replicas.
+    """What :meth:`GoodputHooks.suggest` recommends.
 
     Attributes:
         atomic_bsz: per-replica micro-batch size.
@@ -77,6 +141,12 @@ class Suggestion(NamedTuple):
         current_goodput: predicted goodput of the running configuration.
         predicted_speedup: ``goodput / current_goodput``.
         efficiency: statistical efficiency of the suggested batch size.
+        num_replicas: the replica count the suggestion is for.
+        model_error: median relative error of the step-time model on the
+            profiled configurations (nan before a fit).
+        profiled_configs: number of profiled configurations behind the fit.
+        confident: ``model_error <= 0.15`` and at least two profiled
+            configurations (one configuration fixes ``alpha_c`` by assumption).
     """
 
     atomic_bsz: int
@@ -86,6 +156,10 @@ class Suggestion(NamedTuple):
     current_goodput: float
     predicted_speedup: float
     efficiency: float
+    num_replicas: int = 0
+    model_error: float = float("nan")
+    profiled_configs: int = 0
+    confident: bool = False
 
 
 def _pos_int(value: Any, name: str, allow_none: bool = False) -> int | None:
@@ -96,12 +170,115 @@ def _pos_int(value: Any, name: str, allow_none: bool = False) -> int | None:
     return int(value)
 
 
+def _nonneg_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} ({value!r}) must be a non-negative integer")
+    return int(value)
+
+
 def _finite_or_none(x: Any) -> float | None:
     try:
         f = float(x)
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+def _live_arrays(outputs: Any) -> list:
+    return [x for x in jax.tree.leaves(outputs)
+            if isinstance(x, jax.Array) and not x.is_deleted()]
+
+
+def _all_ready(arrays: list) -> bool:
+    for a in arrays:
+        try:
+            if not a.is_ready():
+                return False
+        except Exception:  # noqa: BLE001 - deleted meanwhile: nothing to wait for
+            continue
+    return True
+
+
+def _block(arrays: list) -> None:
+    for a in arrays:
+        if a.is_deleted():
+            continue
+        try:
+            a.block_until_ready()
+        except Exception:  # noqa: BLE001 - donated to a later step: its successor covers it
+            continue
+
+
+class OneStepLateTimer:
+    """Step times without stalling the dispatch: wait for step ``i - 1`` after dispatching ``i``.
+
+    :meth:`dispatched` is the only timing call the hooks make. It returns the
+    steps that completed, as ``(step, seconds, wall_end)`` tuples. A step's time
+    is its device-busy interval ``ready(i) - max(dispatch_start(i), ready(i-1))``.
+    Outputs that are already ready when the call returns (host-side functions,
+    synchronous backends) complete at once.
+
+    Args:
+        clock: monotonic seconds.
+
+    Example:
+        >>> t = iter([0.0, 1.0, 1.0, 3.0])
+        >>> timer = OneStepLateTimer(lambda: next(t))
+        >>> timer.dispatched(0, None, 0.0, 1.0)[0][:2]   # no arrays: complete at once
+        (0, 1.0)
+    """
+
+    def __init__(self, clock: Callable[[], float]):
+        self._clock = clock
+        self._pending: tuple | None = None
+        self._last_ready: float | None = None
+
+    def _complete(self, item: tuple, t_end: float) -> tuple[int, float, float]:
+        step, _arrays, t_start = item
+        begin = t_start if self._last_ready is None else max(t_start, self._last_ready)
+        self._last_ready = t_end
+        return step, max(t_end - begin, 0.0), time.time()
+
+    def before_dispatch(self, t_start: float) -> list[tuple[int, float, float]]:
+        """Called right before the next dispatch: completes the pending step if it is ready."""
+        if self._pending is not None and _all_ready(self._pending[1]):
+            item, self._pending = self._pending, None
+            return [self._complete(item, t_start)]
+        return []
+
+    def dispatched(self, step: int, outputs: Any, t_start: float,
+                   t_dispatched: float) -> list[tuple[int, float, float]]:
+        """Register step ``step`` (dispatched between ``t_start`` and ``t_dispatched``)."""
+        arrays = _live_arrays(outputs)
+        done = []
+        if _all_ready(arrays):
+            if self._pending is not None:
+                done.append(self._complete(self._pending, t_dispatched))
+                self._pending = None
+            done.append(self._complete((step, arrays, t_start), t_dispatched))
+            return done
+        if self._pending is not None:
+            _block(self._pending[1])
+            done.append(self._complete(self._pending, self._clock()))
+        self._pending = (step, arrays, t_start)
+        return done
+
+    def flush(self) -> list[tuple[int, float, float]]:
+        """Wait for the pending step (if any) and return it completed."""
+        if self._pending is None:
+            return []
+        _block(self._pending[1])
+        item, self._pending = self._pending, None
+        return [self._complete(item, self._clock())]
+
+    def reset(self) -> None:
+        """Forget the readiness chain (after an idle gap, e.g. a checkpoint)."""
+        self._last_ready = None
+
+
+@jax.jit
+def _copy_tree(tree: Any) -> Any:
+    return jax.tree.map(lambda x: x + jax.numpy.zeros((), x.dtype), tree)
 
 
 class GoodputHooks:
@@ -126,6 +303,9 @@ class GoodputHooks:
         clock: monotonic seconds for step timing (injectable for tests).
         is_primary: whether this process fits and publishes (default
             ``jax.process_index() == 0``).
+        warmup_steps: steps dropped at the start of every configuration.
+        stats_every: read the gradient statistics every this many steps.
+        background: refit on a background thread (False: inline, e.g. tests).
 
     Example:
         >>> hooks = GoodputHooks("doc-job", init_batch_size=32, is_primary=False)
@@ -150,6 +330,9 @@ class GoodputHooks:
         refit_interval: float = 30.0,
         clock: Callable[[], float] = time.perf_counter,
         is_primary: bool | None = None,
+        warmup_steps: int = 2,
+        stats_every: int = 10,
+        background: bool = True,
     ):
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
@@ -166,9 +349,7 @@ class GoodputHooks:
         if atomic_bsz is None:
             atomic_bsz = max(1, self.init_batch_size // self.num_replicas)
         self.atomic_bsz = _pos_int(atomic_bsz, "atomic_bsz")
-        if isinstance(accum_steps, bool) or not isinstance(accum_steps, numbers.Integral) or accum_steps < 0:
-            raise ValueError(f"accum_steps ({accum_steps!r}) must be a non-negative integer")
-        self.accum_steps = int(accum_steps)
+        self.accum_steps = _nonneg_int(accum_steps, "accum_steps")
         self.max_batch_size = _pos_int(
             self.init_batch_size if max_batch_size is None else max_batch_size, "max_batch_size"
         )
@@ -189,6 +370,9 @@ class GoodputHooks:
         if not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning seconds")
         self._clock = clock
+        self.warmup_steps = _nonneg_int(warmup_steps, "warmup_steps")
+        self.stats_every = _pos_int(stats_every, "stats_every")
+        self.background = bool(background)
         self.is_primary = (jax.process_index() == 0) if is_primary is None else bool(is_primary)
         if recorder is None:
             from goodput_jax.measure.recorder import GoodputRecorder
@@ -200,16 +384,30 @@ class GoodputHooks:
         else:
             self._owns_recorder = False
         self.recorder = recorder
+        self._device_end = getattr(recorder, "record_step_device_end_time", None)
+        # The ONE timing function (swap for the runtime's step recorder here).
+        self._timer = OneStepLateTimer(clock)
+        self._step_keys: dict[int, tuple] = {}
         self.profile: dict[tuple[int, int, int, int], ProfileEntry] = {}
-        self._seen_optim: set[tuple] = set()
-        self._seen_accum: set[tuple] = set()
+        self._seen: dict[tuple, int] = {}
+        self._seen_accum: dict[tuple, int] = {}
         self._pending_accum = 0
         self._since_fit = 0.0
+        self._steps_seen = 0
         self._grad_stats: Any = None
+        self._last_out: Any = None
         self._grad_params: GradParams | None = None
         self.perf_params: PerfParams | None = None
+        self.model_error = float("nan")
+        self.model_errors: dict[tuple[int, int, int], float] = {}
         self.fit_count = 0
         self.last_hints: dict | None = None
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._future: concurrent.futures.Future | None = None
+        #: Seconds the hooks spent on the training thread / in the background.
+        self.foreground_seconds = 0.0
+        self.background_seconds = 0.0
 
     # ------------------------------------------------------------------ configuration
     def _key(self) -> tuple[int, int, int, int]:
@@ -225,22 +423,24 @@ class GoodputHooks:
     ) -> None:
         """Tell the hooks that the loop now runs another configuration.
 
+        Waits for the pending step first, so its time is not charged with the
+        next configuration's compilation.
+
         Example:
             >>> hooks = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1)
             >>> hooks.set_config(atomic_bsz=16, accum_steps=1)
             >>> hooks.atomic_bsz, hooks.accum_steps
             (16, 1)
         """
-        if atomic_bsz is not None:
-            self.atomic_bsz = _pos_int(atomic_bsz, "atomic_bsz")
-        if accum_steps is not None:
-            if isinstance(accum_steps, bool) or not isinstance(accum_steps, numbers.Integral) or accum_steps < 0:
-                raise ValueError(f"accum_steps ({accum_steps!r}) must be a non-negative integer")
-            self.accum_steps = int(accum_steps)
+        b = self.atomic_bsz if atomic_bsz is None else _pos_int(atomic_bsz, "atomic_bsz")
+        s = self.accum_steps if accum_steps is None else _nonneg_int(accum_steps, "accum_steps")
         nodes = self.num_nodes if num_nodes is None else _pos_int(num_nodes, "num_nodes")
         reps = self.num_replicas if num_replicas is None else _pos_int(num_replicas, "num_replicas")
         if nodes > reps:
             raise ValueError(f"num_nodes ({nodes}) > num_replicas ({reps})")
+        self._finish_timing(self._timer.flush())
+        self._timer.reset()
+        self.atomic_bsz, self.accum_steps = b, s
         self.num_nodes, self.num_replicas = nodes, reps
         self._pending_accum = 0
 
@@ -250,102 +450,135 @@ class GoodputHooks:
         return self.num_replicas * self.atomic_bsz * (self.accum_steps + 1)
 
     # ------------------------------------------------------------------ timing
-    def _timed(self, fn: Callable, args: tuple, kwargs: dict) -> tuple[Any, float]:
-        t0 = self._clock()
-        out = fn(*args, **kwargs)
-        out = jax.block_until_ready(out)
-        return out, float(self._clock() - t0)
-
     def accum_step(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        """Run and time one non-final accumulation micro-step (mode (c) loops).
+        """Run and time one non-final accumulation micro-step (separate-call loops; blocks).
 
         Example:
             >>> hooks = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1)
             >>> hooks.accum_step(lambda: 3)
             3
         """
-        out, dt = self._timed(fn, args, kwargs)
+        self._finish_timing(self._timer.flush())
+        t0 = self._clock()
+        out = jax.block_until_ready(fn(*args, **kwargs))
+        dt = float(self._clock() - t0)
+        self._timer.reset()
         key = self._key()
-        if key in self._seen_accum:
-            entry = self.profile.setdefault(key, ProfileEntry())
-            entry.accum_time += dt
-            entry.accum_count += 1
+        seen = self._seen_accum.get(key, 0)
+        self._seen_accum[key] = seen + 1
+        if seen >= self.warmup_steps:
+            self.profile.setdefault(key, ProfileEntry()).add_accum(dt)
             self._since_fit += dt
-        else:
-            self._seen_accum.add(key)
         self._pending_accum += 1
         return out
 
     def step(self, step: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """Run one optimizer step ``fn(*args, **kwargs)``, record and profile it.
 
-        Blocks until the outputs are ready (so the time is the device time, and
-        the recorded step end is real). Any :class:`GradStatsState` in the
-        outputs (e.g. in the returned optimizer state) becomes the current
-        gradient statistics. May refit and publish hints afterwards.
+        Does not wait for the step: it waits for the previous one (one step
+        late), records its device end and profiles its time. Any
+        :class:`GradStatsState` in the outputs becomes the current gradient
+        statistics (an asynchronous copy every ``stats_every`` steps). May start
+        a refit (in the background) afterwards.
 
         Returns:
             ``fn``'s outputs.
         """
         self.recorder.record_step_start_time(step)
-        out, dt = self._timed(fn, args, kwargs)
-        self.recorder.record_step_end_time(step)
-        self.observe_step_time(dt)
-        self.observe_outputs(out)
+        t0 = self._clock()
+        early = self._timer.before_dispatch(t0)
+        out = fn(*args, **kwargs)
+        t1 = self._clock()
+        self._finish_timing(early)
+        self._step_keys[step] = (self._key(), self._pending_accum)
+        self._pending_accum = 0
+        done = self._timer.dispatched(step, out, t0, t1)
+        self._finish_timing(done)
+        if self._steps_seen % self.stats_every == 0:
+            self.observe_outputs(out)
+        self._last_out = out
+        self._steps_seen += 1
         self.maybe_refit()
+        self.foreground_seconds += max(self._clock() - t1, 0.0)
         return out
+
+    def _finish_timing(self, done: list[tuple[int, float, float]]) -> None:
+        for step, seconds, wall_end in done:
+            key, pending = self._step_keys.pop(step, (self._key(), 0))
+            if self._device_end is not None:
+                self._device_end(step, wall_end)
+            else:
+                self.recorder.record_step_end_time(step)
+            self._observe(key, pending, seconds)
+
+    def flush(self) -> None:
+        """Wait for the last dispatched step, record it and take its statistics.
+
+        Call before checkpoints and at the end (``job()`` and ``close()`` do).
+        """
+        self._finish_timing(self._timer.flush())
+        out, self._last_out = self._last_out, None
+        if out is not None and not any(
+                isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(out)):
+            self.observe_outputs(out)
 
     @contextlib.contextmanager
     def step_context(self, step: int) -> Iterator[Callable[[Any], None]]:
         """Context-manager form: ``with hooks.step_context(i) as done: out = f(); done(out)``.
 
-        ``done(outputs)`` waits for the outputs and takes the gradient statistics
-        from them; without it the time is whatever the block took.
+        ``done(outputs)`` hands over the outputs (timed one step late, as
+        :meth:`step`); without it the time is whatever the block took.
         """
         self.recorder.record_step_start_time(step)
         t0 = self._clock()
+        early = self._timer.before_dispatch(t0)
         box: list = []
-
-        def done(outputs: Any) -> None:
-            box.append(jax.block_until_ready(outputs))
-
-        yield done
-        dt = float(self._clock() - t0)
-        self.recorder.record_step_end_time(step)
-        self.observe_step_time(dt)
-        if box:
+        yield box.append
+        t1 = self._clock()
+        self._finish_timing(early)
+        self._step_keys[step] = (self._key(), self._pending_accum)
+        self._pending_accum = 0
+        self._finish_timing(self._timer.dispatched(step, box[0] if box else None, t0, t1))
+        if box and self._steps_seen % self.stats_every == 0:
             self.observe_outputs(box[0])
+        self._steps_seen += 1
         self.maybe_refit()
 
     def observe_step_time(self, seconds: float) -> None:
         """Add one optimizer step of ``seconds`` under the current configuration.
 
-        Each configuration's first step is dropped (compilation). With
+        Each configuration's first ``warmup_steps`` steps are dropped. With
         ``accum_steps > 0`` and no :meth:`accum_step` calls since the last step,
         the time is split evenly between the micro-steps (see module docs).
         """
+        pending, self._pending_accum = self._pending_accum, 0
+        self._observe(self._key(), pending, seconds)
+
+    def _observe(self, key: tuple, pending: int, seconds: float) -> None:
         seconds = float(seconds)
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"seconds ({seconds!r}) must be a finite non-negative number")
-        key = self._key()
-        pending, self._pending_accum = self._pending_accum, 0
-        if key not in self._seen_optim:
-            self._seen_optim.add(key)
+        seen = self._seen.get(key, 0)
+        self._seen[key] = seen + 1
+        if seen < self.warmup_steps or seconds == 0.0:
             return
-        entry = self.profile.setdefault(key, ProfileEntry())
-        s = self.accum_steps
-        if s > 0 and pending == 0:
-            part = seconds / (s + 1)
-            entry.accum_time += part * s
-            entry.accum_count += s
-            entry.optim_time += part
-        else:
-            entry.optim_time += seconds
-        entry.optim_count += 1
+        with self._lock:
+            entry = self.profile.setdefault(key, ProfileEntry())
+            s = key[3]
+            if s > 0 and pending == 0:
+                part = seconds / (s + 1)
+                entry.add_accum(part, s)
+                entry.add_optim(part)
+            else:
+                entry.add_optim(seconds)
         self._since_fit += seconds
 
     def observe_outputs(self, outputs: Any) -> None:
-        """Take the gradient statistics from any :class:`GradStatsState` in ``outputs``."""
+        """Take the gradient statistics from any :class:`GradStatsState` in ``outputs``.
+
+        Dispatches an on-device copy (the step may donate the original on its
+        next call) and reads it back only when the statistics are needed.
+        """
         found = [
             x
             for x in jax.tree.leaves(
@@ -354,8 +587,11 @@ class GoodputHooks:
             if isinstance(x, gradstats.GradStatsState)
         ]
         if found:
-            # Copy to host now: the step may donate these buffers on its next call.
-            self._grad_stats = jax.device_get(found[0])
+            st = found[0]
+            if all(isinstance(x, jax.Array) for x in jax.tree.leaves(st)):
+                self._grad_stats = _copy_tree(st)
+            else:
+                self._grad_stats = st
 
     def update_grad_params(self, grad_params: Any) -> None:
         """Set the gradient statistics directly (``GradParams`` or an optimizer state)."""
@@ -379,49 +615,104 @@ class GoodputHooks:
 
     def max_profiled_replicas(self) -> int:
         """Largest replica count with an optimizer-step profile (0 when none)."""
-        return max((k[1] for k, e in self.profile.items() if e.optim_count), default=0)
+        with self._lock:
+            return max((k[1] for k, e in self.profile.items() if e.optim_count), default=0)
+
+    def profile_table(self) -> dict[tuple[int, int, int], tuple[float, float, int]]:
+        """Robust per-configuration statistics: ``(nodes, replicas, atomic_bsz) -> (accum, optim, n)``.
+
+        Medians over the kept samples of every accumulation setting of the
+        configuration; ``accum`` falls back to ``optim`` when no accumulation
+        step was profiled; ``n`` is the number of optimizer-step samples.
+
+        Example:
+            >>> hooks = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1,
+            ...                      warmup_steps=0)
+            >>> for t in (0.1, 0.3, 0.2):
+            ...     hooks.observe_step_time(t)
+            >>> hooks.profile_table()
+            {(1, 1, 8): (0.2, 0.2, 3)}
+        """
+        groups: dict[tuple[int, int, int], list] = {}
+        with self._lock:
+            for (n, r, b, _s), e in self.profile.items():
+                if not e.optim_count:
+                    continue
+                g = groups.setdefault((n, r, b), [[], [], 0])
+                g[0].extend(e.accum_samples)
+                g[1].extend(e.optim_samples)
+                g[2] += e.optim_count
+        out = {}
+        for k, (acc, opt, cnt) in sorted(groups.items()):
+            o = float(np.median(opt))
+            out[k] = (float(np.median(acc)) if acc else o, o, int(cnt))
+        return out
+
+    def _fit(self, table: dict) -> tuple[PerfParams | None, float, dict]:
+        from goodput_jax.model.perf import fit_perf_params, predict_optim_time
+
+        keys = list(table)
+        n, r, b = (np.array([k[i] for k in keys]) for i in range(3))
+        acc = np.array([table[k][0] for k in keys])
+        opt = np.array([table[k][1] for k in keys])
+        weights = np.array([min(table[k][2], PROFILE_WINDOW) for k in keys], float)
+        params = fit_perf_params(n, r, b, acc, opt, weights=weights)
+        pred = np.asarray(predict_optim_time(params, n, r, b))
+        errs = np.abs(pred - opt) / opt
+        return params, float(np.median(errs)), {k: float(e) for k, e in zip(keys, errs)}
 
     def refit(self) -> PerfParams | None:
-        """Refit :class:`PerfParams` to the profile now (keeps the old fit on failure)."""
-        from goodput_jax.model.perf import fit_perf_params
-
-        agg: dict[tuple[int, int, int], list[float]] = {}
-        for (n, r, b, _s), e in self.profile.items():
-            if e.optim_count == 0:
-                continue
-            a = agg.setdefault((n, r, b), [0.0, 0, 0.0, 0])
-            a[0] += e.accum_time
-            a[1] += e.accum_count
-            a[2] += e.optim_time
-            a[3] += e.optim_count
-        if not agg:
+        """Refit :class:`PerfParams` to the profile now, on this thread (keeps the old fit on failure)."""
+        table = self.profile_table()
+        self._since_fit = 0.0
+        if not table:
             return self.perf_params
-        keys = sorted(agg)
-        optim = np.array([agg[k][2] / agg[k][3] for k in keys])
-        accum = np.array([agg[k][0] / agg[k][1] if agg[k][1] else agg[k][2] / agg[k][3] for k in keys])
         try:
-            self.perf_params = fit_perf_params(
-                np.array([k[0] for k in keys]), np.array([k[1] for k in keys]),
-                np.array([k[2] for k in keys]), accum, optim,
-            )
-            self.fit_count += 1
+            params, err, errs = self._fit(table)
         except Exception as e:  # noqa: BLE001 - a bad profile must not stop training
             _log.warning("goodput hooks: refitting PerfParams failed (%s); keeping the last fit", e)
-        self._since_fit = 0.0
+            return self.perf_params
+        self.perf_params, self.model_error, self.model_errors = params, err, errs
+        self.fit_count += 1
         return self.perf_params
 
-    def maybe_refit(self) -> bool:
-        """Refit and publish when ``refit_interval`` seconds of profiled time have passed.
+    def _refit_and_publish(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            self.refit()
+            self.publish()
+        except Exception:  # noqa: BLE001 - never crash the worker
+            _log.exception("goodput hooks: background refit failed")
+        finally:
+            self.background_seconds += time.perf_counter() - t0
 
-        Only on the primary process. Returns whether it refit.
+    def maybe_refit(self) -> bool:
+        """Start a refit + publish when ``refit_interval`` seconds of profiled time have passed.
+
+        Only on the primary process; on a background thread unless
+        ``background=False``; never two at once. Returns whether it started one.
         """
         if not self.is_primary or self._since_fit < self.refit_interval or not self.profile:
             return False
+        if self._future is not None and not self._future.done():
+            return False
         if not any(e.optim_count for e in self.profile.values()):
             return False
-        self.refit()
-        self.publish()
+        _ = self.grad_params  # read the statistics copy here (the worker must not touch JAX state)
+        self._since_fit = 0.0
+        if not self.background:
+            self._refit_and_publish()
+            return True
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="goodput-refit")
+        self._future = self._executor.submit(self._refit_and_publish)
         return True
+
+    def wait_refit(self, timeout: float | None = None) -> None:
+        """Wait for a background refit in flight (if any)."""
+        if self._future is not None:
+            self._future.result(timeout)
 
     def goodput_function(self) -> Any:
         """A :class:`GoodputFunction` of the current fit and statistics, or None."""
@@ -432,69 +723,92 @@ class GoodputHooks:
 
         return GoodputFunction(self.perf_params, gp, self.init_batch_size)
 
-    def suggest(self) -> Suggestion | None:
-        """Best ``(atomic_bsz, accum_steps)`` for the current replicas, with the predicted speedup.
+    def suggest(self, num_replicas: int | None = None, num_nodes: int | None = None,
+                max_batch_size: int | None = None) -> Suggestion | None:
+        """Best ``(atomic_bsz, accum_steps)`` for ``num_replicas`` (default: current), with confidence.
 
-        Returns None until both a fit and gradient statistics exist.
+        Args:
+            num_replicas: replica count to plan for; at most
+                :func:`max_replicas_allowed` of the largest profiled count.
+            num_nodes: nodes for it (default: current, capped at ``num_replicas``).
+            max_batch_size: a tighter cap than the job's (e.g. exploration).
+
+        Returns:
+            A :class:`Suggestion`, or None until both a fit and gradient statistics exist.
+
+        Raises:
+            ValueError: ``num_replicas`` beyond what the profile supports.
         """
         fn = self.goodput_function()
         if fn is None:
             return None
+        reps = self.num_replicas if num_replicas is None else _pos_int(num_replicas, "num_replicas")
+        # The running replica count is always allowed (it is being profiled).
+        limit = max(max_replicas_allowed(self.max_profiled_replicas()), self.num_replicas)
+        if reps > limit:
+            raise ValueError(
+                f"num_replicas ({reps}) > {limit}: the step-time model was profiled up to "
+                f"{self.max_profiled_replicas()} replica(s) and may extrapolate to at most "
+                f"twice that (AdaptDL's rule); profile more replicas first")
+        nodes = min(self.num_nodes if num_nodes is None else _pos_int(num_nodes, "num_nodes"), reps)
+        cap = self.max_batch_size if max_batch_size is None else max(
+            min(int(max_batch_size), self.max_batch_size), self.init_batch_size)
         goodput, bsz, steps = fn.optimize(
-            self.num_nodes, self.num_replicas, max_batch_size=self.max_batch_size,
+            nodes, reps, max_batch_size=cap,
             atomic_bsz_range=self.local_bsz_bounds, accumulation=self.gradient_accumulation,
         )
-        current = fn.evaluate(self.num_nodes, self.num_replicas, self.atomic_bsz, self.accum_steps)
-        total = self.num_replicas * int(bsz) * (int(steps) + 1)
+        try:
+            current = fn.evaluate(self.num_nodes, self.num_replicas, self.atomic_bsz,
+                                  self.accum_steps)
+        except ValueError:  # running below init_batch_size: no comparable goodput
+            current = float("nan")
+        total = reps * int(bsz) * (int(steps) + 1)
         speedup = float(goodput) / float(current) if current and current > 0 else float("nan")
+        configs = len(self.model_errors)
+        err = self.model_error
         return Suggestion(
             atomic_bsz=int(bsz), accum_steps=int(steps), batch_size=total,
             goodput=float(goodput), current_goodput=float(current),
             predicted_speedup=speedup, efficiency=float(fn.efficiency(total)),
+            num_replicas=reps, model_error=err, profiled_configs=configs,
+            confident=bool(configs >= 2 and math.isfinite(err) and err <= 0.15),
         )
 
     def hints(self) -> dict:
-        """The scheduler hints (AdaptDL names) plus the model's current read-outs.
+        """The scheduler hints as JSON (AdaptDL keys; :class:`goodput_jax.model.hints.Hints`).
 
-        Keys: ``perfParams`` (``alpha_c`` .. ``gamma``), ``gradParams``
-        (``{"norm", "var"}``), ``initBatchSize``, ``maxBatchSize``,
-        ``localBszBounds``, ``gradientAccumulation``, ``maxProfiledReplicas``,
-        and, once known, ``gradientNoiseScale`` (samples), ``efficiency`` (of
-        the current batch), ``suggestedBatchSize``, ``suggestedAtomicBsz``,
-        ``suggestedAccumSteps``, ``predictedSpeedup``; plus the current
-        ``numNodes``, ``numReplicas``, ``atomicBsz``, ``accumSteps``. Values are
-        JSON-safe (non-finite numbers become None).
+        Keys: ``perfParams``, ``gradParams`` (``{"norm", "var"}``),
+        ``initBatchSize``, ``maxBatchSize``, ``localBszBounds``,
+        ``gradientAccumulation``, ``maxProfiledReplicas``, the current
+        ``numNodes``, ``numReplicas``, ``atomicBsz``, ``accumSteps`` and, once
+        known, ``gradientNoiseScale``, ``efficiency``, ``suggestedBatchSize``,
+        ``suggestedAtomicBsz``, ``suggestedAccumSteps``, ``predictedSpeedup``
+        (None where unknown).
         """
+        from goodput_jax.model.hints import Hints
+
         gp = self.grad_params
-        out: dict[str, Any] = {
-            "perfParams": None if self.perf_params is None else {
-                k: _finite_or_none(v) for k, v in self.perf_params._asdict().items()
-            },
-            "gradParams": None if gp is None else {
-                "norm": _finite_or_none(gp.sqr), "var": _finite_or_none(gp.var)
-            },
-            "initBatchSize": self.init_batch_size,
-            "maxBatchSize": self.max_batch_size,
-            "localBszBounds": list(self.local_bsz_bounds),
-            "gradientAccumulation": self.gradient_accumulation,
-            "maxProfiledReplicas": self.max_profiled_replicas(),
-            "numNodes": self.num_nodes,
-            "numReplicas": self.num_replicas,
-            "atomicBsz": self.atomic_bsz,
-            "accumSteps": self.accum_steps,
-        }
+        kw: dict[str, Any] = dict(
+            perf_params=self.perf_params, grad_params=gp,
+            init_batch_size=self.init_batch_size, max_batch_size=self.max_batch_size,
+            local_bsz_bounds=self.local_bsz_bounds,
+            gradient_accumulation=self.gradient_accumulation,
+            max_profiled_replicas=self.max_profiled_replicas(), num_nodes=self.num_nodes,
+            num_replicas=self.num_replicas, atomic_bsz=self.atomic_bsz,
+            accum_steps=self.accum_steps,
+        )
         if gp is not None and gp.sqr > 0:
-            out["gradientNoiseScale"] = _finite_or_none(self.init_batch_size * gp.var / gp.sqr)
+            kw["gradient_noise_scale"] = _finite_or_none(self.init_batch_size * gp.var / gp.sqr)
         fn = self.goodput_function()
         if fn is not None:
-            out["efficiency"] = _finite_or_none(fn.efficiency(self.batch_size))
+            kw["efficiency"] = _finite_or_none(fn.efficiency(self.batch_size))
             sug = self.suggest()
             if sug is not None:
-                out["suggestedBatchSize"] = sug.batch_size
-                out["suggestedAtomicBsz"] = sug.atomic_bsz
-                out["suggestedAccumSteps"] = sug.accum_steps
-                out["predictedSpeedup"] = _finite_or_none(sug.predicted_speedup)
-        return out
+                kw["suggested_batch_size"] = sug.batch_size
+                kw["suggested_atomic_bsz"] = sug.atomic_bsz
+                kw["suggested_accum_steps"] = sug.accum_steps
+                kw["predicted_speedup"] = _finite_or_none(sug.predicted_speedup)
+        return Hints(**kw).to_json()
 
     def publish(self) -> dict:
         """Store :meth:`hints` with the job's events (``recorder.record_hints``); returns them."""
@@ -504,19 +818,92 @@ class GoodputHooks:
             self.recorder.record_hints(h)
         return h
 
+    def cost(self) -> dict[str, float]:
+        """The hooks' own time: ``foreground`` (training thread) and ``background`` seconds.
+
+        Example:
+            >>> GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1).cost()
+            {'foreground': 0.0, 'background': 0.0}
+        """
+        return {"foreground": self.foreground_seconds, "background": self.background_seconds}
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """JSON-safe state (profile, fit, statistics, configuration) for checkpoints.
+
+        Example:
+            >>> h = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1)
+            >>> sorted(h.state_dict())[:3]
+            ['accum_steps', 'atomic_bsz', 'grad_params']
+        """
+        gp = self.grad_params
+        with self._lock:
+            prof = [[list(k), e.to_json()] for k, e in self.profile.items()]
+        return {
+            "profile": prof,
+            "seen": [[list(k), v] for k, v in self._seen.items()],
+            "perf_params": None if self.perf_params is None else list(self.perf_params),
+            "grad_params": None if gp is None else [gp.sqr, gp.var],
+            "model_error": _finite_or_none(self.model_error),
+            "atomic_bsz": self.atomic_bsz,
+            "accum_steps": self.accum_steps,
+            "num_replicas": self.num_replicas,
+            "num_nodes": self.num_nodes,
+        }
+
+    def load_state_dict(self, state: dict, *, keep_topology: bool = True) -> None:
+        """Restore :meth:`state_dict` (profile, fit, statistics; configuration too).
+
+        With ``keep_topology`` (default) the current ``num_nodes`` /
+        ``num_replicas`` stay (a restarted job may run on another device count).
+        """
+        with self._lock:
+            self.profile = {tuple(k): ProfileEntry.from_json(e) for k, e in state["profile"]}
+        self._seen = {tuple(k): int(v) for k, v in state.get("seen", [])}
+        pp = state.get("perf_params")
+        self.perf_params = None if pp is None else PerfParams(*(float(x) for x in pp))
+        gp = state.get("grad_params")
+        if gp is not None:
+            self._grad_stats = None
+            self._grad_params = GradParams(float(gp[0]), float(gp[1]))
+        err = state.get("model_error")
+        self.model_error = float("nan") if err is None else float(err)
+        if self.perf_params is not None:
+            table = self.profile_table()
+            from goodput_jax.model.perf import predict_optim_time
+
+            if table:
+                keys = list(table)
+                pred = np.asarray(predict_optim_time(
+                    self.perf_params, *(np.array([k[i] for k in keys]) for i in range(3))))
+                self.model_errors = {k: abs(p - table[k][1]) / table[k][1]
+                                     for k, p in zip(keys, pred)}
+        self.atomic_bsz = int(state["atomic_bsz"])
+        self.accum_steps = int(state["accum_steps"])
+        if not keep_topology:
+            self.num_nodes, self.num_replicas = int(state["num_nodes"]), int(state["num_replicas"])
+
     # ------------------------------------------------------------------ lifecycle
     @contextlib.contextmanager
     def job(self) -> Iterator[GoodputHooks]:
-        """Job start on enter; on a normal exit: a final refit + hints, then job end."""
+        """Job start on enter; on a normal exit: the last step, a final refit + hints, job end."""
         self.recorder.record_job_start_time()
         yield self
+        self.flush()
+        self.wait_refit()
         if self.is_primary and any(e.optim_count for e in self.profile.values()):
+            _ = self.grad_params
             self.refit()
             self.publish()
         self.recorder.record_job_end_time()
 
     def close(self) -> None:
-        """Close the recorder if these hooks created it (flushes pending events)."""
+        """Finish the pending step and refit; close the recorder if these hooks created it."""
+        with contextlib.suppress(Exception):
+            self.flush()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         if self._owns_recorder:
             self.recorder.close()
 

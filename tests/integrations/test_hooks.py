@@ -47,7 +47,7 @@ def test_profile_split_first_step_excluded_and_refit_interval(tmp_path):
     rec = GoodputRecorder("prof", "l", logging_enabled=True, store=store)
     hooks = GoodputHooks("prof", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
                          max_batch_size=128, recorder=rec, refit_interval=1.0, clock=clock,
-                         is_primary=True)
+                         is_primary=True, warmup_steps=1, background=False)
     # Synthetic step times from a known model: t = 0.05 + 0.01 * bsz (one replica).
     step = 0
     for bsz in (8, 16, 32):
@@ -116,7 +116,7 @@ def test_suggestion_from_known_params_and_hint_values():
 def test_non_primary_does_not_fit_or_publish():
     clock = FakeClock()
     hooks = GoodputHooks("np", init_batch_size=8, num_replicas=1, num_nodes=1, refit_interval=0.0,
-                         clock=clock, is_primary=False)
+                         clock=clock, is_primary=False, warmup_steps=1)
     for i in range(4):
         hooks.step(i, clock.work(0.1))
     assert hooks.fit_count == 0 and hooks.perf_params is None and hooks.last_hints is None
@@ -201,4 +201,105 @@ def test_real_flax_training_run_end_to_end(tmp_path):
     kinds = [ev.kind for ev in events]
     assert kinds[0] == EventKind.JOB_START and kinds[-1] == EventKind.JOB_END
     assert kinds.count(EventKind.STEP_START) == step
+    store.close()
+
+
+# ----------------------------------------------------------------------------- new behaviour
+
+
+def test_one_step_late_timer_overlaps_and_measures_device_intervals():
+    """step() returns before its outputs are ready; times are device-busy intervals."""
+    from goodput_jax.integrations.hooks import OneStepLateTimer
+
+    timer = OneStepLateTimer(lambda: 9.0)
+    # Host-side (already ready) outputs complete at once: [t_start, t_dispatched].
+    (s0, d0, _), = timer.dispatched(0, None, 0.0, 0.5)
+    (s1, d1, _), = timer.dispatched(1, None, 0.7, 1.0)
+    assert (s0, s1) == (0, 1) and (d0, d1) == pytest.approx((0.5, 0.3))
+    # Real JAX: a slow step is not waited for on its own call, only on the next one.
+    f = jax.jit(lambda x: jnp.tanh(jnp.tanh(x @ x) @ x) @ x)
+    x = jnp.ones((768, 768)) / 768
+    f(x).block_until_ready()
+    hooks = GoodputHooks("late", init_batch_size=8, num_replicas=1, num_nodes=1, is_primary=False,
+                         warmup_steps=0)
+    out0 = hooks.step(0, f, x)
+    assert not out0.is_ready()  # the training thread was not blocked
+    out1 = hooks.step(1, f, x)
+    assert out0.is_ready() and not out1.is_ready()  # waited for step 0 only
+    hooks.flush()
+    e = hooks.profile[(1, 1, 8, 0)]
+    assert e.optim_count == 2 and all(v > 0 for v in e.optim_samples)
+
+
+def test_warmup_robust_stats_weighted_fit_model_error_and_replica_limit():
+    clock = FakeClock()
+    hooks = GoodputHooks("w", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
+                         max_batch_size=256, clock=clock, is_primary=True, refit_interval=1e9,
+                         warmup_steps=2, background=False)
+    step = 0
+    rng = np.random.default_rng(0)
+    for bsz in (16, 32, 64):
+        hooks.set_config(atomic_bsz=bsz)
+        for i in range(12):
+            t = 0.05 + 0.002 * bsz
+            if i < 2:
+                t += 5.0  # compile / warm-up: dropped
+            elif i == 7:
+                t *= 4.0  # one straggler: the median ignores it
+            hooks.step(step, clock.work(t * (1 + 0.01 * rng.normal())))
+            step += 1
+    table = hooks.profile_table()
+    assert set(table) == {(1, 1, 16), (1, 1, 32), (1, 1, 64)}
+    for (_, _, b), (acc, opt, n) in table.items():
+        assert n == 10 and opt == pytest.approx(0.05 + 0.002 * b, rel=0.03)
+    hooks.refit()
+    assert hooks.model_error < 0.05 and len(hooks.model_errors) == 3
+    hooks.update_grad_params(GradParams(sqr=1e-3, var=1e-2))
+    sug = hooks.suggest()
+    assert sug.confident and sug.profiled_configs == 3 and sug.model_error == hooks.model_error
+    assert sug.num_replicas == 1
+    assert hooks.suggest(num_replicas=2).num_replicas == 2  # 2x the profiled replicas: allowed
+    with pytest.raises(ValueError, match=r"num_replicas \(3\) > 2"):
+        hooks.suggest(num_replicas=3)
+    # State round trip (checkpoints): profile, fit, statistics, configuration.
+    st = hooks.state_dict()
+    import json
+
+    other = GoodputHooks("w2", init_batch_size=16, num_nodes=1, num_replicas=2, is_primary=False)
+    other.load_state_dict(json.loads(json.dumps(st)))
+    assert other.profile_table() == table and other.perf_params == hooks.perf_params
+    assert other.grad_params == hooks.grad_params and other.atomic_bsz == 64
+    assert other.num_replicas == 2  # the new topology stays
+    assert other.model_error == pytest.approx(hooks.model_error)
+
+
+def test_background_refit_publishes_off_the_training_thread(tmp_path):
+    import threading
+
+    store = SQLiteStore(str(tmp_path / "bg.db"))
+    rec = GoodputRecorder("bg", "l", logging_enabled=True, store=store)
+    clock = FakeClock()
+    hooks = GoodputHooks("bg", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
+                         recorder=rec, clock=clock, is_primary=True, refit_interval=0.5,
+                         warmup_steps=1)
+    threads = []
+    orig = hooks.refit
+
+    def spy():
+        threads.append(threading.current_thread().name)
+        return orig()
+
+    hooks.refit = spy
+    step = 0
+    for bsz in (16, 32):
+        hooks.set_config(atomic_bsz=bsz)
+        for _ in range(4):
+            hooks.step(step, clock.work(0.1 + 0.01 * bsz))
+            step += 1
+    hooks.wait_refit()
+    assert threads and all(n.startswith("goodput-refit") for n in threads)
+    assert hooks.fit_count >= 1 and hooks.cost()["background"] > 0
+    hooks.close()
+    rec.close()
+    assert any(ev.kind == EventKind.HINTS for ev in _events(store, "bg"))
     store.close()
