@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -49,8 +50,58 @@ class _Marker:
         self.done = threading.Event()
 
 
+class _Item:
+    """One tracked step: its outputs, a cheap probe leaf, and when it was seen ready."""
+
+    __slots__ = ("outputs", "probe", "step", "t")
+
+    def __init__(self, step: int, outputs: Any):
+        self.step = step
+        self.outputs = outputs
+        self.probe = _probe(outputs)
+        self.t: float | None = None  # claimed: the readiness time, or -1.0 (unobservable)
+
+
+def _wait_ready(outputs: Any, leaves_of: Callable, is_array: type) -> bool:
+    """Block until every live array of ``outputs`` is ready; False when none could be watched."""
+    watched = False
+    for leaf in leaves_of(outputs):
+        if not isinstance(leaf, is_array) or leaf.is_deleted():
+            continue
+        try:
+            leaf.block_until_ready()
+            watched = True
+        except Exception:  # noqa: BLE001 - deleted (donated) meanwhile: try the next
+            continue
+    return watched
+
+
+def _probe(out: Any) -> Any:
+    """A leaf to poll on the training thread: the array itself, else the last element of a
+    tuple / list / dict, a few levels deep (``(state, {"loss": loss})`` -> ``loss``), else None."""
+    for _ in range(6):
+        if hasattr(out, "is_ready") and hasattr(out, "is_deleted"):
+            return out
+        t = type(out)
+        if (t is tuple or t is list) and out:
+            out = out[-1]
+        elif t is dict and out:
+            out = next(reversed(out.values()))
+        else:
+            return None
+    return None
+
+
 class StepRecorder:
-    """Records step starts on the host and step ends on the device, one step late.
+    """Records step starts on the host and step ends on the device, without blocking.
+
+    A step's device end is the first moment its outputs are seen ready, by
+    whichever comes first: the watcher thread, which waits on every array of
+    the outputs (prompt while the training thread waits: loading, blocking, a
+    full dispatch queue), or the training thread itself, which polls the oldest
+    unfinished step's probe array (the last leaf of the outputs, e.g. the loss)
+    on every ``start`` / ``track`` (prompt while it dispatches ahead, when the
+    watcher waits for the GIL).
 
     Args:
         recorder: the :class:`~goodput_jax.measure.recorder.GoodputRecorder`
@@ -63,11 +114,11 @@ class StepRecorder:
             the recorder's default clock and JAX's).
 
     Attributes:
-        tracked: steps handed to the watcher.
+        tracked: steps handed over.
         observed: steps whose device end was recorded.
         unobserved: steps whose outputs could not be watched (every array was
-            donated to a later step before the watcher reached it, or none was
-            a JAX array).
+            donated to a later step before it was seen ready, or none was a
+            JAX array).
 
     Example:
         >>> from goodput_jax import goodput, runtime
@@ -90,16 +141,54 @@ class StepRecorder:
         self._clock = clock or time.time
         self._att = attach(recorder) if compile_times and self._enabled else None
         self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: collections.deque[_Item] = collections.deque()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._start_step = recorder.record_step_start_time
+        self._record_end = recorder.record_step_device_end_time
+        self._first: _Item | None = None
         self.tracked = 0
         self.observed = 0
         self.unobserved = 0
         self._warned = False
 
     # ------------------------------------------------------------ hot path
+    def _poll(self) -> None:
+        """Record the device end of finished steps at the head of the queue (training thread)."""
+        pend = self._pending
+        while pend:
+            item = pend[0]
+            if item.t is None:
+                p = item.probe
+                if p is None or p.is_deleted() or not p.is_ready():
+                    return
+                self._claim(item, self._clock())
+            pend.popleft()
+
+    def _claim(self, item: _Item, t: float) -> None:
+        with self._lock:
+            if item.t is not None:
+                return
+            item.t = t
+            item.outputs = None
+            try:
+                self._record_end(item.step, t)
+                self.observed += 1
+            except Exception:  # noqa: BLE001 - never crash the training loop
+                logger.exception("goodput StepRecorder: recording step %r failed", item.step)
+
+    def _wait_first(self) -> None:
+        """The first tracked step is waited for when the second starts: from then on the
+        store shows device ends, so every later step is read as device time (one wait per
+        StepRecorder, usually hidden behind the next batch's loading)."""
+        import jax
+
+        item, self._first = self._first, None
+        if item.t is None and _wait_ready(item.outputs, jax.tree_util.tree_leaves, jax.Array):
+            self._claim(item, self._clock())
+
     def start(self, step: int) -> None:
-        """Record the host-side start of ``step`` (before fetching nothing: right before dispatch).
+        """Record the host-side start of ``step`` (right before its dispatch).
 
         Example:
             >>> from goodput_jax import goodput, runtime
@@ -107,18 +196,22 @@ class StepRecorder:
         """
         if not self._enabled:
             return
+        if self._first is not None:
+            self._wait_first()
+        if self._pending:
+            self._poll()
         self._start_step(step)
         att = self._att
         if att is not None:
             att._step_started()
 
     def track(self, step: int, outputs: Any) -> None:
-        """Hand ``step``'s outputs to the watcher; returns at once.
+        """Hand ``step``'s outputs over; returns at once.
 
-        The device end of ``step`` is recorded when every JAX array among
-        ``outputs`` is ready. Pass outputs that the next step does not donate
-        (the loss, the metrics): a donated array cannot be watched after the
-        next step is dispatched (such arrays are skipped).
+        The device end of ``step`` is recorded when its outputs are ready.
+        Pass outputs that the next step does not donate (the loss, the
+        metrics, or ``(state, metrics)``): a donated array cannot be watched
+        after the next step is dispatched (such arrays are skipped).
 
         Example:
             >>> from goodput_jax import goodput, runtime
@@ -128,8 +221,12 @@ class StepRecorder:
             return
         if self._thread is None:
             self._start_thread()
+        item = _Item(step, outputs)
+        if not self.tracked:
+            self._first = item
         self.tracked += 1
-        self._q.put((step, outputs))
+        self._pending.append(item)
+        self._q.put(item)
 
     def __call__(self, step: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``start(step)``, ``out = fn(*args, **kwargs)``, ``track(step, out)``; returns ``out``.
@@ -141,15 +238,9 @@ class StepRecorder:
         """
         if not self._enabled:
             return fn(*args, **kwargs)
-        self._start_step(step)
-        att = self._att
-        if att is not None:
-            att._step_started()
+        self.start(step)
         out = fn(*args, **kwargs)
-        if self._thread is None:
-            self._start_thread()
-        self.tracked += 1
-        self._q.put((step, out))
+        self.track(step, out)
         return out
 
     # ------------------------------------------------------------- watcher
@@ -164,7 +255,6 @@ class StepRecorder:
         get, clock = self._q.get, self._clock
         is_array = jax.Array
         leaves_of = jax.tree_util.tree_leaves
-        record = self.recorder.record_step_device_end_time
         while True:
             item = get()
             if item is _STOP:
@@ -172,29 +262,22 @@ class StepRecorder:
             if isinstance(item, _Marker):
                 item.done.set()
                 continue
-            step, outputs = item
-            watched = False
-            for leaf in leaves_of(outputs):
-                if not isinstance(leaf, is_array) or leaf.is_deleted():
+            if item.t is not None:
+                continue  # the training thread saw it first
+            if _wait_ready(item.outputs, leaves_of, is_array):
+                self._claim(item, clock())
+                continue
+            with self._lock:
+                if item.t is not None:
                     continue
-                try:
-                    leaf.block_until_ready()
-                    watched = True
-                except Exception:  # noqa: BLE001 - deleted (donated) meanwhile: try the next
-                    continue
-            if watched:
-                try:
-                    record(step, clock())
-                    self.observed += 1
-                except Exception:  # noqa: BLE001 - never crash the watcher
-                    logger.exception("goodput StepRecorder: recording step %r failed", step)
-            else:
+                item.t = -1.0
+                item.outputs = None
                 self.unobserved += 1
-                if not self._warned:
-                    self._warned = True
-                    logger.warning(
-                        "goodput StepRecorder: step %r's outputs had no live JAX array to watch "
-                        "(donated to the next step?); track the loss or metrics instead", step)
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "goodput StepRecorder: step %r's outputs had no live JAX array to watch "
+                    "(donated to the next step?); track the loss or metrics instead", item.step)
 
     # ------------------------------------------------------------- control
     def finish(self, timeout: float | None = None) -> bool:
@@ -215,7 +298,10 @@ class StepRecorder:
             return True
         m = _Marker()
         self._q.put(m)
-        return m.done.wait(timeout)
+        ok = m.done.wait(timeout)
+        if ok:
+            self._pending.clear()
+        return ok
 
     def close(self, timeout: float | None = 10.0) -> None:
         """:meth:`finish`, then stop the watcher thread (idempotent)."""

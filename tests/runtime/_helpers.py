@@ -10,7 +10,8 @@ from tests.runtime._snippet import prelude, quickstart_snippet
 
 
 def run_snippet(tmp_path, *, size: int = 256, load_s: float = 0.0, num_steps: int = 30,
-                shapes: str = "lambda i: N", name: str = "snip") -> dict:
+                shapes: str = "lambda i: N", name: str = "snip",
+                truth_every: int = 0) -> dict:
     """Exec prelude + the quickstart's snippet with a store in ``tmp_path``; returns its namespace.
 
     The snippet's recorder writes to ``$GOODPUT_JAX_STORE`` (the default store), set here.
@@ -22,7 +23,7 @@ def run_snippet(tmp_path, *, size: int = 256, load_s: float = 0.0, num_steps: in
     os.environ["GOODPUT_JAX_STORE"] = f"sqlite:///{db}"
     try:
         ns: dict = {}
-        exec(compile(prelude(size, load_s, num_steps, shapes), "<prelude>", "exec"), ns)
+        exec(compile(prelude(size, load_s, num_steps, shapes, truth_every), "<prelude>", "exec"), ns)
         t0 = time.time()
         exec(compile(quickstart_snippet(), "<quickstart>", "exec"), ns)
         ns["_wall"] = (t0, time.time())
@@ -41,15 +42,19 @@ def events(ns: dict, kind: str) -> list:
     return [e for e in evs if e.kind.value == kind]
 
 
-def true_step_time(train_step, state, batch, reps: int = 15) -> float:
-    """Median device step time measured the plain way: dispatch, block_until_ready."""
+def true_step_time(train_step, state, batch, reps: int = 5, k: int = 4) -> float:
+    """Device step time measured the plain way: ``k`` dependent steps dispatched,
+    ``block_until_ready``, time / k (the host's per-call dispatch and wake-up are not device
+    time); median of reps. ``train_step(state, batch) -> (state, metrics)``."""
     import jax
 
-    out = train_step(state, batch)
-    jax.block_until_ready(out)
+    jax.block_until_ready(train_step(state, batch))
     ts = []
     for _ in range(reps):
         t = time.perf_counter()
-        jax.block_until_ready(train_step(state, batch))
-        ts.append(time.perf_counter() - t)
+        s = state
+        for _ in range(k):
+            s, _m = train_step(s, batch)
+        jax.block_until_ready(s)
+        ts.append((time.perf_counter() - t) / k)
     return statistics.median(ts)

@@ -40,9 +40,24 @@ def train_step(w, x):
 
 _pool = [np.random.default_rng(i).normal(size=(N, N)).astype("float32") for i in range(4)]
 
+truth = []  # device step times measured the plain way, between chunks of the loop
+
+def _measure_truth(x, reps=3, k=4):
+    s = globals()["state"]
+    jax.block_until_ready(train_step(s, x))  # waits for the steps in flight too
+    for _ in range(reps):
+        t = time.perf_counter()
+        s2 = s
+        for _ in range(k):  # k dependent steps, like training
+            s2, _m = train_step(s2, x)
+        jax.block_until_ready(s2)
+        truth.append((time.perf_counter() - t) / k)
+
 def _batches():
     i = 0
     while True:
+        if TRUTH_EVERY and i and i % TRUTH_EVERY == 0:
+            _measure_truth(_pool[0][:SHAPES(i)])
         time.sleep(LOAD_S)
         rows = SHAPES(i)
         yield _pool[i % 4][:rows]
@@ -52,7 +67,14 @@ data = _batches()
 '''
 
 
-def prelude(size: int, load_s: float, num_steps: int, shapes: str = "lambda i: N") -> str:
-    """The prelude with its sizes filled in (``shapes``: rows of batch ``i``, Python source)."""
+def prelude(size: int, load_s: float, num_steps: int, shapes: str = "lambda i: N",
+            truth_every: int = 0) -> str:
+    """The prelude with its sizes filled in (``shapes``: rows of batch ``i``, Python source).
+
+    With ``truth_every=k``, the loader measures the true device step time (4 dependent steps
+    dispatched, ``block_until_ready``, time / 4; 3 times) before every k-th batch, into the list
+    ``truth``: in the same conditions as the recorded steps around it.
+    """
     return (PRELUDE.replace("SIZE", str(size)).replace("LOAD_S", repr(float(load_s)))
-            .replace("SHAPES", f"({shapes})") + f"\nnum_steps = {num_steps}\n")
+            .replace("SHAPES", f"({shapes})").replace("TRUTH_EVERY", str(int(truth_every)))
+            + f"\nnum_steps = {num_steps}\n")
