@@ -351,9 +351,9 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
     if len(capacity) < T:
         raise ValueError(f"capacity has {len(capacity)} types, configurations use {T}")
     Jb = bucket(J, 8)
-    K1 = K + 1
+    K1 = bucket(K + 1, 16)  # padded configurations are never allowed; the last is "none"
     g = np.full((Jb, K1), _NEG, np.float32)
-    g[:, K] = 0.0
+    g[:, K1 - 1] = 0.0
     ok = np.isfinite(gain)
     g[:J, :K] = np.where(ok, gain, _NEG)
     use = np.zeros((K1, len(capacity)), np.float32)
@@ -370,7 +370,7 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
                           max_moves=max_moves,
                           pair_rounds=pair_rounds if Jb * K1 <= pair_cells else 0)
     choice = np.asarray(choice)[:J].astype(np.int64)
-    return np.where(choice == K, -1, choice)
+    return np.where(choice >= K, -1, choice)
 
 
 # --------------------------------------------------------------------------- #

@@ -33,7 +33,15 @@ from pathlib import Path
 from goodput_jax.sched.sim.apps import find_traces_dir, find_workload, load_applications
 from goodput_jax.sched.sim.cluster import SimResult
 from goodput_jax._progress import ProgressBar
-from goodput_jax.sched.sim.runner import POLICIES, PUBLISHED_REDUCTION, run_workload
+from goodput_jax.sched.sim.apps import CLUSTERS
+from goodput_jax.sched.sim.runner import (
+    HETERO_POLICIES,
+    POLICIES,
+    PUBLISHED_REDUCTION,
+    PUBLISHED_SIA,
+    find_sia_workload,
+    run_workload,
+)
 
 __all__ = ["add_arguments", "format_table", "main"]
 
@@ -118,8 +126,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """
     parser.add_argument("workload", nargs="?", default=None,
                         help="workload CSV path or name (6, workload-6, workloads-1.5/workload-6)")
-    parser.add_argument("--policy", default="pollux", choices=list(POLICIES),
-                        help="scheduling policy (default: pollux)")
+    parser.add_argument("--policy", default=None, choices=list(POLICIES) + ["sia"],
+                        help="scheduling policy (default: pollux; with --cluster, sia and "
+                             "heterogeneity-unaware pollux side by side)")
+    parser.add_argument("--cluster", default=None, choices=list(CLUSTERS),
+                        help="heterogeneous cluster of the Sia paper (sia-64: 6x4 T4, 3x8 "
+                             "RTX 2080Ti, 2x8 A100; sia-N: scaled to N GPUs); the workload is "
+                             "then a Sia one: philly/N, saturn/N (Helios), newtrace/N, "
+                             "scale_Nx, or with --all a family: philly, saturn, newtrace")
     parser.add_argument("--interval", type=float, default=60.0,
                         help="scheduling interval in simulated seconds (default: 60)")
     parser.add_argument("--interference", type=float, default=0.0,
@@ -153,6 +167,12 @@ def main(args: argparse.Namespace) -> int:
     """
     from goodput_jax.sched.sim.plots import plot_run, plot_table
 
+    if getattr(args, "cluster", None):
+        return _main_hetero(args)
+    if args.policy is None:
+        args.policy = "pollux"
+    if args.policy == "sia":
+        raise ValueError("policy 'sia' needs a heterogeneous cluster: add --cluster sia-64")
     if not args.all and args.workload is None:
         raise ValueError("workload is required (a CSV path or a name such as 6), or use --all")
     path = None if args.all else find_workload(args.workload, args.traces)
@@ -200,4 +220,94 @@ def main(args: argparse.Namespace) -> int:
     print(f"wall time   {res.wall_time:.1f} s (policy {res.policy_time:.1f} s, model "
           f"{res.model_time:.1f} s)")
     print(f"log: {res.log_path}\nplot: {png}")
+    return 0
+
+
+def format_hetero_table(results: dict[str, dict[str, SimResult]]) -> str:
+    """Markdown table of a heterogeneous comparison: per workload and policy, JCTs, makespan,
+    GPU hours per job, policy round times; then per policy the family means.
+
+    Example:
+        >>> print(format_hetero_table({}))   # doctest: +ELLIPSIS
+        | workload | policy | ...
+    """
+    lines = ["| workload | policy | avg JCT (h) | p99 JCT (h) | makespan (h) | GPU h / job "
+             "| unfinished | round median (ms) | round p95 (ms) |", "|" + "---|" * 9]
+    for w, runs in results.items():
+        for pol, r in runs.items():
+            d = r.summary()
+            lines.append(f"| {w} | {pol} | {r.avg_jct / 3600:.3f} | {r.p99_jct / 3600:.2f} | "
+                         f"{r.makespan / 3600:.2f} | {d['gpu_hours_per_job']:.2f} | "
+                         f"{len(r.unfinished)} | {1000 * r.round_median:.1f} | "
+                         f"{1000 * r.round_p95:.1f} |")
+    pols = sorted({p for runs in results.values() for p in runs})
+    for pol in pols:
+        avg = [runs[pol].avg_jct / 3600 for runs in results.values() if pol in runs]
+        if avg:
+            lines.append(f"| **mean** | {pol} | {sum(avg) / len(avg):.3f} | | | | | | |")
+    if {"sia", "pollux"} <= set(pols):
+        red = [1 - runs["sia"].avg_jct / runs["pollux"].avg_jct for runs in results.values()
+               if "sia" in runs and "pollux" in runs]
+        if red:
+            lines.append(f"| **sia vs pollux** | | {-100 * sum(red) / len(red):+.1f}% (mean "
+                         f"per-workload change of avg JCT) | | | | | | |")
+    return "\n".join(lines)
+
+
+def _family_files(name: str) -> list[Path]:
+    from goodput_jax.sched.sim.apps import find_sia_dir
+
+    fam = name.replace("helios", "saturn")
+    d = find_sia_dir() / "workloads" / fam
+    files = sorted(d.glob("workload-*.csv"), key=lambda p: int(p.stem.split("-")[-1]))
+    if not files:
+        raise FileNotFoundError(f"no workload-*.csv in {d} (families: philly, saturn, newtrace)")
+    return files
+
+
+def _main_hetero(args: argparse.Namespace) -> int:
+    from goodput_jax.sched.sim.apps import load_typed_applications
+    from goodput_jax.sched.sim.plots import plot_run, plot_table
+
+    cluster = CLUSTERS[args.cluster]
+    policies = [args.policy] if args.policy else list(HETERO_POLICIES)
+    for pol in policies:
+        if pol not in HETERO_POLICIES:
+            raise ValueError(f"on a heterogeneous cluster --policy must be one of "
+                             f"{', '.join(HETERO_POLICIES)}, got {pol!r}")
+    if args.workload is None:
+        raise ValueError("workload is required: philly/1, saturn/3, newtrace/2, scale_8x, "
+                         "or a family with --all")
+    files = _family_files(args.workload) if args.all else [
+        find_sia_workload(args.workload, args.traces)]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    apps = load_typed_applications(list(cluster), args.traces)
+    results: dict[str, dict[str, SimResult]] = {}
+    for f in files:
+        stem = f"{args.cluster}-{f.parent.name}-{f.stem}"
+        results[stem] = {}
+        for pol in policies:
+            bar = ProgressBar(label=f"{f.parent.name}/{f.stem} {pol}",
+                              enabled=not args.no_progress)
+            res = run_workload(f, pol, traces=args.traces, apps=apps, interval=args.interval,
+                               seed=args.seed, max_jobs=args.max_jobs,
+                               log_path=out / f"{stem}-{pol}.jsonl", progress=bar,
+                               cluster=cluster)
+            bar.close()
+            _save(res, out, stem)
+            results[stem][pol] = res
+        runs = results[stem]
+        first = next(iter(runs.values()))
+        png = plot_run(first, out / f"{stem}-{first.policy}.png",
+                       others=[r for p, r in runs.items() if p != first.policy])
+        print(f"plot: {png}")
+    print(format_hetero_table(results))
+    fam = files[0].parent.name
+    if fam in PUBLISHED_SIA:
+        pub = PUBLISHED_SIA[fam]
+        print(f"published (Sia paper, Table 3, {fam}): sia {pub['sia']} h, pollux "
+              f"{pub['pollux']} h average JCT")
+    if len(results) > 1:
+        print(f"plot: {plot_table(results, out / f'{args.cluster}-{fam}-all.png')}")
     return 0

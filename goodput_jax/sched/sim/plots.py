@@ -68,16 +68,33 @@ def plot_run(result: SimResult, path: str | os.PathLike[str],
         cmap = plt.get_cmap("tab20")
         ax0.stackplot(times, grid, colors=[cmap(i % 20) for i in range(len(names))],
                       step="post", linewidth=0)
+    total_gpus = total_gpus or result.total_gpus or None
     if total_gpus:
-        ax0.axhline(total_gpus, color="k", lw=0.8, ls="--")
-    ax0.set_xlabel("time (h)")
-    ax0.set_ylabel("GPUs allocated (one colour per job)")
-    ax0.set_title(f"{result.policy} on {result.workload}: {len(names)} jobs")
+        ax0.axhline(total_gpus, color="k", lw=0.9, ls="--",
+                    label=f"cluster capacity ({total_gpus} GPUs)")
+        ax0.set_ylim(0, total_gpus * 1.12)
+        ax0.legend(loc="upper right", fontsize=8)
+    _hour_ticks(ax0, float(times.max()) if times.size else 1.0)
+    ax0.set_xlabel("simulated time (h)")
+    ax0.set_ylabel("GPUs allocated (stacked, one colour per job)")
+    unfinished = f", {len(result.unfinished)} unfinished" if result.unfinished else ""
+    ax0.set_title(f"{result.policy} on {result.workload}: {len(names)} jobs{unfinished}")
     runs = {result.policy: list(result.jcts.values())}
     for o in others:
         runs.setdefault(o.policy, list(o.jcts.values()))
     _jct_cdf(ax1, runs)
     return _save(plt, fig, path)
+
+
+def _hour_ticks(ax, span_h: float) -> None:
+    """Whole-hour ticks at 1, 2, 3, 6, 12 or 24 h steps (at most ~10 ticks)."""
+    from matplotlib.ticker import MultipleLocator
+
+    for step in (1, 2, 3, 6, 12, 24, 48, 96):
+        if span_h / step <= 10:
+            break
+    ax.xaxis.set_major_locator(MultipleLocator(step))
+    ax.set_xlim(0, max(span_h, step))
 
 
 def _save(plt, fig, path: str | os.PathLike[str]) -> Path:
@@ -108,8 +125,10 @@ def plot_table(results: Mapping[str, Mapping[str, SimResult]], path: str | os.Pa
         ax0.bar(np.arange(len(workloads)) + i * width, vals, width, label=pol)
     ax0.set_xticks(np.arange(len(workloads)) + 0.4 - width / 2)
     ax0.set_xticklabels(workloads, rotation=30, fontsize=8)
-    ax0.set_ylabel("average JCT (h)")
-    ax0.legend()
+    ax0.set_xlabel("workload")
+    ax0.set_ylabel("average JCT (h, finished jobs)")
+    ax0.set_title("average job completion time per workload")
+    ax0.legend(title="policy")
     pooled = {pol: [x for w in workloads if pol in results[w]
                     for x in results[w][pol].jcts.values()] for pol in policies}
     _jct_cdf(ax1, pooled)
