@@ -102,7 +102,7 @@ def _type_map(key: str, value: Any, convert) -> Mapping:
         if not isinstance(name, str) or not name:
             raise TypeError(f"hint {key!r}: accelerator types must be non-empty str, "
                             f"got {name!r}")
-        out[name] = convert(f"{key}[{name!r}]", item)
+        out[name] = convert(f"{key}.{name}", item)
     return types.MappingProxyType(dict(sorted(out.items())))
 
 
