@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from goodput_jax.model.buckets import bucket
 from goodput_jax.model.types import GradParams, PerfParams
 
 __all__ = [
@@ -630,13 +631,8 @@ def fit_perf_params_batched(
 
 
 def _bucket(n: int, minimum: int = 16) -> int:
-    """Smallest size >= n of the form {4, 5, 6, 7} * 2^k (at most 25% padding)."""
-    n = max(int(n), minimum)
-    if n <= 4:
-        return n
-    k = (n - 1).bit_length() - 3  # n - 1 < 8 * 2^k
-    step = 1 << k
-    return -(-n // step) * step
+    """Smallest size >= n of the form {4, 5, 6, 7} * 2^k (:func:`goodput_jax.model.buckets.bucket`)."""
+    return bucket(int(n), minimum, fine=True)
 
 
 def _pad(arrays, size):

@@ -1,0 +1,303 @@
+"""AdaptiveBatchSize: the training loop acts on its goodput model (AdaptDL's AdaptiveDataLoader).
+
+It owns the current ``(atomic_bsz, accum_steps)``, cuts batches of that size
+from the user's data, runs the step through :class:`GoodputHooks` (which
+profile it and keep the model fitted in the background) and, at step
+boundaries, switches configuration when the model predicts a worthwhile gain:
+
+* candidates are atomic sizes from a small set (powers of two within
+  ``local_bsz_bounds``, plus the initial size) x accumulation steps, so a job
+  compiles at most ``len(atomic_sizes) x log2(max slots)`` step variants
+  (accumulation uses the step's traced microbatch count, see
+  :func:`goodput_jax.adaptive.step.make_train_step`);
+* the best candidate by predicted goodput must beat the running configuration
+  by ``speedup_threshold`` (AdaptDL: 1.05) at ``patience`` consecutive checks
+  (hysteresis), and the current configuration must have ``min_samples``
+  profiled steps inside the last fit;
+* exploration is step by step as in AdaptDL: the total batch may grow to at
+  most ``explore_factor`` times the largest batch profiled on this replica
+  count, never further than the profile supports;
+* the learning rate follows the rule of the optimizer built by
+  :func:`goodput_jax.adaptive.step.adaptive_optimizer`, in the step, with no
+  recompile.
+
+Its :meth:`state_dict` (configuration, data position, profile and fit) goes
+into the Orbax checkpoint next to the model and optimizer state (which carry the
+gradient statistics and the scale-invariant progress): see
+:mod:`goodput_jax.adaptive.checkpoint`.
+
+Example:
+    >>> import numpy as np, optax, jax.numpy as jnp  # doctest: +SKIP
+    >>> hooks = GoodputHooks("job", init_batch_size=32, max_batch_size=512)  # doctest: +SKIP
+    >>> abs_ = AdaptiveBatchSize(hooks, {"x": xs, "y": ys})  # doctest: +SKIP
+    >>> for i in range(1000):  # doctest: +SKIP
+    ...     params, opt_state, loss = abs_.step(i, train_step, params, opt_state)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from goodput_jax.adaptive.data import ArraySource, IterableSource, _tree_map, as_source
+from goodput_jax.adaptive.step import slots_for
+
+__all__ = ["AdaptiveBatchSize"]
+
+
+def _default_sizes(init: int, lo: int | None, hi: int | None, max_local: int) -> list[int]:
+    lo = 1 if lo is None else lo
+    hi = max_local if hi is None else min(hi, max_local)
+    sizes = {init}
+    p = 1
+    while p <= hi:
+        if p >= lo:
+            sizes.add(p)
+        p *= 2
+    return sorted(s for s in sizes if lo <= s <= max(hi, init))
+
+
+class AdaptiveBatchSize:
+    """Adaptive batch size, accumulation and (through the optimizer) learning rate.
+
+    Args:
+        hooks: the job's :class:`~goodput_jax.integrations.hooks.GoodputHooks`
+            (its ``init_batch_size``, ``max_batch_size``, ``local_bsz_bounds``,
+            ``gradient_accumulation`` and replica count are the job's limits).
+        data: an :class:`ArraySource` / :class:`IterableSource`, a pytree of
+            numpy arrays, or an iterable (factory) of examples.
+        batch_sharding: where batches go (``train_step.batch_sharding``); None
+            leaves them as numpy.
+        atomic_sizes: allowed per-replica micro-batch sizes (default: powers of
+            two within the bounds, plus the initial size).
+        max_accum_steps: largest ``accum_steps`` considered (default 7).
+        speedup_threshold: predicted goodput ratio a switch must beat.
+        patience: consecutive checks the same better candidate must win.
+        adapt_every: steps between checks.
+        min_samples: profiled steps of the running configuration before a check.
+        explore_factor: growth limit of the total batch per exploration step.
+        adaptive: False keeps the initial configuration (the fixed arm of a benchmark).
+
+    Example:
+        >>> from goodput_jax.integrations.hooks import GoodputHooks
+        >>> h = GoodputHooks("doc", init_batch_size=8, num_replicas=1, num_nodes=1,
+        ...                  is_primary=False, max_batch_size=64)
+        >>> a = AdaptiveBatchSize(h, {"x": np.arange(100.0)})
+        >>> batch, n = a.next_batch()
+        >>> batch["x"].shape, n
+        ((1, 8), 1)
+    """
+
+    def __init__(
+        self,
+        hooks: Any,
+        data: Any,
+        *,
+        batch_sharding: Any = None,
+        atomic_sizes: list[int] | None = None,
+        max_accum_steps: int = 7,
+        speedup_threshold: float = 1.05,
+        patience: int = 2,
+        adapt_every: int = 10,
+        min_samples: int = 5,
+        explore_factor: float = 2.0,
+        adaptive: bool = True,
+    ):
+        self.hooks = hooks
+        self.source: ArraySource | IterableSource = as_source(data)
+        self.batch_sharding = batch_sharding
+        for name, v in (("max_accum_steps", max_accum_steps), ("patience", patience),
+                        ("adapt_every", adapt_every), ("min_samples", min_samples)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < (
+                    0 if name == "max_accum_steps" else 1):
+                raise ValueError(f"{name} ({v!r}) must be a positive integer")
+        if not (isinstance(speedup_threshold, numbers.Real) and speedup_threshold >= 1.0):
+            raise ValueError(f"speedup_threshold ({speedup_threshold!r}) must be >= 1")
+        if not (isinstance(explore_factor, numbers.Real) and explore_factor > 1.0):
+            raise ValueError(f"explore_factor ({explore_factor!r}) must be > 1")
+        self.max_accum_steps = int(max_accum_steps) if hooks.gradient_accumulation else 0
+        self.speedup_threshold = float(speedup_threshold)
+        self.patience = int(patience)
+        self.adapt_every = int(adapt_every)
+        self.min_samples = int(min_samples)
+        self.explore_factor = float(explore_factor)
+        self.adaptive = bool(adaptive)
+        lo, hi = hooks.local_bsz_bounds
+        r = hooks.num_replicas
+        if atomic_sizes is None:
+            atomic_sizes = _default_sizes(hooks.atomic_bsz, lo, hi,
+                                          max(1, hooks.max_batch_size // r))
+        sizes = sorted({int(s) for s in atomic_sizes} | {hooks.atomic_bsz})
+        if any(s < 1 for s in sizes):
+            raise ValueError(f"atomic_sizes ({atomic_sizes!r}) must be positive integers")
+        self.atomic_sizes = sizes
+        self.steps = 0
+        self.switches: list[dict] = []
+        self._votes: tuple[tuple[int, int], int] | None = None
+        self.last_check: dict | None = None
+
+    # ----------------------------------------------------------------- configuration
+    @property
+    def atomic_bsz(self) -> int:
+        return self.hooks.atomic_bsz
+
+    @property
+    def accum_steps(self) -> int:
+        return self.hooks.accum_steps
+
+    @property
+    def num_replicas(self) -> int:
+        return self.hooks.num_replicas
+
+    @property
+    def batch_size(self) -> int:
+        """Current total batch size."""
+        return self.hooks.batch_size
+
+    def set_config(self, atomic_bsz: int, accum_steps: int) -> None:
+        """Switch to ``(atomic_bsz, accum_steps)`` now (also what :meth:`adapt` does)."""
+        if atomic_bsz not in self.atomic_sizes:
+            self.atomic_sizes = sorted({*self.atomic_sizes, int(atomic_bsz)})
+        self.hooks.set_config(atomic_bsz=int(atomic_bsz), accum_steps=int(accum_steps))
+        self._votes = None
+
+    # ----------------------------------------------------------------- data
+    def next_batch(self) -> tuple[Any, int]:
+        """The next batch ``[slots, R * b, ...]`` and its microbatch count ``accum_steps + 1``."""
+        r, b, n = self.num_replicas, self.atomic_bsz, self.accum_steps + 1
+        slots = slots_for(n)
+        ex = self.source.take(r * b * n)
+
+        def shape(x):
+            x = np.asarray(x).reshape((n, r * b) + np.shape(x)[1:])
+            if slots > n:
+                x = np.concatenate([x, np.zeros((slots - n,) + x.shape[1:], x.dtype)])
+            return x
+
+        batch = _tree_map(shape, ex)
+        if self.batch_sharding is not None:
+            import jax
+
+            batch = jax.device_put(batch, self.batch_sharding)
+        return batch, n
+
+    def step(self, step: int, train_step: Any, params: Any, opt_state: Any) -> Any:
+        """One step: next batch, ``hooks.step(step, train_step, params, opt_state, batch, n)``, adapt.
+
+        Returns:
+            ``train_step``'s outputs.
+        """
+        batch, n = self.next_batch()
+        out = self.hooks.step(step, train_step, params, opt_state, batch, np.int32(n))
+        self.steps += 1
+        if self.adaptive and self.steps % self.adapt_every == 0:
+            self.adapt()
+        return out
+
+    # ----------------------------------------------------------------- decisions
+    def _profiled(self, key: tuple) -> int:
+        e = self.hooks.profile.get(key)
+        return 0 if e is None else e.optim_count
+
+    def candidates(self) -> np.ndarray:
+        """Feasible ``(atomic_bsz, accum_steps)`` rows under the job's limits and the exploration cap."""
+        h = self.hooks
+        r = h.num_replicas
+        lo, hi = h.local_bsz_bounds
+        profiled = [k[1] * k[2] * (k[3] + 1) for k, e in list(h.profile.items())
+                    if k[1] == r and e.optim_count]
+        cap = self.explore_factor * max(profiled + [self.batch_size])
+        cap = min(cap, h.max_batch_size)
+        rows = []
+        for b in self.atomic_sizes:
+            if (lo is not None and b < lo) or (hi is not None and b > hi):
+                continue
+            for s in range(self.max_accum_steps + 1):
+                total = r * b * (s + 1)
+                if h.init_batch_size <= total <= cap:
+                    rows.append((b, s))
+        return np.array(rows, dtype=np.int64).reshape(-1, 2)
+
+    def adapt(self) -> dict | None:
+        """Check the model and switch configuration if it pays (see the module docstring).
+
+        Returns:
+            The check's record (candidate, predicted speedup, switched), or None
+            when the model is not ready.
+        """
+        h = self.hooks
+        key = h._key()
+        if self._profiled(key) < self.min_samples:
+            return None
+        if (key[0], key[1], key[2]) not in h.model_errors:
+            # The running configuration is not in the fit yet: ask for a refit.
+            h._since_fit = max(h._since_fit, h.refit_interval)
+            h.maybe_refit()
+            return None
+        fn = h.goodput_function()
+        if fn is None:
+            return None
+        cand = self.candidates()
+        if not len(cand):
+            return None
+        r = h.num_replicas
+        good = np.asarray(fn.evaluate(np.full(len(cand), h.num_nodes), np.full(len(cand), r),
+                                      cand[:, 0], cand[:, 1]))
+        i = int(np.argmax(good))
+        best = (int(cand[i, 0]), int(cand[i, 1]))
+        try:
+            cur = float(fn.evaluate(h.num_nodes, r, h.atomic_bsz, h.accum_steps))
+        except ValueError:
+            cur = 0.0
+        speedup = float(good[i]) / cur if cur > 0 else math.inf
+        better = best != (h.atomic_bsz, h.accum_steps) and speedup > self.speedup_threshold
+        if better:
+            votes = self._votes[1] + 1 if self._votes and self._votes[0] == best else 1
+            self._votes = (best, votes)
+        else:
+            self._votes = None
+        switched = bool(better and self._votes[1] >= self.patience)
+        rec = {"step": self.steps, "best": best, "speedup": speedup, "switched": switched,
+               "batch_size": r * best[0] * (best[1] + 1), "model_error": h.model_error}
+        self.last_check = rec
+        if switched:
+            self.switches.append(rec)
+            self.set_config(*best)
+        return rec
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        """JSON-safe state: configuration, data position, hooks (profile + fit), switches."""
+        self.hooks.flush()
+        return {
+            "atomic_bsz": self.atomic_bsz,
+            "accum_steps": self.accum_steps,
+            "num_replicas": self.num_replicas,
+            "batch_size": self.batch_size,
+            "steps": self.steps,
+            "atomic_sizes": list(self.atomic_sizes),
+            "source": self.source.state_dict(),
+            "hooks": self.hooks.state_dict(),
+            "switches": [dict(s, best=list(s["best"])) for s in self.switches],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; on another replica count keep the total batch size.
+
+        The profile and fit come back whole (the model keeps what it learned on
+        the old replica count); the configuration is mapped to the current
+        replicas: same ``accum_steps``, ``atomic_bsz = round(batch / R / (s + 1))``.
+        """
+        self.hooks.load_state_dict(state["hooks"], keep_topology=True)
+        self.source.load_state_dict(state["source"])
+        self.steps = int(state["steps"])
+        self.atomic_sizes = sorted({int(s) for s in state["atomic_sizes"]})
+        self.switches = [dict(s, best=tuple(s["best"])) for s in state.get("switches", [])]
+        s = int(state["accum_steps"])
+        b = int(state["atomic_bsz"])
+        if int(state["num_replicas"]) != self.num_replicas:
+            b = max(1, round(int(state["batch_size"]) / self.num_replicas / (s + 1)))
+        self.set_config(b, s)

@@ -1,0 +1,207 @@
+"""The adaptive train step: data parallel, accumulation with a traced count, in-step LR scaling.
+
+:func:`make_train_step` turns ``loss_fn(params, batch) -> mean loss`` and an
+optax optimizer from :func:`adaptive_optimizer` into one jitted step
+
+``train_step(params, opt_state, batch, num_micro) -> (params, opt_state, loss)``
+
+whose batch holds ``S`` microbatch slots, ``batch[k]`` of shape ``[R * b, ...]``
+(``R`` replicas x atomic batch ``b``), sharded over the mesh's data axis. Only
+the first ``num_micro`` slots are used: the accumulation loop is a
+``lax.fori_loop`` whose trip count is the traced ``num_micro``, so changing the
+number of accumulation steps within the same slot count does not recompile
+(slot counts are powers of two: :func:`slots_for`). Padded slots are never
+computed.
+
+Inside ``jax.shard_map`` each device accumulates its own microbatches' gradients
+and the sum of their squared norms; one ``psum`` carries the gradients together
+with ``[loss, S]`` (as :func:`goodput_jax.model.gradstats.data_parallel_grads`),
+and ``T`` is the squared norm of the averaged gradient. The statistics go to
+:func:`goodput_jax.gradient_noise_scale` as a :class:`GradSqNorms` with the
+traced count ``R * num_micro``; the learning rate follows the scaling rule of
+:func:`goodput_jax.model.scaling.scale_by_rule`, with this step's total batch
+``R * b * num_micro`` passed as a traced value: a new batch size never
+recompiles the optimizer.
+
+Example:
+    >>> import jax, jax.numpy as jnp, optax  # doctest: +SKIP
+    >>> tx = adaptive_optimizer(optax.sgd(0.1), init_batch_size=32, rule="adascale")  # doctest: +SKIP
+    >>> step = make_train_step(lambda p, b: jnp.mean((b["x"] * p - b["y"]) ** 2), tx)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from goodput_jax.model import gradstats
+from goodput_jax.model.buckets import bucket
+from goodput_jax.model.scaling import ScaleByRuleState, scale_by_rule
+
+__all__ = ["adaptive_optimizer", "data_mesh", "make_train_step", "progress_of", "slots_for"]
+
+
+def slots_for(num_micro: int) -> int:
+    """Microbatch slots for ``num_micro`` microbatches: the next power of two.
+
+    Example:
+        >>> [slots_for(n) for n in (1, 2, 3, 5)]
+        [1, 2, 4, 8]
+    """
+    return bucket(int(num_micro), 1)
+
+
+def data_mesh(devices: Any = None, axis_name: str = "data") -> Mesh:
+    """A 1-D data-parallel mesh over ``devices`` (default: all).
+
+    Example:
+        >>> data_mesh().axis_names
+        ('data',)
+    """
+    devs = np.asarray(jax.devices() if devices is None else devices)
+    return Mesh(devs.reshape(-1), (axis_name,))
+
+
+def adaptive_optimizer(
+    base: optax.GradientTransformation,
+    init_batch_size: int,
+    *,
+    rule: str = "adascale",
+    schedule: Callable | None = None,
+    smoothing: float = 0.999,
+    base_warmup_epochs: float | None = None,
+    data_size: int | None = None,
+) -> optax.GradientTransformationExtraArgs:
+    """``chain(gradient_noise_scale(M0), base, scale_by_rule(rule, M0))``.
+
+    ``base`` is the optimizer tuned at ``init_batch_size``; the rule (one of
+    ``adascale``, ``adam``, ``linear``, ``sqrt``, ``legw``) scales its updates
+    for the step's batch size, and ``schedule`` (optional) is evaluated at the
+    scale-invariant progress.
+
+    Example:
+        >>> tx = adaptive_optimizer(optax.sgd(0.1), 32)
+        >>> st = tx.init({"w": jnp.zeros(2)})
+        >>> float(progress_of(st))
+        0.0
+    """
+    return optax.chain(
+        gradstats.gradient_noise_scale(init_batch_size, smoothing=smoothing),
+        base,
+        scale_by_rule(rule, init_batch_size, schedule=schedule,
+                      base_warmup_epochs=base_warmup_epochs, data_size=data_size),
+    )
+
+
+def progress_of(opt_state: Any) -> jax.Array:
+    """Scale-invariant progress (sum of AdaScale gains) from a :func:`adaptive_optimizer` state.
+
+    Example:
+        >>> float(progress_of(adaptive_optimizer(optax.sgd(0.1), 8).init(jnp.zeros(1))))
+        0.0
+    """
+    found = [x for x in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, ScaleByRuleState))
+             if isinstance(x, ScaleByRuleState)]
+    if not found:
+        raise ValueError("opt_state has no ScaleByRuleState (build it with adaptive_optimizer)")
+    return found[0].progress
+
+
+def _sqnorm(tree: Any) -> jax.Array:
+    return sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
+
+
+def make_train_step(
+    loss_fn: Callable[[Any, Any], jax.Array],
+    tx: optax.GradientTransformationExtraArgs,
+    *,
+    mesh: Mesh | None = None,
+    axis_name: str = "data",
+    donate: bool = True,
+) -> Callable:
+    """The jitted adaptive step ``(params, opt_state, batch, num_micro) -> (params, opt_state, loss)``.
+
+    Args:
+        loss_fn: ``loss_fn(params, microbatch) -> mean loss`` over the microbatch.
+        tx: from :func:`adaptive_optimizer` (takes ``grad_sqnorms``,
+            ``grad_params`` and ``batch_size`` extra arguments).
+        mesh: data-parallel mesh (default :func:`data_mesh`).
+        axis_name: its data axis.
+        donate: donate params and optimizer state.
+
+    Returns:
+        The jitted step. ``batch`` leaves have shape ``[S, R * b, ...]``
+        (:meth:`AdaptiveBatchSize.next_batch` builds them); ``num_micro`` is an
+        int32 scalar ``<= S``. Attribute ``traces`` counts its traces.
+
+    Example:
+        >>> tx = adaptive_optimizer(optax.sgd(0.1), 4)
+        >>> step = make_train_step(lambda p, b: jnp.mean((b * p - 1.0) ** 2), tx)
+        >>> p, st = jnp.float32(0.0), tx.init(jnp.float32(0.0))
+        >>> R = len(jax.devices())
+        >>> p, st, loss = step(p, st, jnp.ones((2, 4 * R)), jnp.int32(2))
+        >>> round(float(loss), 3)
+        1.0
+    """
+    mesh = data_mesh(axis_name=axis_name) if mesh is None else mesh
+    replicas = int(mesh.shape[axis_name])
+    vg = jax.value_and_grad(loss_fn)
+    counter = {"traces": 0}
+
+    def local(params, batch, num_micro):
+        zero = jnp.zeros_like(jax.lax.axis_index(axis_name), dtype=jnp.float32)
+        pv = jax.tree.map(lambda p: p + zero.astype(p.dtype), params)
+
+        def body(i, carry):
+            acc, sq, ls = carry
+            mb = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, 0, keepdims=False),
+                              batch)
+            loss, g = vg(pv, mb)
+            acc = jax.tree.map(lambda a, x: a + x.astype(a.dtype), acc, g)
+            return acc, sq + _sqnorm(g), ls + loss.astype(jnp.float32)
+
+        acc0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32) + zero, pv)
+        acc, sq, ls = jax.lax.fori_loop(0, num_micro, body, (acc0, zero, zero))
+        inv_n = 1.0 / num_micro.astype(jnp.float32)
+        inv_r = 1.0 / replicas
+        grads = jax.tree.map(lambda a: a * inv_n, acc)
+        summed, head = jax.lax.psum(
+            (grads, jnp.stack([ls * inv_n * inv_r, sq * inv_n * inv_r])), axis_name)
+        grads = jax.tree.map(lambda x, p: (x * inv_r).astype(p.dtype), summed, params)
+        return head[0], grads, head[1]
+
+    sharded = jax.shard_map(
+        local, mesh=mesh, in_specs=(P(), P(None, axis_name), P()), out_specs=(P(), P(), P()),
+    )
+
+    def step(params, opt_state, batch, num_micro):
+        counter["traces"] += 1
+        num_micro = jnp.asarray(num_micro, jnp.int32)
+        loss, grads, local_sqr = sharded(params, batch, num_micro)
+        total_sqr = _sqnorm(grads)
+        per_slot = jax.tree.leaves(batch)[0].shape[1]
+        batch_size = (num_micro * per_slot).astype(jnp.float32)
+        sq = gradstats.GradSqNorms(local_sqr, total_sqr, num_micro * replicas, batch_size)
+        gp = gradstats.get_grad_params(opt_state)
+        updates, opt_state = tx.update(grads, opt_state, params, grad_sqnorms=sq,
+                                       grad_params=gp, batch_size=batch_size)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    jitted = jax.jit(step, donate_argnums=(0, 1) if donate else ())
+
+    @functools.wraps(step)
+    def train_step(params, opt_state, batch, num_micro):
+        return jitted(params, opt_state, batch, num_micro)
+
+    train_step.traces = lambda: counter["traces"]  # type: ignore[attr-defined]
+    train_step.mesh = mesh  # type: ignore[attr-defined]
+    train_step.batch_sharding = NamedSharding(mesh, P(None, axis_name))  # type: ignore[attr-defined]
+    train_step.replicated = NamedSharding(mesh, P())  # type: ignore[attr-defined]
+    return train_step
