@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any
+from typing import Any, Self
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +111,10 @@ class Attachment:
         """Stop feeding this recorder (idempotent)."""
         detach(self)
 
-    def __enter__(self) -> Attachment:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.detach()
 
 
@@ -179,7 +179,7 @@ class CompileListener:
             for att in self._attached:
                 try:
                     att._on_compile(duration, end, name)
-                except Exception:  # noqa: BLE001 - JAX's compile must never fail because of us
+                except Exception:
                     logger.exception("goodput runtime: recording a compilation failed")
 
     # ------------------------------------------------------------ registry

@@ -30,9 +30,8 @@ import collections
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from goodput_jax.runtime.compile import attach
 
@@ -59,7 +58,7 @@ class _Item:
         self.step = step
         self.outputs = outputs
         self.probe = _probe(outputs)
-        self.t: float | None = None  # claimed: the readiness time, or -1.0 (unobservable)
+        self.t: float | None = None  # claimed: 1.0 recorded, -1.0 unobservable
 
 
 def _wait_ready(outputs: Any, leaves_of: Callable, is_array: type) -> bool:
@@ -71,7 +70,7 @@ def _wait_ready(outputs: Any, leaves_of: Callable, is_array: type) -> bool:
         try:
             leaf.block_until_ready()
             watched = True
-        except Exception:  # noqa: BLE001 - deleted (donated) meanwhile: try the next
+        except Exception:  # noqa: BLE001, S112 - deleted (donated) meanwhile: try the next
             continue
     return watched
 
@@ -80,15 +79,17 @@ def _probe(out: Any) -> Any:
     """A leaf to poll on the training thread: the array itself, else the last element of a
     tuple / list / dict, a few levels deep (``(state, {"loss": loss})`` -> ``loss``), else None."""
     for _ in range(6):
-        if hasattr(out, "is_ready") and hasattr(out, "is_deleted"):
-            return out
         t = type(out)
-        if (t is tuple or t is list) and out:
+        if t is tuple or t is list:
+            if not out:
+                return None
             out = out[-1]
-        elif t is dict and out:
+        elif t is dict:
+            if not out:
+                return None
             out = next(reversed(out.values()))
         else:
-            return None
+            return out if hasattr(out, "is_ready") else None
     return None
 
 
@@ -110,8 +111,6 @@ class StepRecorder:
             attachment then knows when training started: compiles before and
             within the first step are program startup, later repeats are
             recompiles).
-        clock: UTC seconds for the device-end timestamps (default ``time.time``,
-            the recorder's default clock and JAX's).
 
     Attributes:
         tracked: steps handed over.
@@ -129,16 +128,12 @@ class StepRecorder:
         True
     """
 
-    def __init__(self, recorder: Any, *, compile_times: bool = True,
-                 clock: Callable[[], float] | None = None):
+    def __init__(self, recorder: Any, *, compile_times: bool = True):
         if not callable(getattr(recorder, "record_step_device_end_time", None)):
             raise TypeError(f"recorder ({recorder!r}) must be a GoodputRecorder "
                             "(it has no record_step_device_end_time method)")
-        if clock is not None and not callable(clock):
-            raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
         self.recorder = recorder
         self._enabled = bool(getattr(recorder, "logging_enabled", True))
-        self._clock = clock or time.time
         self._att = attach(recorder) if compile_times and self._enabled else None
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: collections.deque[_Item] = collections.deque()
@@ -160,21 +155,27 @@ class StepRecorder:
             item = pend[0]
             if item.t is None:
                 p = item.probe
-                if p is None or p.is_deleted() or not p.is_ready():
+                if p is None:
                     return
-                self._claim(item, self._clock())
+                try:
+                    if not p.is_ready():
+                        return
+                except Exception:  # noqa: BLE001 - deleted (donated): the watcher decides
+                    return
+                self._claim(item)
             pend.popleft()
 
-    def _claim(self, item: _Item, t: float) -> None:
+    def _claim(self, item: _Item) -> None:
+        """Record ``item``'s device end now (the recorder's clock), unless already recorded."""
         with self._lock:
             if item.t is not None:
                 return
-            item.t = t
+            item.t = 1.0
             item.outputs = None
             try:
-                self._record_end(item.step, t)
+                self._record_end(item.step)
                 self.observed += 1
-            except Exception:  # noqa: BLE001 - never crash the training loop
+            except Exception:
                 logger.exception("goodput StepRecorder: recording step %r failed", item.step)
 
     def _wait_first(self) -> None:
@@ -185,7 +186,7 @@ class StepRecorder:
 
         item, self._first = self._first, None
         if item.t is None and _wait_ready(item.outputs, jax.tree_util.tree_leaves, jax.Array):
-            self._claim(item, self._clock())
+            self._claim(item)
 
     def start(self, step: int) -> None:
         """Record the host-side start of ``step`` (right before its dispatch).
@@ -252,7 +253,7 @@ class StepRecorder:
     def _watch(self) -> None:
         import jax
 
-        get, clock = self._q.get, self._clock
+        get = self._q.get
         is_array = jax.Array
         leaves_of = jax.tree_util.tree_leaves
         while True:
@@ -264,8 +265,17 @@ class StepRecorder:
                 continue
             if item.t is not None:
                 continue  # the training thread saw it first
+            p = item.probe
+            if p is not None:
+                try:  # one output of the step's program: all its outputs are ready together
+                    if not p.is_ready():
+                        p.block_until_ready()
+                    self._claim(item)
+                    continue
+                except Exception:  # noqa: BLE001, S110 - deleted (donated): watch the other leaves
+                    pass
             if _wait_ready(item.outputs, leaves_of, is_array):
-                self._claim(item, clock())
+                self._claim(item)
                 continue
             with self._lock:
                 if item.t is not None:
@@ -312,8 +322,8 @@ class StepRecorder:
         self._thread.join(timeout)
         self._thread = None
 
-    def __enter__(self) -> StepRecorder:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -23,9 +23,9 @@ def run_snippet(tmp_path, *, size: int = 256, load_s: float = 0.0, num_steps: in
     os.environ["GOODPUT_JAX_STORE"] = f"sqlite:///{db}"
     try:
         ns: dict = {}
-        exec(compile(prelude(size, load_s, num_steps, shapes, truth_every), "<prelude>", "exec"), ns)
+        exec(compile(prelude(size, load_s, num_steps, shapes, truth_every), "<prelude>", "exec"), ns)  # noqa: S102
         t0 = time.time()
-        exec(compile(quickstart_snippet(), "<quickstart>", "exec"), ns)
+        exec(compile(quickstart_snippet(), "<quickstart>", "exec"), ns)  # noqa: S102
         ns["_wall"] = (t0, time.time())
         ns["recorder"].close()
     finally:

@@ -11,7 +11,12 @@ import pytest
 from goodput_jax import goodput, runtime
 from goodput_jax.measure.calculator import BadputType, GoodputCalculator
 from goodput_jax.measure.stores.sqlite import SQLiteStore
-from goodput_jax.runtime.compile import BACKEND_COMPILE_EVENT, LOWER_EVENT, TRACE_EVENT, chain_duration
+from goodput_jax.runtime.compile import (
+    BACKEND_COMPILE_EVENT,
+    LOWER_EVENT,
+    TRACE_EVENT,
+    chain_duration,
+)
 from tests.runtime._helpers import events, run_snippet
 
 

@@ -1,0 +1,198 @@
+"""StepRecorder overhead, side by side in one run: a JAX training loop with and without it.
+
+Two measurements on the same jitted step (a chain of matmuls sized to ~5 ms on this machine,
+dispatched asynchronously, as in training):
+
+- loop overhead: rounds of K steps, each after a 0.4-step "load" (``time.sleep``: an
+  input pipeline that keeps up, so the host stays ahead of the device), run
+  alternately without recording (``state, m = train_step(state, x)``) and with it
+  (``state, m = steps(i, train_step, state, x)``, a real GoodputRecorder writing
+  to SQLite in the background); each round ends with ``block_until_ready``. The
+  overhead is the median over rounds of (recorded / plain - 1). Target: < 1 %.
+- per recorded step on the training thread: in the same rounds, the median time of
+  one ``steps(i, train_step, ...)`` call minus that of one plain ``train_step(...)``
+  call (the dispatch). Target: < 5 us.
+- worst case: microseconds per ``steps(i, fn, x)`` call beyond the plain ``fn(x)``
+  call, for a trivial ``fn`` whose output is already ready (every call then also
+  records the previous step's device end on the training thread). Median over batches.
+
+Prints one table with the device and versions. Absolute times depend on the machine and
+on other load; the ratios are measured side by side.
+
+Usage:
+    python benchmarks/step_recorder_bench.py [--quick] [--rounds R] [--steps K] [--size N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _make_step(size: int):
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def train_step(w, x):
+        h = x
+        for _ in range(4):
+            h = jnp.tanh(h @ w)
+        loss = jnp.mean(h ** 2)
+        return w - 1e-3 * loss * w, {"loss": loss}
+
+    return train_step
+
+
+def _calibrate(train_step, w, x, target_s: float) -> float:
+    import jax
+
+    jax.block_until_ready(train_step(w, x))
+    t = time.perf_counter()
+    s = w
+    for _ in range(10):
+        s, _m = train_step(s, x)
+    jax.block_until_ready(s)
+    return (time.perf_counter() - t) / 10
+
+
+def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+    train_step = _make_step(size)
+    w = jnp.eye(size, dtype=jnp.float32) * 0.5
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(size, size)).astype("float32"))
+    step_s = _calibrate(train_step, w, x, 0.005)
+    load_s = 0.4 * step_s  # an input pipeline that keeps up: the host stays ahead
+    tmp = tempfile.mkdtemp()
+    store = SQLiteStore(os.path.join(tmp, "bench.db"))
+    rec = goodput.GoodputRecorder("bench", "bench", logging_enabled=True, store=store)
+    steps = runtime.StepRecorder(rec, compile_times=False)
+    i = 0
+    perf = time.perf_counter
+
+    def plain(calls: list) -> None:
+        s = w
+        for _ in range(steps_per_round):
+            time.sleep(load_s)
+            a = perf()
+            s, _m = train_step(s, x)
+            calls.append(perf() - a)
+        jax.block_until_ready(s)
+
+    def recorded(calls: list) -> None:
+        nonlocal i
+        s = w
+        for _ in range(steps_per_round):
+            time.sleep(load_s)
+            a = perf()
+            s, _m = steps(i, train_step, s, x)
+            calls.append(perf() - a)
+            i += 1
+        jax.block_until_ready(s)
+        steps.finish()
+
+    ratios, t_plain, t_rec, c_plain, c_rec = [], [], [], [], []
+    for r in range(rounds):
+        order = (plain, recorded) if r % 2 == 0 else (recorded, plain)
+        t = {}
+        for fn in order:
+            a = perf()
+            fn(c_plain if fn is plain else c_rec)
+            t[fn] = perf() - a
+        ratios.append(t[recorded] / t[plain])
+        t_plain.append(t[plain] / steps_per_round)
+        t_rec.append(t[recorded] / steps_per_round)
+    steps.close()
+    rec.close()
+    store.close()
+    return {"step_ms": step_s * 1e3, "load_ms": load_s * 1e3,
+            "plain_ms": statistics.median(t_plain) * 1e3,
+            "rec_ms": statistics.median(t_rec) * 1e3,
+            "overhead_pct": (statistics.median(ratios) - 1) * 100,
+            "call_plain_us": statistics.median(c_plain) * 1e6,
+            "call_rec_us": statistics.median(c_rec) * 1e6,
+            "recorded": steps.observed, "tracked": steps.tracked}
+
+
+def per_call_cost(batches: int, calls: int) -> dict:
+    import jax.numpy as jnp
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+    ready = jnp.ones(4)
+    ready.block_until_ready()
+    out = (ready, {"loss": ready})
+
+    def fn(v):
+        return out
+
+    tmp = tempfile.mkdtemp()
+    store = SQLiteStore(os.path.join(tmp, "cost.db"))
+    rec = goodput.GoodputRecorder("cost", "cost", logging_enabled=True, store=store)
+    steps = runtime.StepRecorder(rec, compile_times=False)
+    i = 0
+    per = []
+    for _ in range(batches):
+        a = time.perf_counter()
+        for _ in range(calls):
+            fn(ready)
+        base = time.perf_counter() - a
+        a = time.perf_counter()
+        for _ in range(calls):
+            steps(i, fn, ready)
+            i += 1
+        per.append((time.perf_counter() - a - base) / calls)
+    steps.close()
+    rec.close()
+    store.close()
+    return {"median_us": statistics.median(per) * 1e6, "p90_us": sorted(per)[int(0.9 * len(per))] * 1e6}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer rounds (a few seconds)")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--steps", type=int, default=50, help="steps per round")
+    p.add_argument("--size", type=int, default=320, help="matrix size of the step (~5 ms on CPU)")
+    args = p.parse_args(argv)
+    rounds = args.rounds or (6 if args.quick else 20)
+    batches, calls = (20, 500) if args.quick else (100, 1000)
+    import jax
+
+    lo = loop_overhead(args.size, rounds, args.steps)
+    pc = per_call_cost(batches, calls)
+    print(f"StepRecorder overhead: jax {jax.__version__}, {jax.devices()[0].device_kind} "
+          f"({jax.default_backend()}), Python {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs; {rounds} rounds x {args.steps} steps")
+    print(f"{'measure':<44}{'value':>12}{'target':>10}")
+    print(f"{'device step time (chained, ms)':<44}{lo['step_ms']:>12.3f}{'~5':>10}")
+    print(f"{'load before each step (sleep, ms)':<44}{lo['load_ms']:>12.3f}")
+    print(f"{'loop without recording, per step (ms)':<44}{lo['plain_ms']:>12.3f}")
+    print(f"{'loop with StepRecorder, per step (ms)':<44}{lo['rec_ms']:>12.3f}")
+    print(f"{'loop overhead (median of round ratios, %)':<44}{lo['overhead_pct']:>12.2f}{'< 1':>10}")
+    print(f"{'steps recorded / tracked':<44}{lo['recorded']:>6d} / {lo['tracked']:<4d}")
+    print(f"{'one plain call (dispatch, us, median)':<44}{lo['call_plain_us']:>12.2f}")
+    print(f"{'one recorded call (us, median)':<44}{lo['call_rec_us']:>12.2f}")
+    print(f"{'per recorded step, training thread (us)':<44}"
+          f"{lo['call_rec_us'] - lo['call_plain_us']:>12.2f}{'< 5':>10}")
+    print(f"{'worst case, outputs already ready (us, med)':<44}{pc['median_us']:>12.2f}")
+    print(f"{'worst case, outputs already ready (us, p90)':<44}{pc['p90_us']:>12.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
