@@ -1,0 +1,101 @@
+"""Real Orbax CheckpointManager saves and restores of a Flax TrainState, recorded as checkpoint
+badput through ``instrument`` (no wrapping of the calls), checked against timing around them."""
+
+from __future__ import annotations
+
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+from flax.training import train_state
+
+from goodput_jax import goodput
+from goodput_jax.integrations.orbax import RecordedCheckpointManager, instrument
+from goodput_jax.measure.calculator import BadputType, GoodputCalculator
+from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+
+class _MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(1)(nn.relu(nn.Dense(256)(x)))
+
+
+@pytest.fixture(scope="module")
+def state():
+    model = _MLP()
+    params = model.init(jax.random.PRNGKey(0), jnp.ones((1, 64)))
+    return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.adam(1e-3))
+
+
+def _timed(fn):
+    t0 = time.time()
+    out = fn()
+    return out, time.time() - t0
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_orbax_saves_and_restores_are_checkpoint_badput(tmp_path, state, use_async):
+    store = SQLiteStore(str(tmp_path / "g.db"))
+    rec = goodput.GoodputRecorder("ck", "ck", logging_enabled=True, store=store)
+    rec.record_job_start_time()
+    opts = ocp.CheckpointManagerOptions(save_interval_steps=2, max_to_keep=3,
+                                        enable_async_checkpointing=use_async)
+    mngr = instrument(ocp.CheckpointManager(tmp_path / "ckpt", options=opts), rec)
+    save_s, background = 0.0, 0.0
+    for step in range(5):
+        st = state.replace(step=step)
+        saved, dt = _timed(lambda st=st, step=step: mngr.save(step, args=ocp.args.StandardSave(st)))
+        assert saved == (step % 2 == 0)  # Orbax's own interval decides; skipped saves record nothing
+        save_s += dt
+        if use_async and saved:
+            a = time.time()
+            time.sleep(0.2)  # training goes on while the commit runs in the background
+            background += time.time() - a
+            _, dt = _timed(mngr.wait_until_finished)
+            save_s += dt
+    _, dt = _timed(mngr.wait_until_finished)
+    save_s += dt
+    assert mngr.latest_step() == 4 and mngr.all_steps() == [0, 2, 4]  # delegated
+    restored, restore_s = _timed(lambda: mngr.restore(4, args=ocp.args.StandardRestore(state)))
+    assert int(restored.step) == 4
+    np.testing.assert_array_equal(jax.tree.leaves(restored.params)[0], jax.tree.leaves(state.params)[0])
+    _, dt = _timed(mngr.close)
+    save_s += dt
+    rec.record_job_end_time()
+    rec.close()
+
+    evs, _ = store.read_events("ck")
+    kinds = [e.kind.value for e in evs]
+    assert kinds.count("checkpoint_save_start") == 3 + (3 if use_async else 0) + 2
+    assert [e.step for e in evs if e.kind.value == "checkpoint_progress"] == [0, 2, 4]
+    bad = GoodputCalculator("ck", "ck", store=store).get_job_goodput_details()["badput_time"]
+    save_b = bad[BadputType.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME]
+    restore_b = bad[BadputType.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME]
+    # the seconds match timing taken around the calls (the recorder's own calls are inside)
+    assert save_b == pytest.approx(save_s, rel=0.05, abs=2e-3)
+    assert save_b == pytest.approx(mngr.save_seconds, rel=0.02, abs=1e-3)
+    assert restore_b == pytest.approx(restore_s, rel=0.05, abs=2e-3)
+    assert restore_b > 0 and save_b > 0
+    if use_async:  # the background commit, overlapped with training, is not badput
+        assert save_b < save_s + 0.5 * background
+    store.close()
+
+
+def test_instrument_arguments_and_disabled_recorder(tmp_path, state):
+    rec = goodput.GoodputRecorder("off", "off")  # disabled: the manager still works
+    mngr = instrument(ocp.CheckpointManager(tmp_path / "c2"), rec)
+    assert isinstance(mngr, RecordedCheckpointManager) and instrument(mngr, rec).manager is mngr.manager
+    assert mngr.save(0, args=ocp.args.StandardSave(state))
+    mngr.wait_until_finished()
+    assert mngr.restore(None, args=ocp.args.StandardRestore(state)).step == 0
+    mngr.close()
+    with pytest.raises(TypeError, match=r"manager \(42\) must be an orbax.checkpoint.CheckpointManager"):
+        instrument(42, rec)
+    with pytest.raises(TypeError, match=r"recorder \('r'\) must be a GoodputRecorder"):
+        instrument(mngr.manager, "r")
