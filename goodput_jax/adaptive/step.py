@@ -194,14 +194,27 @@ def make_train_step(
                                        grad_params=gp, batch_size=batch_size)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    jitted = jax.jit(step, donate_argnums=(0, 1) if donate else ())
+    rep = NamedSharding(mesh, P())
+    # Fixed in/out shardings: freshly initialised (uncommitted) state and the
+    # step's own outputs hit the same compiled program.
+    jitted = jax.jit(step, donate_argnums=(0, 1) if donate else (),
+                     in_shardings=(rep, rep, NamedSharding(mesh, P(None, axis_name)), rep),
+                     out_shardings=(rep, rep, rep))
+
+    def place(tree):
+        # Fresh (uncommitted) state has no mesh in its type; the step's outputs
+        # do: put fresh state on the mesh once so both hit one compiled program.
+        leaves = jax.tree.leaves(tree)
+        if leaves and not (isinstance(leaves[0], jax.Array) and leaves[0].sharding == rep):
+            return jax.device_put(tree, rep)
+        return tree
 
     @functools.wraps(step)
     def train_step(params, opt_state, batch, num_micro):
-        return jitted(params, opt_state, batch, num_micro)
+        return jitted(place(params), place(opt_state), batch, num_micro)
 
     train_step.traces = lambda: counter["traces"]  # type: ignore[attr-defined]
     train_step.mesh = mesh  # type: ignore[attr-defined]
     train_step.batch_sharding = NamedSharding(mesh, P(None, axis_name))  # type: ignore[attr-defined]
-    train_step.replicated = NamedSharding(mesh, P())  # type: ignore[attr-defined]
+    train_step.replicated = rep  # type: ignore[attr-defined]
     return train_step

@@ -1,0 +1,188 @@
+"""goodput_jax.adaptive: bounded recompiles, exact accumulation, LR rules, the controller's decisions."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from goodput_jax.adaptive import (
+    AdaptiveBatchSize,
+    ArraySource,
+    IterableSource,
+    adaptive_optimizer,
+    make_train_step,
+    progress_of,
+    slots_for,
+)
+from goodput_jax.integrations.hooks import GoodputHooks
+from goodput_jax.model.types import GradParams
+
+
+def _loss(p, b):
+    return jnp.mean((b["x"] @ p["w"] + p["c"] - b["y"]) ** 2)
+
+
+M0 = 8
+R = jax.device_count()
+
+
+@pytest.fixture(scope="module")
+def linear_step():
+    tx = adaptive_optimizer(optax.sgd(0.1), M0, rule="linear")
+    return tx, make_train_step(_loss, tx, donate=False)
+
+
+def _batch(rng, slots, per_slot, fill=None):
+    x = rng.normal(size=(slots, per_slot, 3)).astype(np.float32)
+    y = rng.normal(size=(slots, per_slot)).astype(np.float32)
+    if fill is not None:
+        x[fill:] = np.nan  # padded slots must never be read
+        y[fill:] = np.nan
+    return {"x": x, "y": y}
+
+
+def test_accumulation_is_exact_ignores_padding_and_scales_lr(linear_step):
+    tx, step = linear_step
+    rng = np.random.default_rng(0)
+    p = {"w": jnp.array([0.1, -0.2, 0.3]), "c": jnp.float32(0.5)}
+    st = tx.init(p)
+    b = 4 * R
+    batch = _batch(rng, 4, b, fill=3)  # 3 microbatches in 4 slots
+    new_p, st2, loss = step(p, st, batch, np.int32(3))
+    flat = {k: v[:3].reshape((3 * b,) + v.shape[2:]) for k, v in batch.items()}
+    want_loss, g = jax.value_and_grad(_loss)(p, flat)
+    scale = 3 * b / M0  # linear rule: lr * M / M0
+    for k in p:
+        np.testing.assert_allclose(new_p[k], p[k] - 0.1 * scale * g[k], rtol=2e-5, atol=1e-6)
+    assert float(loss) == pytest.approx(float(want_loss), rel=1e-5)
+    # Progress counts scale-invariant steps (the AdaScale gain, <= scale).
+    assert 1.0 <= float(progress_of(st2)) <= scale + 1e-5
+
+
+def test_changing_accumulation_does_not_recompile_atomic_sizes_do_once(linear_step):
+    tx, step = linear_step
+    rng = np.random.default_rng(1)
+    p = {"w": jnp.zeros(3), "c": jnp.float32(0.0)}
+    st = tx.init(p)
+    before = step.traces()
+    for n in (3, 4, 3, 4):  # slots 4: one compile for all four
+        p, st, _ = step(p, st, _batch(rng, slots_for(n), 2 * R), np.int32(n))
+    assert step.traces() - before == 1
+    for n in (5, 8, 6):  # slots 8: one more
+        p, st, _ = step(p, st, _batch(rng, slots_for(n), 2 * R), np.int32(n))
+    assert step.traces() - before == 2
+    p, st, _ = step(p, st, _batch(rng, 4, 3 * R), np.int32(2))  # new atomic size: one more
+    p, st, _ = step(p, st, _batch(rng, 4, 2 * R), np.int32(4))  # back to an old shape: none
+    assert step.traces() - before == 3
+
+
+@pytest.mark.parametrize("rule", ["adascale", "adam", "sqrt", "legw"])
+def test_every_rule_runs_without_recompiling_on_batch_changes(rule):
+    kw = {"base_warmup_epochs": 1.0, "data_size": 256} if rule == "legw" else {}
+    base = optax.adam(1e-2) if rule == "adam" else optax.sgd(0.05)
+    tx = adaptive_optimizer(base, M0, rule=rule, **kw)
+    step = make_train_step(_loss, tx, donate=False)
+    rng = np.random.default_rng(2)
+    p = {"w": jnp.zeros(3), "c": jnp.float32(0.0)}
+    st = tx.init(p)
+    for n in (1, 2, 1, 2):
+        p, st, loss = step(p, st, _batch(rng, 2, 2 * R), np.int32(n))
+    assert step.traces() == 1 and np.isfinite(float(loss))
+    assert float(progress_of(st)) > 0
+
+
+def test_sources_positions_restore():
+    src = ArraySource({"x": np.arange(10)}, seed=3)
+    first = src.take(7)["x"]
+    st = src.state_dict()
+    nxt = src.take(6)["x"]
+    assert sorted(np.concatenate([first, nxt[:3]]).tolist()) == list(range(10))  # an epoch
+    other = ArraySource({"x": np.arange(10)}, seed=0)
+    other.load_state_dict(st)
+    assert other.take(6)["x"].tolist() == nxt.tolist()
+    it = IterableSource(lambda: ({"v": np.float32(i)} for i in range(5)))
+    it.take(3)
+    s = it.state_dict()
+    again = IterableSource(lambda: ({"v": np.float32(i)} for i in range(5)))
+    again.load_state_dict(s)
+    assert again.take(4)["v"].tolist() == [3.0, 4.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="leading size"):
+        ArraySource({"x": np.zeros(3), "y": np.zeros(4)})
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_controller_explores_step_by_step_with_hysteresis():
+    """A noisy job whose step time is 0.01 + 0.001 * b per replica: bigger batches pay off.
+
+    The controller must climb at most ``explore_factor`` x the largest profiled
+    batch per switch, wait for ``patience`` agreeing checks, use only the
+    atomic-size set, and stop at the goodput optimum.
+    """
+    clock = FakeClock()
+    hooks = GoodputHooks("ctl", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
+                         max_batch_size=512, local_bsz_bounds=(8, 128),
+                         gradient_accumulation=True, clock=clock, is_primary=True,
+                         refit_interval=1e9, warmup_steps=1, background=False)
+    # Gradient noise scale ~ 16 * 1.0 / 0.002 = 8000 samples: large batches stay efficient.
+    hooks.update_grad_params(GradParams(sqr=0.002, var=1.0))
+    ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((4096, 1), np.float32)}, adapt_every=5,
+                            patience=2, min_samples=4)
+
+    def fake_step(params, opt_state, batch, n):
+        b = batch["x"].shape[1]
+        clock.t += int(n) * (0.01 + 0.001 * b)
+        return params, opt_state, 0.0
+
+    seen = []
+    for i in range(400):
+        ctl.step(i, fake_step, None, None)
+        seen.append(ctl.batch_size)
+    assert ctl.switches, "never switched"
+    prev = 16
+    for sw in ctl.switches:
+        assert sw["batch_size"] <= 2 * prev + 1e-9  # step-by-step exploration
+        assert sw["speedup"] > 1.05
+        prev = max(prev, sw["batch_size"])
+    assert set(ctl.atomic_sizes) <= {8, 16, 32, 64, 128}
+    assert ctl.batch_size >= 128  # climbed towards the large optimum
+    assert hooks.model_error < 0.05
+    # Hysteresis: no switch right after another (patience x adapt_every steps at least).
+    steps = [sw["step"] for sw in ctl.switches]
+    assert all(b - a >= 10 for a, b in zip(steps, steps[1:]))
+    # The state round-trips (JSON) and maps the batch onto another replica count.
+    import json
+
+    st = json.loads(json.dumps(ctl.state_dict()))
+    h2 = GoodputHooks("ctl2", init_batch_size=16, num_nodes=1, num_replicas=2, is_primary=False,
+                      max_batch_size=512, local_bsz_bounds=(8, 128), gradient_accumulation=True)
+    c2 = AdaptiveBatchSize(h2, {"x": np.zeros((4096, 1), np.float32)})
+    c2.load_state_dict(st)
+    assert c2.batch_size == ctl.batch_size and c2.accum_steps == ctl.accum_steps
+    assert h2.perf_params == hooks.perf_params
+
+
+def test_fixed_arm_never_switches():
+    clock = FakeClock()
+    hooks = GoodputHooks("fixed", init_batch_size=16, num_nodes=1, num_replicas=1,
+                         max_batch_size=256, clock=clock, is_primary=False, warmup_steps=0)
+    ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((64, 1))}, adaptive=False, adapt_every=1)
+
+    def fake_step(params, opt_state, batch, n):
+        clock.t += 0.01
+        return params, opt_state, 0.0
+
+    for i in range(20):
+        ctl.step(i, fake_step, None, None)
+    assert ctl.batch_size == 16 and not ctl.switches
+    with pytest.raises(ValueError, match="speedup_threshold"):
+        AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, speedup_threshold=0.5)
