@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from goodput_jax.measure.engine import BUCKET_NAMES, COMPILATION, HINTS, Engine
+from goodput_jax.measure.events import EventKind
 from goodput_jax.measure.events import KIND_CODES, to_timestamp
 from goodput_jax.measure.stores import EventStore, resolve_store
 
@@ -92,9 +93,10 @@ class NoEventsError(ValueError):
 
 
 _BUCKET_TYPES = tuple(BadputType[name] for name in BUCKET_NAMES)
-#: reported as 0 outside the elastic calculator
-_ELASTIC = (BadputType.ELASTIC_SLICE_DOWN, BadputType.ELASTIC_SCALE_UP,
-            BadputType.ELASTIC_REINITIALIZATION)
+#: kinds whose payload (not label) the engine reads
+_PAYLOAD_CODES = (HINTS, COMPILATION, KIND_CODES[EventKind.CHECKPOINT_STATS],
+                  KIND_CODES[EventKind.ELASTIC_SLICE_COUNTS])
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,13 +214,14 @@ class GoodputCalculator:
             if sid is None:
                 sid = keys[key] = len(keys)
             code = KIND_CODES[ev.kind]
-            extra = ev.payload if code in (HINTS, COMPILATION) else ev.label
+            extra = ev.payload if code in _PAYLOAD_CODES else ev.label
             out.append((code, sid, ev.timestamp, ev.step, extra))
         return out
 
-    def _feed_new(self, eng: Engine, cursor: Any):
+    def _feed_new(self, eng: Engine, cursor: Any, only: tuple[float, float] | None = None):
         """Feed ``eng`` every event newer than ``cursor``, one chunk at a time.
 
+        ``only=(a, b)`` feeds only the events with ``a < timestamp <= b``.
         Yields ``(cursor, count)`` after each chunk has been fed.
         """
         while True:
@@ -226,11 +229,15 @@ class GoodputCalculator:
                 cols, cursor, done = self.store.read_columns(self.job_name, cursor, self._CHUNK)
                 n = 0
                 if cols is not None:
-                    eng.feed_columns(cols)
                     n = cols["kind"].size
+                    if only is not None:
+                        cols = _select(cols, (cols["ts"] > only[0]) & (cols["ts"] <= only[1]))
+                    eng.feed_columns(cols)
             else:
                 events, cursor = self.store.read_events(self.job_name, cursor, self._CHUNK)
-                eng.feed(self._rows_from_events(events))
+                fed = events if only is None else [
+                    e for e in events if only[0] < e.timestamp <= only[1]]
+                eng.feed(self._rows_from_events(fed))
                 n = len(events)
                 done = len(events) < self._CHUNK
             yield cursor, n
@@ -312,11 +319,23 @@ class GoodputCalculator:
             raise ValueError(
                 f"interval_end ({interval_end!r}) must be after interval_start ({interval_start!r})"
             )
+        return self._interval(ws, we)[:3]
+
+    def _replay(self, ws: float = -math.inf, we: float = math.inf,
+                exclusions: list | None = None, only: tuple[float, float] | None = None) -> Engine:
+        """A fresh engine fed the whole job (window / exclusions applied); O(history)."""
         with self._lock:
-            eng = Engine(ws, we)
-            for _ in self._feed_new(eng, None):
+            eng = Engine(ws, we, exclusions=exclusions)
+            for _ in self._feed_new(eng, None, only):
                 pass
-            return self._result(eng, self._now(), True, f"the interval [{ws}, {we}]")
+            return eng
+
+    def _interval(self, ws: float, we: float):
+        with self._lock:
+            eng = self._replay(ws, we)
+            now = self._now()
+            g, flat, last = self._result(eng, now, True, f"the interval [{ws}, {we}]")
+            return g, flat, last, eng, now
 
     def get_job_goodput_details(self) -> dict[str, Any]:
         """Raw seconds per bucket plus bookkeeping.
@@ -338,8 +357,6 @@ class GoodputCalculator:
             productive, acc, custom = eng.totals(self._now())
             badput = {t: acc[i] for i, t in enumerate(_BUCKET_TYPES)}
             badput[BadputType.DATA_LOADING_ASYNC] = eng.async_data_loading()
-            for t in _ELASTIC:
-                badput[t] = 0.0
             return {
                 "productive_time": productive,
                 "badput_time": badput,
@@ -407,6 +424,17 @@ class GoodputCalculator:
         return None if h is None else dict(h)
 
 
+def _select(cols: dict, mask: np.ndarray) -> dict:
+    """The rows of a columnar chunk where ``mask`` holds (labels re-indexed)."""
+    if mask.all():
+        return cols
+    idx = np.flatnonzero(mask)
+    pos = {int(i): j for j, i in enumerate(idx)}
+    labels = {pos[i]: v for i, v in cols["labels"].items() if i in pos}
+    return {"kind": cols["kind"][idx], "stream": cols["stream"][idx], "ts": cols["ts"][idx],
+            "step": cols["step"][idx], "labels": labels}
+
+
 def estimate_ideal_step_time(step_times: Any) -> float:
     """Robust ideal step time: median of the steps within median + 3 MAD.
 
@@ -429,6 +457,4 @@ def _breakdown(acc: list[float], total: float, async_s: float = 0.0) -> dict[Bad
     out = {t: 100.0 * acc[i] / total for i, t in enumerate(_BUCKET_TYPES)}
     # reported beside the others, not part of the 100 % (it did not block training)
     out[BadputType.DATA_LOADING_ASYNC] = 100.0 * async_s / total
-    for t in _ELASTIC:
-        out[t] = 0.0
     return out

@@ -53,7 +53,8 @@ from goodput_jax.measure.events import KIND_CODES, EventKind
 # Bucket indices of the hot loop (order = BUCKET_NAMES).
 B_ACCEL, B_PREP, B_STARTUP, B_DATA, B_SAVE, B_RESTORE = 0, 1, 2, 3, 4, 5
 B_WASTED, B_INFRA, B_CUSTOM, B_OTHER, B_RECOMP = 6, 7, 8, 9, 10
-NB = 11
+B_SLICE_DOWN, B_SCALE_UP, B_REINIT = 11, 12, 13
+NB = 14
 #: bucket index -> BadputType member name
 BUCKET_NAMES = (
     "ACCELERATOR_INITIALIZATION",
@@ -67,6 +68,9 @@ BUCKET_NAMES = (
     "CUSTOM_BADPUT_EVENTS",
     "OTHER",
     "RECOMPILATION",
+    "ELASTIC_SLICE_DOWN",
+    "ELASTIC_SCALE_UP",
+    "ELASTIC_REINITIALIZATION",
 )
 #: timeline category of productive time
 PRODUCTIVE = "PRODUCTIVE"
@@ -78,6 +82,9 @@ HINTS, CKPT_PROGRESS = _K[EventKind.HINTS], _K[EventKind.CHECKPOINT_PROGRESS]
 COMPILATION, DEVICE_END = _K[EventKind.COMPILATION], _K[EventKind.STEP_DEVICE_END]
 DL_START, DL_END = _K[EventKind.DATA_LOADING_START], _K[EventKind.DATA_LOADING_END]
 CUSTOM_START = _K[EventKind.CUSTOM_BADPUT_START]
+CKPT_STATS, SLICE_COUNTS = _K[EventKind.CHECKPOINT_STATS], _K[EventKind.ELASTIC_SLICE_COUNTS]
+EWAIT_START, REINIT_START = _K[EventKind.ELASTIC_WAIT_START], _K[EventKind.ELASTIC_REINIT_START]
+_REINIT_ABSORBS = (B_ACCEL, B_PREP)  # re-initialisation time inside these is re-initialisation
 #: span start code -> bucket
 SPAN_START_BUCKET = {
     _K[EventKind.ACCELERATOR_INIT_START]: B_ACCEL,
@@ -87,6 +94,8 @@ SPAN_START_BUCKET = {
     _K[EventKind.CHECKPOINT_SAVE_START]: B_SAVE,
     _K[EventKind.CHECKPOINT_RESTORE_START]: B_RESTORE,
     CUSTOM_START: B_CUSTOM,
+    EWAIT_START: B_SLICE_DOWN,  # or B_SCALE_UP, by label
+    REINIT_START: B_REINIT,
 }
 #: span end code -> its start code
 SPAN_END_START = {
@@ -97,6 +106,8 @@ SPAN_END_START = {
     _K[EventKind.CHECKPOINT_SAVE_END]: _K[EventKind.CHECKPOINT_SAVE_START],
     _K[EventKind.CHECKPOINT_RESTORE_END]: _K[EventKind.CHECKPOINT_RESTORE_START],
     _K[EventKind.CUSTOM_BADPUT_END]: CUSTOM_START,
+    _K[EventKind.ELASTIC_WAIT_END]: EWAIT_START,
+    _K[EventKind.ELASTIC_REINIT_END]: REINIT_START,
 }
 
 _PENDING = NB  # state code of "inside an open step" in the vectorised path
@@ -109,7 +120,7 @@ _SPAN_END_LUT = np.full(_N_CODES, -1, dtype=np.int64)
 #: end kind code -> its start code (custom excluded), else -1
 _SPAN_START_OF_END_LUT = np.full(_N_CODES, -1, dtype=np.int64)
 for _end, _start in SPAN_END_START.items():
-    if _start != CUSTOM_START:
+    if _start not in (CUSTOM_START, EWAIT_START, REINIT_START):
         if _start != DL_START:
             _SPAN_START_LUT[_start] = SPAN_START_BUCKET[_start]
         _SPAN_END_LUT[_start] = _end
@@ -119,6 +130,33 @@ _SIMPLE_LUT = np.zeros(_N_CODES, dtype=bool)
 _SIMPLE_LUT[[STEP_START, STEP_END]] = True
 _SIMPLE_LUT[_SPAN_END_LUT >= 0] = True
 _SIMPLE_LUT[_SPAN_START_OF_END_LUT >= 0] = True
+
+
+def _overlap(a: float, b: float, excl: list[tuple[float, float]]) -> float:
+    out = 0.0
+    for s, e in excl:
+        if e <= a:
+            continue
+        if s >= b:
+            break
+        out += min(b, e) - max(a, s)
+    return out
+
+
+def merge_intervals(intervals) -> list[tuple[float, float]]:
+    """Sort and merge ``(start, end)`` float intervals; empty ones are dropped.
+
+    Example:
+        >>> merge_intervals([(5, 7), (0, 2), (1, 3), (4, 4)])
+        [(0, 3), (5, 7)]
+    """
+    out: list[tuple[float, float]] = []
+    for s, e in sorted((s, e) for s, e in intervals if e > s):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
 
 
 def _payload(label: Any) -> dict:
@@ -152,8 +190,11 @@ class Engine:
     #: shortest run worth the numpy overhead
     FAST_MIN = 128
 
-    def __init__(self, ws: float = -math.inf, we: float = math.inf, record: bool = False):
+    def __init__(self, ws: float = -math.inf, we: float = math.inf, record: bool = False,
+                 exclusions: list[tuple[float, float]] | None = None):
         self.ws, self.we = ws, we
+        #: sorted, merged (start, end) intervals whose time is removed from every bucket
+        self.excl = list(exclusions or [])
         self.acc = [0.0] * NB
         self.productive = 0.0
         self.custom: dict[str, float] = {}
@@ -181,7 +222,9 @@ class Engine:
         self.seg_ocnt: list[int] = []
         self.run_compiled: set[int] = set()
         self.runs = 0
+        self.first_t: float | None = None  # the first run's first event
         self.disruptions = 0
+        self.window_disruptions = 0  # restarts after a crash inside [ws, we]
         self.ignored = 0
         self.unmatched = 0
         self.out_of_order = 0
@@ -189,6 +232,10 @@ class Engine:
         self.compilations = 0
         self.hints: Any = None
         self.last_ckpt_step: int | None = None
+        self.flat_save = 0.0  # Orbax checkpoint-manager statistics (flat seconds)
+        self.flat_restore = 0.0
+        self.reinit_open = 0
+        self.slice_counts: list[tuple[float, int, int, int]] = []  # (t, active, available, total)
         # timeline recording
         self.record = record
         self.segs: list[list] = []  # [a, b, category, run, step, label]
@@ -268,7 +315,9 @@ class Engine:
     def _clip(self, a: float, b: float) -> float:
         a = a if a > self.ws else self.ws
         b = b if b < self.we else self.we
-        return b - a if b > a else 0.0
+        if b <= a:
+            return 0.0
+        return b - a - _overlap(a, b, self.excl) if self.excl else b - a
 
     # ------------------------------------------------------------ row loop
     def feed(self, rows) -> None:  # noqa: C901 - the one state machine
@@ -290,6 +339,9 @@ class Engine:
                 # informational (its time is the checkpoint's start, usually in the past)
                 self.last_ckpt_step = step if step is not None and step >= 0 else None
                 continue
+            if kind == CKPT_STATS or kind == SLICE_COUNTS:
+                self._point_stats(kind, t, _payload(label))
+                continue
             cur = self.cur
             other_gap = 0.0
             if sid != cur or (kind == JOB_START and self.runs):
@@ -300,6 +352,8 @@ class Engine:
                 if cur is not None and not self.ended:
                     # the previous run crashed: in-flight step + downtime
                     self.disruptions += 1
+                    if ws <= t <= we:
+                        self.window_disruptions += 1
                     down = self._clip(last_t, t)
                     acc[B_INFRA] += self.pending + down
                     if record:
@@ -314,6 +368,7 @@ class Engine:
                 self.ended = False
                 self.last_t = t if (sid != cur or t > last_t) else last_t
                 self.spans = []
+                self.reinit_open = 0
                 self.open_step = -1
                 self.pending = 0.0
                 self.dev_mode = False
@@ -321,6 +376,8 @@ class Engine:
                 self.dl_first_done = False
                 self.dl_open = None
                 self.runs += 1
+                if self.first_t is None:
+                    self.first_t = t
                 self._new_segment()
                 if record:
                     self.pend_segs = []
@@ -340,11 +397,15 @@ class Engine:
                 a = last_t if last_t > ws else ws  # noqa: FURB136 - no call in the hot loop
                 b = t if t < we else we  # noqa: FURB136
                 if b > a:
-                    dt = b - a
+                    dt = b - a - _overlap(a, b, self.excl) if self.excl else b - a
+                    # (exclusions remove time from recorded activities only, as in the
+                    # reference: unattributed time stays OTHER)
                     spans = self.spans
                     if spans and not (self.dev_mode and spans[-1][2] == B_DATA
                                       and self.open_step >= 0):
                         top = spans[-1]
+                        if self.reinit_open and top[2] in _REINIT_ABSORBS:
+                            top = (top[0], top[1], B_REINIT)
                         acc[top[2]] += dt
                         if top[2] == B_CUSTOM:
                             custom[top[1]] = custom.get(top[1], 0.0) + dt
@@ -357,6 +418,7 @@ class Engine:
                             if not self.pend_segs or self.pend_segs[-1] != i:
                                 self.pend_segs.append(i)
                     else:
+                        dt = b - a
                         acc[B_OTHER] += dt
                         other_gap = dt
                         if record:
@@ -369,6 +431,12 @@ class Engine:
                     continue
                 self._step_start(step)
             elif kind in span_bucket:
+                if kind == EWAIT_START:
+                    b = B_SCALE_UP if "scale_up" in str(label).lower() else B_SLICE_DOWN
+                    self.spans.append((kind, label, b))
+                    continue
+                if kind == REINIT_START:
+                    self.reinit_open += 1
                 if kind == DL_START:
                     self.dl_open = t
                     if not self.dev_mode and self.dl_first_done:
@@ -387,6 +455,8 @@ class Engine:
                 for i in range(len(spans) - 1, -1, -1):
                     if spans[i][0] == want and spans[i][1] == label:
                         del spans[i]
+                        if want == REINIT_START:
+                            self.reinit_open -= 1
                         break
                 else:
                     if not found:
@@ -407,6 +477,7 @@ class Engine:
                         self._complete(s, 0.0, False)
                 self.open_step, self.pending, self.dq = -1, 0.0, []
                 self.spans = []
+                self.reinit_open = 0
                 self.dl_open = None
                 self.ended = True
             elif kind == COMPILATION:
@@ -414,6 +485,27 @@ class Engine:
             # STEP_END: the host's end of a step is not the device's: no effect.
             # JOB_START: handled above (a new run).
         self.events += n
+
+    def _point_stats(self, kind: int, t: float, p: dict) -> None:
+        if not (self.ws <= t <= self.we):
+            return
+        if kind == SLICE_COUNTS:
+            try:
+                self.slice_counts.append((t, int(p.get("active", 0)), int(p.get("available", 0)),
+                                          max(int(p.get("total", 1)), 1)))
+            except (TypeError, ValueError):
+                self.unmatched += 1
+            return
+        try:
+            d = float(p.get("duration_s", 0.0))
+        except (TypeError, ValueError):
+            return
+        if not math.isfinite(d) or d <= 0:
+            return
+        if p.get("event_type") == "save":
+            self.flat_save += d
+        elif p.get("event_type") in ("restore", "emergency_restore"):
+            self.flat_restore += d
 
     def _step_start(self, step: int) -> None:
         top = self.live_steps[-1] if self.live_steps else -1
@@ -516,7 +608,7 @@ class Engine:
             self.feed(zip(kind[a:b].tolist(), stream[a:b].tolist(), ts[a:b].tolist(),
                           step[a:b].tolist(), lab))
 
-        if not fast or self.record or n < self.FAST_MIN:
+        if not fast or self.record or self.excl or n < self.FAST_MIN:
             slow(0, n)
             return
         k = kind.astype(np.int64)
@@ -700,16 +792,33 @@ class Engine:
             a = max(self.last_t, self.ws)
             b = min(now, self.we)
             if b > a:
-                dt = b - a
-                top = self.spans[-1] if self.spans else None
-                if top is not None and not (self.dev_mode and top[2] == B_DATA
-                                            and self.open_step >= 0):
+                dt = self._clip(a, b)
+                top = self._tail_top()
+                if top is not None:
                     acc[top[2]] += dt
                     if top[2] == B_CUSTOM:
                         custom[top[1]] = custom.get(top[1], 0.0) + dt
                 else:
-                    acc[B_OTHER] += dt
-        return max(productive, 0.0), acc, custom
+                    acc[B_OTHER] += b - a
+        productive = max(productive, 0.0)
+        # Orbax's checkpoint-manager statistics: blocking saves out of productive time,
+        # restores out of OTHER (as the reference does), never below zero
+        x = min(self.flat_save, productive)
+        productive -= x
+        acc[B_SAVE] += x
+        x = min(self.flat_restore, acc[B_OTHER])
+        acc[B_OTHER] -= x
+        acc[B_RESTORE] += x
+        return productive, acc, custom
+
+    def _tail_top(self):
+        """The span the live tail goes to (None: OTHER)."""
+        top = self.spans[-1] if self.spans else None
+        if top is None or (self.dev_mode and top[2] == B_DATA and self.open_step >= 0):
+            return None
+        if self.reinit_open and top[2] in _REINIT_ABSORBS:
+            return (top[0], top[1], B_REINIT)
+        return top
 
     def async_data_loading(self) -> float:
         """Seconds of data loading that did not block the device (not subtracted)."""
@@ -757,13 +866,34 @@ class Engine:
             a = max(self.last_t, self.ws)
             b = min(now, self.we)
             if b > a:
-                top = self.spans[-1] if self.spans else None
-                if top is not None and not (self.dev_mode and top[2] == B_DATA
-                                            and self.open_step >= 0):
+                top = self._tail_top()
+                if top is not None:
                     extra.append([a, b, BUCKET_NAMES[top[2]], self.runs - 1, None, top[1]])
                 else:
                     extra.append([a, b, "OTHER", self.runs - 1, None, None])
         segs.extend(extra)
+        # Orbax's flat checkpoint statistics (no time of their own): the latest
+        # productive slices become save time, the latest OTHER slices restore time
+        productive = sum(s[1] - s[0] for s in segs if s[2] == PRODUCTIVE)
+        other = sum(s[1] - s[0] for s in segs if s[2] == "OTHER")
+        for x, where, cat in ((min(self.flat_save, productive), PRODUCTIVE,
+                               "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"),
+                              (min(self.flat_restore, other), "OTHER",
+                               "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME")):
+            segs.sort(key=lambda s: (s[3], s[0]))
+            for s in reversed(list(segs)):
+                if x <= 0:
+                    break
+                if s[2] != where:
+                    continue
+                d = s[1] - s[0]
+                if d <= x:
+                    s[2] = cat
+                    x -= d
+                else:
+                    segs.append([s[1] - x, s[1], cat, s[3], s[4], s[5]])
+                    s[1] -= x
+                    x = 0.0
         segs.sort(key=lambda s: (s[3], s[0]))
         return {"segments": segs, "restarts": list(self.restarts),
                 "crashes": list(self.crashes), "run_ids": list(self.run_ids)}

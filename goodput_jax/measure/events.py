@@ -55,6 +55,18 @@ class EventKind(str, enum.Enum):
     #: The device finished step ``step`` (its outputs became ready), observed by the
     #: non-stalling step recorder; the step's host-side ``STEP_END`` is only its dispatch.
     STEP_DEVICE_END = "step_device_end"
+    #: Checkpoint-manager statistics as Orbax logs them for ml-goodput-measurement (point
+    #: event; payload ``{"event_type": "save"|"restore", "duration_s": float, "step": int}``):
+    #: blocking save time comes out of productive time, restore time out of OTHER.
+    CHECKPOINT_STATS = "checkpoint_stats"
+    #: Elastic training (ml-goodput-measurement's ``goodput_elastic``): waiting for slices
+    #: (label = the wait's event type), re-initialisation, and slice counts (payload
+    #: ``{"active": int, "total": int, "available": int}``).
+    ELASTIC_WAIT_START = "elastic_wait_start"
+    ELASTIC_WAIT_END = "elastic_wait_end"
+    ELASTIC_REINIT_START = "elastic_reinit_start"
+    ELASTIC_REINIT_END = "elastic_reinit_end"
+    ELASTIC_SLICE_COUNTS = "elastic_slice_counts"
 
 
 #: start kind -> end kind, for every start/end pair.
@@ -68,6 +80,8 @@ START_END_PAIRS: dict[EventKind, EventKind] = {
     EventKind.CHECKPOINT_SAVE_START: EventKind.CHECKPOINT_SAVE_END,
     EventKind.CHECKPOINT_RESTORE_START: EventKind.CHECKPOINT_RESTORE_END,
     EventKind.CUSTOM_BADPUT_START: EventKind.CUSTOM_BADPUT_END,
+    EventKind.ELASTIC_WAIT_START: EventKind.ELASTIC_WAIT_END,
+    EventKind.ELASTIC_REINIT_START: EventKind.ELASTIC_REINIT_END,
 }
 END_START_PAIRS: dict[EventKind, EventKind] = {v: k for k, v in START_END_PAIRS.items()}
 
@@ -96,6 +110,12 @@ KIND_CODES: dict[EventKind, int] = {
     EventKind.CHECKPOINT_PROGRESS: 19,
     EventKind.COMPILATION: 20,
     EventKind.STEP_DEVICE_END: 21,
+    EventKind.CHECKPOINT_STATS: 22,
+    EventKind.ELASTIC_WAIT_START: 23,
+    EventKind.ELASTIC_WAIT_END: 24,
+    EventKind.ELASTIC_REINIT_START: 25,
+    EventKind.ELASTIC_REINIT_END: 26,
+    EventKind.ELASTIC_SLICE_COUNTS: 27,
 }
 #: code -> kind (index = code).
 KINDS_BY_CODE: tuple[EventKind, ...] = tuple(

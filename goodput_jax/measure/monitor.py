@@ -240,6 +240,11 @@ class _TBWriter:
                 self._writer.close()
 
 
+#: our BadputType names -> ml-goodput-measurement's (reference tag layout)
+_REFERENCE_NAMES = {"ACCELERATOR_INITIALIZATION": "TPU_INITIALIZATION",
+                    "DATA_LOADING": "DATA_LOADING_SYNC"}
+
+
 class _Uploader:
     """One background thread: poll, wait ``interval``, repeat; a final poll on stop."""
 
@@ -249,6 +254,7 @@ class _Uploader:
         self._poll = poll
         self._on_error = on_error
         self._stop = threading.Event()
+        self.final = True
         self.thread = threading.Thread(target=self._run, name=f"goodput-monitor-{name}", daemon=True)
         self.polls = 0
 
@@ -265,12 +271,14 @@ class _Uploader:
             self._safe_poll()
             if self._stop.wait(self.interval):
                 break
-        self._safe_poll()  # the final upload
+        if self.final:
+            self._safe_poll()  # the final upload
 
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self, timeout: float) -> bool:
+    def stop(self, timeout: float, final: bool = True) -> bool:
+        self.final = final
         self._stop.set()
         self.thread.join(timeout)
         return not self.thread.is_alive()
@@ -304,6 +312,12 @@ class GoodputMonitor:
         calculator: an existing GoodputCalculator to share (advanced).
         max_deviation_points: at most this many new per-step deviations are
             written per upload (the newest).
+        tag_layout: ``"goodput_jax"`` (tags below, in ``tensorboard_dir``) or
+            ``"reference"``: ml-goodput-measurement's layout, in
+            ``<tensorboard_dir>/goodput/`` with its tags (``goodput/goodput``,
+            ``badput/tpu_initialization``, ``badput/data_loading_sync``,
+            ``badput/custom_badput_events/<type>``, ``step_deviation``); our extra
+            tags (``goodput/total_time``, ``step_time/*``, ``model/*``) sit beside them.
 
     Example:
         >>> m = GoodputMonitor("job", "goodput_job", "/tmp/tb", 30, True,
@@ -330,7 +344,13 @@ class GoodputMonitor:
         stop_timeout: float = 10.0,
         calculator: Any = None,
         max_deviation_points: int = 10_000,
+        tag_layout: str = "goodput_jax",
     ) -> None:
+        if tag_layout not in ("goodput_jax", "reference"):
+            raise ValueError(
+                f"tag_layout ({tag_layout!r}) must be 'goodput_jax' or 'reference'"
+            )
+        self.tag_layout = tag_layout
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
         if not isinstance(tensorboard_dir, (str, os.PathLike)) or not os.fspath(tensorboard_dir):
@@ -373,7 +393,10 @@ class GoodputMonitor:
             )
         self.calculator = calculator
         self.configured_ideal_step_time = configured_ideal_step_time
-        self._writer = _TBWriter(self.tensorboard_dir)
+        self._writer = _TBWriter(
+            os.path.join(self.tensorboard_dir, "goodput") if tag_layout == "reference"
+            else self.tensorboard_dir
+        )
         self._lock = threading.Lock()
         self._uploaders: dict[str, _Uploader] = {}
         self._rolling_windows: tuple[float, ...] = ()
@@ -409,17 +432,30 @@ class GoodputMonitor:
         except NoEventsError as e:
             _log.info("goodput monitor: nothing to upload yet (%s)", e)
             return {}
-        values: dict[str, float] = {"goodput/total": float(goodput)}
+        ref = self.tag_layout == "reference"
+        values: dict[str, float] = {("goodput/goodput" if ref else "goodput/total"): float(goodput)}
         if self.include_badput_breakdown:
             for kind, pct in badput.items():
-                values[f"badput/{kind.name.lower()}"] = float(pct)
+                if ref:
+                    name = _REFERENCE_NAMES.get(kind.name, kind.name)
+                    if kind.name == "CUSTOM_BADPUT_EVENTS" or isinstance(pct, dict):
+                        continue
+                    if name.startswith("ELASTIC_") and not getattr(self, "_elastic_tags", False):
+                        continue
+                    if kind.name == "RECOMPILATION" and not pct:
+                        continue
+                    values[f"badput/{name.lower()}"] = float(pct)
+                elif not isinstance(pct, dict):
+                    values[f"badput/{kind.name.lower()}"] = float(pct)
             details = calc.get_job_goodput_details()
             total = float(details["total_time"])
             values["goodput/productive_time"] = float(details["productive_time"])
             values["goodput/total_time"] = total
             if total > 0:
+                prefix = "badput/custom_badput_events/" if ref else "badput/custom/"
                 for label, secs in sorted(details.get("custom_badput_time", {}).items()):
-                    values[f"badput/custom/{_tag_part(label)}"] = 100.0 * float(secs) / total
+                    values[prefix + _tag_part(label.lower() if ref else label)] = \
+                        100.0 * float(secs) / total
         if self.include_step_deviation:
             values.update(self._step_summary())
         values.update(hint_scalars(calc.get_latest_hints()))
@@ -464,7 +500,9 @@ class GoodputMonitor:
                 new = new[-self.max_deviation_points:]
             elif not self.max_deviation_points:
                 new = []
-            points = self._writer.write_series("step_time/deviation", new, now)
+            points = self._writer.write_series(
+                "step_deviation" if self.tag_layout == "reference" else "step_time/deviation",
+                new, now)
             if steps:
                 self._last_dev_step = max(self._last_dev_step, max(steps))
         values: dict[str, float] = {}
@@ -500,7 +538,8 @@ class GoodputMonitor:
         last_step = 0
         for w in windows:
             try:
-                pct, _, last_step = self.calculator.get_job_goodput_interval(now - w, now)
+                res = self.calculator.get_job_goodput_interval(now - w, now)
+                pct, last_step = res[0], res[2]
             except NoEventsError as e:
                 _log.info("goodput monitor: nothing to upload yet (%s)", e)
                 return {}
@@ -540,13 +579,13 @@ class GoodputMonitor:
             up.start()
         return True
 
-    def _stop(self, name: str, timeout: float | None) -> bool:
+    def _stop(self, name: str, timeout: float | None, final: bool = True) -> bool:
         timeout = self.stop_timeout if timeout is None else _nonneg("timeout", timeout)
         with self._lock:
             up = self._uploaders.pop(name, None)
         if up is None:
             return True
-        done = up.stop(timeout)
+        done = up.stop(timeout, final)
         if not done:
             _log.warning(
                 "goodput monitor: %s uploader did not finish within %.3gs "

@@ -90,6 +90,9 @@ class GoodputRecorder:
         batch_size: events per store write.
         flush_interval: seconds between background writes.
         max_retries: retries of a failing write before its batch is dropped and counted.
+        synchronous: write each event to the store in the calling thread (no background
+            thread; for test seams such as Google's ``cloud_logger=``, where a read must
+            see the write that preceded it).
 
     Raises:
         ValueError / TypeError: bad arguments (named in the message).
@@ -112,6 +115,7 @@ class GoodputRecorder:
         batch_size: int = 4096,
         flush_interval: float = 0.5,
         max_retries: int = 6,
+        synchronous: bool = False,
     ):
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
@@ -146,6 +150,8 @@ class GoodputRecorder:
         self._open: dict[tuple[int, str | None], int] = {}
         self._open_lock = threading.Lock()
         self._closed = False
+        self._sync = bool(synchronous)
+        self._drop_lock = threading.Lock()
         self._store: EventStore | None = None
         self._owns_store = False
         if not self._enabled:
@@ -157,7 +163,8 @@ class GoodputRecorder:
         self._thread = threading.Thread(
             target=self._writer, name=f"goodput-recorder-{job_name}", daemon=True
         )
-        self._thread.start()
+        if not self._sync:
+            self._thread.start()
         ref = weakref.ref(self)
 
         def _at_exit() -> None:
@@ -201,7 +208,8 @@ class GoodputRecorder:
     def _put(self, code: int, t: float, step: int | None, label: str | None, payload: Any) -> None:
         q = self._q
         if len(q) >= self._max_queue:
-            self._dropped += 1
+            with self._drop_lock:  # the writer thread updates it too
+                self._dropped += 1
             if not self._warned_drop:
                 self._warned_drop = True
                 logger.warning(
@@ -209,7 +217,9 @@ class GoodputRecorder:
                     "(see dropped_count)", self._max_queue)
             return
         q.append((code, t, step, label, payload))
-        if len(q) >= self._batch:
+        if self._sync:
+            self._drain()
+        elif len(q) >= self._batch:
             self._wake.set()
 
     def record_step_start_time(self, step: int, start_time: Any = None) -> None:
@@ -237,7 +247,9 @@ class GoodputRecorder:
             self._put(_STEP_START, t, step, None, None)  # counts the drop
             return
         q.append((_STEP_START, t, step, None, None))
-        if len(q) >= self._batch:
+        if self._sync:
+            self._drain()
+        elif len(q) >= self._batch:
             self._wake.set()
 
     def record_step_end_time(self, step: int, end_time: Any = None) -> None:
@@ -537,7 +549,8 @@ class GoodputRecorder:
                 if self._stop.wait(delay) and attempt >= 1:
                     break  # closing: do not hold up interpreter exit
                 delay = min(delay * 2, 2.0)
-        self._dropped += len(batch)
+        with self._drop_lock:
+            self._dropped += len(batch)
         return False
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -579,7 +592,8 @@ class GoodputRecorder:
         self.flush(timeout)
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
         atexit.unregister(self._atexit)
         if self._owns_store:
             self._store.close()

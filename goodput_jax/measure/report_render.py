@@ -60,6 +60,9 @@ CATEGORIES: dict[str, tuple[str, str]] = {
     "CUSTOM_BADPUT_EVENTS": ("custom badput", "#bcbd22"),
     "OTHER": ("other / unaccounted", "#c7c7c7"),
     "RECOMPILATION": ("recompilation", "#f7b6d2"),
+    "ELASTIC_SLICE_DOWN": ("elastic: slice down", "#aec7e8"),
+    "ELASTIC_SCALE_UP": ("elastic: scale up", "#ffbb78"),
+    "ELASTIC_REINITIALIZATION": ("elastic: re-initialisation", "#98df8a"),
 }
 
 @dataclasses.dataclass
@@ -144,7 +147,7 @@ def build_timeline(store: Any, job_name: str, now: float | None = None) -> Timel
     now = time.time() if now is None else float(now)
     eng = Engine(record=True)
     eng.feed((KIND_CODES[e.kind], (e.run_id, e.host), e.timestamp, e.step,
-              e.payload if e.kind is EventKind.COMPILATION else e.label) for e in events)
+              e.payload if e.payload is not None else e.label) for e in events)
     out = eng.timeline(now)
     segs = [Segment(a, b, cat, run, step, label)
             for a, b, cat, run, step, label in out["segments"] if b > a]

@@ -45,8 +45,14 @@ def timelines(draw):
         host = draw(st.integers(0, 1))
         step = (draw(st.integers(0, 12))
                 if kind in (K.STEP_START, K.STEP_END, K.STEP_DEVICE_END) else None)
-        label = draw(st.sampled_from(["x", "y"])) if kind.name.startswith("CUSTOM") else None
+        label = (draw(st.sampled_from(["x", "y", "scale_up"]))
+                 if kind.name.startswith(("CUSTOM", "ELASTIC_WAIT")) else None)
         payload = {"v": 1} if kind is K.HINTS else None
+        if kind is K.CHECKPOINT_STATS:
+            payload = {"event_type": draw(st.sampled_from(["save", "restore"])),
+                       "duration_s": draw(st.floats(0.0, 15.0))}
+        if kind is K.ELASTIC_SLICE_COUNTS:
+            payload = {"active": 1, "total": 2, "available": 2}
         if kind is K.COMPILATION:
             payload = {"duration_s": draw(st.floats(0.0, 15.0)), "recompile": draw(st.booleans()),
                        "name": "f"}
@@ -81,7 +87,8 @@ def test_buckets_sum_to_100_and_goodput_in_range(evs, now):
     try:
         g, b, _ = calc.get_job_goodput(include_badput_breakdown=True)
     except NoEventsError:
-        assert all(e.kind in (K.HINTS, K.CHECKPOINT_PROGRESS) for e in evs)
+        assert all(e.kind in (K.HINTS, K.CHECKPOINT_PROGRESS, K.CHECKPOINT_STATS,
+                              K.ELASTIC_SLICE_COUNTS) for e in evs)
         return
     except ValueError as e:  # zero elapsed time
         assert "zero elapsed time" in str(e)

@@ -74,6 +74,10 @@ _LABELLED_KINDS = (
     KIND_CODES[EventKind.CUSTOM_BADPUT_END],
     KIND_CODES[EventKind.HINTS],
     KIND_CODES[EventKind.COMPILATION],
+    KIND_CODES[EventKind.CHECKPOINT_STATS],
+    KIND_CODES[EventKind.ELASTIC_WAIT_START],
+    KIND_CODES[EventKind.ELASTIC_WAIT_END],
+    KIND_CODES[EventKind.ELASTIC_SLICE_COUNTS],
 )
 
 #: One raw row as read by :meth:`SQLiteStore.read_rows`:

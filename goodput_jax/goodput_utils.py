@@ -1,0 +1,80 @@
+"""Drop-in for ``ml_goodput_measurement.src.goodput_utils``: enums and public helpers.
+
+Example:
+    >>> from goodput_jax import goodput_utils
+    >>> goodput_utils.compute_ideal_step_time([1.0, 1.2, 1.1, 30.0])
+    1.1
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from goodput_jax.goodput import (
+    GCPOptions,
+    GoodputType,
+    IntervalMetricType,
+    MetricType,
+)
+from goodput_jax.measure.calculator import BadputType
+
+__all__ = [
+    "BadputType",
+    "GCPOptions",
+    "GoodputType",
+    "IntervalMetricType",
+    "MetricType",
+    "compute_ideal_step_time",
+    "get_extra_time_from_anomalous_steps",
+    "get_timestamp_from_log_entry",
+]
+
+
+def get_timestamp_from_log_entry(entry: dict[str, Any]) -> datetime.datetime | None:
+    """The first ``*time*`` value of a Cloud Logging entry payload, as an aware datetime.
+
+    Example:
+        >>> get_timestamp_from_log_entry({"job_name": "j", "job_start_time": 0.0}).year
+        1970
+    """
+    for key, value in entry.items():
+        if "time" in key:
+            return datetime.datetime.fromtimestamp(value, datetime.timezone.utc)
+    return None
+
+
+def _split(step_times: list[float]) -> tuple[list[float], list[float]]:
+    import numpy as np
+
+    x = np.asarray(step_times, dtype=np.float64)
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med)))
+    lim = med + 3.0 * mad
+    return [float(v) for v in x if v > lim], [float(v) for v in x if v <= lim]
+
+
+def compute_ideal_step_time(step_times: list[float]) -> float | None:
+    """Google's ideal step time: mean of the steps >= 1 s within median + 3 MAD (None if none).
+
+    Example:
+        >>> compute_ideal_step_time([0.5]) is None
+        True
+    """
+    times = [float(t) for t in step_times if t >= 1.0]
+    if not times:
+        return None
+    _, normal = _split(times)
+    return sum(normal) / len(normal) if normal else None
+
+
+def get_extra_time_from_anomalous_steps(step_times: list[float]) -> float:
+    """Seconds the anomalous steps (> median + 3 MAD) took beyond the normal steps' mean.
+
+    Example:
+        >>> get_extra_time_from_anomalous_steps([1.0, 1.0, 1.0, 5.0])
+        4.0
+    """
+    anomalous, normal = _split(step_times)
+    mean = sum(normal) / len(normal) if normal else 0.0
+    return sum(anomalous) - len(anomalous) * mean
