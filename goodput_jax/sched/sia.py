@@ -378,23 +378,15 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
 # --------------------------------------------------------------------------- #
 
 
-def _place_type(requests: dict, node_keys: list, node_gpus: list, prev: Mapping) -> dict | None:
-    """Places ``{job: gpus}`` onto the nodes of one type; None if it does not fit."""
+def _try_place(requests: dict, node_keys: list, node_gpus: list, kept: dict) -> dict | None:
+    """Kept placements stay; the others go whole-node first, then best fit, largest first."""
     free = dict(zip(node_keys, node_gpus))
     size = max(node_gpus)
-    out: dict = {}
-    # Unchanged allocations keep their nodes.
-    for key, g in requests.items():
-        old = list(prev.get(key, ()))
-        if len(old) == g and all(n in free for n in old):
-            need: dict = {}
-            for n in old:
-                need[n] = need.get(n, 0) + 1
-            if all(free[n] >= c for n, c in need.items()):
-                for n, c in need.items():
-                    free[n] -= c
-                out[key] = old
-    rest = sorted((k for k in requests if k not in out), key=lambda k: -requests[k])
+    for old in kept.values():
+        for n in old:
+            free[n] -= 1
+    out = dict(kept)
+    rest = sorted((k for k in requests if k not in kept), key=lambda k: -requests[k])
     for key in rest:
         g = requests[key]
         placement: list = []
@@ -416,6 +408,56 @@ def _place_type(requests: dict, node_keys: list, node_gpus: list, prev: Mapping)
             free[n] -= g
         out[key] = placement
     return out
+
+
+def _place_type(requests: dict, node_keys: list, node_gpus: list, prev: Mapping) -> dict | None:
+    """Places ``{job: gpus}`` onto the nodes of one type; None if it does not fit.
+
+    Jobs whose GPU count is unchanged keep their nodes. When the kept small jobs fragment
+    the nodes, the fewest of them move: first those on the least-used nodes, as many as the
+    new whole-node jobs need; then every small one; only then is the type repacked.
+    """
+    capacity = dict(zip(node_keys, node_gpus))
+    size = max(node_gpus)
+    kept: dict = {}
+    used = {n: 0 for n in node_keys}
+    for key, g in requests.items():
+        old = list(prev.get(key, ()))
+        if len(old) == g and all(n in capacity for n in old):
+            need: dict = {}
+            for n in old:
+                need[n] = need.get(n, 0) + 1
+            if all(capacity[n] - used[n] >= c for n, c in need.items()):
+                for n, c in need.items():
+                    used[n] += c
+                kept[key] = old
+    out = _try_place(requests, node_keys, node_gpus, kept)
+    if out is not None:
+        return out
+    small = {k: v for k, v in kept.items() if len(v) < size}
+    # Free as many whole nodes as the new multi-node jobs need, from the least-used nodes.
+    deficit = sum(-(-requests[k] // size) for k in requests
+                  if k not in kept and requests[k] >= size)
+    deficit -= sum(1 for n in node_keys if used[n] == 0)
+    if deficit > 0:
+        on_node: dict = {}
+        for k, v in small.items():
+            for n in set(v):
+                on_node.setdefault(n, []).append(k)
+        whole_kept = {n for k, v in kept.items() if len(v) >= size for n in v}
+        order = sorted((n for n in on_node if n not in whole_kept), key=lambda n: used[n])
+        trimmed = dict(kept)
+        for n in order[:deficit]:
+            for k in on_node[n]:
+                trimmed.pop(k, None)
+        out = _try_place(requests, node_keys, node_gpus, trimmed)
+        if out is not None:
+            return out
+    out = _try_place(requests, node_keys, node_gpus,
+                     {k: v for k, v in kept.items() if k not in small})
+    if out is not None:
+        return out
+    return _try_place(requests, node_keys, node_gpus, {})
 
 
 def place(choices: Mapping, configs: SiaConfigs, nodes_by_type: Mapping[str, list],
@@ -443,8 +485,6 @@ def place(choices: Mapping, configs: SiaConfigs, nodes_by_type: Mapping[str, lis
         keys = list(nodes_by_type[name])
         gpus = [int(gpus_of[n]) for n in keys]
         placed = _place_type(requests, keys, gpus, prev)
-        if placed is None:  # kept placements fragmented the nodes: repack this type
-            placed = _place_type(requests, keys, gpus, {})
         if placed is None:
             raise RuntimeError(f"placement failed on type {name!r}: {requests}")
         out.update(placed)

@@ -148,6 +148,17 @@ def test_placement_keeps_unchanged_jobs_and_packs():
     assert out["c"] == ["n1"] * 2 and out["d"] == ["n1"] * 2
 
 
+def test_placement_moves_the_fewest_small_jobs_for_a_whole_node_job():
+    c = sia_configs({"rtx": (2, 8)})
+    k = {int(g): i for i, g in enumerate(c.gpus)}
+    prev = {"a": ["n0"] * 2, "b": ["n1"] * 4, "d": ["n1"] * 2}
+    out = place({"a": k[2], "b": k[4], "d": k[2], "c": k[8]}, c, {"rtx": ["n0", "n1"]},
+                {"n0": 8, "n1": 8}, prev)
+    assert out["c"] == ["n0"] * 8  # n0 was the least used node
+    assert out["b"] == prev["b"] and out["d"] == prev["d"]  # untouched
+    assert out["a"] == ["n1"] * 2  # the only job that moved
+
+
 def test_goodput_matrix_batches_speedup_functions():
     perf = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14)
     fns = []

@@ -475,10 +475,12 @@ def find_sia_dir(data: str | os.PathLike[str] | None = None) -> Path:
 
 
 def load_typed_applications(types: Sequence[str], data: str | os.PathLike[str] | None = None,
+                            settings: Mapping[str, Mapping[str, int]] | None = None,
                             ) -> dict[str, dict[str, Application]]:
     """Every application measured on every accelerator type: ``{app: {type: Application}}``.
 
     Applications lacking a type's traces are skipped (``gpt_pmp`` is not loaded).
+    ``settings`` overrides per application (e.g. ``{"cifar10": {"max_epochs": 10}}``).
 
     Example:
         >>> apps = load_typed_applications(["aws", "dgx-ext"])    # doctest: +SKIP
@@ -493,7 +495,7 @@ def load_typed_applications(types: Sequence[str], data: str | os.PathLike[str] |
             continue
         # Local batch bounds come from each type's own measurements (an A100 holds more
         # than a T4), so the Pollux-on-T4 override of yolov3 does not apply here.
-        base = {"max_epochs": kw["max_epochs"]}
+        base = {"max_epochs": kw["max_epochs"], **dict((settings or {}).get(name, {}))}
         out[name] = {t: Application.from_dir(d, accelerator_type=t,
                                              **{**base, **SIA_TYPE_SETTINGS.get((name, t), {})})
                      for t in types}

@@ -16,7 +16,8 @@
 
 :class:`SiaAdapter` turns the active jobs into :class:`~goodput_jax.sched.JobInfo` with
 ``goodput_fns`` per type (none before the job's first run: Sia then offers one GPU of any
-type), ``restarting`` for jobs inside a checkpoint-restore, the per-application restart
+type; before its first run, the 1-GPU throughput it was profiled at on each type, so a new
+job starts on the type where it runs fastest), ``restarting`` for jobs inside a checkpoint-restore, the per-application restart
 penalty, and calls :class:`~goodput_jax.sched.sia.SiaPolicy` on the typed nodes.
 
 Example:
@@ -47,7 +48,7 @@ from goodput_jax.sched.sim.pollux_adapter import (
     fit_profiles,
 )
 
-__all__ = ["RowGoodput", "SiaAdapter", "SiaModel"]
+__all__ = ["ConstantGoodput", "RowGoodput", "SiaAdapter", "SiaModel"]
 
 TABLE_JOBS = 16  # jobs per batched table call (fixed shape: one compile per run)
 
@@ -67,6 +68,22 @@ class RowGoodput:
         r = np.minimum(np.asarray(num_gpus, dtype=np.int64), len(self.row) - 1)
         out = self.row[r]
         return float(out) if np.ndim(out) == 0 else out
+
+
+class ConstantGoodput:
+    """``goodput(num_nodes, num_gpus) = value`` (a job known only by its 1-GPU throughput).
+
+    Example:
+        >>> ConstantGoodput(3.0)(1, np.array([1, 2]))
+        array([3., 3.])
+    """
+
+    def __init__(self, value: float) -> None:
+        self.value = float(value)
+
+    def __call__(self, num_nodes: Any, num_gpus: Any) -> Any:
+        out = np.full(np.shape(num_gpus), self.value)
+        return float(out) if out.ndim == 0 else out
 
 
 class SiaModel(PolluxModel):
@@ -103,16 +120,25 @@ class SiaModel(PolluxModel):
         return hit
 
     def perf_for(self, job: SimJob, accel_type: str) -> tuple[float, ...] | None:
-        """Fitted parameters on ``accel_type``, else bootstrapped from an observed type."""
+        """Fitted parameters on ``accel_type``, else bootstrapped from an observed type.
+
+        A type observed at one replica only has fitted compute terms; its network terms
+        (and ``gamma``) are bootstrapped from the type observed at the most replicas.
+        """
         fitted = job.perf_by_type
-        if accel_type in fitted:
-            return fitted[accel_type]
         if not fitted:
             return None
-        ref = job.accel_type if job.accel_type in fitted else max(
-            sorted(fitted), key=lambda t: len(job.profile_by_type.get(t, ())))
+        reps = {t: max((k[1] for k in job.profile_by_type.get(t, ())), default=0)
+                for t in fitted}
+        ref = max(sorted(fitted), key=lambda t: (reps[t], len(job.profile_by_type.get(t, ()))))
+        if accel_type in fitted and (reps[accel_type] > 1 or reps[ref] <= 1):
+            return fitted[accel_type]
         thr = self.min_throughput(job)
-        return tuple(bootstrap_perf_params(PerfParams(*fitted[ref]), thr[ref], thr[accel_type]))
+        boot = bootstrap_perf_params(PerfParams(*fitted[ref]), thr[ref], thr[accel_type])
+        if accel_type in fitted:  # compute from its own fit, network from the bootstrap
+            own = fitted[accel_type]
+            return (own[0], own[1], *tuple(boot)[2:])
+        return tuple(boot)
 
     # ------------------------------------------------------------------ fitting
     def refit(self, jobs: Sequence[SimJob]) -> None:
@@ -225,7 +251,13 @@ class SiaAdapter:
         for k, table in zip(names, tables):
             job = jobs[k]
             cap = PolluxAdapter.max_replicas(job)
-            fns = None if table is None else {t: RowGoodput(row) for t, row in table.items()}
+            if table is None:
+                # Not run yet: Sia ranks the types by the 1-GPU throughput it profiled at
+                # submission (the job's replica cap is 1 until it has run).
+                thr = self.model.min_throughput(job)
+                fns = {t: ConstantGoodput(v) for t, v in thr.items()}
+            else:
+                fns = {t: RowGoodput(row) for t, row in table.items()}
             infos[k] = JobInfo({"nvidia.com/gpu": 1}, LinearSpeedup(), job.submission_time, 0,
                                cap, True, age=max(now - job.submission_time, 0.0),
                                num_restarts=job.num_restarts or 0, goodput_fns=fns,
