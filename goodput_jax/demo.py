@@ -15,9 +15,13 @@ whole package:
 
 The job has the incidents a real one has:
 
-1. run 1: accelerator init, training prep, compilation, steps with a
-   data-loading stall and periodic checkpoints, then a simulated crash
-   (no job end);
+1. run 1: accelerator init (JAX's backend start-up, timed by
+   :func:`goodput_jax.runtime.init_backend`), training prep, compilation
+   (every compile timed by ``jax.monitoring`` through
+   :func:`goodput_jax.runtime.start_job`), steps with a data-loading stall and
+   periodic Orbax checkpoints (asynchronous saves, recorded through
+   :func:`goodput_jax.integrations.orbax.instrument`; .npz files in explicit
+   spans without Orbax), then a simulated crash (no job end);
 2. a restart delay (infrastructure recovery);
 3. run 2 (a new run id): restores the last checkpoint inside training prep,
    compiles a few batch-size / replica configurations (the profiling AdaptDL
@@ -39,13 +43,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import math
 import os
 import re
+import shutil
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any
 
+from goodput_jax._progress import ProgressBar
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.recorder import GoodputRecorder
 from goodput_jax.measure.report import format_report
@@ -112,77 +119,6 @@ class DemoConfig:
         return cfg
 
 
-# ---------------------------------------------------------------------- progress bar
-class ProgressBar:
-    """A one-line progress bar on a terminal stream (no dependency).
-
-    Redraws at most every ``min_interval`` seconds; does nothing when disabled
-    or when the stream is not a TTY (so logs and tests stay clean).
-
-    Args:
-        total: number of units (steps) of the whole bar.
-        enabled: draw at all.
-        stream: where to draw (default ``sys.stderr``).
-        width: characters of the bar itself.
-
-    Example:
-        >>> bar = ProgressBar(10, enabled=False)
-        >>> bar.update(3, note="loss 0.1"); bar.close()
-        >>> bar.done
-        3
-    """
-
-    def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None,
-                 width: int = 28, min_interval: float = 0.1):
-        self.total = max(1, int(total))
-        self.stream = sys.stderr if stream is None else stream
-        isatty = getattr(self.stream, "isatty", None)
-        self.enabled = bool(enabled) and callable(isatty) and bool(isatty())
-        self.width = width
-        self.min_interval = min_interval
-        self.done = 0
-        self._last = 0.0
-        self._t0 = time.perf_counter()
-        self._shown = False
-        self._note = ""
-
-    def update(self, n: int = 1, note: str = "", force: bool = False) -> None:
-        """Advance by ``n`` units and redraw (rate-limited) with a short note."""
-        self.done = min(self.total, self.done + int(n))
-        if note:
-            self._note = note
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if not force and now - self._last < self.min_interval and self.done < self.total:
-            return
-        self._last = now
-        frac = self.done / self.total
-        full = int(frac * self.width)
-        bar = "#" * full + "-" * (self.width - full)
-        line = (f"\r[{bar}] {100 * frac:5.1f}% {self.done}/{self.total} {now - self._t0:5.1f}s "
-                f"{self._note}")
-        self.stream.write(line[:120].ljust(100))
-        self.stream.flush()
-        self._shown = True
-
-    def message(self, text: str) -> None:
-        """Print ``text`` on its own line (to stdout) without garbling the bar."""
-        if self._shown:
-            self.stream.write("\r" + " " * 100 + "\r")
-            self.stream.flush()
-        print(text, flush=True)
-        if self._shown:
-            self.update(0, force=True)
-
-    def close(self) -> None:
-        """End the bar's line."""
-        if self.enabled and self._shown:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._shown = False
-
-
 # ---------------------------------------------------------------------- JAX setup
 def configure_devices(n: int) -> None:
     """Ask XLA for ``n`` fake CPU devices; only effective before JAX is imported.
@@ -229,7 +165,7 @@ class SyntheticData:
 
 # ---------------------------------------------------------------------- checkpoints
 def save_checkpoint(ckpt_dir: str, step: int, state: Any) -> str:
-    """Save a pytree after ``step`` as one .npz file (atomic rename)."""
+    """Save a pytree after ``step`` as one .npz file (atomic rename; used without Orbax)."""
     import jax
     import numpy as np
 
@@ -242,14 +178,16 @@ def save_checkpoint(ckpt_dir: str, step: int, state: Any) -> str:
 
 
 def latest_checkpoint(ckpt_dir: str) -> int | None:
-    """The newest saved step in ``ckpt_dir``, or None."""
+    """The newest step saved in ``ckpt_dir`` (Orbax step directories or .npz files), or None."""
     steps = [int(f[5:11]) for f in os.listdir(ckpt_dir)
              if f.startswith("step_") and f.endswith(".npz") and ".tmp" not in f]
+    steps += [int(f) for f in os.listdir(ckpt_dir)
+              if f.isdigit() and os.path.isdir(os.path.join(ckpt_dir, f))]
     return max(steps) if steps else None
 
 
 def restore_checkpoint(ckpt_dir: str, step: int, like: Any) -> Any:
-    """Load the checkpoint of ``step`` into the structure of ``like``."""
+    """Load the .npz checkpoint of ``step`` into the structure of ``like``."""
     import jax
     import numpy as np
 
@@ -257,6 +195,62 @@ def restore_checkpoint(ckpt_dir: str, step: int, like: Any) -> Any:
     with np.load(os.path.join(ckpt_dir, f"step_{step:06d}.npz")) as z:
         leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
     return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def have_orbax() -> bool:
+    """Whether ``orbax-checkpoint`` is installed (the demo then checkpoints with it)."""
+    return importlib.util.find_spec("orbax") is not None \
+        and importlib.util.find_spec("orbax.checkpoint") is not None
+
+
+class Checkpoints:
+    """The demo's checkpoints: an Orbax ``CheckpointManager`` (asynchronous saves) recorded
+    through :func:`goodput_jax.integrations.orbax.instrument`, or .npz files inside
+    explicit recorder spans when Orbax is not installed."""
+
+    def __init__(self, ckpt_dir: str, rec: GoodputRecorder):
+        self.dir = ckpt_dir
+        self.rec = rec
+        self.mngr = None
+        if have_orbax():
+            import orbax.checkpoint as ocp
+
+            from goodput_jax.integrations.orbax import instrument
+
+            opts = ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=True)
+            self.mngr = instrument(ocp.CheckpointManager(ckpt_dir, options=opts), rec)
+
+    def latest(self) -> int | None:
+        return self.mngr.latest_step() if self.mngr is not None else latest_checkpoint(self.dir)
+
+    def save(self, step: int, state: Any) -> None:
+        if self.mngr is not None:
+            import orbax.checkpoint as ocp
+
+            self.mngr.save(step, args=ocp.args.StandardSave(state), force=True)
+            return
+        t0 = time.time()
+        with self.rec.checkpoint_save(step=step):
+            save_checkpoint(self.dir, step, state)
+        self.rec.record_checkpoint_progress(step, t0)
+
+    def restore(self, step: int, like: Any) -> Any:
+        if self.mngr is not None:
+            import orbax.checkpoint as ocp
+
+            return self.mngr.restore(step, args=ocp.args.StandardRestore(like))
+        with self.rec.checkpoint_restore(step=step):
+            return restore_checkpoint(self.dir, step, like)
+
+    def close(self, *, crashed: bool = False) -> None:
+        """End of the run. A crashed run records nothing more: Orbax just finishes the
+        background commit so that the restart finds it (a real crash could lose it)."""
+        if self.mngr is None:
+            return
+        if crashed:
+            self.mngr.manager.close()
+        else:
+            self.mngr.close()
 
 
 # ---------------------------------------------------------------------- model and step
@@ -341,16 +335,19 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
     """
     run = "1" if crash else "2"
     bar.update(0, note=f"run {run}: starting (JAX, model init)", force=True)
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from goodput_jax import runtime
     from goodput_jax.integrations.hooks import GoodputHooks
 
-    rec.record_job_start_time()
-    with rec.accelerator_init():
-        import jax
-        from jax.sharding import Mesh, NamedSharding
-        from jax.sharding import PartitionSpec as P
-
-        devices = jax.devices()
-        num_devices = len(devices)
+    # job start + the backend start-up measured by runtime.init_backend() in main() (recorded
+    # once per process: run 2, a restart inside the same process, has no start-up to show);
+    # every JAX compilation from now on is recorded with its measured duration
+    runtime.start_job(rec)
+    devices = jax.devices()
+    num_devices = len(devices)
     init_bs = num_devices * cfg.atomic_bsz
     with rec.training_prep():
         data = SyntheticData(cfg.features, cfg.noise) if setup is None else setup.data
@@ -358,10 +355,10 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         params = model.init(jax.random.PRNGKey(0), data.x[:1])
         opt_state = tx.init(params)
         start = 0
-        restored = latest_checkpoint(ckpt_dir)
+        ckpts = Checkpoints(ckpt_dir, rec)
+        restored = ckpts.latest()
         if restored is not None:
-            with rec.checkpoint_restore(step=restored):
-                params, opt_state = restore_checkpoint(ckpt_dir, restored, (params, opt_state))
+            params, opt_state = ckpts.restore(restored, (params, opt_state))
             start = restored + 1
         hooks = GoodputHooks(
             rec.job_name, init_batch_size=init_bs, atomic_bsz=cfg.atomic_bsz,
@@ -373,14 +370,14 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
     configs = [(num_devices, cfg.atomic_bsz)] if crash else _configurations(cfg, num_devices)
     compiled: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
     bar.update(0, note=f"run {run}: compiling {len(configs)} configuration(s)", force=True)
-    with rec.program_startup():
-        for r, a in configs:
-            mesh = Mesh(devices[:r], ("data",))
-            rep, shard = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-            fn = _make_train_step(model, tx, mesh)
-            p, o = jax.device_put((params, opt_state), rep)
-            batch = data.batch(0, r * a, shard)
-            compiled[(r, a)] = (fn.lower(p, o, batch).compile(), rep, shard)
+    # ahead-of-time compiles: jax.monitoring times them (program startup, measured)
+    for r, a in configs:
+        mesh = Mesh(devices[:r], ("data",))
+        rep, shard = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+        fn = _make_train_step(model, tx, mesh)
+        p, o = jax.device_put((params, opt_state), rep)
+        batch = data.batch(0, r * a, shard)
+        compiled[(r, a)] = (fn.lower(p, o, batch).compile(), rep, shard)
     # Run 2 profiles the extra configurations first, then trains in the default one.
     plan = [c for c in configs[:-1] for _ in range(cfg.profile_steps)]
     stop = cfg.crash_at if crash else cfg.steps
@@ -410,20 +407,19 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
                         f"{sum(1 for e in hooks.profile.values() if e.optim_count)} configurations,"
                         f" suggested batch {h.get('suggestedBatchSize')}, hints published")
         if (step + 1) % cfg.checkpoint_every == 0:
-            t_ckpt = time.time()
-            with rec.checkpoint_save(step=step):
-                save_checkpoint(ckpt_dir, step, (params, opt_state))
-            rec.record_checkpoint_progress(step, t_ckpt)
+            ckpts.save(step, (params, opt_state))  # async with Orbax: the blocking part counts
         bar.update(1, note=f"run {run} step {step} loss {loss:.3f}")
     if crash:
         # Simulated crash: the process dies in the next step; no job end is recorded.
         rec.record_step_start_time(stop)
+        ckpts.close(crashed=True)
     else:
         if any(e.optim_count for e in hooks.profile.values()):
             bar.update(0, note="run 2: final model refit", force=True)
             with rec.badput("model refit"):  # the final fit, as GoodputHooks.job() does
                 hooks.refit()
                 hooks.publish()
+        ckpts.close()
         rec.record_job_end_time()
     return {"start": start, "stop": stop, "loss": loss, "devices": num_devices, "hooks": hooks,
             "setup": _Setup(devices, data, model, tx, init_bs)}
@@ -499,8 +495,11 @@ def _clean_dir(out: str) -> tuple[str, str, str]:
     os.makedirs(ckpt_dir, exist_ok=True)
     os.makedirs(tb_dir, exist_ok=True)
     for f in os.listdir(ckpt_dir):  # a fresh job every time the demo runs
+        path = os.path.join(ckpt_dir, f)
         if f.startswith("step_") and f.endswith(".npz"):
-            os.remove(os.path.join(ckpt_dir, f))
+            os.remove(path)
+        elif os.path.isdir(path) and (f.isdigit() or ".orbax-checkpoint-tmp" in f):
+            shutil.rmtree(path)
     for f in os.listdir(tb_dir):
         if f.startswith("events.out.tfevents."):
             os.remove(os.path.join(tb_dir, f))
@@ -522,11 +521,11 @@ def main(args: argparse.Namespace) -> int:
     ckpt_dir, tb_dir, db = _clean_dir(out)
     t0 = time.time()
     print(f"goodput-jax demo: job {args.job!r}, {cfg.steps} steps, writing to {out}", flush=True)
-    import jax
-
+    from goodput_jax import runtime
     from goodput_jax.measure.monitor import GoodputMonitor
 
-    n_dev = jax.device_count()
+    # the first use of JAX's backend, timed: the accelerator initialisation run 1 records
+    n_dev = runtime.init_backend().device_count
     if n_dev != args.devices:
         print(f"  note: JAX was already initialised with {n_dev} devices; using them", flush=True)
     store = SQLiteStore(db)

@@ -67,12 +67,26 @@ def test_demo_quick_measures_the_job(demo_run):
                B.CUSTOM_BADPUT_EVENTS):
         assert d["badput_time"][bt] > 0, bt
     assert d["badput_time"][B.DATA_LOADING] >= 0.3  # the injected stall
+    # measured, not guessed: JAX's backend start-up, compile times, Orbax's blocking saves
+    store = SQLiteStore(str(out / "goodput.db"), create=False)
+    evs, _ = store.read_events("demo")
+    store.close()
+    init = [e.timestamp for e in evs if e.kind.value.startswith("accelerator_init")]
+    assert len(init) == 2 and init[1] > init[0]  # recorded once per process: run 1
+    assert d["badput_time"][B.ACCELERATOR_INITIALIZATION] == pytest.approx(init[1] - init[0])
+    assert re.search(r"^\s*accelerator initialization\s+0\.(0*[1-9])", text, re.MULTILINE)
+    comps = [e.payload for e in evs if e.kind.value == "compilation"]
+    assert any(c["name"].startswith("jit(") and c["duration_s"] > 0 for c in comps)
+    assert not any(c["recompile"] for c in comps)  # every configuration compiled up front
+    saves = [e for e in evs if e.kind.value == "checkpoint_save_start"]
+    assert len(saves) >= 4  # run 1: steps 24, 49; run 2: 74, 99 (+ run 2's final close)
     assert d["badput_time"][B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION] >= 0.3  # restart delay
     assert set(d["custom_badput_time"]) == {"model refit"}  # the fits are accounted for
     # writes only inside --dir (no stray goodput.db or TensorBoard logs in the cwd)
     assert os.listdir(cwd) == []
     assert {"checkpoints", "goodput.db", "tensorboard"} <= set(os.listdir(out))
-    assert any(f.endswith(".npz") for f in os.listdir(out / "checkpoints"))
+    # Orbax step directories (max_to_keep=2 of run 2's saves after steps 74 and 99)
+    assert {"74", "99"} <= set(os.listdir(out / "checkpoints"))
     assert r.stderr.strip() == "" or "Traceback" not in r.stderr
 
 

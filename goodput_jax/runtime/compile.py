@@ -22,6 +22,9 @@ recorder without a StepRecorder, are program startup.
 The listener costs one attribute read per JAX compile event while no recorder
 is attached, and nothing before the first attach. An event name a JAX version
 does not emit is simply never seen (no compile time is recorded, nothing fails).
+Only compiles on the thread that attached are recorded (the training thread:
+a compile on a background thread does not stall training), unless
+``attach(recorder, all_threads=True)``.
 
 Example:
     >>> from goodput_jax import goodput, runtime
@@ -71,8 +74,9 @@ class Attachment:
         >>> att.detach()
     """
 
-    def __init__(self, recorder: Any):
+    def __init__(self, recorder: Any, thread: int | None = None):
         self._ref = weakref.ref(recorder)
+        self.thread = thread  # only compiles on this thread (None: every thread)
         self._names: set[str] = set()
         self._lock = threading.Lock()
         self.steps_started = 0  # step starts seen by a StepRecorder on this recorder
@@ -176,7 +180,10 @@ class CompileListener:
             self._tls.pending = []
             duration = chain_duration(pend, start, end)
             name = str(kwargs.get("fun_name", "")) or "<unknown>"
+            tid = threading.get_ident()
             for att in self._attached:
+                if att.thread is not None and att.thread != tid:
+                    continue
                 try:
                     att._on_compile(duration, end, name)
                 except Exception:
@@ -231,14 +238,18 @@ def listener() -> CompileListener:
     return _LISTENER
 
 
-def attach(recorder: Any) -> Attachment:
-    """Feed ``recorder`` every JAX compilation of this process from now on.
+def attach(recorder: Any, *, all_threads: bool = False) -> Attachment:
+    """Feed ``recorder`` the JAX compilations of the calling thread from now on.
 
-    A disabled recorder (``logging_enabled=False``) gets a detached handle and
-    nothing is installed.
+    Only the training thread's compiles stall training: a compile on another
+    thread (a background model fit, a checkpointing thread) overlaps it, so by
+    default only compiles on the thread that attaches are recorded. A disabled
+    recorder (``logging_enabled=False``) gets a detached handle and nothing is
+    installed.
 
     Args:
         recorder: a :class:`~goodput_jax.measure.recorder.GoodputRecorder`.
+        all_threads: record compiles on every thread of the process.
 
     Returns:
         An :class:`Attachment` (a context manager that detaches on exit).
@@ -257,7 +268,7 @@ def attach(recorder: Any) -> Attachment:
     for att in _LISTENER.attachments:
         if att.recorder is recorder:
             return att
-    att = Attachment(recorder)
+    att = Attachment(recorder, None if all_threads else threading.get_ident())
     if getattr(recorder, "logging_enabled", True):
         _LISTENER.install()
         _LISTENER.add(att)

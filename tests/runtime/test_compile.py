@@ -96,3 +96,25 @@ def test_attach_checks_its_argument_and_skips_disabled_recorders():
     off = goodput.GoodputRecorder("off", "off")
     att = runtime.attach(off)
     assert runtime.attached(off) is None and att.compilations == 0
+
+
+def test_only_the_attaching_threads_compiles_by_default(tmp_path):
+    import threading
+
+    store = SQLiteStore(str(tmp_path / "t.db"))
+    rec = goodput.GoodputRecorder("t", "t", logging_enabled=True, store=store)
+    rec_all = goodput.GoodputRecorder("t", "t", logging_enabled=True, store=store)
+    main_only, everywhere = runtime.attach(rec), runtime.attach(rec_all, all_threads=True)
+    bg = jax.jit(lambda x: jnp.cos(x) - 1)
+    th = threading.Thread(target=lambda: bg(np.ones(7, np.float32)).block_until_ready())
+    th.start()
+    th.join()
+    # a background compile (e.g. a model fit on a worker thread) does not stall training
+    assert main_only.compilations == 0 and everywhere.compilations == 1
+    jax.jit(lambda x: jnp.cos(x) + 2)(np.ones(7, np.float32)).block_until_ready()
+    assert main_only.compilations == 1 and everywhere.compilations == 2
+    main_only.detach()
+    everywhere.detach()
+    rec.close()
+    rec_all.close()
+    store.close()
