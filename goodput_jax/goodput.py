@@ -634,6 +634,14 @@ class GoodputMonitor(_BaseMonitor):
         """Stop the step-deviation uploader, after a final upload unless ``skip_final_flush``."""
         return self._stop("step_deviation", timeout, self._final(skip_final_flush))
 
+    def start_rolling_window_goodput_uploader(self, rolling_windows_seconds: Any) -> bool:
+        """Start uploading the goodput of the last ``W`` seconds for each window ``W``.
+
+        Args:
+            rolling_windows_seconds: a window length (s) or a list of them (Google's name).
+        """
+        return super().start_rolling_window_goodput_uploader(rolling_windows_seconds)
+
     def stop_rolling_window_goodput_uploader(self, skip_final_flush: bool | None = None, *,
                                              timeout: float | None = None) -> bool:
         """Stop the rolling-window uploader, after a final upload unless ``skip_final_flush``."""
