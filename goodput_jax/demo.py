@@ -370,6 +370,10 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
     configs = [(num_devices, cfg.atomic_bsz)] if crash else _configurations(cfg, num_devices)
     compiled: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
     bar.update(0, note=f"run {run}: compiling {len(configs)} configuration(s)", force=True)
+    # GoodputHooks records the steps (start, profile); the StepRecorder watches their
+    # outputs and records each step's device end the moment it happens (the hooks' own
+    # one-step-late timer sees it only when the next step is dispatched)
+    steps = runtime.StepRecorder(rec, compile_times=False)
     # ahead-of-time compiles: jax.monitoring times them (program startup, measured)
     for r, a in configs:
         mesh = Mesh(devices[:r], ("data",))
@@ -395,6 +399,7 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
                 time.sleep(cfg.stall_seconds)  # a slow input pipeline
             batch = data.batch(step, conf[0] * conf[1], shard)
         params, opt_state, loss_arr = hooks.step(step, fn, params, opt_state, batch)
+        steps.track(step, loss_arr)  # the device end of this step, as soon as it happens
         loss = float(loss_arr)
         done = step - start + 1
         if not crash and done >= len(plan) and (done - len(plan)) % cfg.refit_every == 0 \
@@ -411,6 +416,7 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         bar.update(1, note=f"run {run} step {step} loss {loss:.3f}")
     if crash:
         # Simulated crash: the process dies in the next step; no job end is recorded.
+        steps.close()
         rec.record_step_start_time(stop)
         ckpts.close(crashed=True)
     else:
@@ -419,6 +425,7 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
             with rec.badput("model refit"):  # the final fit, as GoodputHooks.job() does
                 hooks.refit()
                 hooks.publish()
+        steps.close()
         ckpts.close()
         rec.record_job_end_time()
     return {"start": start, "stop": stop, "loss": loss, "devices": num_devices, "hooks": hooks,
