@@ -41,6 +41,54 @@ def run_ours(names) -> dict:
     return out
 
 
+def run_ours_maxtext() -> dict:
+    """MaxText's wrapper calls through goodput_jax's drop-in module, SQLite store, own clock."""
+    import tempfile
+
+    from goodput_jax import goodput
+    from tests.measure.reference_scenarios import breakdown_pct, maxtext_calls, replay_maxtext
+
+    now = [0.0]
+    with tempfile.TemporaryDirectory() as d:
+        store = f"sqlite:///{d}/goodput.db"
+        replay_maxtext(goodput, maxtext_calls(), "maxtext", lambda t: now.__setitem__(0, t),
+                       store=store, clock=lambda: now[0])
+        calc = goodput.GoodputCalculator("maxtext", "goodput_maxtext", store=store,
+                                         clock=lambda: now[0])
+        g, badput, _ = calc.get_job_goodput(include_badput_breakdown=True)
+        calc.store.close()
+    return breakdown_pct(g, badput)
+
+
+_REF_MAXTEXT = r"""
+import datetime as dt, json, sys, tempfile, logging
+logging.disable(logging.WARNING)
+sys.path.insert(0, sys.argv[1])
+import ml_goodput_measurement.src.goodput as gm
+from ml_goodput_measurement import goodput
+from tests.measure.reference_scenarios import ListLogger, breakdown_pct, maxtext_calls, replay_maxtext
+now = [0.0]
+class FakeNow(dt.datetime):
+    @classmethod
+    def now(cls, tz=None): return dt.datetime.fromtimestamp(now[0], tz or dt.timezone.utc)
+gm.datetime.datetime = FakeNow
+log = ListLogger()
+replay_maxtext(goodput, maxtext_calls(), "maxtext", lambda t: now.__setitem__(0, t),
+               cloud_logger=log)
+calc = goodput.GoodputCalculator("maxtext", "goodput_maxtext", log, cache_dir=tempfile.mkdtemp())
+g, badput, _ = calc.get_job_goodput(include_badput_breakdown=True)
+print(json.dumps(breakdown_pct(g, badput)))
+"""
+
+
+def run_reference_maxtext(python: str) -> dict:
+    r = subprocess.run([python, "-c", _REF_MAXTEXT, ROOT], capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode:
+        raise SystemExit(f"reference MaxText run failed:\n{r.stderr[-4000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def run_reference(python: str, names) -> dict:
     code = (
         "import json, sys, time, logging\n"
@@ -96,6 +144,7 @@ def main(argv=None) -> int:
     names = [n for n in SCENARIOS if not (args.quick and n == "steps_100k")]
     if args.ref_python:
         ref = run_reference(args.ref_python, names)
+        ref["maxtext_wrapper"] = run_reference_maxtext(args.ref_python)
     elif args.fixture:
         with open(args.fixture) as f:
             ref = json.load(f)["scenarios"]
@@ -111,6 +160,7 @@ def main(argv=None) -> int:
                                      for k, v in ref.items()}}, f, indent=1, sort_keys=True)
         print(f"wrote {args.record}")
     ours = run_ours(names)
+    ours["maxtext_wrapper"] = run_ours_maxtext()
     text, worst = table(ref, ours)
     print(text)
     print(f"\nlargest difference: {worst:.3f} pp (acceptance: <= 1 pp)")

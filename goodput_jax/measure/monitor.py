@@ -463,8 +463,14 @@ class GoodputMonitor:
         self._writer.flush()
         return values
 
+    def _step_stats(self):
+        # the drop-in calculator's get_step_deviation() is Google's dict; the full
+        # statistics are get_step_statistics()
+        calc = self.calculator
+        return getattr(calc, "get_step_statistics", calc.get_step_deviation)()
+
     def _step_summary(self) -> dict[str, float]:
-        dev = self.calculator.get_step_deviation()
+        dev = self._step_stats()
         if not dev.num_steps:
             return {}
         summary = dev.as_dict()
@@ -487,7 +493,7 @@ class GoodputMonitor:
         from goodput_jax.measure.calculator import NoEventsError
 
         try:
-            dev = self.calculator.get_step_deviation()
+            dev = self._step_stats()
         except NoEventsError as e:
             _log.info("goodput monitor: no step times yet (%s)", e)
             return {}

@@ -238,3 +238,130 @@ def test_maxtext_flag_mapping(tmp_path):
                                store=":memory:")
     assert m.gcp_options.project_id == "p"
     m.close()
+
+
+# ------------------------------------------------ MaxText's wrapper vs the reference
+def _fixture():
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "measure", "data", "reference_0_2_3.json")
+    with open(path) as f:
+        return json.load(f)["scenarios"]["maxtext_wrapper"]
+
+
+def _maxtext_monitor(monitoring_mod, cls, tb, store, clock, **extra):
+    """MaxText's maybe_monitor_goodput: its keyword arguments (plus our store and clock)."""
+    kwargs = {
+        "job_name": "maxtext", "logger_name": "goodput_maxtext", "tensorboard_dir": tb,
+        "upload_interval": 3600, "monitoring_enabled": True, "include_badput_breakdown": True,
+        "include_step_deviation": True, "step_deviation_interval_seconds": 3600,
+        "gcp_options": monitoring_mod.GCPOptions(enable_gcp_goodput_metrics=False,
+                                                 enable_gcp_step_deviation_metrics=False),
+        **extra,
+    }
+    return cls(**kwargs, store=store, clock=clock)
+
+
+def test_maxtext_wrapper_replay_matches_the_reference_and_its_tensorboard_layout(tmp_path):
+    """MaxText's wrapper calls (20 steps, checkpoints, a crash in step 14, a restart from
+    step 10) through the drop-in: goodput within 1 pp of ml-goodput-measurement 0.2.3 on the
+    same calls (recorded by benchmarks/reference_diff.py), the reference's TensorBoard
+    directory and tags."""
+    from goodput_jax import monitoring
+    from tests.measure.reference_scenarios import breakdown_pct, maxtext_calls, replay_maxtext
+
+    now = [0.0]
+    clock = lambda: now[0]  # noqa: E731
+    store = SQLiteStore(str(tmp_path / "goodput.db"))
+    calls = maxtext_calls()
+    replay_maxtext(goodput, calls, "maxtext", lambda t: now.__setitem__(0, t), store=store,
+                   clock=clock)
+    # host-side step ends were recorded (our recorder has the method) and change nothing
+    evs, _ = store.read_events("maxtext")
+    assert sum(e.kind is EventKind.STEP_END for e in evs) == 14 + 10
+    calc = goodput.GoodputCalculator("maxtext", "goodput_maxtext", store=store, clock=clock)
+    g, badput, last = calc.get_job_goodput(include_badput_breakdown=True)
+    ours, ref = breakdown_pct(g, badput), _fixture()
+    assert ours["goodput"] == pytest.approx(ref["goodput"], abs=1.0)
+    for k in set(ref["badput"]) & set(ours["badput"]):
+        assert ours["badput"][k] == pytest.approx(ref["badput"][k], abs=1.0), k
+    assert last == 19
+    tb = str(tmp_path / "tb")
+    mon = _maxtext_monitor(monitoring, monitoring.GoodputMonitor, tb, store, clock,
+                           pathway_enabled=False)
+    assert mon.start_goodput_uploader()
+    mon.stop_goodput_uploader()  # the final upload
+    mon.close()
+    acc = EventAccumulator(str(tmp_path / "tb" / "goodput"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"goodput/goodput", "badput/tpu_initialization", "badput/data_loading_sync",
+            "badput/training_prep", "badput/program_startup", "badput/data_loading_async",
+            "badput/wasted_progress_from_disruption",
+            "badput/infrastructure_recovery_from_disruption", "badput/other"} <= tags
+    assert acc.Scalars("goodput/goodput")[-1].value == pytest.approx(g, rel=1e-5)
+    assert acc.Scalars("badput/tpu_initialization")[-1].value == pytest.approx(
+        badput[goodput.BadputType.TPU_INITIALIZATION], rel=1e-5)
+    store.close()
+
+
+def test_maxtext_elastic_path_runs(tmp_path):
+    """MaxText's elastic branch: goodput_elastic.ElasticGoodputRecorder and
+    monitoring_elastic.ElasticGoodputMonitor, with slice counts, a wait for a slice and a
+    re-initialisation (TPU init and training prep inside it count as re-initialisation)."""
+    from goodput_jax import goodput_elastic, monitoring, monitoring_elastic
+
+    now = [0.0]
+    clock = lambda: now[0]  # noqa: E731
+    store = SQLiteStore(str(tmp_path / "goodput.db"))
+    rec = goodput_elastic.ElasticGoodputRecorder("maxtext", "goodput_maxtext", True,
+                                                 store=store, clock=clock)
+
+    def at(t, method, *args):
+        now[0] = t
+        getattr(rec, method)(*args)
+
+    at(0, "record_job_start_time")
+    at(0, "record_elastic_slice_counts", 2, 2, 2)
+    at(1, "record_tpu_init_start_time")
+    at(11, "record_tpu_init_end_time")
+    for i in range(10):
+        at(11 + i, "record_step_start_time", i)
+    at(21, "record_elastic_slice_counts", 1, 2, 1)  # a slice goes down
+    at(21, "record_elastic_wait_start_time", "slice_down")
+    at(31, "record_elastic_wait_end_time", "slice_down")
+    at(31, "record_elastic_reinit_start_time")
+    at(31, "record_tpu_init_start_time")
+    at(36, "record_tpu_init_end_time")
+    at(41, "record_elastic_reinit_end_time")
+    for i in range(10, 20):
+        at(41 + (i - 10), "record_step_start_time", i)
+    at(51, "record_job_end_time")
+    rec.close()
+    calc = goodput_elastic.ElasticGoodputCalculator("maxtext", "goodput_maxtext", store=store,
+                                                    clock=clock)
+    g, badput, _ = calc.get_job_goodput(include_badput_breakdown=True)
+    B = goodput.BadputType
+    # steps 0-8 = 9 s (step 9 runs [20,21), then [21,31) waits: slice down 10 s);
+    # re-initialisation [31,41) = 10 s including the TPU init inside it; steps 10-19 = 10 s
+    assert badput[B.ELASTIC_SLICE_DOWN] == pytest.approx(100 * 10 / 51)
+    assert badput[B.ELASTIC_REINITIALIZATION] == pytest.approx(100 * 10 / 51)
+    assert badput[B.TPU_INITIALIZATION] == pytest.approx(100 * 10 / 51)
+    assert g == pytest.approx(100 * 20 / 51)
+    d = calc.get_job_goodput_details()
+    # stepping: 2/2 for [0,21), 1/2 for [21,51) -> (21 + 15) / 51
+    assert d["stepping_slice_efficiency"] == pytest.approx(36 / 51)
+    mon = _maxtext_monitor(monitoring, monitoring_elastic.ElasticGoodputMonitor,
+                           str(tmp_path / "tb"), store, clock, include_slice_efficiency=True)
+    assert mon.start_goodput_uploader()
+    mon.stop_goodput_uploader()
+    mon.close()
+    acc = EventAccumulator(str(tmp_path / "tb" / "goodput"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"goodput/goodput", "badput/elastic_slice_down", "badput/elastic_reinitialization",
+            "goodput/stepping_slice_efficiency"} <= tags
+    assert acc.Scalars("badput/elastic_slice_down")[-1].value == pytest.approx(100 * 10 / 51,
+                                                                               rel=1e-5)
+    store.close()

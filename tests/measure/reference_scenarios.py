@@ -168,3 +168,75 @@ def replay(goodput: Any, calls: list[tuple[str, tuple]], job: str = "parity",
     calc = goodput.GoodputCalculator(job, f"goodput_{job}", log, **calculator_kwargs)
     g, badput, _ = calc.get_job_goodput(include_badput_breakdown=True)
     return breakdown_pct(g, badput)
+
+
+# ---------------------------------------------------------------- MaxText's wrapper
+def maxtext_calls(steps: int = 20, crash_at: int = 14, resume_from: int = 10
+                  ) -> list[tuple[float, int, str, tuple]]:
+    """The recorder calls MaxText's goodput wrapper makes for a run that crashes and restarts.
+
+    Follows AI-Hypercomputer/maxtext ``src/maxtext/common/goodput.py`` and its train
+    loop: ``record_job_start_time`` (explicit), ``maybe_record_goodput`` around TPU init,
+    training preparation, each data load and each step (``record_step_end_time`` is
+    called through ``getattr`` right after the step is dispatched, so only recorders
+    that have it record it), a blocking checkpoint save every 5 steps and metric
+    logging on the host between steps, a crash inside step ``crash_at`` (no end, no job
+    end) and a new process that restarts from the step-``resume_from`` checkpoint.
+
+    Returns:
+        ``(time, process, method, args)``: ``process`` 0 or 1 (the restart), time in
+        UTC seconds at which the wrapper makes the call (the recorder reads it from
+        the clock: the wrapper passes no timestamps).
+    """
+    out: list[tuple[float, int, str, tuple]] = []
+    t = T0
+
+    def run(proc: int, first: int, last: int, crash: int | None) -> None:
+        nonlocal t
+        out.append((t, proc, "record_job_start_time", ()))
+        t += 1.0
+        out.append((t, proc, "record_tpu_init_start_time", ()))
+        t += 20.0
+        out.append((t, proc, "record_tpu_init_end_time", ()))
+        out.append((t, proc, "record_training_preparation_start_time", ()))
+        t += 12.0  # model, optimizer, checkpoint manager (and a restore after a restart)
+        out.append((t, proc, "record_training_preparation_end_time", ()))
+        for step in range(first, last):
+            out.append((t, proc, "record_data_loading_start_time", ()))
+            t += 3.0 if step == first else 0.3
+            out.append((t, proc, "record_data_loading_end_time", ()))
+            out.append((t, proc, "record_step_start_time", (step,)))
+            t += 18.0 if step == first else 0.05  # first call compiles; later ones dispatch
+            if step == crash:
+                return  # preempted inside the step: no end, no job end
+            out.append((t, proc, "record_step_end_time", (step,)))
+            t += 2.0  # the device finishes while the host logs metrics (blocks on them)
+            if step % 5 == 4:
+                t += 6.0  # a blocking checkpoint save (Orbax)
+        out.append((t, proc, "record_job_end_time", ()))
+
+    run(0, 0, steps, crash_at)
+    t += 45.0  # rescheduling
+    run(1, resume_from, steps, None)
+    return out
+
+
+def replay_maxtext(goodput: Any, calls, job: str, set_now, **recorder_kwargs: Any) -> dict:
+    """Replay :func:`maxtext_calls` the way the wrapper makes them (``getattr``, no times).
+
+    ``set_now(t)`` makes the library's clock read ``t``. One recorder per process.
+    """
+    recorders: dict[int, Any] = {}
+    for t, proc, method, args in calls:
+        set_now(t)
+        rec = recorders.get(proc)
+        if rec is None:
+            rec = recorders[proc] = goodput.GoodputRecorder(job, f"goodput_{job}", True,
+                                                            **recorder_kwargs)
+        fn = getattr(rec, method, None)  # MaxText's record_goodput
+        if fn:
+            fn(*args)
+    for rec in recorders.values():
+        if hasattr(rec, "close"):
+            rec.close()
+    return recorders
