@@ -94,8 +94,17 @@ class Attachment:
         rec = self._ref()
         return rec is not None and not getattr(rec, "_closed", False)
 
-    def _step_started(self) -> None:
-        """Called by a StepRecorder on every step start."""
+    def step_started(self) -> None:
+        """Count a training step's start (a StepRecorder calls it; so can a trainer that
+        records its own steps). From the second step on, a repeated program name is a
+        recompile.
+
+        Example:
+            >>> from goodput_jax import goodput, runtime
+            >>> att = runtime.attach(goodput.GoodputRecorder("j", "l"))
+            >>> att.step_started(); att.steps_started
+            1
+        """
         self.steps_started += 1
 
     def _on_compile(self, duration: float, end: float, name: str) -> None:

