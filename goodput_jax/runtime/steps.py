@@ -97,12 +97,15 @@ class StepRecorder:
     """Records step starts on the host and step ends on the device, without blocking.
 
     A step's device end is the first moment its outputs are seen ready, by
-    whichever comes first: the watcher thread, which waits on every array of
-    the outputs (prompt while the training thread waits: loading, blocking, a
-    full dispatch queue), or the training thread itself, which polls the oldest
-    unfinished step's probe array (the last leaf of the outputs, e.g. the loss)
-    on every ``start`` / ``track`` (prompt while it dispatches ahead, when the
-    watcher waits for the GIL).
+    whichever comes first: the watcher thread, which waits on the step's probe
+    array (the last leaf of the outputs, e.g. the loss: one program's outputs
+    are ready together; every live array when there is no such leaf), prompt
+    while the training thread waits (loading, blocking, a full dispatch queue);
+    or the training thread itself, which polls the oldest unfinished step's
+    probe on every ``start`` (prompt while it dispatches ahead and the watcher
+    waits for the GIL). The first tracked step is waited for at the second
+    ``start`` (once, usually hidden behind loading the next batch), so the store
+    shows device ends before the host runs ahead.
 
     Args:
         recorder: the :class:`~goodput_jax.measure.recorder.GoodputRecorder`
