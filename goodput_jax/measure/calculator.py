@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from goodput_jax.measure.engine import BUCKET_NAMES, COMPILATION, HINTS, Engine
+from goodput_jax.measure.engine import BUCKET_NAMES, COMPILATION, HINTS, Engine, StreamKeys
 from goodput_jax.measure.events import EventKind
-from goodput_jax.measure.events import KIND_CODES, to_timestamp
+from goodput_jax.measure.events import KIND_CODES, check_job_name, to_timestamp
 from goodput_jax.measure.stores import EventStore, resolve_store
 
 
@@ -186,8 +186,7 @@ class GoodputCalculator:
         clock: Callable[[], Any] | None = None,
         configured_ideal_step_time: float | None = None,
     ):
-        if not isinstance(job_name, str) or not job_name:
-            raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
+        check_job_name(job_name)
         if clock is not None and not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
         self.job_name = job_name
@@ -198,25 +197,35 @@ class GoodputCalculator:
         self._lock = threading.RLock()
         self._engine = Engine()
         self._cursor: Any = None
-        self._stream_keys: dict[tuple[str, int], int] = {}
-        self._columnar = callable(getattr(self.store, "read_columns", None))
+        self._keys = StreamKeys()  # (run_id, host) -> engine stream key
+        self._sid_keys: dict[int, int] = {}  # store stream id -> engine stream key
+        self._columnar = callable(getattr(self.store, "read_columns", None)) and callable(
+            getattr(self.store, "stream_info", None))
 
     # ----------------------------------------------------------------- reading
     def _now(self) -> float:
         return to_timestamp(self._clock(), name="clock()")
 
     def _rows_from_events(self, events) -> list[tuple]:
-        keys = self._stream_keys
+        key = self._keys.key
         out = []
         for ev in events:
-            key = (ev.run_id, ev.host)
-            sid = keys.get(key)
-            if sid is None:
-                sid = keys[key] = len(keys)
             code = KIND_CODES[ev.kind]
             extra = ev.payload if code in _PAYLOAD_CODES else ev.label
-            out.append((code, sid, ev.timestamp, ev.step, extra))
+            out.append((code, key(ev.run_id, ev.host), ev.timestamp, ev.step, extra))
         return out
+
+    def _keyed(self, cols: dict) -> dict:
+        """Columns with the store's stream ids replaced by engine stream keys."""
+        stream = cols["stream"]
+        u, inv = np.unique(stream, return_inverse=True)
+        mapped = np.empty(u.size, dtype=np.int64)
+        for i, sid in enumerate(u.tolist()):
+            k = self._sid_keys.get(sid)
+            if k is None:
+                k = self._sid_keys[sid] = self._keys.key(*self.store.stream_info(sid))
+            mapped[i] = k
+        return {**cols, "stream": mapped[inv]}
 
     def _feed_new(self, eng: Engine, cursor: Any, only: tuple[float, float] | None = None):
         """Feed ``eng`` every event newer than ``cursor``, one chunk at a time.
@@ -230,6 +239,7 @@ class GoodputCalculator:
                 n = 0
                 if cols is not None:
                     n = cols["kind"].size
+                    cols = self._keyed(cols)
                     if only is not None:
                         cols = _select(cols, (cols["ts"] > only[0]) & (cols["ts"] <= only[1]))
                     eng.feed_columns(cols)
@@ -364,7 +374,11 @@ class GoodputCalculator:
                 "total_time": productive + sum(acc),
                 "last_productive_step": eng.live_steps[-1] if eng.live_steps else 0,
                 "num_runs": eng.runs,
-                "num_disruptions": eng.disruptions,
+                # a finished last run with a host that never recorded its job end: it died
+                "num_disruptions": eng.disruptions + (1 if eng.ended and eng.open_hosts() else 0),
+                "num_hosts": len(eng.run_hosts),
+                "dead_hosts": eng.dead_hosts + (eng.open_hosts() if eng.ended else 0),
+                "follower_events": eng.follower_events,
                 "last_checkpointed_step": eng.last_ckpt_step,
                 "ignored_events": eng.ignored,
                 "unmatched_events": eng.unmatched,

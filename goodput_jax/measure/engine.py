@@ -132,6 +132,47 @@ _SIMPLE_LUT[_SPAN_END_LUT >= 0] = True
 _SIMPLE_LUT[_SPAN_START_OF_END_LUT >= 0] = True
 
 
+#: an engine stream key is ``(run index << HOST_BITS) | host``: hosts of one run share a timeline
+HOST_BITS = 20
+HOST_MASK = (1 << HOST_BITS) - 1
+
+
+class StreamKeys:
+    """Maps ``(run_id, host)`` to engine stream keys and back (thread-safe, append-only).
+
+    Example:
+        >>> keys = StreamKeys()
+        >>> keys.key("run-a", 0), keys.key("run-a", 1), keys.key("run-b", 0) >> HOST_BITS
+        (0, 1, 1)
+        >>> keys.run_id(keys.key("run-b", 3))
+        'run-b'
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self._runs: dict[str, int] = {}
+        self._names: list[str] = []
+        self._lock = threading.Lock()
+
+    def key(self, run_id: str, host: int) -> int:
+        """The stream key of ``host`` in run ``run_id``."""
+        r = self._runs.get(run_id)
+        if r is None:
+            with self._lock:
+                r = self._runs.get(run_id)
+                if r is None:
+                    r = self._runs[run_id] = len(self._names)
+                    self._names.append(run_id)
+        if not 0 <= host <= HOST_MASK:
+            raise ValueError(f"host ({host!r}) must be in [0, {HOST_MASK}]")
+        return (r << HOST_BITS) | host
+
+    def run_id(self, key: int) -> str:
+        """The run id of a stream key."""
+        return self._names[key >> HOST_BITS]
+
+
 def _overlap(a: float, b: float, excl: list[tuple[float, float]]) -> float:
     out = 0.0
     for s, e in excl:
@@ -223,6 +264,9 @@ class Engine:
         self.run_compiled: set[int] = set()
         self.runs = 0
         self.first_t: float | None = None  # the first run's first event
+        self.run_hosts: dict[int, bool] = {}  # hosts of the current run -> ended
+        self.follower_events = 0
+        self.dead_hosts = 0  # hosts that started a superseded run and never ended it
         self.disruptions = 0
         self.window_disruptions = 0  # restarts after a crash inside [ws, we]
         self.ignored = 0
@@ -344,11 +388,28 @@ class Engine:
                 continue
             cur = self.cur
             other_gap = 0.0
+            if sid != cur and cur is not None and (sid >> HOST_BITS) == (cur >> HOST_BITS):
+                # another host of the running run: one timeline, written by the run's
+                # first host (its leader); the others only say whether they ended
+                self.follower_events += 1
+                if kind == JOB_START:
+                    self.run_hosts[sid & HOST_MASK] = False
+                elif kind == JOB_END:
+                    self.run_hosts[sid & HOST_MASK] = True
+                else:
+                    self.run_hosts.setdefault(sid & HOST_MASK, False)
+                continue
             if sid != cur or (kind == JOB_START and self.runs):
-                if sid != cur and sid in seen:
+                if sid != cur and (sid >> HOST_BITS) in seen:
                     self.ignored += 1
                     continue
                 last_t = self.last_t
+                if cur is not None and self.ended:
+                    # a host of the cleanly ended run never ended: it died
+                    dead = sum(1 for done in self.run_hosts.values() if not done)
+                    if dead:
+                        self.dead_hosts += dead
+                        self.disruptions += 1
                 if cur is not None and not self.ended:
                     # the previous run crashed: in-flight step + downtime
                     self.disruptions += 1
@@ -363,7 +424,8 @@ class Engine:
                         if t > last_t:
                             self._add(last_t, t, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION")
                 if sid != cur:
-                    seen.add(sid)
+                    seen.add(sid >> HOST_BITS)
+                self.run_hosts = {sid & HOST_MASK: False}
                 self.cur = sid
                 self.ended = False
                 self.last_t = t if (sid != cur or t > last_t) else last_t
@@ -480,6 +542,7 @@ class Engine:
                 self.reinit_open = 0
                 self.dl_open = None
                 self.ended = True
+                self.run_hosts[sid & HOST_MASK] = True
             elif kind == COMPILATION:
                 self._compilation(_payload(label), other_gap, t)
             # STEP_END: the host's end of a step is not the device's: no effect.
@@ -768,6 +831,10 @@ class Engine:
         self.events += m
 
     # ------------------------------------------------------------ results
+    def open_hosts(self) -> int:
+        """Hosts of the current run that started and did not (yet) record their job end."""
+        return sum(1 for done in self.run_hosts.values() if not done)
+
     def inferred_startup(self) -> list[float]:
         """Program startup inferred per segment (0 where compile time was measured)."""
         out = []

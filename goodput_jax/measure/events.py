@@ -160,6 +160,27 @@ def to_timestamp(value: Any, *, name: str = "timestamp") -> float:
     return out
 
 
+def check_job_name(job_name: Any, *, name: str = "job_name") -> str:
+    """Validate a job name: a non-empty string without control characters.
+
+    A control character (newline, tab, NUL, ...) would break a Cloud Logging
+    filter (the job could never be read back), so every store refuses it.
+
+    Example:
+        >>> check_job_name("llama-7b")
+        'llama-7b'
+    """
+    if not isinstance(job_name, str) or not job_name:
+        raise ValueError(f"{name} ({job_name!r}) must be a non-empty string")
+    bad = [c for c in job_name if ord(c) < 32 or 127 <= ord(c) < 160]
+    if bad:
+        raise ValueError(
+            f"{name} ({job_name!r}) contains the control character {bad[0]!r}; "
+            "use printable characters only (it would break Cloud Logging filters)"
+        )
+    return job_name
+
+
 def check_step(step: Any, *, name: str = "step") -> int:
     """Validate a step number: a non-negative integer (numpy/JAX integer scalars accepted).
 
@@ -255,8 +276,7 @@ class Event:
         """
         if not isinstance(self.kind, EventKind):
             raise TypeError(f"kind ({self.kind!r}) must be an EventKind")
-        if not isinstance(self.job_name, str) or not self.job_name:
-            raise ValueError(f"job_name ({self.job_name!r}) must be a non-empty string")
+        check_job_name(self.job_name)
         if not isinstance(self.run_id, str) or not self.run_id:
             raise ValueError(f"run_id ({self.run_id!r}) must be a non-empty string")
         if isinstance(self.host, bool) or not isinstance(self.host, int) or self.host < 0:

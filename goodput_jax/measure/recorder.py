@@ -40,6 +40,7 @@ from typing import Any, Self
 from goodput_jax.measure.events import KIND_CODES as _K
 from goodput_jax.measure.events import (
     KINDS_BY_CODE,
+    check_job_name,
     Event,
     EventKind,
     check_step,
@@ -117,8 +118,7 @@ class GoodputRecorder:
         max_retries: int = 6,
         synchronous: bool = False,
     ):
-        if not isinstance(job_name, str) or not job_name:
-            raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
+        check_job_name(job_name)
         if clock is not None and not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
         if host is not None and (isinstance(host, bool) or not isinstance(host, int) or host < 0):

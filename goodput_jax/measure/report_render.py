@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from goodput_jax.measure.calculator import GoodputCalculator
-from goodput_jax.measure.engine import Engine
+from goodput_jax.measure.engine import Engine, StreamKeys
 from goodput_jax.measure.events import KIND_CODES, Event, EventKind
 
 __all__ = [
@@ -146,13 +146,14 @@ def build_timeline(store: Any, job_name: str, now: float | None = None) -> Timel
         raise ValueError(f"job_name ({job_name!r}) has no goodput events in the store")
     now = time.time() if now is None else float(now)
     eng = Engine(record=True)
-    eng.feed((KIND_CODES[e.kind], (e.run_id, e.host), e.timestamp, e.step,
+    keys = StreamKeys()
+    eng.feed((KIND_CODES[e.kind], keys.key(e.run_id, e.host), e.timestamp, e.step,
               e.payload if e.payload is not None else e.label) for e in events)
     out = eng.timeline(now)
     segs = [Segment(a, b, cat, run, step, label)
             for a, b, cat, run, step, label in out["segments"] if b > a]
     return Timeline(segs, out["restarts"], out["crashes"], events[0].timestamp,
-                    [key[0] for key in out["run_ids"]])
+                    [keys.run_id(key) for key in out["run_ids"]])
 
 
 # ---------------------------------------------------------------------- model curves

@@ -192,6 +192,16 @@ class StoreContract:
         assert all(e.job_name == name for e in got)
         assert name in store.list_jobs()
 
+    @pytest.mark.parametrize("name", ["line\nbreak", "tab\there", "nul\x00", "del\x7f", "cr\r"])
+    def test_job_names_with_control_characters_are_refused(self, backend, name):
+        # such a name breaks Cloud Logging filters (the job could never be read back)
+        store = backend.open()
+        with pytest.raises(ValueError, match=r"job_name .*control character"):
+            store.append([ev(job="fine"), ev(job=name)])
+        backend.sync(store)
+        assert store.read_events("fine")[0] == []  # nothing of the batch is stored
+        assert name not in store.list_jobs()
+
     def test_job_names_differing_only_in_case_are_distinct(self, backend):
         # Cloud Logging's filter `=` is case-insensitive: the store must not mix these up.
         store = backend.open()

@@ -371,7 +371,7 @@ def _columns(rows):
 
     return {
         "kind": np.array([KIND_CODES[r[0]] for r in rows], dtype=np.int8),
-        "stream": np.array([r[1] for r in rows], dtype=np.int64),
+        "stream": np.array([r[1] << 20 for r in rows], dtype=np.int64),  # one host per run
         "ts": np.array([r[2] for r in rows], dtype=np.float64),
         "step": np.array([r[3] for r in rows], dtype=np.int64),
         "labels": {i: r[4] for i, r in enumerate(rows) if r[4] is not None},

@@ -281,3 +281,11 @@ def test_atexit_flushes_unflushed_events(tmp_path):
     subprocess.run([sys.executable, "-c", _CHILD, path, "exit"], check=True, timeout=120)
     steps = [e.step for e in SQLiteStore(path).read_events("job")[0]]
     assert steps == list(range(1000))
+
+
+def test_job_name_with_control_characters_is_refused_at_construction():
+    from goodput_jax import goodput
+
+    for cls in (GoodputRecorder, goodput.GoodputRecorder):
+        with pytest.raises(ValueError, match=r"job_name \('a\\nb'\) contains the control character"):
+            cls("a\nb", "log", logging_enabled=True, store=":memory:")

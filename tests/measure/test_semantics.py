@@ -308,3 +308,44 @@ def test_row19_device_end_marks_the_busy_interval():
     assert g == pytest.approx(65.0, abs=TOL)
     only(b, DATA_LOADING=25, OTHER=10, DATA_LOADING_ASYNC=5)
     assert d["last_productive_step"] == 2
+
+
+def test_row20_hosts_of_one_run_are_one_timeline():
+    # Both hosts of run "r" record (same run id, hosts 0 and 1), interleaved, host 1 a
+    # little late. Host 0 wrote first: its events are the run's timeline; host 1 is no
+    # crash and no restart. steps 0-2 of 10 s from 0; job end at 30 -> 100 %.
+    store = new_store()
+    h0 = events("job", "r", [(K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 10, 1),
+                             (K.STEP_START, 20, 2), (K.JOB_END, 30)], host=0)
+    h1 = events("job", "r", [(K.JOB_START, 0.5), (K.STEP_START, 0.5, 0), (K.STEP_START, 10.5, 1),
+                             (K.STEP_START, 20.5, 2), (K.JOB_END, 30.5)], host=1)
+    for a, b in zip(h0, h1):
+        store.append([a, b])
+    calc = calc_for(store)
+    g, b, last = calc.get_job_goodput(include_badput_breakdown=True)
+    assert g == pytest.approx(100.0) and last == 2
+    d = calc.get_job_goodput_details()
+    assert (d["num_runs"], d["num_disruptions"], d["num_hosts"], d["dead_hosts"]) == (1, 0, 2, 0)
+
+
+def test_row21_a_host_that_dies_is_a_disruption():
+    # Host 1 of run "r" dies after step 1 (no job end); host 0 finishes [0,30). Then run
+    # "s" (both hosts) starts at 40. The run "r" did not end cleanly on every host: one
+    # disruption, its time unchanged (host 0's timeline); the pause [30,40) is not job
+    # time (host 0 ended). s: steps of 10 s [40,60), job end at 60. total 50, 100 %.
+    store = new_store()
+    store.append(events("job", "r", [(K.JOB_START, 0), (K.STEP_START, 0, 0)], host=0))
+    store.append(events("job", "r", [(K.JOB_START, 0), (K.STEP_START, 0, 0),
+                                     (K.STEP_START, 10, 1)], host=1))
+    store.append(events("job", "r", [(K.STEP_START, 10, 1), (K.STEP_START, 20, 2),
+                                     (K.JOB_END, 30)], host=0))
+    calc = calc_for(store)
+    d = calc.get_job_goodput_details()
+    assert d["num_disruptions"] == 1 and d["dead_hosts"] == 1  # already, as the run has ended
+    for host in (0, 1):
+        store.append(events("job", "s", [(K.JOB_START, 40), (K.STEP_START, 40, 3),
+                                         (K.STEP_START, 50, 4), (K.JOB_END, 60)], host=host))
+    g, _, _ = calc.get_job_goodput(include_badput_breakdown=True)
+    d = calc.get_job_goodput_details()
+    assert g == pytest.approx(100.0)
+    assert (d["num_runs"], d["num_disruptions"], d["dead_hosts"]) == (2, 1, 1)

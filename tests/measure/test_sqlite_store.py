@@ -194,3 +194,42 @@ def test_read_columns_matches_read_events_from_any_cursor(tmp_path):
             extra = e.label if e.label is not None else (e.payload_json() if e.payload else None)
             expect.append((KIND_CODES[e.kind], e.timestamp, -1 if e.step is None else e.step, extra))
         assert got == expect, start
+
+
+def test_timeout_argument_is_the_busy_timeout(tmp_path):
+    """timeout= bounds how long a write waits for another writer's lock (a fixed
+    PRAGMA busy_timeout of 30 s used to override it)."""
+    import sqlite3
+    import threading
+    import time
+
+    from goodput_jax.measure.events import Event, EventKind
+
+    path = str(tmp_path / "g.db")
+    SQLiteStore(path).close()
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    store = SQLiteStore(path, timeout=0.2)
+    out = {}
+
+    def write():
+        t = time.monotonic()
+        try:
+            store.append([Event(EventKind.JOB_START, "j", "r", 0, 1.0)])
+            out["ok"] = True
+        except Exception as e:  # noqa: BLE001 - the error is what we check
+            out["error"] = e
+        out["s"] = time.monotonic() - t
+
+    th = threading.Thread(target=write)
+    th.start()
+    th.join(5.0)
+    alive = th.is_alive()
+    blocker.execute("ROLLBACK")
+    th.join()
+    blocker.close()
+    store.close()
+    assert not alive, "the write waited past its timeout"
+    assert "error" in out and "locked" in str(out["error"]) and out["s"] < 3.0
+    with pytest.raises(ValueError, match="timeout"):
+        SQLiteStore(path, timeout=-1)

@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -112,6 +113,10 @@ class SQLiteStore:
     def __init__(self, path: str | os.PathLike, *, create: bool = True, timeout: float = 30.0):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path ({path!r}) must be a str or os.PathLike")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not math.isfinite(timeout) or timeout < 0:
+            raise ValueError(f"timeout ({timeout!r}) must be a non-negative number of seconds")
+        self.timeout = float(timeout)
         self.path = os.fspath(path)
         if not self.path:
             raise ValueError(f"path ({path!r}) must be a non-empty path")
@@ -150,7 +155,8 @@ class SQLiteStore:
     def _init_schema(self, is_memory: bool) -> None:
         c = self._conn
         try:
-            c.execute("PRAGMA busy_timeout = 30000")
+            # the connection's timeout= sets the same busy handler: keep them equal
+            c.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             tables = {
                 r[0]
                 for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
@@ -277,6 +283,23 @@ class SQLiteStore:
             s = (row[0], int(row[1]))
             self._streams_by_id[sid] = s
         return s
+
+    def stream_info(self, stream_id: int) -> tuple[str, int]:
+        """``(run_id, host)`` of a stream id of :meth:`read_columns`.
+
+        Example:
+            >>> s = SQLiteStore(":memory:")
+            >>> from goodput_jax.measure.events import Event, EventKind
+            >>> s.append([Event(EventKind.JOB_START, "j", "r", 2, 1.0)])
+            >>> cols, _, _ = s.read_columns("j")
+            >>> s.stream_info(int(cols["stream"][0]))
+            ('r', 2)
+        """
+        with self._lock:
+            try:
+                return self._stream(int(stream_id))
+            except sqlite3.DatabaseError as e:
+                raise StoreError(f"cannot read store {self.url!r}: {e}") from e
 
     # --------------------------------------------------------------- protocol
     def append(self, events: Sequence[Event]) -> None:

@@ -1,0 +1,56 @@
+"""One process of a real 2-process JAX job (jax.distributed on 127.0.0.1, CPU) that records.
+
+Used by tests/measure/test_multihost.py:
+    python -m tests.measure._multihost_worker PID PORT STORE FIRST LAST DIE_AT
+
+Process 0 draws the launch's run id and broadcasts it (a real cross-process collective);
+every process records with it and its process index as host. Each step runs a jitted
+step and a barrier (sync_global_devices). Process 1 kills itself with SIGKILL right
+after recording step DIE_AT (-1: never).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def main() -> None:
+    pid, port, store, first, last, die_at = sys.argv[1:7]
+    pid, first, last, die_at = int(pid), int(first), int(last), int(die_at)
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                               process_id=pid)
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    from goodput_jax import goodput
+
+    seed = int.from_bytes(os.urandom(4), "little") if pid == 0 else 0
+    run = int(multihost_utils.broadcast_one_to_all(np.int64(seed)))
+    # every process records (the alternative to Google's process-0-only convention)
+    rec = goodput.GoodputRecorder("multihost", "goodput_multihost", True, store=store,
+                                  run_id=f"launch-{run}", host=jax.process_index(),
+                                  synchronous=True)
+    rec.record_job_start_time()
+    step_fn = jax.jit(lambda x: jnp.tanh(x) * 0.5)
+    x = jnp.ones((8,))
+    for step in range(first, last):
+        rec.record_step_start_time(step)
+        x = step_fn(x).block_until_ready()
+        if pid == 1 and step == die_at:
+            os.kill(os.getpid(), signal.SIGKILL)  # the host really dies
+        multihost_utils.sync_global_devices(f"step-{step}")
+    rec.record_job_end_time()
+    rec.close()
+    print("done", flush=True)
+    os._exit(0)  # skip jax.distributed's shutdown barrier
+
+
+if __name__ == "__main__":
+    main()
