@@ -349,3 +349,39 @@ def test_row21_a_host_that_dies_is_a_disruption():
     d = calc.get_job_goodput_details()
     assert g == pytest.approx(100.0)
     assert (d["num_runs"], d["num_disruptions"], d["dead_hosts"]) == (2, 1, 1)
+
+
+def test_row22_orbax_checkpoint_statistics_are_flat():
+    # OTHER [0,5); steps of 10 s from 5; Orbax statistics: a 4 s blocking save and a 3 s
+    # restore. Save comes out of productive (30 -> 26), restore out of OTHER (5 -> 2).
+    store = new_store()
+    from goodput_jax.measure.events import Event
+    store.append(events("job", "r", [(K.JOB_START, 0), (K.STEP_START, 5, 0),
+                                     (K.STEP_START, 15, 1)]))
+    store.append([Event(K.CHECKPOINT_STATS, "job", "r", 0, 16.0,
+                        payload={"event_type": "save", "duration_s": 4.0, "step": 1}),
+                  Event(K.CHECKPOINT_STATS, "job", "r", 0, 17.0,
+                        payload={"event_type": "restore", "duration_s": 3.0, "step": 1})])
+    store.append(events("job", "r", [(K.STEP_START, 25, 2), (K.JOB_END, 35)]))
+    g, b, _ = calc_for(store).get_job_goodput(include_badput_breakdown=True)
+    assert g == pytest.approx(2600 / 35, abs=TOL)
+    only(b, UNPRODUCTIVE_CHECKPOINT_SAVE_TIME=400 / 35, UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME=300 / 35,
+         OTHER=200 / 35)
+
+
+def test_row24_exclusions_remove_recorded_activity_time():
+    # prep [0,10), nothing [10,20), step 0 [20,25) closed by the job end; exclusion [5,15)
+    # overlaps 5 s of prep (the 5 s of unattributed time stay OTHER, as the reference):
+    # excluded 5, job time 20: prep 5 (25 %), other 10 (50 %), goodput 5 (25 %).
+    from goodput_jax import goodput
+    store = new_store()
+    store.append(events("job", "r", [(K.JOB_START, 0), (K.TRAINING_PREP_START, 0),
+                                     (K.TRAINING_PREP_END, 10), (K.STEP_START, 20, 0),
+                                     (K.JOB_END, 25)]))
+    calc = goodput.GoodputCalculator("job", "log", store=store, clock=lambda: 1e6)
+    g, b, last, excluded = calc.get_job_goodput_with_exclusions([(5.0, 15.0)], True)
+    assert excluded == pytest.approx(5.0) and last == 0
+    assert g == pytest.approx(25.0)
+    assert b[B.TRAINING_PREP] == pytest.approx(25.0) and b[B.OTHER] == pytest.approx(50.0)
+    with pytest.raises(TypeError, match=r"exclusion_intervals\[0\]"):
+        calc.get_job_goodput_with_exclusions([5.0])
