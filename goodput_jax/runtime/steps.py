@@ -78,7 +78,8 @@ def _wait_ready(outputs: Any, leaves_of: Callable, is_array: type) -> bool:
 def _probe(out: Any) -> Any:
     """A leaf to poll on the training thread: the array itself, else the last element of a
     tuple / list / dict, a few levels deep (``(state, {"loss": loss})`` -> ``loss``), else None."""
-    for _ in range(6):
+    depth = 0
+    while depth < 6:
         t = type(out)
         if t is tuple or t is list:
             if not out:
@@ -90,6 +91,7 @@ def _probe(out: Any) -> Any:
             out = next(reversed(out.values()))
         else:
             return out if hasattr(out, "is_ready") else None
+        depth += 1
     return None
 
 
