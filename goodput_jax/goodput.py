@@ -365,14 +365,13 @@ class GoodputCalculator(_BaseCalculator):
         if not we > ws:
             raise ValueError(f"interval_end ({interval_end!r}) must be after interval_start "
                              f"({interval_start!r})")
-        with self._lock:
-            eng = self._replay(only=(ws, we))
-            if eng.runs == 0:
-                raise ValueError(f"no log entries of job {self.job_name!r} within the interval "
-                                 f"window ({interval_start}, {interval_end}]")
-            now = eng.last_t
-            g, flat, last = self._result(eng, now, True, f"the interval ({ws}, {we}]")
-            self._last_interval_engine = eng
+        eng = self._replay(only=(ws, we))
+        if eng.runs == 0:
+            raise ValueError(f"no log entries of job {self.job_name!r} within the interval "
+                             f"window ({interval_start}, {interval_end}]")
+        now = eng.last_t
+        g, flat, last = self._result(eng, now, True, f"the interval ({ws}, {we}]")
+        self._last_interval_engine = eng
         productive, acc, custom = eng.totals(now)
         total = productive + sum(acc)
         return (g, _google_breakdown(flat, custom, 100.0 / total), last, total,
@@ -475,7 +474,7 @@ class GoodputCalculator(_BaseCalculator):
             now = self._now()
             p_raw, acc_raw, _ = self._engine.totals(now)
             raw_total = p_raw + sum(acc_raw)
-            eng = self._replay(exclusions=excl)
+        eng = self._replay(exclusions=excl)
         productive, acc, custom = eng.totals(now)
         total = productive + sum(acc)
         last = eng.live_steps[-1] if eng.live_steps else 0

@@ -333,19 +333,21 @@ class GoodputCalculator:
 
     def _replay(self, ws: float = -math.inf, we: float = math.inf,
                 exclusions: list | None = None, only: tuple[float, float] | None = None) -> Engine:
-        """A fresh engine fed the whole job (window / exclusions applied); O(history)."""
-        with self._lock:
-            eng = Engine(ws, we, exclusions=exclusions)
-            for _ in self._feed_new(eng, None, only):
-                pass
-            return eng
+        """A fresh engine fed the whole job (window / exclusions applied); O(history).
+
+        Runs without the calculator's lock (it touches no incremental state), so a
+        long replay (an interval query) never holds up the incremental queries.
+        """
+        eng = Engine(ws, we, exclusions=exclusions)
+        for _ in self._feed_new(eng, None, only):
+            pass
+        return eng
 
     def _interval(self, ws: float, we: float):
-        with self._lock:
-            eng = self._replay(ws, we)
-            now = self._now()
-            g, flat, last = self._result(eng, now, True, f"the interval [{ws}, {we}]")
-            return g, flat, last, eng, now
+        eng = self._replay(ws, we)
+        now = self._now()
+        g, flat, last = self._result(eng, now, True, f"the interval [{ws}, {we}]")
+        return g, flat, last, eng, now
 
     def get_job_goodput_details(self) -> dict[str, Any]:
         """Raw seconds per bucket plus bookkeeping.
@@ -385,6 +387,34 @@ class GoodputCalculator:
                 "out_of_order_events": eng.out_of_order,
                 "num_events": eng.events,
             }
+
+    def new_step_times(self, token: tuple[int, int] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+        """Productive steps completed, or redone after a rollback, since ``token``.
+
+        Costs O(new steps): only the changed tail of the live steps is copied.
+
+        Args:
+            token: what the previous call returned (None: from the start).
+
+        Returns:
+            ``(step numbers, step seconds, token)``; steps redone after a rollback
+            come back again with their new times.
+
+        Example:
+            >>> steps, secs, token = calc.new_step_times()          # doctest: +SKIP
+            >>> steps, secs, token = calc.new_step_times(token)     # only the new ones
+        """
+        with self._lock:
+            self.refresh()
+            eng = self._engine
+            n = len(eng.live_steps)
+            seen, rb = token if token is not None else (0, 0)
+            low = min([seen, *eng.rollbacks[rb:]]) if rb < len(eng.rollbacks) else seen
+            low = min(low, n)
+            steps = np.array(eng.live_steps[low:], dtype=np.int64)
+            secs = np.array(eng.live_secs[low:], dtype=np.float64)
+            return steps, secs, (n, len(eng.rollbacks))
 
     def get_step_deviation(self, configured_ideal_step_time: float | None = None) -> StepDeviation:
         """Step-time statistics of the productive steps.

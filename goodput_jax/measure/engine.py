@@ -243,6 +243,7 @@ class Engine:
         self.live_secs = array("d")
         self.live_seg = array("q")  # segment of each live step
         self.live_role = array("b")  # 0 uncounted (closed by job end), 1 first, 2 other
+        self.rollbacks: list[int] = []  # live length after each rollback (for consumers)
         self.seen: set = set()
         self.cur = None  # active stream key
         self.ended = False
@@ -588,6 +589,7 @@ class Engine:
                 self.open_step, self.pending = -1, 0.0
             while self.live_steps and self.live_steps[-1] >= step:
                 self._pop_live()
+            self.rollbacks.append(len(self.live_steps))
             self._new_segment()
             self.dl_first_done = False
             self.open_step, self.pending = step, 0.0

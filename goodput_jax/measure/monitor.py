@@ -401,6 +401,7 @@ class GoodputMonitor:
         self._uploaders: dict[str, _Uploader] = {}
         self._rolling_windows: tuple[float, ...] = ()
         self._last_dev_step = -1
+        self._dev_token: Any = None
         self._dev_lock = threading.Lock()
         #: Polls that raised (each is logged).
         self.poll_errors = 0
@@ -498,19 +499,24 @@ class GoodputMonitor:
             _log.info("goodput monitor: no step times yet (%s)", e)
             return {}
         now = self._now()
+        tag = "step_deviation" if self.tag_layout == "reference" else "step_time/deviation"
         with self._dev_lock:
-            steps = dev.steps.tolist()
-            devs = dev.deviations.tolist()
-            new = [(s, d) for s, d in zip(steps, devs) if s > self._last_dev_step]
+            new_times = getattr(self.calculator, "new_step_times", None)
+            if new_times is not None:
+                # only the steps completed (or redone after a rollback) since the last poll
+                steps_a, secs_a, self._dev_token = new_times(self._dev_token)
+                new = list(zip(steps_a.tolist(), (secs_a - dev.ideal_step_time).tolist()))
+            else:  # a calculator without it: every step, once, by step number
+                new = [(s, d) for s, d in zip(dev.steps.tolist(), dev.deviations.tolist())
+                       if s > self._last_dev_step]
             if self.max_deviation_points and len(new) > self.max_deviation_points:
                 new = new[-self.max_deviation_points:]
             elif not self.max_deviation_points:
                 new = []
-            points = self._writer.write_series(
-                "step_deviation" if self.tag_layout == "reference" else "step_time/deviation",
-                new, now)
-            if steps:
-                self._last_dev_step = max(self._last_dev_step, max(steps))
+            points = self._writer.write_series(tag, new, now) if dev.num_steps else 0
+            if dev.num_steps:
+                self._last_dev_step = max(self._last_dev_step, int(dev.steps[-1]))
+        steps = [int(dev.steps[-1])] if dev.num_steps else []
         values: dict[str, float] = {}
         if dev.num_steps:
             summary = dev.as_dict()

@@ -518,3 +518,22 @@ def test_entries_are_valid_for_the_grpc_transport_too(new_store):
     request = WriteLogEntriesRequest(log_name=store.log_name, resource=store._resource(),
                                      entries=[pb], partial_success=False)
     assert request.resource.type == "global"
+
+
+def test_a_service_that_stays_unavailable_is_not_retried_forever(srv, new_store):
+    """After retry_deadline a failing batch is dropped and counted, and later events are
+    written (the writer used to retry transient errors forever, holding every later event)."""
+    store = new_store(batch_size=5, retry_initial=0.01, retry_max=0.05, retry_deadline=0.3)
+    srv.fail("write", 503, times=10_000)
+    store.append(steps("job", 5))
+    deadline = time.monotonic() + 10
+    while store.dropped_events < 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.dropped_events == 5 and store.retries >= 2
+    srv.reset()
+    later = steps("job", 3, t0=T0 + 100)
+    store.append(later)
+    assert store.flush(10)
+    assert read_all(store, "job")[0] == later
+    with pytest.raises(ValueError, match="retry_deadline"):
+        new_store(retry_deadline=-1)

@@ -140,6 +140,56 @@ def test_step_deviation_points_are_incremental(tmp_path):
     store.close()
 
 
+def test_step_deviation_uploads_steps_redone_after_a_rollback(tmp_path):
+    """Steps redone after a rollback are uploaded again, with their new times (they
+    used to be skipped until they passed the highest step already written)."""
+    store = SQLiteStore(str(tmp_path / "g.db"))
+    ev = lambda kind, t, step=None: Event(kind, "job", "r1", 0, T0 + t, step=step)  # noqa: E731
+    store.append([ev(K.JOB_START, 0.0)] + [ev(K.STEP_START, 1.0 + i, i) for i in range(11)])
+    tb = tmp_path / "tb"
+    monitor = make_monitor(store, tb, configured_ideal_step_time=1.0)
+    assert monitor.upload_step_deviation()["points"] == 10  # steps 0-9 of 1 s
+    # rollback to step 6, redone at 3 s per step: steps 6, 7, 8 complete again
+    store.append([ev(K.STEP_START, 12.0 + 3 * i, 6 + i) for i in range(4)])
+    second = monitor.upload_step_deviation()
+    monitor.close()
+    assert second["points"] == 3
+    points = load(tb).Scalars("step_time/deviation")
+    assert [(p.step, round(p.value, 6)) for p in points[10:]] == [(6, 2.0), (7, 2.0), (8, 2.0)]
+    store.close()
+
+
+def test_rolling_window_query_does_not_hold_up_incremental_queries(tmp_path):
+    """An interval query replays the whole history; it must not hold the calculator's
+    lock meanwhile (the goodput uploader would stall behind every rolling-window upload)."""
+    import threading
+
+    class GatedStore(SQLiteStore):
+        gate: threading.Event | None = None
+
+        def read_columns(self, job_name, cursor=None, max_events=1_000_000):
+            if cursor is None and self.gate is not None:
+                self.entered.set()
+                self.gate.wait(10)
+            return super().read_columns(job_name, cursor, max_events)
+
+    store = GatedStore(str(tmp_path / "g.db"))
+    store.append(scenario())
+    calc = GoodputCalculator("job", "goodput_job", store=store, clock=clock)
+    calc.get_job_goodput()
+    store.gate, store.entered = threading.Event(), threading.Event()
+    th = threading.Thread(target=calc.get_job_goodput_interval, args=(NOW - 60, NOW))
+    th.start()
+    assert store.entered.wait(10)  # the replay is inside its (blocked) store read
+    done = threading.Event()
+    threading.Thread(target=lambda: (calc.get_job_goodput(), done.set()), daemon=True).start()
+    finished = done.wait(3)
+    store.gate.set()
+    th.join()
+    store.close()
+    assert finished, "get_job_goodput waited for the interval query's replay"
+
+
 def test_rolling_window_tags(store, tmp_path):
     tb = tmp_path / "tb"
     with make_monitor(store, tb) as monitor:

@@ -224,6 +224,9 @@ class CloudLoggingStore:
             are dropped and counted in :attr:`dropped_events`.
         flush_interval: how long the writer waits to fill a batch (s).
         retry_initial, retry_max: first and largest backoff between retries (s).
+        retry_deadline: how long one batch is retried after transient errors
+            before it is dropped and counted (s); a service that stays unavailable
+            does not hold the writer (and every later event) forever.
         read_page_size: entries per ``entries.list`` page (1-1000).
         read_overlap_seconds: how far before the cursor each read re-scans for
             late-arriving entries (s).
@@ -251,6 +254,7 @@ class CloudLoggingStore:
         flush_interval: float = 0.5,
         retry_initial: float = 0.5,
         retry_max: float = 30.0,
+        retry_deadline: float = 600.0,
         read_page_size: int = 1000,
         read_overlap_seconds: float = DEFAULT_READ_OVERLAP_SECONDS,
         start_time: float | _dt.datetime | None = None,
@@ -266,6 +270,7 @@ class CloudLoggingStore:
             ("flush_interval", flush_interval),
             ("retry_initial", retry_initial),
             ("retry_max", retry_max),
+            ("retry_deadline", retry_deadline),
             ("read_overlap_seconds", read_overlap_seconds),
             ("close_timeout", close_timeout),
         ):
@@ -300,6 +305,7 @@ class CloudLoggingStore:
         self.flush_interval = float(flush_interval)
         self.retry_initial = float(retry_initial)
         self.retry_max = float(retry_max)
+        self.retry_deadline = float(retry_deadline)
         self.read_page_size = int(read_page_size)
         self.read_overlap_seconds = float(read_overlap_seconds)
         self.close_timeout = float(close_timeout)
@@ -501,6 +507,7 @@ class CloudLoggingStore:
         from google.api_core import exceptions as gexc
 
         delay = self.retry_initial
+        deadline = time.monotonic() + self.retry_deadline
         while True:
             try:
                 self._write(batch)
@@ -512,6 +519,10 @@ class CloudLoggingStore:
                 if self._abort.is_set():
                     self._drop(batch, f"store closed after a transient error ({self.last_error})")
                     return
+                if time.monotonic() >= deadline:
+                    self._drop(batch, f"still failing after retrying for {self.retry_deadline:g}s "
+                                      f"({self.last_error})")
+                    return
                 with self._cond:
                     self.retries += 1
                 _log.warning(
@@ -519,7 +530,8 @@ class CloudLoggingStore:
                     self, self.last_error, len(batch), delay,
                 )
                 # Full jitter in [delay/2, delay]; close() interrupts it.
-                self._abort.wait(delay * (0.5 + 0.5 * random.random()))
+                self._abort.wait(min(delay * (0.5 + 0.5 * random.random()),
+                                     max(deadline - time.monotonic(), 0.0)))
                 delay = min(max(delay * 2, 1e-3), self.retry_max)
             except gexc.BadRequest as e:
                 # One bad entry fails an all-or-nothing batch: bisect to isolate it.
