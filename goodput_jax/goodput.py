@@ -515,7 +515,8 @@ class GoodputMonitor(_BaseMonitor):
         goodput_upload_interval_seconds: MaxText's name for ``upload_interval``.
         monitor_step_time_deviation: MaxText's name for ``include_step_deviation``;
             with it, :meth:`start` also starts the step-deviation uploader.
-        **kwargs: the base monitor's extras (``store``, ``clock``, ``tag_layout`` ...).
+        **kwargs: the base monitor's extras (``store``, ``clock``, ``tag_layout`` ...) and
+            ``gcm_client``: a ``monitoring_v3.MetricServiceClient`` to send with.
 
     Raises:
         ValueError: ``upload_interval`` and ``goodput_upload_interval_seconds``
@@ -552,6 +553,7 @@ class GoodputMonitor(_BaseMonitor):
         monitor_step_time_deviation: bool | None = None,
         **kwargs: Any,
     ):
+        gcm_client = kwargs.pop("gcm_client", None)
         if upload_interval is None:
             upload_interval = 30.0 if goodput_upload_interval_seconds is None \
                 else goodput_upload_interval_seconds
@@ -596,7 +598,7 @@ class GoodputMonitor(_BaseMonitor):
                 opts.enable_gcp_goodput_metrics or opts.enable_gcp_step_deviation_metrics):
             from goodput_jax.measure.cloud_monitoring import CloudMonitoringExporter
 
-            self._gcm = CloudMonitoringExporter(opts, job_name, client=kwargs.get("gcm_client"))
+            self._gcm = CloudMonitoringExporter(opts, job_name, client=gcm_client)
 
     def upload_goodput(self) -> dict[str, float]:  # noqa: D102 - the base's, plus Cloud Monitoring
         values = super().upload_goodput()
