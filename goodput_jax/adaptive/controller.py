@@ -11,7 +11,9 @@ boundaries, switches configuration when the model predicts a worthwhile gain:
   (accumulation uses the step's traced microbatch count, see
   :func:`goodput_jax.adaptive.step.make_train_step`);
 * the best candidate by predicted goodput must beat the running configuration
-  by ``speedup_threshold`` (AdaptDL: 1.05) at ``patience`` consecutive checks
+  by ``max(speedup_threshold, 1 + model error)`` (AdaptDL: 1.05; the model
+  error is its median relative error on the profiled configurations) at
+  ``patience`` consecutive checks
   (hysteresis), and the current configuration must have ``min_samples``
   profiled steps inside the last fit;
 * exploration is step by step as in AdaptDL: the total batch may grow to at
@@ -46,6 +48,15 @@ from goodput_jax.adaptive.data import ArraySource, IterableSource, _tree_map, as
 from goodput_jax.adaptive.step import slots_for
 
 __all__ = ["AdaptiveBatchSize"]
+
+
+class _Spec:
+    """A shape/dtype stand-in with the attributes ``jax.ShapeDtypeStruct`` reads."""
+
+    __slots__ = ("dtype", "shape")
+
+    def __init__(self, shape: tuple, dtype: Any):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
 
 
 def _default_sizes(init: int, lo: int | None, hi: int | None, max_local: int) -> list[int]:
@@ -138,6 +149,8 @@ class AdaptiveBatchSize:
         self.switches: list[dict] = []
         self._votes: tuple[tuple[int, int], int] | None = None
         self.last_check: dict | None = None
+        self._example: Any = None
+        self._step_ref: tuple | None = None
 
     # ----------------------------------------------------------------- configuration
     @property
@@ -178,6 +191,7 @@ class AdaptiveBatchSize:
             return x
 
         batch = _tree_map(shape, ex)
+        self._example = _tree_map(lambda x: _Spec(x.shape[2:], x.dtype), batch)
         if self.batch_sharding is not None:
             import jax
 
@@ -194,8 +208,38 @@ class AdaptiveBatchSize:
         out = self.hooks.step(step, train_step, params, opt_state, batch, np.int32(n))
         self.steps += 1
         if self.adaptive and self.steps % self.adapt_every == 0:
+            self._step_ref = (train_step, out[0], out[1]) if isinstance(out, tuple) and len(
+                out) >= 2 else None
             self.adapt()
+            self._step_ref = None
         return out
+
+    def batch_like(self, atomic_bsz: int, accum_steps: int) -> Any:
+        """Shape/dtype stand-ins of the batch of a configuration (for ahead-of-time compiles)."""
+        if self._example is None:
+            return None
+        r, slots = self.num_replicas, slots_for(accum_steps + 1)
+        return _tree_map(lambda e: _Spec((slots, r * atomic_bsz) + e.shape, e.dtype),
+                         self._example)
+
+    def _ready(self, config: tuple[int, int]) -> bool:
+        """Whether switching to ``config`` costs no compile; starts a background compile if not."""
+        ref = self._step_ref
+        if ref is None or not hasattr(ref[0], "precompile"):
+            return True
+        like = self.batch_like(*config)
+        if like is None:
+            return True
+        train_step, params, opt_state = ref
+        if train_step.is_compiled(like):
+            return True
+        try:
+            fut = train_step.precompile(params, opt_state, like)
+        except Exception:  # noqa: BLE001 - cannot compile ahead: switch and compile inline
+            return True
+        if fut.done() and fut.exception() is not None:
+            return True
+        return False
 
     # ----------------------------------------------------------------- decisions
     def _profiled(self, key: tuple) -> int:
@@ -253,13 +297,18 @@ class AdaptiveBatchSize:
         except ValueError:
             cur = 0.0
         speedup = float(good[i]) / cur if cur > 0 else math.inf
-        better = best != (h.atomic_bsz, h.accum_steps) and speedup > self.speedup_threshold
+        # The gain must also beat the model's own error on the profiled configurations.
+        err = h.model_error if math.isfinite(h.model_error) else 0.0
+        threshold = max(self.speedup_threshold, 1.0 + err)
+        better = best != (h.atomic_bsz, h.accum_steps) and speedup > threshold
         if better:
             votes = self._votes[1] + 1 if self._votes and self._votes[0] == best else 1
             self._votes = (best, votes)
         else:
             self._votes = None
         switched = bool(better and self._votes[1] >= self.patience)
+        if switched and not self._ready(best):
+            switched = False  # compiling it in the background; switch at a later check
         rec = {"step": self.steps, "best": best, "speedup": speedup, "switched": switched,
                "batch_size": r * best[0] * (best[1] + 1), "model_error": h.model_error}
         self.last_check = rec

@@ -139,7 +139,9 @@ def make_train_step(
     Returns:
         The jitted step. ``batch`` leaves have shape ``[S, R * b, ...]``
         (:meth:`AdaptiveBatchSize.next_batch` builds them); ``num_micro`` is an
-        int32 scalar ``<= S``. Attribute ``traces`` counts its traces.
+        int32 scalar ``<= S``. Attributes: ``traces()`` counts its traces,
+        ``precompile(params, opt_state, batch_like)`` compiles another batch
+        shape on a background thread (ahead of a switch), ``is_compiled(batch_like)``.
 
     Example:
         >>> tx = adaptive_optimizer(optax.sgd(0.1), 4)
@@ -209,12 +211,60 @@ def make_train_step(
             return jax.device_put(tree, rep)
         return tree
 
+    compiled: dict = {}
+    futures: dict = {}
+    pool: list = []
+
+    def key_of(batch):
+        return tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(batch))
+
     @functools.wraps(step)
     def train_step(params, opt_state, batch, num_micro):
+        exe = compiled.get(key_of(batch)) if compiled else None
+        if exe is not None:
+            return exe(place(params), place(opt_state), batch, num_micro)
         return jitted(place(params), place(opt_state), batch, num_micro)
+
+    def precompile(params, opt_state, batch_like):
+        """Compile the step for ``batch_like``'s shapes on a background thread (a Future).
+
+        The training loop keeps running meanwhile; :func:`is_compiled` tells
+        when a switch to that shape costs no compile.
+        """
+        k = key_of(batch_like)
+        if k in futures:
+            return futures[k]
+        import concurrent.futures
+
+        if not pool:
+            pool.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="goodput-aot"))
+        def spec(x, sh):
+            return jax.ShapeDtypeStruct(tuple(np.shape(x) if not hasattr(x, "shape") else x.shape),
+                                        x.dtype if hasattr(x, "dtype") else jnp.result_type(x),
+                                        sharding=sh)
+
+        abstract = (jax.tree.map(lambda x: spec(x, rep), params),
+                    jax.tree.map(lambda x: spec(x, rep), opt_state),
+                    jax.tree.map(lambda x: spec(x, batch_sharding), batch_like),
+                    jax.ShapeDtypeStruct((), jnp.int32, sharding=rep))
+
+        def work():
+            compiled[k] = jitted.lower(*abstract).compile()
+
+        futures[k] = pool[0].submit(work)
+        return futures[k]
+
+    def is_compiled(batch_like) -> bool:
+        k = key_of(batch_like)
+        f = futures.get(k)
+        return k in compiled or (f is not None and f.done() and f.exception() is None and k in compiled)
+
+    batch_sharding = NamedSharding(mesh, P(None, axis_name))
+    train_step.precompile = precompile  # type: ignore[attr-defined]
+    train_step.is_compiled = is_compiled  # type: ignore[attr-defined]
 
     train_step.traces = lambda: counter["traces"]  # type: ignore[attr-defined]
     train_step.mesh = mesh  # type: ignore[attr-defined]
-    train_step.batch_sharding = NamedSharding(mesh, P(None, axis_name))  # type: ignore[attr-defined]
+    train_step.batch_sharding = batch_sharding  # type: ignore[attr-defined]
     train_step.replicated = rep  # type: ignore[attr-defined]
     return train_step

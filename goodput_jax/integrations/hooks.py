@@ -185,8 +185,11 @@ def _finite_or_none(x: Any) -> float | None:
 
 
 def _live_arrays(outputs: Any) -> list:
-    return [x for x in jax.tree.leaves(outputs)
-            if isinstance(x, jax.Array) and not x.is_deleted()]
+    # The outputs of one XLA program become ready together: a couple of live
+    # leaves (the last ones: losses and metrics, rarely donated) stand for all.
+    leaves = [x for x in jax.tree.leaves(outputs) if isinstance(x, jax.Array)]
+    return [x for x in leaves[::-1][:2] if not x.is_deleted()] or [
+        x for x in leaves if not x.is_deleted()][:1]
 
 
 def _all_ready(arrays: list) -> bool:
@@ -305,7 +308,11 @@ class GoodputHooks:
             ``jax.process_index() == 0``).
         warmup_steps: steps dropped at the start of every configuration.
         stats_every: read the gradient statistics every this many steps.
-        background: refit on a background thread (False: inline, e.g. tests).
+        background: refit on a background thread; False: inline (measured in
+            :meth:`cost`). Default ``None``: background, except on the CPU
+            backend with several local devices, where a JAX computation on a
+            second thread can starve the in-process all-reduce of a
+            multi-device step (XLA aborts after a 40 s rendezvous timeout).
 
     Example:
         >>> hooks = GoodputHooks("doc-job", init_batch_size=32, is_primary=False)
@@ -331,8 +338,8 @@ class GoodputHooks:
         clock: Callable[[], float] = time.perf_counter,
         is_primary: bool | None = None,
         warmup_steps: int = 2,
-        stats_every: int = 10,
-        background: bool = True,
+        stats_every: int = 50,
+        background: bool | None = None,
     ):
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
@@ -372,6 +379,8 @@ class GoodputHooks:
         self._clock = clock
         self.warmup_steps = _nonneg_int(warmup_steps, "warmup_steps")
         self.stats_every = _pos_int(stats_every, "stats_every")
+        if background is None:
+            background = not (jax.default_backend() == "cpu" and jax.local_device_count() > 1)
         self.background = bool(background)
         self.is_primary = (jax.process_index() == 0) if is_primary is None else bool(is_primary)
         if recorder is None:
@@ -684,7 +693,8 @@ class GoodputHooks:
         except Exception:  # noqa: BLE001 - never crash the worker
             _log.exception("goodput hooks: background refit failed")
         finally:
-            self.background_seconds += time.perf_counter() - t0
+            if self.background:
+                self.background_seconds += time.perf_counter() - t0
 
     def maybe_refit(self) -> bool:
         """Start a refit + publish when ``refit_interval`` seconds of profiled time have passed.
@@ -701,7 +711,7 @@ class GoodputHooks:
         _ = self.grad_params  # read the statistics copy here (the worker must not touch JAX state)
         self._since_fit = 0.0
         if not self.background:
-            self._refit_and_publish()
+            self._refit_and_publish()  # its time counts in the caller's foreground time
             return True
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(

@@ -186,3 +186,32 @@ def test_fixed_arm_never_switches():
     assert ctl.batch_size == 16 and not ctl.switches
     with pytest.raises(ValueError, match="speedup_threshold"):
         AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, speedup_threshold=0.5)
+
+
+def test_switch_waits_for_a_background_compile_then_costs_no_trace():
+    """A new batch shape is compiled ahead on a background thread; the switch happens after."""
+    clock = FakeClock()
+    tx = adaptive_optimizer(optax.sgd(0.05), M0, rule="adascale")
+    step = make_train_step(_loss, tx)
+    hooks = GoodputHooks("aot", init_batch_size=M0 * R, num_nodes=1, num_replicas=R,
+                         atomic_bsz=M0, max_batch_size=64 * R, is_primary=False, warmup_steps=0)
+    rng = np.random.default_rng(5)
+    data = {"x": rng.normal(size=(4096, 3)).astype(np.float32),
+            "y": rng.normal(size=4096).astype(np.float32)}
+    ctl = AdaptiveBatchSize(hooks, data, batch_sharding=step.batch_sharding)
+    p = {"w": jnp.zeros(3), "c": jnp.float32(0.0)}
+    st = tx.init(p)
+    p, st, _ = ctl.step(0, step, p, st)
+    ctl._step_ref = (step, p, st)
+    target = (2 * M0, 0)
+    assert not ctl._ready(target)  # starts the background compile
+    like = ctl.batch_like(*target)
+    fut = step.precompile(p, st, like)
+    fut.result(timeout=120)
+    assert ctl._ready(target) and step.is_compiled(like)
+    traces = step.traces()
+    ctl.set_config(*target)
+    p, st, loss = ctl.step(1, step, p, st)
+    assert step.traces() == traces and np.isfinite(float(loss))  # the AOT executable ran
+    assert jax.tree.leaves(ctl.next_batch()[0])[0].shape[1] == 2 * M0 * R
+    del clock

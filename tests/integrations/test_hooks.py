@@ -281,7 +281,7 @@ def test_background_refit_publishes_off_the_training_thread(tmp_path):
     clock = FakeClock()
     hooks = GoodputHooks("bg", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
                          recorder=rec, clock=clock, is_primary=True, refit_interval=0.5,
-                         warmup_steps=1)
+                         warmup_steps=1, background=True)
     threads = []
     orig = hooks.refit
 

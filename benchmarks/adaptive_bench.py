@@ -1,0 +1,285 @@
+"""Adaptive batch size vs fixed batch sizes: wall time to a target accuracy.
+
+A small MLP classifies a synthetic, reproducible dataset (a noisy teacher
+network labels Gaussian inputs; generated from the seed, nothing downloaded),
+data parallel over 4 fake CPU devices. Arms, each from the same initial
+parameters per seed:
+
+* ``fixed-M0``: the user's initial batch size, fixed (arm a);
+* ``fixed-<B>``: every batch size of a sweep, fixed (arm b);
+* ``adaptive``: :class:`goodput_jax.adaptive.AdaptiveBatchSize` starting at M0 (arm c).
+
+Every arm uses the same optimizer (SGD + momentum tuned at M0) with the
+AdaScale learning-rate rule, so the fixed large-batch arms are not handicapped
+by an unscaled learning rate. Training stops when the held-out accuracy
+reaches ``--target``; evaluation time is excluded from the wall time (the clock
+is paused), compilation and the adaptive arm's exploration are included. The
+step-time model's fit is compiled once before the arms (a process-wide,
+one-off cost, reported separately).
+
+It also measures the machinery's own cost: the ``fixed-M0`` step through
+hooks + controller vs the same jitted step in a plain loop (``overhead``), and
+``hooks.cost()`` of the adaptive arm.
+
+Usage::
+
+    python benchmarks/adaptive_bench.py            # 3 seeds, full sweep
+    python benchmarks/adaptive_bench.py --quick    # 1 seed, short sweep
+
+Timings on a shared machine are noisy: compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import flax.linen as nn  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from goodput_jax.adaptive import AdaptiveBatchSize, adaptive_optimizer, make_train_step  # noqa: E402
+from goodput_jax.integrations.hooks import GoodputHooks  # noqa: E402
+
+
+class MLP(nn.Module):
+    hidden: int = 128
+    classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Dense(self.hidden)(x))
+        x = nn.relu(nn.Dense(self.hidden)(x))
+        return nn.Dense(self.classes)(x)
+
+
+def make_data(seed: int, n_train: int, n_test: int, dim: int = 32, classes: int = 10,
+              label_noise: float = 0.1):
+    """Teacher-labelled Gaussian inputs with ``label_noise`` of the labels resampled."""
+    rng = np.random.default_rng(1000 + seed)
+    w1 = rng.normal(size=(dim, 64)) / np.sqrt(dim)
+    w2 = rng.normal(size=(64, classes)) / 8.0
+    x = rng.normal(size=(n_train + n_test, dim)).astype(np.float32)
+    y = np.argmax(np.tanh(x @ w1) @ w2, axis=1)
+    flip = rng.random(len(y)) < label_noise
+    y[flip] = rng.integers(0, classes, flip.sum())
+    y = y.astype(np.int32)
+    return (x[:n_train], y[:n_train]), (x[n_train:], y[n_train:])
+
+
+class Timer:
+    def __init__(self):
+        self.total = 0.0
+        self._t0 = None
+
+    def start(self):
+        self._t0 = time.perf_counter()
+
+    def stop(self):
+        self.total += time.perf_counter() - self._t0
+        self._t0 = None
+
+
+def run_arm(arm: str, batch: int | None, seed: int, data, args, model, loss_fn, acc_fn,
+            step_cache: dict) -> dict:
+    (xtr, ytr), (xte, yte) = data
+    m0, r = args.m0, jax.device_count()
+    tx = adaptive_optimizer(optax.sgd(args.lr, momentum=0.9), m0, rule="adascale")
+    if "step" not in step_cache:  # one jitted step per process: compiles are per shape
+        step_cache["step"] = make_train_step(loss_fn, tx)
+        step_cache["tx"] = tx
+    step_fn, tx = step_cache["step"], step_cache["tx"]
+    params = model.init(jax.random.key(seed), jnp.ones((1, xtr.shape[1])))
+    opt_state = tx.init(params)
+    start_b = (batch or m0) // r
+    hooks = GoodputHooks(f"bench-{arm}", init_batch_size=m0, atomic_bsz=start_b, num_nodes=1,
+                         num_replicas=r, max_batch_size=args.max_batch,
+                         local_bsz_bounds=(8, args.max_batch // r), gradient_accumulation=False,
+                         is_primary=True, refit_interval=args.refit_interval, warmup_steps=2)
+    ctl = AdaptiveBatchSize(hooks, {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding,
+                            adaptive=(arm == "adaptive"), adapt_every=args.adapt_every,
+                            min_samples=5, patience=2)
+    ctl.source.seed = seed
+    ctl.source.load_state_dict({"epoch": 0, "index": 0, "seed": seed})
+    timer = Timer()
+    step, acc, reached = 0, 0.0, None
+    samples = 0
+    next_eval = args.eval_every
+    timer.start()
+    while timer.total + (time.perf_counter() - timer._t0) < args.max_time:
+        params, opt_state, loss = ctl.step(step, step_fn, params, opt_state)
+        samples += ctl.batch_size
+        step += 1
+        now = timer.total + (time.perf_counter() - timer._t0)
+        if now >= next_eval:
+            timer.stop()
+            hooks.flush()
+            acc = float(acc_fn(params, xte, yte))
+            next_eval = timer.total + args.eval_every
+            if acc >= args.target:
+                reached = timer.total
+                break
+            timer.start()
+    else:
+        timer.stop()
+    hooks.wait_refit()
+    hooks.close()
+    cost = hooks.cost()
+    return {"arm": arm, "seed": seed, "time": reached, "wall": timer.total, "steps": step,
+            "samples": samples, "acc": acc, "final_batch": ctl.batch_size,
+            "switches": [(s["step"], s["batch_size"]) for s in ctl.switches],
+            "cost_fg": cost["foreground"], "cost_bg": cost["background"],
+            "model_error": hooks.model_error}
+
+
+def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
+    """Plain loop vs hooks + controller (no switching) on the same jitted step, interleaved.
+
+    Both loops cut their batches with the same data path and wait one step late
+    (an unbounded queue of multi-device programs deadlocks XLA's CPU all-reduce).
+    """
+    (xtr, ytr), _ = data
+    m0, r = args.m0, jax.device_count()
+    step_fn, tx = step_cache["step"], step_cache["tx"]
+    params = model.init(jax.random.key(0), jnp.ones((1, xtr.shape[1])))
+    n = args.overhead_steps
+    plain, hooked, costs = [], [], []
+    for _ in range(rounds):
+        src = AdaptiveBatchSize(GoodputHooks("plain", init_batch_size=m0, num_nodes=1,
+                                             num_replicas=r, is_primary=False),
+                                {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding)
+        p = jax.tree.map(jnp.array, params)  # fresh buffers: the step donates them
+        st = tx.init(p)
+        t0 = time.perf_counter()
+        prev = None
+        for _i in range(n):
+            batch, k = src.next_batch()
+            p, st, loss = step_fn(p, st, batch, np.int32(k))
+            if prev is not None:
+                prev.block_until_ready()
+            prev = loss
+        jax.block_until_ready(loss)
+        plain.append(time.perf_counter() - t0)
+        hooks = GoodputHooks("ovh", init_batch_size=m0, num_nodes=1, num_replicas=r,
+                             max_batch_size=args.max_batch, is_primary=True,
+                             refit_interval=args.refit_interval)
+        ctl = AdaptiveBatchSize(hooks, {"x": xtr, "y": ytr},
+                                batch_sharding=step_fn.batch_sharding, adaptive=True,
+                                adapt_every=args.adapt_every)
+        ctl.explore_factor = 1.0 + 1e-9  # checks and refits run; no new shape is compiled
+        p = jax.tree.map(jnp.array, params)
+        st = tx.init(p)
+        t0 = time.perf_counter()
+        for i in range(n):
+            p, st, loss = ctl.step(i, step_fn, p, st)
+        hooks.flush()
+        jax.block_until_ready(loss)
+        hooked.append(time.perf_counter() - t0)
+        costs.append(hooks.cost()["foreground"] / hooked[-1])
+        hooks.close()
+    ratios = [h / p for h, p in zip(hooked, plain)]
+    return {"plain": float(np.median(plain)), "hooked": float(np.median(hooked)),
+            "ratio": float(np.median(ratios)), "steps": n, "fg": float(np.median(costs))}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 seed, short sweep, shorter budget")
+    ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--target", type=float, default=0.75, help="held-out accuracy to reach")
+    ap.add_argument("--m0", type=int, default=32, help="initial (user's) total batch size")
+    ap.add_argument("--max-batch", type=int, default=2048)
+    ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--max-time", type=float, default=None, help="seconds per arm")
+    ap.add_argument("--eval-every", type=float, default=0.25, help="training seconds between evals")
+    ap.add_argument("--refit-interval", type=float, default=0.5)
+    ap.add_argument("--adapt-every", type=int, default=10)
+    ap.add_argument("--sizes", type=str, default=None, help="comma-separated fixed sweep")
+    ap.add_argument("--overhead-steps", type=int, default=300)
+    args = ap.parse_args(argv)
+    seeds = args.seeds or (1 if args.quick else 3)
+    if args.max_time is None:
+        args.max_time = 30.0 if args.quick else 60.0
+    sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes else
+             ([128, 512] if args.quick else [64, 128, 256, 512, 1024]))
+
+    model = MLP()
+
+    def loss_fn(p, b):
+        logits = model.apply(p, b["x"])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, b["y"]).mean()
+
+    @jax.jit
+    def acc_fn(p, x, y):
+        return jnp.mean(jnp.argmax(model.apply(p, x), -1) == y)
+
+    # One-off: compile the step-time fit (process-wide cache) before timing any arm.
+    from goodput_jax.model.perf import fit_perf_params
+
+    t0 = time.perf_counter()
+    fit_perf_params([1, 1], [4, 4], [8, 16], [0.01, 0.02], [0.011, 0.021])
+    fit_compile = time.perf_counter() - t0
+
+    print(f"# adaptive_bench  jax {jax.__version__}  devices {jax.device_count()} x "
+          f"{jax.devices()[0].platform}  python {platform.python_version()}  "
+          f"target acc {args.target}  M0 {args.m0}  seeds {seeds}  (fit compile, once: "
+          f"{fit_compile:.1f} s)")
+    rows = []
+    step_cache: dict = {}
+    for seed in range(seeds):
+        data = make_data(seed, 60000, 4000)
+        arms = [("fixed-M0", args.m0)] + [(f"fixed-{b}", b) for b in sizes] + [("adaptive", None)]
+        for arm, b in arms:
+            res = run_arm(arm, b, seed, data, args, model, loss_fn, acc_fn, step_cache)
+            rows.append(res)
+            t = "   n/a" if res["time"] is None else f"{res['time']:6.2f}"
+            print(f"seed {seed} {arm:>11}: time-to-target {t} s  steps {res['steps']:5d}  "
+                  f"acc {res['acc']:.3f}  final batch {res['final_batch']:5d}  "
+                  f"switches {res['switches']}", flush=True)
+    # Table: median over seeds.
+    print()
+    print(f"{'arm':>11} | {'time to target (s), per seed':>30} | {'median':>7} | {'steps':>6} | "
+          f"{'final acc':>9} | {'final batch':>11}")
+    names = list(dict.fromkeys(r["arm"] for r in rows))
+    med = {}
+    for name in names:
+        rs = [r for r in rows if r["arm"] == name]
+        ts = [r["time"] if r["time"] is not None else float("inf") for r in rs]
+        med[name] = float(np.median(ts))
+        print(f"{name:>11} | {', '.join(f'{t:6.2f}' for t in ts):>30} | {med[name]:7.2f} | "
+              f"{int(np.median([r['steps'] for r in rs])):6d} | "
+              f"{np.median([r['acc'] for r in rs]):9.3f} | "
+              f"{int(np.median([r['final_batch'] for r in rs])):11d}")
+    best_fixed = min((v, k) for k, v in med.items() if k.startswith("fixed-"))
+    print()
+    print(f"adaptive vs fixed-M0: {med['fixed-M0'] / med['adaptive']:.2f}x faster "
+          f"(target >= 1.25x)")
+    print(f"adaptive vs best fixed ({best_fixed[1]}): {med['adaptive'] / best_fixed[0]:.2f}x "
+          f"the time (target <= 1.10x)")
+    ad = [r for r in rows if r["arm"] == "adaptive"]
+    print(f"adaptive machinery: training-thread {np.median([r['cost_fg'] / r['wall'] for r in ad]):.2%}"
+          f", background thread {np.median([r['cost_bg'] / r['wall'] for r in ad]):.2%} of the "
+          f"arm's wall time; model error on profiled configs (median) "
+          f"{np.median([r['model_error'] for r in ad]):.3f}")
+    ov = overhead(args, make_data(0, 60000, 4000), model, loss_fn, step_cache,
+                  rounds=3 if args.quick else 5)
+    print(f"overhead at M0, {ov['steps']} steps: plain loop {ov['plain']:.3f} s, hooks+controller "
+          f"{ov['hooked']:.3f} s (median ratio {ov['ratio']:.3f}); hooks' own time on the "
+          f"training thread {ov['fg']:.2%} of the hooked loop")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
