@@ -118,3 +118,23 @@ def test_only_the_attaching_threads_compiles_by_default(tmp_path):
     rec.close()
     rec_all.close()
     store.close()
+
+
+def test_unknown_events_and_missing_fields_are_harmless(tmp_path):
+    """Events a JAX version renames or adds are ignored; a compile event without its
+    ``fun_name`` still counts (emitted here through jax.monitoring's public API)."""
+    store = SQLiteStore(str(tmp_path / "u.db"))
+    rec = goodput.GoodputRecorder("u", "u", logging_enabled=True, store=store)
+    with runtime.attach(rec) as att:
+        jax.monitoring.record_event_time_span("/jax/core/compile/some_future_event", 1.0, 2.0)
+        jax.monitoring.record_event_duration_secs("/jax/core/compile/some_future_event", 1.0)
+        assert att.compilations == 0
+        jax.monitoring.record_event_time_span(TRACE_EVENT, 100.0, 100.2, fun_name="f")
+        jax.monitoring.record_event_time_span(BACKEND_COMPILE_EVENT, 100.21, 100.5)
+        assert att.compilations == 1 and att.compile_seconds == pytest.approx(0.5)
+    rec.close()
+    evs, _ = store.read_events("u")
+    (c,) = [e for e in evs if e.kind.value == "compilation"]
+    assert c.payload == {"duration_s": pytest.approx(0.5), "recompile": False, "name": "<unknown>"}
+    assert c.timestamp == pytest.approx(100.5)
+    store.close()
