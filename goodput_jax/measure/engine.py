@@ -528,7 +528,12 @@ class Engine:
                 if step is None or step < 0:
                     self.unmatched += 1
                     continue
-                self.dev_mode = True
+                if not self.dev_mode:
+                    self.dev_mode = True
+                    if self.dl_open is not None and not any(sp[2] == B_DATA for sp in self.spans):
+                        # a load the host rule saw as asynchronous is still running: from
+                        # now on it is a span (synchronous where the device idles)
+                        self.spans.append((DL_START, None, B_DATA))
                 while self.open_step >= 0 and self.open_step <= step:
                     self._complete(self.open_step, self.pending, True)
                     self.pending = 0.0

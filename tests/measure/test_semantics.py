@@ -292,6 +292,20 @@ def test_row18_host_step_end_does_not_end_the_step():
     only(b)
 
 
+def test_row19b_a_load_running_when_device_mode_begins_becomes_synchronous():
+    # first load [0,1) sync; step 0 from 1; the host loads the next batch from 2 (async under
+    # the host rule); the first device end (step 0, at 4) switches to device mode while that
+    # load runs: its rest [4,10) idles the device: synchronous. step 1 [10,13), device end 13.
+    g, b, _, _ = measure([("r", 0, [
+        (K.JOB_START, 0), (K.DATA_LOADING_START, 0), (K.DATA_LOADING_END, 1),
+        (K.STEP_START, 1, 0), (K.DATA_LOADING_START, 2), (K.STEP_DEVICE_END, 4, 0),
+        (K.DATA_LOADING_END, 10), (K.STEP_START, 10, 1), (K.STEP_DEVICE_END, 13, 1),
+        (K.JOB_END, 13)])])
+    # productive 3 + 3 = 6; data loading 1 + 6 = 7; async 9 - 7 = 2 ([2,4)); total 13
+    assert g == pytest.approx(600 / 13, abs=TOL)
+    only(b, DATA_LOADING=700 / 13, DATA_LOADING_ASYNC=200 / 13)
+
+
 def test_row19_device_end_marks_the_busy_interval():
     # sync load [0,2); step 0 starts at 2 and the host loads the next batch [3,4) and
     # starts step 1 at 4 before the device is done (device mode begins at the first
