@@ -16,6 +16,16 @@ search grows with jobs x nodes; the row prints that extrapolation).
 
     python benchmarks/policy_bench.py            # full table
     python benchmarks/policy_bench.py --quick    # 16 x 4 only, one cycle
+
+Heterogeneous clusters (issue 15), ``--hetero``: SiaPolicy round times inside the real
+simulator (Sia's traces, our per-type models), the first R rounds of a workload on the
+Sia cluster scaled to 64 / 512 / 2048 GPUs (Helios ``saturn/1``, ``scale_8x``,
+``scale_32x``); median and p95 of the whole round (goodput tables + JobInfo + solve +
+placement) and of the jitted solve alone, plus the number of active jobs. ``--gap`` adds the
+optimality gap on 200 random small instances (<= 8 jobs, 2 types) against scipy's milp.
+
+    python benchmarks/policy_bench.py --hetero --gap        # targets: 15 / 80 / 500 ms
+    python benchmarks/policy_bench.py --hetero --quick      # 64 GPUs, 30 rounds
 """
 
 from __future__ import annotations
@@ -158,14 +168,94 @@ def run_jax(spec: dict, cycles: int):
     return cold, out
 
 
+def hetero_rounds(cluster_name: str, workload: str, rounds: int) -> dict:
+    """Simulate the first ``rounds`` rounds under SiaPolicy; per-round times and job counts."""
+    from goodput_jax.sched.sim.apps import CLUSTERS, load_typed_applications
+    from goodput_jax.sched.sim.cluster import load_workload, make_jobs, simulate
+    from goodput_jax.sched.sim.runner import find_sia_workload
+    from goodput_jax.sched.sim.sia_adapter import SiaAdapter, SiaModel
+
+    cluster = CLUSTERS[cluster_name]
+    apps = load_typed_applications(list(cluster))
+    jobs = make_jobs(load_workload(find_sia_workload(workload)), apps, "sia")
+    model = SiaModel(cluster)
+    adapter = SiaAdapter(model, cluster)
+    solves, active = [], []
+    inner = adapter.optimize
+
+    def timed(jobs_, nodes_, prev_, now_):
+        out = inner(jobs_, nodes_, prev_, now_)
+        if jobs_:
+            solves.append(adapter.policy.last_stats.solve_seconds)
+            active.append(len(jobs_))
+        return out
+
+    adapter.optimize = timed
+    t = time.perf_counter()
+    res = simulate(jobs, adapter, model=model, cluster=cluster, max_time=60.0 * rounds)
+    rt = np.array(res.round_times) * 1000
+    sv = np.array(solves) * 1000
+    return {"cluster": cluster_name, "gpus": res.total_gpus, "workload": workload,
+            "rounds": len(rt), "median_ms": float(np.median(rt)),
+            "p95_ms": float(np.percentile(rt, 95)), "solve_median_ms": float(np.median(sv)),
+            "solve_p95_ms": float(np.percentile(sv, 95)), "max_active": int(max(active)),
+            "median_active": int(np.median(active)), "wall_s": time.perf_counter() - t}
+
+
+def gap_table(instances: int = 200) -> str:
+    from goodput_jax.sched.sia_check import exact_choice, random_problem, solve_problem
+
+    gaps = []
+    for seed in range(instances):
+        prob = random_problem(seed)
+        opt, _ = exact_choice(prob)
+        gaps.append((prob.objective(solve_problem(prob)) - opt) / opt)
+    g = np.array(gaps)
+    return (f"| {instances} instances (<= 8 jobs, 2 types) | within 2%: {100 * np.mean(g <= 0.02):.1f}% "
+            f"| exact: {100 * np.mean(g <= 1e-9):.1f}% | mean gap {100 * g.mean():.3f}% "
+            f"| max gap {100 * g.max():.2f}% |")
+
+
+def main_hetero(args) -> None:
+    import jax
+
+    setups = [("sia-64", "saturn/1", 30 if args.quick else 124)]
+    if not args.quick:
+        setups += [("sia-512", "scale_8x", 124), ("sia-2048", "scale_32x", args.rounds_2048)]
+    print(f"# SiaPolicy round time in the simulator; device: {jax.devices()[0].device_kind} "
+          f"({jax.default_backend()}), {os.cpu_count()} CPUs; jax {jax.__version__}, "
+          f"numpy {np.__version__}, python {platform.python_version()}")
+    print("| GPUs | workload | rounds | active jobs (median / max) | round median (ms) "
+          "| round p95 (ms) | solve median (ms) | solve p95 (ms) | target median |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    target = {64: "< 15 ms", 512: "< 80 ms", 2048: "< 500 ms"}
+    for cluster, workload, rounds in setups:
+        r = hetero_rounds(cluster, workload, rounds)
+        print(f"| {r['gpus']} | {workload} | {r['rounds']} | {r['median_active']} / "
+              f"{r['max_active']} | {r['median_ms']:.1f} | {r['p95_ms']:.1f} | "
+              f"{r['solve_median_ms']:.1f} | {r['solve_p95_ms']:.1f} | "
+              f"{target.get(r['gpus'], '')} |", flush=True)
+    if args.gap:
+        print(gap_table())
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16 x 4 only, one cycle")
+    parser.add_argument("--hetero", action="store_true",
+                        help="SiaPolicy round times at 64 / 512 / 2048 GPUs (issue 15)")
+    parser.add_argument("--gap", action="store_true",
+                        help="--hetero: also the gap to the exact optimum on 200 instances")
+    parser.add_argument("--rounds-2048", type=int, default=60,
+                        help="--hetero: rounds simulated on scale_32x (2048 GPUs)")
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--adaptdl-large", action="store_true",
                         help="also run AdaptDL on 512 x 128 (very slow)")
     parser.add_argument("--adaptdl-timeout", type=float, default=1800.0)
     args = parser.parse_args(argv)
+    if args.hetero:
+        main_hetero(args)
+        return
 
     import jax
 

@@ -180,6 +180,23 @@ def _repair(choice, gain, use, cap, fixed):
     return jnp.where(keep | fixed, choice, none)
 
 
+def _moves(choice, usage, gain, use, cap, movable, weight):
+    """Every move ``j -> k`` as dense [J, K1] arrays: gain change, feasibility, extra
+    (weighted) GPUs. A configuration uses one type, so a move only adds GPUs on the type
+    of ``k`` (net of what ``j`` frees there) and only frees them elsewhere."""
+    kg = use.sum(-1)  # [K1] GPUs of each configuration
+    kt = jnp.argmax(use, -1)  # [K1] its type (the "none" column: type 0, 0 GPUs)
+    cur = jnp.take_along_axis(gain, choice[:, None], 1)[:, 0]
+    same = kt[None, :] == kt[choice][:, None]
+    need = kg[None, :] - jnp.where(same, kg[choice][:, None], 0.0)  # [J, K1]
+    free = cap - usage
+    feas = need <= free[kt][None, :] + 1e-3
+    delta = gain - cur[:, None]
+    extra = jnp.maximum(need, 0.0) * weight[kt][None, :]
+    ok = feas & (delta > 1e-7) & movable[:, None] & (gain > _NEG / 2)
+    return delta, extra, ok, need, kt
+
+
 def _fill(choice, gain, use, cap, movable, weight, mode, max_moves):
     """Greedy local search: apply the best feasible improving move until none is left.
 
@@ -191,22 +208,15 @@ def _fill(choice, gain, use, cap, movable, weight, mode, max_moves):
 
     def body(state):
         choice, usage, it, _ = state
-        cur = jnp.take_along_axis(gain, choice[:, None], 1)[:, 0]
-        cur_use = use[choice]  # [J, T]
-        free = cap - usage
-        diff = use[None, :, :] - cur_use[:, None, :]  # [J, K1, T]
-        feas = jnp.all(diff <= free + 1e-3, -1)
-        delta = gain - cur[:, None]
-        extra = jnp.sum(jnp.maximum(diff, 0.0) * weight, -1)
+        delta, extra, ok, _, _ = _moves(choice, usage, gain, use, cap, movable, weight)
         ratio = jnp.where(extra > 1e-6, delta / jnp.maximum(extra, 1e-6), delta * 1e6)
         score = jnp.where(mode == 0, ratio, delta)
-        ok = feas & (delta > 1e-7) & movable[:, None] & (gain > _NEG / 2)
         score = jnp.where(ok, score, -jnp.inf)
         flat = jnp.argmax(score)
         j, k = flat // gain.shape[1], flat % gain.shape[1]
         moved = ok.reshape(-1)[flat]
         new_choice = jnp.where(moved, choice.at[j].set(k), choice)
-        new_usage = jnp.where(moved, usage - cur_use[j] + use[k], usage)
+        new_usage = jnp.where(moved, usage - use[choice[j]] + use[k], usage)
         return new_choice, new_usage, it + 1, moved
 
     usage = _usage(choice, use)
@@ -254,13 +264,50 @@ def _pair_search(choice, gain, use, cap, movable, max_rounds):
     return choice
 
 
+def _parallel_fill(choice, gain, use, cap, movable, weight, max_rounds):
+    """Greedy in parallel: every job proposes its best move (by gain per extra weighted
+    GPU); moves are taken best first while the per-type cumulative extra GPUs fit (the
+    best one always). Few rounds instead of one round per move on large problems."""
+    J, K1 = gain.shape
+
+    def cond(state):
+        _, _, it, moved = state
+        return moved & (it < max_rounds)
+
+    def body(state):
+        choice, usage, it, _ = state
+        delta, extra, ok, need, kt = _moves(choice, usage, gain, use, cap, movable, weight)
+        ratio = jnp.where(extra > 1e-6, delta / jnp.maximum(extra, 1e-6), delta * 1e6)
+        score = jnp.where(ok, ratio, -jnp.inf)
+        best_k = jnp.argmax(score, -1)  # [J]
+        best_s = jnp.take_along_axis(score, best_k[:, None], 1)[:, 0]
+        has = jnp.isfinite(best_s)
+        order = jnp.argsort(-jnp.where(has, best_s, -jnp.inf))
+        add_g = jnp.maximum(jnp.take_along_axis(need, best_k[:, None], 1)[:, 0], 0.0)
+        add = jnp.where(has[:, None] & (kt[best_k][:, None] == jnp.arange(cap.shape[0])),
+                        add_g[:, None], 0.0)  # [J, T]
+        cum = jnp.cumsum(add[order], 0)  # [J, T] in order
+        fits_sorted = jnp.all(cum <= (cap - usage) + 1e-3, -1) & has[order]
+        take = jnp.zeros(J, bool).at[order].set(fits_sorted)
+        take = take | ((jnp.arange(J) == order[0]) & has[order[0]])  # the best always fits
+        new_choice = jnp.where(take, best_k, choice)
+        moved = jnp.any(take)
+        return new_choice, _usage(new_choice, use), it + 1, moved
+
+    usage = _usage(choice, use)
+    choice, _, _, _ = jax.lax.while_loop(cond, body, (choice, usage, 0, jnp.array(True)))
+    return choice
+
+
 def _total(choice, gain):
     return jnp.take_along_axis(gain, choice[:, None], 1)[:, 0].sum()
 
 
-@functools.partial(jax.jit, static_argnames=("dual_steps", "max_moves", "pair_rounds"))
+@functools.partial(jax.jit, static_argnames=("dual_steps", "max_moves", "pair_rounds",
+                                             "parallel_rounds", "few_starts"))
 def _solve(gain, use, cap, fixed_choice, prev_choice, dual_steps: int = 24,
-           max_moves: int = 256, pair_rounds: int = 0):
+           max_moves: int = 256, pair_rounds: int = 0, parallel_rounds: int = 0,
+           few_starts: bool = False):
     """Best choice per job (index into configs; the last column is "none")."""
     J, K1 = gain.shape
     none = K1 - 1
@@ -298,17 +345,27 @@ def _solve(gain, use, cap, fixed_choice, prev_choice, dual_steps: int = 24,
         gain_m, jnp.maximum(prev_choice, 0)[:, None], 1)[:, 0] > _NEG / 2)
     prev = jnp.where(fixed, fixed_choice, jnp.where(prev_ok, prev_choice, none))
     mid_pick = jnp.where(fixed, fixed_choice, picks[dual_steps // 2])
-    starts = jnp.stack([base, base, _repair(dual_pick, gain_m, use, cap, fixed),
-                        _repair(dual_pick, gain_m, use, cap, fixed),
-                        _repair(mid_pick, gain_m, use, cap, fixed),
-                        _repair(prev, gain_m, use, cap, fixed)])
-    modes = jnp.array([0, 1, 0, 1, 0, 0])
     ones = jnp.ones_like(mu)
-    weights = jnp.stack([ones, ones, mu_w, ones, mu_w, ones])
+    dual_start = _repair(dual_pick, gain_m, use, cap, fixed)
+    prev_start = _repair(prev, gain_m, use, cap, fixed)
+    if few_starts:  # large problems: empty, dual, previous (ranked by gain per GPU)
+        starts = jnp.stack([base, dual_start, prev_start])
+        modes = jnp.array([0, 0, 0])
+        weights = jnp.stack([ones, mu_w, ones])
+    else:
+        starts = jnp.stack([base, base, dual_start, dual_start,
+                            _repair(mid_pick, gain_m, use, cap, fixed), prev_start])
+        modes = jnp.array([0, 1, 0, 1, 0, 0])
+        weights = jnp.stack([ones, ones, mu_w, ones, mu_w, ones])
 
-    # 3. Greedy local search from every start, vmapped; keep the best.
-    fill = jax.vmap(lambda c, w, m: _fill(c, gain_m, use, cap, movable, w, m, max_moves))
-    finals = fill(starts, weights, modes)
+    # 3. Greedy local search from every start, vmapped; keep the best. Large problems
+    #    first take moves in parallel batches, then finish one move at a time.
+    def fill_one(c, w, m):
+        if parallel_rounds:
+            c = _parallel_fill(c, gain_m, use, cap, movable, w, parallel_rounds)
+        return _fill(c, gain_m, use, cap, movable, w, m, max_moves)
+
+    finals = jax.vmap(fill_one)(starts, weights, modes)
     totals = jax.vmap(lambda c: _total(c, gain_m))(finals)
     best = finals[jnp.argmax(totals)]
     if pair_rounds:
@@ -319,7 +376,8 @@ def _solve(gain, use, cap, fixed_choice, prev_choice, dual_steps: int = 24,
 def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.ndarray,
                      capacity: np.ndarray, fixed: np.ndarray | None = None,
                      previous: np.ndarray | None = None, *, dual_steps: int = 24,
-                     pair_cells: int = 1024, pair_rounds: int = 8) -> np.ndarray:
+                     pair_cells: int = 256, pair_rounds: int = 8,
+                     sequential_cells: int = 1024) -> np.ndarray:
     """Maximises ``sum_j gain[j, c_j]`` with at most one configuration per job.
 
     Subject to ``sum_j gpus[c_j] <= capacity[type]`` for every type; a job may
@@ -336,6 +394,9 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
         pair_cells: problems with at most this many padded (job, configuration)
             cells finish with a 2-exchange local search (pairs of moves).
         pair_rounds: most pair moves applied.
+        sequential_cells: problems up to this size take greedy moves one at a time
+            (up to ``4 * jobs + 16``); larger ones take them in parallel batches
+            (at most 64 rounds), then at most 64 single moves, from 3 starts instead of 6.
 
     Returns:
         int array ``[jobs]``: configuration per job, -1 for none.
@@ -364,11 +425,12 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
         fx[:J] = np.asarray(fixed)
     if previous is not None:
         pv[:J] = np.asarray(previous)
-    max_moves = bucket(4 * J + 16, 64)
-    choice, _, _ = _solve(jnp.asarray(g), jnp.asarray(use), jnp.asarray(capacity, jnp.float32),
-                          jnp.asarray(fx), jnp.asarray(pv), dual_steps=dual_steps,
-                          max_moves=max_moves,
-                          pair_rounds=pair_rounds if Jb * K1 <= pair_cells else 0)
+    small = Jb * K1 <= sequential_cells
+    max_moves = bucket(4 * J + 16, 64) if small else 64
+    choice, _, _ = _solve(g, use, np.asarray(capacity, np.float32), fx, pv,
+                          dual_steps=dual_steps, max_moves=max_moves,
+                          pair_rounds=pair_rounds if Jb * K1 <= pair_cells else 0,
+                          parallel_rounds=0 if small else 64, few_starts=not small)
     choice = np.asarray(choice)[:J].astype(np.int64)
     return np.where(choice >= K, -1, choice)
 

@@ -31,12 +31,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from goodput_jax.model.goodput import optimize_fn
 from goodput_jax.model.hints import bootstrap_perf_params
 from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.sched.sia import sia_configs
 from goodput_jax.sched.sim.cluster import cluster_nodes
 from goodput_jax.sched.sim.job import SimJob
 from goodput_jax.sched.sim.pollux_adapter import (
@@ -103,6 +103,7 @@ class SiaModel(PolluxModel):
         self.types = tuple(self.cluster)
         self._min_thr: dict[str, dict[str, float]] = {}
         self._typed_tables: dict[str, tuple[tuple, dict[str, np.ndarray]]] = {}
+        self._cfg = sia_configs(self.cluster, MAX_REPLICAS)
         self.calls["typed_tables"] = 0
 
     # ------------------------------------------------------------------ bootstrap
@@ -165,7 +166,8 @@ class SiaModel(PolluxModel):
     def goodput_tables(self, jobs: Sequence[SimJob]) -> list[dict[str, np.ndarray] | None]:
         """Per job, ``{type: goodput[r]}`` for ``r = 0..MAX_REPLICAS`` (None before any fit).
 
-        Nodes follow Sia's configurations: ``ceil(r / GPUs per node)``.
+        Filled at the GPU counts of Sia's configurations (:func:`~goodput_jax.sched.sia.
+        sia_configs`, nodes as there); other counts are 0.
         """
         out: list[dict[str, np.ndarray] | None] = [None] * len(jobs)
         todo = []
@@ -184,31 +186,37 @@ class SiaModel(PolluxModel):
         return out
 
     def _typed_chunk(self, todo, out) -> None:
+        """One ``optimize_fn`` call over [TABLE_JOBS, configurations]: only the GPU counts
+        Sia can choose are evaluated (each with its type's parameters and batch limits)."""
         self.calls["typed_tables"] += 1
-        J, T, R = TABLE_JOBS, len(self.types), MAX_REPLICAS
-        perf = np.tile(np.array([0.1, 0.01, 1e-8, 1e-8, 1e-8, 1e-8, 1.0]), (J, T, 1))
+        J, K = TABLE_JOBS, len(self._cfg)
+        cfg = self._cfg
+        perf = np.tile(np.array([0.1, 0.01, 1e-8, 1e-8, 1e-8, 1e-8, 1.0]), (J, K, 1))
         grad = np.tile(np.array([0.0, 1.0]), (J, 1))
-        m0, max_bs, lo, hi = (np.ones((J, T)) for _ in range(4))
+        m0, max_bs, lo, hi = (np.ones((J, K)) for _ in range(4))
         for a, (_, job, key) in enumerate(todo):
             for t, name in enumerate(self.types):
-                perf[a, t] = key[0][t]
+                cols = cfg.ctype == t
+                perf[a, cols] = key[0][t]
                 app = job.type_apps[name]
-                m0[a, t], max_bs[a, t] = app.init_batch_size, app.max_batch_size
-                lo[a, t], hi[a, t] = app.min_local_bsz, app.max_local_bsz
+                m0[a, cols], max_bs[a, cols] = app.init_batch_size, app.max_batch_size
+                lo[a, cols], hi[a, cols] = app.min_local_bsz, app.max_local_bsz
             if job.grad_params is not None:
                 grad[a] = job.grad_params
-        col = lambda x: jnp.asarray(x)[:, :, None]  # noqa: E731  [J, T, 1]
-        per_node = np.array([self.cluster[t][1] for t in self.types], np.float64)
-        r = np.arange(R + 1, dtype=np.float64)[None, None, :]
-        nodes = np.ceil(np.maximum(r, 1.0) / per_node[None, :, None])
         good, _, _ = optimize_fn(
-            PerfParams(*(col(perf[:, :, k]) for k in range(7))),
-            GradParams(jnp.asarray(grad[:, 0])[:, None, None], jnp.asarray(grad[:, 1])[:, None, None]),
-            col(m0), nodes, np.maximum(r, 1.0), col(max_bs), col(lo), col(hi), accumulation=True)
+            PerfParams(*(perf[:, :, k] for k in range(7))),
+            GradParams(grad[:, :1], grad[:, 1:]), m0,
+            cfg.nodes[None, :].astype(np.float64), cfg.gpus[None, :].astype(np.float64),
+            max_bs, lo, hi, accumulation=True)
         good = np.asarray(good, dtype=np.float64)
-        good = np.where(np.isfinite(good) & (r >= 1), np.maximum(good, 0.0), 0.0)
+        good = np.where(np.isfinite(good), np.maximum(good, 0.0), 0.0)
         for a, (i, job, key) in enumerate(todo):
-            tables = {name: good[a, t] for t, name in enumerate(self.types)}
+            tables = {}
+            for t, name in enumerate(self.types):
+                row = np.zeros(MAX_REPLICAS + 1)
+                cols = cfg.ctype == t
+                row[cfg.gpus[cols]] = good[a, cols]
+                tables[name] = row
             self._typed_tables[job.name] = (key, tables)
             out[i] = tables
 
