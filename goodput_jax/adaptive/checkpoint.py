@@ -27,7 +27,8 @@ import os
 from typing import Any
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 __all__ = ["manager", "restore", "save"]
 

@@ -237,9 +237,7 @@ class AdaptiveBatchSize:
             fut = train_step.precompile(params, opt_state, like)
         except Exception:  # noqa: BLE001 - cannot compile ahead: switch and compile inline
             return True
-        if fut.done() and fut.exception() is not None:
-            return True
-        return False
+        return bool(fut.done() and fut.exception() is not None)
 
     # ----------------------------------------------------------------- decisions
     def _profiled(self, key: tuple) -> int:

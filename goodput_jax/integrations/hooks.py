@@ -197,7 +197,7 @@ def _all_ready(arrays: list) -> bool:
         try:
             if not a.is_ready():
                 return False
-        except Exception:  # noqa: BLE001 - deleted meanwhile: nothing to wait for
+        except Exception:  # noqa: BLE001, S112 - deleted meanwhile: nothing to wait for
             continue
     return True
 
@@ -208,7 +208,7 @@ def _block(arrays: list) -> None:
             continue
         try:
             a.block_until_ready()
-        except Exception:  # noqa: BLE001 - donated to a later step: its successor covers it
+        except Exception:  # noqa: BLE001, S112 - donated to a later step: its successor covers it
             continue
 
 
@@ -798,15 +798,15 @@ class GoodputHooks:
         from goodput_jax.model.hints import Hints
 
         gp = self.grad_params
-        kw: dict[str, Any] = dict(
-            perf_params=self.perf_params, grad_params=gp,
-            init_batch_size=self.init_batch_size, max_batch_size=self.max_batch_size,
-            local_bsz_bounds=self.local_bsz_bounds,
-            gradient_accumulation=self.gradient_accumulation,
-            max_profiled_replicas=self.max_profiled_replicas(), num_nodes=self.num_nodes,
-            num_replicas=self.num_replicas, atomic_bsz=self.atomic_bsz,
-            accum_steps=self.accum_steps,
-        )
+        kw: dict[str, Any] = {
+            "perf_params": self.perf_params, "grad_params": gp,
+            "init_batch_size": self.init_batch_size, "max_batch_size": self.max_batch_size,
+            "local_bsz_bounds": self.local_bsz_bounds,
+            "gradient_accumulation": self.gradient_accumulation,
+            "max_profiled_replicas": self.max_profiled_replicas(), "num_nodes": self.num_nodes,
+            "num_replicas": self.num_replicas, "atomic_bsz": self.atomic_bsz,
+            "accum_steps": self.accum_steps,
+        }
         if gp is not None and gp.sqr > 0:
             kw["gradient_noise_scale"] = _finite_or_none(self.init_batch_size * gp.var / gp.sqr)
         fn = self.goodput_function()

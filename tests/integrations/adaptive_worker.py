@@ -70,16 +70,17 @@ def main(ckpt_dir: str, steps: int, out_path: str, refit: bool) -> None:
     losses = [float(v) for v in losses]
     after = float(eval_loss(params))
     ckpt.save(mngr, start + steps, params, opt_state, adaptive)
-    json.dump({
-        "devices": r, "start": start, "before": before, "after": after, "losses": losses,
-        "progress_start": progress0, "progress_end": float(progress_of(opt_state)),
-        "hints": hooks.last_hints, "config": [adaptive.atomic_bsz, adaptive.accum_steps],
-        "batch_size": adaptive.batch_size, "traces": step_fn.traces(),
-        "profile_keys": sorted(list(k) for k in hooks.profile),
-        "restored_perf": restored_perf,
-        "perf": None if hooks.perf_params is None else list(hooks.perf_params),
-        "param_sharding": str(jax.tree.leaves(params)[0].sharding),
-    }, open(out_path, "w"))
+    with open(out_path, "w") as fh:
+        json.dump({
+            "devices": r, "start": start, "before": before, "after": after, "losses": losses,
+            "progress_start": progress0, "progress_end": float(progress_of(opt_state)),
+            "hints": hooks.last_hints, "config": [adaptive.atomic_bsz, adaptive.accum_steps],
+            "batch_size": adaptive.batch_size, "traces": step_fn.traces(),
+            "profile_keys": sorted(list(k) for k in hooks.profile),
+            "restored_perf": restored_perf,
+            "perf": None if hooks.perf_params is None else list(hooks.perf_params),
+            "param_sharding": str(jax.tree.leaves(params)[0].sharding),
+        }, fh)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,8 +57,8 @@ def test_accumulation_is_exact_ignores_padding_and_scales_lr(linear_step):
     flat = {k: v[:3].reshape((3 * b,) + v.shape[2:]) for k, v in batch.items()}
     want_loss, g = jax.value_and_grad(_loss)(p, flat)
     scale = 3 * b / M0  # linear rule: lr * M / M0
-    for k in p:
-        np.testing.assert_allclose(new_p[k], p[k] - 0.1 * scale * g[k], rtol=2e-5, atol=1e-6)
+    for k, v in p.items():
+        np.testing.assert_allclose(new_p[k], v - 0.1 * scale * g[k], rtol=2e-5, atol=1e-6)
     assert float(loss) == pytest.approx(float(want_loss), rel=1e-5)
     # Progress counts scale-invariant steps (the AdaScale gain, <= scale).
     assert 1.0 <= float(progress_of(st2)) <= scale + 1e-5
@@ -158,7 +160,7 @@ def test_controller_explores_step_by_step_with_hysteresis():
     assert hooks.model_error < 0.05
     # Hysteresis: no switch right after another (patience x adapt_every steps at least).
     steps = [sw["step"] for sw in ctl.switches]
-    assert all(b - a >= 10 for a, b in zip(steps, steps[1:]))
+    assert all(b - a >= 10 for a, b in itertools.pairwise(steps))
     # The state round-trips (JSON) and maps the batch onto another replica count.
     import json
 

@@ -199,7 +199,7 @@ def test_adaptdl_fit_cases(seed, noise):
     Seeds 2 and 20 at noise 0.001 sent a single-start fit into the tiny-beta_n
     local minimum (loss 0.28 vs 0.05 at the true parameters).
     """
-    import goodput_jax.model.goodput as goodput  # the AdaptDL-named module
+    from goodput_jax.model import goodput  # the AdaptDL-named module
 
     rs = np.random.RandomState(seed)
     size = (1000,)
