@@ -55,8 +55,8 @@ from typing import Any
 from goodput_jax._progress import ProgressBar
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.recorder import GoodputRecorder
-from goodput_jax.measure.report import format_report
 from goodput_jax.measure.stores.sqlite import SQLiteStore
+from goodput_jax.report.text import format_report
 
 __all__ = ["DemoConfig", "ProgressBar", "configure_devices", "main"]
 

@@ -83,7 +83,7 @@ def report(*, job: str | None, store: str | None, html: str | None = None,
     if html or png:
         require_extra("report", ("matplotlib",), "goodput-jax report --html/--png")
     from goodput_jax.measure.calculator import GoodputCalculator
-    from goodput_jax.measure.report import format_report
+    from goodput_jax.report.text import format_report
 
     event_store = open_store_for_reading(store)
     try:
@@ -93,9 +93,9 @@ def report(*, job: str | None, store: str | None, html: str | None = None,
         text = format_report(calc)
         print(text)
         if html or png:
-            from goodput_jax.measure import report_render
+            from goodput_jax.report.render import render_reports
 
-            done = report_render.render_reports(calc, html, png, text_report=text)
+            done = render_reports(calc, html, png, text_report=text)
             if html:
                 print(f"wrote HTML report: {html}")
             if png:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from goodput_jax.measure.calculator import NoEventsError
 from goodput_jax.measure.events import Event
-from goodput_jax.measure.report_render import build_timeline
+from goodput_jax.report.timeline import build_timeline
 from tests.measure._timeline import K, calc_for, events, new_store
 from tests.measure.test_calculator import timelines
 

@@ -11,9 +11,10 @@ import pytest
 from goodput_jax.cli import main as cli_main
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.events import Event
-from goodput_jax.measure.report import format_report
-from goodput_jax.measure.report_render import build_timeline, model_curves
 from goodput_jax.measure.stores.sqlite import SQLiteStore
+from goodput_jax.report.curves import model_curves
+from goodput_jax.report.text import format_report
+from goodput_jax.report.timeline import build_timeline
 from tests.measure._timeline import K, calc_for, events, new_store
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -157,8 +158,9 @@ def test_html_and_png_with_model_curves(db_with_hints, tmp_path, capsys):
     sec = _html_sections(html)
     assert {"table", "timeline", "breakdown", "model", "model-curves", "hints"} <= sec.ids
     assert "no-model" not in sec.ids
-    assert len(sec.imgs) == 3
-    assert "suggestedBatchSize" in html.read_text()
+    assert len(sec.imgs) == 4  # timeline, breakdown, batch and replica curves
+    text = html.read_text()
+    assert "suggested batch size" in text and "suggestedBatchSize</td>" not in text
 
 
 def test_model_curves_from_hints():
@@ -224,7 +226,8 @@ def test_timeline_draws_one_collection_per_run_and_category():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from goodput_jax.measure.report_render import CATEGORIES, draw_timeline
+    from goodput_jax.report.render import draw_timeline
+    from goodput_jax.report.timeline import CATEGORY_NAMES
 
     spec = [(K.JOB_START, 0)]
     for i in range(500):  # alternating steps and checkpoint saves: 1000 segments
@@ -239,5 +242,5 @@ def test_timeline_draws_one_collection_per_run_and_category():
     assert tl.totals()["PRODUCTIVE"] == pytest.approx(750.0)
     fig, ax = plt.subplots()
     draw_timeline(ax, tl)
-    assert len(ax.collections) <= len(CATEGORIES)
+    assert len(ax.collections) <= len(CATEGORY_NAMES)
     plt.close(fig)

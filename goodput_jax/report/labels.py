@@ -1,0 +1,105 @@
+"""The words the report shows: bucket names, hint names, units.
+
+One table per vocabulary, shared by the text table (:mod:`goodput_jax.report.text`)
+and the plots (:mod:`goodput_jax.report.render`):
+
+* :data:`BUCKET_LABELS`: the attribution engine's categories
+  (:data:`goodput_jax.measure.engine.BUCKET_NAMES` plus ``PRODUCTIVE``) -> a
+  human label;
+* :data:`HINT_LABELS`: each :class:`goodput_jax.model.hints.Hints` field -> a
+  human name, its unit and a one-line meaning.
+
+Example:
+    >>> BUCKET_LABELS["UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"]
+    'checkpoint save'
+    >>> HINT_LABELS["init_batch_size"].unit
+    'samples'
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from goodput_jax.measure.engine import BUCKET_NAMES, PRODUCTIVE
+
+__all__ = ["BUCKET_LABELS", "HINT_LABELS", "OPTIONAL_BUCKETS", "HintLabel"]
+
+#: category -> label, in table order: productive time first, then every badput bucket.
+BUCKET_LABELS: dict[str, str] = {
+    PRODUCTIVE: "productive steps",
+    "ACCELERATOR_INITIALIZATION": "accelerator initialization",
+    "TRAINING_PREP": "training preparation",
+    "PROGRAM_STARTUP": "program startup (compile)",
+    "DATA_LOADING": "data loading (sync)",
+    "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME": "checkpoint save",
+    "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME": "checkpoint restore",
+    "WASTED_PROGRESS_FROM_DISRUPTION": "wasted progress (disruption)",
+    "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION": "infrastructure recovery",
+    "CUSTOM_BADPUT_EVENTS": "custom badput events",
+    "OTHER": "other (unaccounted, hangs)",
+    "RECOMPILATION": "recompilation",
+    "ELASTIC_SLICE_DOWN": "elastic: slice down",
+    "ELASTIC_SCALE_UP": "elastic: scale up",
+    "ELASTIC_REINITIALIZATION": "elastic: re-initialization",
+}
+
+#: buckets the text table lists only when they hold time (goodput_jax-only or elastic jobs)
+OPTIONAL_BUCKETS: frozenset[str] = frozenset(
+    {"RECOMPILATION", "ELASTIC_SLICE_DOWN", "ELASTIC_SCALE_UP", "ELASTIC_REINITIALIZATION"})
+
+if set(BUCKET_LABELS) != {PRODUCTIVE, *BUCKET_NAMES}:  # pragma: no cover - caught by the tests
+    raise ImportError("report labels out of date with the engine's BUCKET_NAMES: "
+                      f"{sorted(set(BUCKET_NAMES) ^ (set(BUCKET_LABELS) - {PRODUCTIVE}))}")
+
+
+class HintLabel(NamedTuple):
+    """How one hint is shown: human name, unit ("" if none), what it means."""
+
+    name: str
+    unit: str
+    meaning: str
+
+
+#: Hints field -> how the report shows it (order = the table's order).
+HINT_LABELS: dict[str, HintLabel] = {
+    "num_replicas": HintLabel("replicas", "devices", "data-parallel replicas the job runs on now"),
+    "num_nodes": HintLabel("nodes", "hosts", "hosts those replicas span"),
+    "atomic_bsz": HintLabel("per-replica batch", "samples", "samples each replica "
+                            "processes per micro-step"),
+    "accum_steps": HintLabel("accumulation steps", "micro-steps",
+                             "extra micro-steps accumulated before each update"),
+    "init_batch_size": HintLabel("initial batch size (M0)", "samples",
+                                 "the batch size the job was configured with; goodput is "
+                                 "measured in M0-equivalent samples"),
+    "max_batch_size": HintLabel("largest batch size allowed", "samples",
+                                "upper limit the job accepts for the total batch"),
+    "local_bsz_bounds": HintLabel("per-replica batch bounds", "samples",
+                                  "[min, max] samples one replica may process per micro-step"),
+    "gradient_accumulation": HintLabel("gradient accumulation allowed", "",
+                                       "whether larger batches may use extra micro-steps"),
+    "max_profiled_replicas": HintLabel("most replicas profiled", "devices",
+                                       "largest replica count the step-time model was fitted "
+                                       "on; the curves extrapolate beyond it"),
+    "accelerator_type": HintLabel("accelerator type", "", "the device type the job runs on"),
+    "perf_params": HintLabel("step-time model", "s", "fitted step-time parameters: compute "
+                             "alpha_c + beta_c * b, network alpha_r/beta_r (one node), "
+                             "alpha_n/beta_n (across nodes), overlap gamma"),
+    "grad_params": HintLabel("gradient statistics", "", "squared gradient norm |G|^2 (norm) "
+                             "and gradient variance (var), as the estimator stores them"),
+    "gradient_noise_scale": HintLabel("gradient noise scale", "samples",
+                                      "batch size at which gradient noise and signal are equal"),
+    "efficiency": HintLabel("statistical efficiency", "0-1", "progress per sample at the "
+                            "current batch, relative to batch M0"),
+    "suggested_batch_size": HintLabel("suggested batch size", "samples",
+                                      "the model's best total batch on the current replicas"),
+    "suggested_atomic_bsz": HintLabel("suggested per-replica batch", "samples",
+                                      "per-replica micro-batch of the suggestion"),
+    "suggested_accum_steps": HintLabel("suggested accumulation steps", "micro-steps",
+                                       "accumulation steps of the suggestion"),
+    "predicted_speedup": HintLabel("predicted speedup", "x", "goodput of the suggestion / "
+                                   "goodput of the current configuration"),
+    "perf_params_by_type": HintLabel("step-time model per accelerator type", "s",
+                                     "parameters fitted on each observed type"),
+    "min_throughput_by_type": HintLabel("throughput at minimum devices, per type", "samples/s",
+                                        "Sia's bootstrap profile"),
+}

@@ -1,0 +1,679 @@
+"""Draw the report: matplotlib figures and one self-contained HTML page.
+
+This module only draws what the other report modules return: the timeline
+(:mod:`goodput_jax.report.timeline`, from the one attribution engine), the
+calculator's buckets (:mod:`goodput_jax.report.text`), and the model's curves
+(:mod:`goodput_jax.report.curves`). It computes nothing of its own.
+
+The page explains each plot in a sentence (what it shows, units), defines the
+two meanings of "goodput", shows the hints with human names and units, keeps
+legends outside the plotting area, marks where the replica curve extrapolates
+beyond what was profiled, and stays readable at 700 px (images scale, tables
+scroll). Needs matplotlib (the ``report`` extra); the Agg backend, no display.
+
+Example:
+    >>> from goodput_jax.report.render import render_reports          # doctest: +SKIP
+    >>> render_reports(calculator, "report.html", "report.png")       # doctest: +SKIP
+    {'html': 'report.html', 'png': 'report.png', 'has_model': True}
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import html
+import io
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from goodput_jax.measure.calculator import GoodputCalculator
+from goodput_jax.model.hints import Hints
+from goodput_jax.report.curves import ModelCurves, model_curves, parse_hints
+from goodput_jax.report.labels import BUCKET_LABELS, HINT_LABELS
+from goodput_jax.report.text import GOODPUT_ROW, badput_rows, format_report
+from goodput_jax.report.timeline import CATEGORY_NAMES, Timeline, build_timeline
+
+__all__ = [
+    "COLORS",
+    "EXTRAPOLATED_LABEL",
+    "draw_batch_curve",
+    "draw_breakdown",
+    "draw_replica_curve",
+    "draw_timeline",
+    "json_key",
+    "render_html",
+    "render_png",
+    "render_reports",
+]
+
+#: category -> colour of the timeline and the breakdown
+COLORS: dict[str, str] = {
+    "PRODUCTIVE": "#2ca02c",
+    "ACCELERATOR_INITIALIZATION": "#9467bd",
+    "TRAINING_PREP": "#8c564b",
+    "PROGRAM_STARTUP": "#e377c2",
+    "DATA_LOADING": "#ff7f0e",
+    "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME": "#1f77b4",
+    "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME": "#17becf",
+    "WASTED_PROGRESS_FROM_DISRUPTION": "#d62728",
+    "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION": "#7f7f7f",
+    "CUSTOM_BADPUT_EVENTS": "#bcbd22",
+    "OTHER": "#c7c7c7",
+    "RECOMPILATION": "#f7b6d2",
+    "ELASTIC_SLICE_DOWN": "#aec7e8",
+    "ELASTIC_SCALE_UP": "#ffbb78",
+    "ELASTIC_REINITIALIZATION": "#98df8a",
+}
+
+#: legend entry of the replica curve's extrapolated part
+EXTRAPOLATED_LABEL = "extrapolated beyond profiled"
+
+_FONT = 11  # points; figures are drawn at about the width they are shown (<= 800 px)
+_DPI = 100
+
+GOODPUT_MEANINGS = (
+    ("Measured goodput (%)",
+     ("the share of the job's wall-clock time spent in productive training steps: "
+     "productive step time / total job time x 100 (Google's ML Goodput Measurement). "
+     "The rest is badput, broken down by cause. The table, the timeline and the "
+     "breakdown below show this one.")),
+    ("Modelled goodput (samples/s)",
+     ("the rate of useful training progress: throughput (samples/s) x statistical "
+     "efficiency (0-1, how much each sample of a larger batch still teaches), counted "
+     "in samples at the initial batch size M0 (Pollux / AdaptDL). The model curves "
+     "show this one, predicted by the step-time model and gradient statistics the "
+     "training hooks fitted.")),
+)
+
+
+# ---------------------------------------------------------------------- matplotlib
+def _plt():
+    import matplotlib
+
+    if matplotlib.get_backend().lower() != "agg":
+        matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _merge(segs, min_width: float) -> list[tuple[float, float, str]]:
+    """Merge touching same-category segments (slivers below ``min_width`` join them)."""
+    out: list[list] = []
+    for s in sorted(segs, key=lambda s: s.start):
+        if out and out[-1][2] == s.category and s.start - out[-1][1] <= min_width:
+            out[-1][1] = max(out[-1][1], s.end)
+        else:
+            out.append([s.start, s.end, s.category])
+    return [(a, b, c) for a, b, c in out]
+
+
+def _legend_below(ax: Any, handles: list, labels: list | None = None, ncol: int = 2) -> None:
+    """A legend under the axes (never over the data)."""
+    kw = {} if labels is None else {"labels": labels}
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol,
+              fontsize=_FONT - 1, frameon=False, **kw)
+
+
+def _samples_per_s(ax: Any) -> None:
+    """y ticks like 250k (the axis label carries the unit)."""
+    from matplotlib.ticker import EngFormatter
+
+    ax.yaxis.set_major_formatter(EngFormatter(sep=""))
+
+
+def draw_timeline(ax: Any, tl: Timeline) -> None:
+    """Draw the job's timeline on ``ax``: one lane per run, one colour per bucket.
+
+    Example:
+        >>> fig, ax = plt.subplots(); draw_timeline(ax, build_timeline(store, "j"))  # doctest: +SKIP
+    """
+    import matplotlib.lines as mlines
+    import matplotlib.patches as mpatches
+
+    span = max((s.end for s in tl.segments), default=tl.t0 + 1) - tl.t0
+    min_w = span / 4000.0
+    used = set()
+    nrun = max(1, len(tl.run_ids))
+    lane_h = 0.8
+    # one collection per (run, category): thousands of steps draw in one call;
+    # badput draws on top of the productive spans, so thin spans stay visible
+    for run in range(nrun):
+        merged = _merge([s for s in tl.segments if s.run == run], min_w)
+        y = nrun - 1 - run
+        by_cat: dict[str, list[tuple[float, float]]] = {}
+        for a, b, c in merged:
+            by_cat.setdefault(c, []).append((a - tl.t0, b - a))
+        for c in sorted(by_cat, key=lambda c: c != "PRODUCTIVE"):
+            ax.broken_barh(by_cat[c], (y - lane_h / 2, lane_h), facecolors=COLORS[c],
+                           edgecolor="none")
+            used.add(c)
+    for t, _run in tl.restarts:
+        ax.axvline(t - tl.t0, color="black", linestyle="--", linewidth=1)
+    for t, run in tl.crashes:
+        ax.plot([t - tl.t0], [nrun - 1 - run], marker="x", color="black", markersize=9,
+                markeredgewidth=2)
+    ax.set_yticks(range(nrun))
+    ax.set_yticklabels([f"run {nrun - i}" for i in range(nrun)], fontsize=_FONT)
+    ax.set_ylim(-0.6, nrun - 0.4)
+    ax.set_xlim(0, span * 1.01)
+    ax.set_xlabel("seconds since the job's first event", fontsize=_FONT)
+    ax.set_title("Timeline: the bucket each second of the job went to", fontsize=_FONT + 1)
+    ax.tick_params(labelsize=_FONT - 1)
+    handles: list = [mpatches.Patch(color=COLORS[c], label=BUCKET_LABELS[c])
+                     for c in CATEGORY_NAMES if c in used]
+    if tl.restarts:
+        handles.append(mlines.Line2D([], [], color="black", linestyle="--", label="restart"))
+    if tl.crashes:
+        handles.append(mlines.Line2D([], [], color="black", marker="x", linestyle="none",
+                                     markeredgewidth=2, label="crash (last event of a run)"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.28 - 0.05 / nrun),
+              ncol=3, fontsize=_FONT - 1, frameon=False)
+
+
+def _breakdown_rows(details: Mapping[str, Any]) -> list[tuple[str, str, float]]:
+    rows = [("PRODUCTIVE", "goodput (productive steps)", float(details["productive_time"]))]
+    return rows + badput_rows(details)
+
+
+def draw_breakdown(ax: Any, details: Mapping[str, Any]) -> None:
+    """Horizontal bars: goodput and each badput bucket in seconds, labelled with their %.
+
+    Args:
+        ax: a matplotlib Axes.
+        details: ``GoodputCalculator.get_job_goodput_details()``.
+    """
+    total = details["total_time"]
+    rows = _breakdown_rows(details)[::-1]
+    labels = [r[1] for r in rows]
+    vals = [r[2] for r in rows]
+    bars = ax.barh(labels, vals, color=[COLORS.get(r[0], "#c7c7c7") for r in rows])
+    vmax = max(vals) if vals and max(vals) > 0 else 1.0
+    for b, v in zip(bars, vals, strict=True):
+        pct = 100.0 * v / total if total > 0 else 0.0
+        ax.text(b.get_width() + vmax * 0.01, b.get_y() + b.get_height() / 2,
+                f"{v:.2f} s ({pct:.1f}%)", va="center", fontsize=_FONT - 1)
+    ax.set_xlim(0, vmax * 1.35)
+    ax.set_xlabel("seconds (label: % of the total job time)", fontsize=_FONT)
+    g = 100.0 * details["productive_time"] / total if total > 0 else float("nan")
+    ax.set_title(f"Measured goodput {g:.1f}% and badput by cause (total {total:.1f} s)",
+                 fontsize=_FONT + 1)
+    ax.tick_params(axis="y", labelsize=_FONT)
+    ax.tick_params(axis="x", labelsize=_FONT - 1)
+
+
+def draw_batch_curve(ax: Any, mc: ModelCurves) -> None:
+    """Modelled goodput and efficiency vs total batch size; current and suggested marked."""
+    h1 = ax.plot(mc.batch_sizes, mc.goodput_vs_batch, color="#1f77b4",
+                 label="modelled goodput (left axis)")
+    ax.set_xscale("log", base=2)
+    b, r, g = mc.current
+    h1 += ax.plot([b], [g], "o", color="black", markersize=8, label=f"current: batch {b}")
+    if mc.suggested is not None:
+        sb, _, sg = mc.suggested
+        gain = f" ({sg / g:.2f}x)" if g > 0 else ""
+        h1 += ax.plot([sb], [sg], "*", color="#d62728", markersize=15,
+                      label=f"suggested: batch {sb}{gain}")
+    ax.set_xlabel("total batch size (samples, log scale)", fontsize=_FONT)
+    ax.set_title(f"Modelled goodput vs batch size ({r} replicas)", fontsize=_FONT + 1)
+    ax.set_ylabel("modelled goodput (samples/s)", fontsize=_FONT)
+    # goodput peaks at 80% of the height, under the efficiency line (near 1.0 of 1.1)
+    ax.set_ylim(0, max([*mc.goodput_vs_batch, g]) * 1.25 or 1.0)
+    _samples_per_s(ax)
+    ax.tick_params(labelsize=_FONT - 1)
+    ax2 = ax.twinx()
+    h2 = ax2.plot(mc.batch_sizes, mc.efficiency_vs_batch, color="#ff7f0e", linestyle=":",
+                  linewidth=2, label="statistical efficiency (right axis)")
+    ax2.set_ylim(0, 1.1)
+    ax2.set_ylabel("statistical efficiency (0-1)", color="#ff7f0e", fontsize=_FONT)
+    ax2.tick_params(labelsize=_FONT - 1)
+    _legend_below(ax, h1 + h2)
+
+
+def draw_replica_curve(ax: Any, mc: ModelCurves) -> None:
+    """Best modelled goodput per replica count; extrapolation beyond the profiled count marked."""
+    p = mc.profiled_replicas
+    inside = [(r, g) for r, g in zip(mc.replicas, mc.goodput_vs_replicas, strict=True) if r <= p]
+    beyond = [(r, g) for r, g in zip(mc.replicas, mc.goodput_vs_replicas, strict=True) if r >= p]
+    handles = []
+    if inside:
+        handles += ax.plot(*zip(*inside, strict=True), "-o", color="#1f77b4", markersize=4,
+                           label=f"best goodput, profiled (1-{p} replicas)")
+    if len(beyond) > 1:
+        handles += ax.plot(*zip(*beyond, strict=True), "--o", color="#1f77b4", markersize=4,
+                           markerfacecolor="white", label="best goodput, model only")
+        handles.append(ax.axvspan(p, mc.replicas[-1] + 0.5, color="#999999", alpha=0.18,
+                                  linewidth=0, label=f"{EXTRAPOLATED_LABEL} (> {p} replicas)"))
+    b, r, g = mc.current
+    handles += ax.plot([r], [g], "o", color="black", markersize=8,
+                       label=f"current: {r} replicas, batch {b}")
+    if mc.suggested is not None:
+        sb, sr, sg = mc.suggested
+        handles += ax.plot([sr], [sg], "*", color="#d62728", markersize=15,
+                           label=f"suggested: batch {sb} on {sr} replicas")
+    top = max([*mc.goodput_vs_replicas, g]) * 1.15 or 1.0
+    if mc.goodput_vs_replicas and mc.goodput_vs_replicas[0] > 0:
+        g1 = mc.goodput_vs_replicas[0]
+        handles += ax.plot(mc.replicas, [g1 * x for x in mc.replicas], ":", color="gray",
+                           label="perfect linear scaling from 1 replica")
+    ax.set_ylim(0, top)
+    ax.set_xlim(0.5, mc.replicas[-1] + 0.5)
+    ax.set_xlabel("replicas (devices)", fontsize=_FONT)
+    ax.set_title("Modelled goodput vs replicas (best batch each)", fontsize=_FONT + 1)
+    ax.set_ylabel("best modelled goodput (samples/s)", fontsize=_FONT)
+    _samples_per_s(ax)
+    ax.tick_params(labelsize=_FONT - 1)
+    _legend_below(ax, handles)
+
+
+# ---------------------------------------------------------------------- data
+@dataclasses.dataclass
+class _Data:
+    calc: GoodputCalculator
+    details: dict
+    timeline: Timeline
+    curves: ModelCurves | None
+    hints: Hints | None
+    no_model_reason: str
+
+
+def _collect(calc: GoodputCalculator, now: float | None) -> _Data:
+    details = calc.get_job_goodput_details()
+    tl = build_timeline(calc.store, calc.job_name, now=now)
+    raw = calc.get_latest_hints()
+    hints, curves, reason = None, None, ""
+    try:
+        hints = parse_hints(raw)
+        curves = model_curves(hints)
+    except (TypeError, ValueError) as e:
+        reason = f"The job's hints could not be read ({e}), so the model curves are not shown."
+    if curves is None and not reason:
+        reason = ("No model hints for this job: the modelled-goodput curves need the "
+                  "step-time model and gradient statistics that GoodputHooks publishes "
+                  "(perfParams, gradParams, initBatchSize).")
+    return _Data(calc, details, tl, curves, hints, reason)
+
+
+def _figure(data: _Data, which: str):
+    plt = _plt()
+    if which == "timeline":
+        nrun = max(1, len(data.timeline.run_ids))
+        fig, ax = plt.subplots(figsize=(8, 1.0 + 0.55 * nrun))
+        draw_timeline(ax, data.timeline)
+    elif which == "breakdown":
+        n = len(_breakdown_rows(data.details))
+        fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.32 * n))
+        draw_breakdown(ax, data.details)
+    elif which == "batch":
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        draw_batch_curve(ax, data.curves)
+    elif which == "replicas":
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        draw_replica_curve(ax, data.curves)
+    else:
+        raise ValueError(f"which ({which!r}) must be timeline, breakdown, batch or replicas")
+    return fig
+
+
+def _png_bytes(fig: Any, dpi: int) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.15,
+                facecolor="white")
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def _figures(data: _Data, dpi: int) -> dict[str, bytes]:
+    which = ["timeline", "breakdown"] + (["batch", "replicas"] if data.curves else [])
+    return {w: _png_bytes(_figure(data, w), dpi) for w in which}
+
+
+def _measured_goodput(details: Mapping[str, Any]) -> float:
+    total = details["total_time"]
+    return 100.0 * details["productive_time"] / total if total > 0 else float("nan")
+
+
+# ---------------------------------------------------------------------- PNG
+def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: int = _DPI,
+               now: float | None = None, _data: _Data | None = None,
+               _images: dict[str, bytes] | None = None) -> str:
+    """Write one PNG: a title, the timeline, the breakdown and the model curves, stacked.
+
+    Args:
+        calculator: the job's calculator (its store is read).
+        path: output file.
+        dpi: resolution.
+        now: "now" for a live job (default ``time.time()``).
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> render_png(calc, "report.png")   # doctest: +SKIP
+        'report.png'
+    """
+    import numpy as np
+    from matplotlib import image as mimage
+
+    data = _data if _data is not None else _collect(calculator, now)
+    imgs = _images if _images is not None else _figures(data, dpi)
+    plt = _plt()
+    g = _measured_goodput(data.details)
+    head = plt.figure(figsize=(9, 0.9))
+    head.text(0.01, 0.62, f"goodput-jax report: job {calculator.job_name!r}", fontsize=14,
+              weight="bold")
+    head.text(0.01, 0.12, f"measured goodput {g:.1f}% of {data.details['total_time']:.1f} s "
+              "(productive step time / job time); model curves: samples/s of useful progress",
+              fontsize=_FONT)
+    rows = [[_png_bytes(head, dpi)], [imgs["timeline"]], [imgs["breakdown"]]]
+    if data.curves is not None:
+        rows.append([imgs["batch"], imgs["replicas"]])
+    else:
+        note = plt.figure(figsize=(9, 0.6))
+        note.text(0.01, 0.4, data.no_model_reason, fontsize=_FONT - 1, wrap=True)
+        rows.append([_png_bytes(note, dpi)])
+
+    def rgb(b: bytes):
+        a = mimage.imread(io.BytesIO(b), format="png")[..., :3]
+        return np.asarray(a, dtype=np.float32)
+
+    def pad(a, h=None, w=None):
+        h = a.shape[0] if h is None else h
+        w = a.shape[1] if w is None else w
+        out = np.ones((h, w, 3), dtype=np.float32)
+        out[: a.shape[0], : a.shape[1]] = a
+        return out
+
+    lines = []
+    for row in rows:
+        arrs = [rgb(b) for b in row]
+        hmax = max(a.shape[0] for a in arrs)
+        lines.append(np.concatenate([pad(a, h=hmax) for a in arrs], axis=1))
+    width = max(a.shape[1] for a in lines)
+    sheet = np.concatenate([pad(a, w=width) for a in lines], axis=0)
+    mimage.imsave(os.fspath(path), sheet, format="png")
+    return os.fspath(path)
+
+
+# ---------------------------------------------------------------------- HTML
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if v is None:
+        return "-"
+    return str(v)
+
+
+def _hint_value(name: str, value: Any) -> str:
+    if name == "perf_params":
+        p = value
+        return (f"compute {p.alpha_c * 1e3:.4g} ms + {p.beta_c * 1e3:.4g} ms/sample; "
+                f"network within a node {p.alpha_r * 1e3:.4g} ms + {p.beta_r * 1e3:.4g} ms/replica; "
+                f"across nodes {p.alpha_n * 1e3:.4g} ms + {p.beta_n * 1e3:.4g} ms/replica; "
+                f"overlap gamma {p.gamma:.3g}")
+    if name == "grad_params":
+        return f"|G|^2 (norm) {value.sqr:.4g}; variance (var) {value.var:.4g}"
+    if name == "local_bsz_bounds":
+        lo, hi = value
+        return f"{_fmt(lo)} to {_fmt(hi)}"
+    if name == "perf_params_by_type":
+        return "; ".join(f"{k}: gamma {v.gamma:.3g}, compute {v.alpha_c * 1e3:.4g} ms + "
+                         f"{v.beta_c * 1e3:.4g} ms/sample" for k, v in value.items())
+    if name == "min_throughput_by_type":
+        return "; ".join(f"{k}: {v:.4g}" for k, v in value.items())
+    if name == "predicted_speedup" and value is not None:
+        return f"{value:.3g}"
+    return _fmt(value)
+
+
+def json_key(field_name: str) -> str:
+    """The camelCase JSON key of a :class:`Hints` field (shown as a tooltip).
+
+    Example:
+        >>> json_key("local_bsz_bounds")
+        'localBszBounds'
+    """
+    head, *rest = field_name.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def _hints_table(h: Hints) -> str:
+    rows = []
+    for name, lab in HINT_LABELS.items():
+        value = getattr(h, name)
+        if value is None or (isinstance(value, Mapping) and not value):
+            continue
+        unit = html.escape(lab.unit) if lab.unit else ""
+        rows.append(
+            f'<tr><td title="{json_key(name)}">'
+            f"{html.escape(lab.name)}</td><td>{html.escape(_hint_value(name, value))}</td>"
+            f"<td>{unit}</td><td>{html.escape(lab.meaning)}</td></tr>")
+    return ("<tr><th>hint</th><th>value</th><th>unit</th><th>meaning</th></tr>\n"
+            + "\n".join(rows))
+
+
+def _buckets_table(details: Mapping[str, Any]) -> str:
+    total = details["total_time"]
+
+    def pct(s: float) -> str:
+        return f"{100.0 * s / total:.2f}" if total > 0 else "n/a"
+
+    good = details["productive_time"]
+    rows = [f'<tr class="good"><td>{GOODPUT_ROW}</td><td>{good:.3f}</td><td>{pct(good)}</td></tr>']
+    for name, label, s in badput_rows(details):
+        rows.append(f"<tr><td>{html.escape(label)}</td><td>{s:.3f}</td><td>{pct(s)}</td></tr>")
+        if name == "CUSTOM_BADPUT_EVENTS":
+            for cname, cs in sorted(details["custom_badput_time"].items()):
+                rows.append(f'<tr class="sub"><td>{html.escape(cname)}</td><td>{cs:.3f}</td>'
+                            f"<td>{pct(cs)}</td></tr>")
+    rows.append(f'<tr class="total"><td>total job time</td><td>{total:.3f}</td>'
+                f'<td>{"100.00" if total > 0 else "n/a"}</td></tr>')
+    return ("<tr><th>bucket</th><th>seconds</th><th>% of job time</th></tr>\n"
+            + "\n".join(rows))
+
+
+def _concepts_link() -> str:
+    """docs/concepts.md: a file link when the docs sit beside the package, else its name."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "concepts.md"
+    if path.is_file():
+        return f'<a href="{html.escape(path.as_uri())}">docs/concepts.md</a>'
+    return "<code>docs/concepts.md</code> in the goodput-jax repository"
+
+
+_CSS = """
+*, *::before, *::after { box-sizing: border-box; }
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; line-height: 1.45;
+       color: #222; max-width: 1100px; margin: 0 auto; padding: 0 16px 3em; }
+h1 { font-size: 1.7em; margin: 0.8em 0 0.2em; overflow-wrap: anywhere; }
+h2 { font-size: 1.3em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+img { max-width: 100%; height: auto; display: block; }
+figure { margin: 0.6em 0 1.2em; }
+figcaption, .explain { color: #444; font-size: 0.95em; margin: 0.3em 0 0.6em; }
+.scroll { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; font-size: 0.92em; }
+td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+table.buckets td:nth-child(n+2) { text-align: right; font-variant-numeric: tabular-nums; }
+tr.good td { background: #e8f5e9; font-weight: bold; }
+tr.total td { font-weight: bold; border-top: 2px solid #888; }
+tr.sub td:first-child { padding-left: 2em; }
+.meta { color: #555; font-size: 0.9em; overflow-wrap: anywhere; }
+.headline { font-size: 1.15em; background: #f3f7fb; border-left: 4px solid #1f77b4;
+            padding: 0.5em 0.8em; }
+.defs { background: #fafafa; border: 1px solid #e3e3e3; padding: 0.6em 1em; }
+.defs dt { font-weight: bold; margin-top: 0.4em; }
+.defs dd { margin-left: 1.2em; }
+.plots { display: flex; flex-wrap: wrap; gap: 16px; }
+.plots figure { flex: 1 1 440px; min-width: 0; }
+.note { background: #fff4d6; padding: 0.6em; }
+pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 0.85em; }
+@media (max-width: 760px) {
+  body { padding: 0 10px 2em; }
+  h1 { font-size: 1.35em; }
+  .plots figure { flex-basis: 100%; }
+}
+"""
+
+
+def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
+                text_report: str | None = None, dpi: int = _DPI, now: float | None = None,
+                _data: _Data | None = None, _images: dict[str, bytes] | None = None) -> str:
+    """Write a self-contained HTML report (plots embedded as PNG, tables, explanations).
+
+    Sections: what the two goodputs mean, where the time went (table), the
+    timeline, the badput breakdown, the model curves (or why there are none)
+    and the hints, each plot with a sentence saying what it shows and its units.
+
+    Args:
+        calculator: the job's calculator.
+        path: output file.
+        text_report: the plain-text table to include (default: :func:`format_report`).
+        dpi: plot resolution.
+        now: "now" for a live job.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> render_html(calc, "report.html")   # doctest: +SKIP
+        'report.html'
+    """
+    data = _data if _data is not None else _collect(calculator, now)
+    if text_report is None:
+        text_report = format_report(calculator)
+    imgs = _images if _images is not None else _figures(data, dpi)
+
+    def img(which: str, alt: str) -> str:
+        b64 = base64.b64encode(imgs[which]).decode("ascii")
+        return f'<img id="img-{which}" alt="{html.escape(alt)}" src="data:image/png;base64,{b64}">'
+
+    d = data.details
+    job = html.escape(calculator.job_name)
+    g = _measured_goodput(d)
+    store = html.escape(str(getattr(calculator.store, "url", calculator.store)))
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    headline = (f"Measured goodput: <b>{g:.1f}%</b> of {d['total_time']:.1f} s of job time "
+                f"was productive training steps.")
+    mc = data.curves
+    if mc is not None:
+        b, r, gc = mc.current
+        headline += (f"<br>Modelled goodput now: <b>{gc:,.0f} samples/s</b> "
+                     f"(batch {b} on {r} replicas)")
+        if mc.suggested is not None:
+            sb, _, sg = mc.suggested
+            gain = f", {sg / gc:.2f}x" if gc > 0 else ""
+            headline += f"; suggested batch {sb}: <b>{sg:,.0f} samples/s</b>{gain}"
+        headline += "."
+    defs = "\n".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(x)}</dd>"
+                     for t, x in GOODPUT_MEANINGS)
+    nrun = len(data.timeline.run_ids)
+    if mc is None:
+        model_html = f'<p class="note" id="no-model">{html.escape(data.no_model_reason)}</p>'
+    else:
+        b, r, _ = mc.current
+        ext = (f" The step-time model was profiled on up to {mc.profiled_replicas} replicas; "
+               f"beyond that (dashed line, grey band, legend \"{EXTRAPOLATED_LABEL}\") the "
+               "curve is an extrapolation of the fitted model, not a measurement."
+               if mc.extrapolated_replicas else
+               f" Every replica count shown was within the profiled range "
+               f"(up to {mc.profiled_replicas} replicas).")
+        model_html = f"""<p class="explain">Both plots show <b>modelled goodput</b> in samples/s
+of useful progress (M0 = {mc.hints.init_batch_size} samples), predicted from the fitted
+step-time model and gradient statistics; they are predictions, not measurements.</p>
+<div class="plots" id="model-curves">
+<figure>{img("batch", "modelled goodput vs total batch size")}
+<figcaption id="caption-batch">Modelled goodput (samples/s, left axis, blue) against the total
+batch size (samples, log scale) on the current {r} replicas, using gradient accumulation where
+the per-replica batch would exceed its limit; the dotted orange line is the statistical
+efficiency (0-1, right axis). Black dot: the running configuration (batch {b}); red star: the
+model's suggestion.</figcaption></figure>
+<figure>{img("replicas", "best modelled goodput vs replicas")}
+<figcaption id="caption-replicas">Best modelled goodput (samples/s) for each number of replicas
+(devices), each at its best batch size; the dotted grey line is perfect linear scaling from one
+replica.{ext}</figcaption></figure>
+</div>"""
+    hints_html = ""
+    if data.hints is not None:
+        hints_html = (f'<h2 id="hints">Model hints (latest)</h2>\n<p class="explain">What the '
+                      "training hooks last published for the scheduler and this report "
+                      "(hover a name for its JSON key).</p>\n"
+                      f'<div class="scroll"><table class="hints">\n{_hints_table(data.hints)}'
+                      "\n</table></div>")
+    doc = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>goodput-jax report: {job}</title>
+<style>{_CSS}</style>
+</head>
+<body>
+<h1>Goodput report: job {job}</h1>
+<p class="meta">store {store} &middot; {d['num_runs']} run(s), {d['num_disruptions']}
+disruption(s), {d['num_events']} events, last productive step {d['last_productive_step']}
+&middot; generated {stamp}</p>
+<p class="headline" id="headline">{headline}</p>
+<section id="goodput-meanings">
+<h2>Two meanings of "goodput"</h2>
+<dl class="defs">
+{defs}
+</dl>
+<p class="explain">More in {_concepts_link()}.</p>
+</section>
+<h2 id="table">Where the time went (measured)</h2>
+<p class="explain">Every second of the job's wall-clock time, from its first event to its end
+(or now, for a running job), attributed to exactly one bucket; seconds and % of the total job
+time, summing to 100%.</p>
+<div class="scroll"><table class="buckets">
+{_buckets_table(d)}
+</table></div>
+<details><summary>plain-text table (as printed by <code>goodput-jax report</code>)</summary>
+<pre>{html.escape(text_report)}</pre></details>
+<h2 id="timeline">Timeline</h2>
+<figure>{img("timeline", "job timeline")}
+<figcaption id="caption-timeline">The job over time: x is seconds since the job's first event,
+one lane per run ({nrun} here; a run is one launch of the training program); each colour is the
+bucket that time was attributed to, by the same rules as the table. Dashed lines mark restarts;
+a cross marks the last event of a run that crashed.</figcaption></figure>
+<h2 id="breakdown">Badput breakdown</h2>
+<figure>{img("breakdown", "badput breakdown")}
+<figcaption id="caption-breakdown">Seconds per bucket (bar length) with each bucket's share of
+the total job time (label); the green bar is measured goodput ({g:.1f}%).</figcaption></figure>
+<h2 id="model">Modelled goodput: batch size and replicas</h2>
+{model_html}
+{hints_html}
+</body>
+</html>
+"""
+    with open(os.fspath(path), "w", encoding="utf-8") as f:
+        f.write(doc)
+    return os.fspath(path)
+
+
+def render_reports(calculator: GoodputCalculator, html_path: str | os.PathLike | None = None,
+                   png_path: str | os.PathLike | None = None, *, text_report: str | None = None,
+                   now: float | None = None) -> dict:
+    """Write the HTML and/or PNG report, reading the store and drawing each plot once.
+
+    Returns:
+        ``{"html": path or None, "png": path or None, "has_model": bool}``.
+
+    Example:
+        >>> render_reports(calc, "r.html", "r.png")["has_model"]   # doctest: +SKIP
+        True
+    """
+    data = _collect(calculator, now)
+    imgs = _figures(data, _DPI) if (html_path is not None or png_path is not None) else {}
+    out = {"html": None, "png": None, "has_model": data.curves is not None}
+    if html_path is not None:
+        out["html"] = render_html(calculator, html_path, text_report=text_report, _data=data,
+                                  _images=imgs)
+    if png_path is not None:
+        out["png"] = render_png(calculator, png_path, _data=data, _images=imgs)
+    return out
+
+
