@@ -8,8 +8,9 @@ Rooms (each imports only the ones above it in this list, plus ``measure`` and ``
   one attribution engine (:mod:`goodput_jax.measure.engine`);
 * :mod:`~goodput_jax.report.curves`: the modelled goodput curves, from
   :mod:`goodput_jax.model`;
-* :mod:`~goodput_jax.report.render`: matplotlib figures and the HTML page
-  (needs the ``report`` extra).
+* :mod:`~goodput_jax.report.figures`: the matplotlib figures (needs the
+  ``report`` extra);
+* :mod:`~goodput_jax.report.render`: the HTML page and the PNG sheet.
 
 Importing this package loads neither JAX nor matplotlib; the names below are
 re-exported lazily.

@@ -1,9 +1,10 @@
-"""Draw the report: matplotlib figures and one self-contained HTML page.
+"""Render the report: one self-contained HTML page and one PNG sheet.
 
-This module only draws what the other report modules return: the timeline
+This module only lays out what the other report modules return: the timeline
 (:mod:`goodput_jax.report.timeline`, from the one attribution engine), the
-calculator's buckets (:mod:`goodput_jax.report.text`), and the model's curves
-(:mod:`goodput_jax.report.curves`). It computes nothing of its own.
+calculator's buckets (:mod:`goodput_jax.report.text`), the model's curves
+(:mod:`goodput_jax.report.curves`), drawn by :mod:`goodput_jax.report.figures`.
+It computes nothing of its own.
 
 The page explains each plot in a sentence (what it shows, units), defines the
 two meanings of "goodput", shows the hints with human names and units, keeps
@@ -23,7 +24,6 @@ import base64
 import dataclasses
 import datetime
 import html
-import io
 import os
 import pathlib
 from collections.abc import Mapping
@@ -32,47 +32,25 @@ from typing import Any
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.model.hints import Hints
 from goodput_jax.report.curves import ModelCurves, model_curves, parse_hints
-from goodput_jax.report.labels import BUCKET_LABELS, HINT_LABELS
+from goodput_jax.report.figures import (
+    DPI,
+    EXTRAPOLATED_LABEL,
+    FONT,
+    compose_png,
+    figure_pngs,
+    text_png,
+)
+from goodput_jax.report.labels import HINT_LABELS
 from goodput_jax.report.text import GOODPUT_ROW, badput_rows, format_report
-from goodput_jax.report.timeline import CATEGORY_NAMES, Timeline, build_timeline
+from goodput_jax.report.timeline import Timeline, build_timeline
 
 __all__ = [
-    "COLORS",
-    "EXTRAPOLATED_LABEL",
-    "draw_batch_curve",
-    "draw_breakdown",
-    "draw_replica_curve",
-    "draw_timeline",
+    "GOODPUT_MEANINGS",
     "json_key",
     "render_html",
     "render_png",
     "render_reports",
 ]
-
-#: category -> colour of the timeline and the breakdown
-COLORS: dict[str, str] = {
-    "PRODUCTIVE": "#2ca02c",
-    "ACCELERATOR_INITIALIZATION": "#9467bd",
-    "TRAINING_PREP": "#8c564b",
-    "PROGRAM_STARTUP": "#e377c2",
-    "DATA_LOADING": "#ff7f0e",
-    "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME": "#1f77b4",
-    "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME": "#17becf",
-    "WASTED_PROGRESS_FROM_DISRUPTION": "#d62728",
-    "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION": "#7f7f7f",
-    "CUSTOM_BADPUT_EVENTS": "#bcbd22",
-    "OTHER": "#c7c7c7",
-    "RECOMPILATION": "#f7b6d2",
-    "ELASTIC_SLICE_DOWN": "#aec7e8",
-    "ELASTIC_SCALE_UP": "#ffbb78",
-    "ELASTIC_REINITIALIZATION": "#98df8a",
-}
-
-#: legend entry of the replica curve's extrapolated part
-EXTRAPOLATED_LABEL = "extrapolated beyond profiled"
-
-_FONT = 11  # points; figures are drawn at about the width they are shown (<= 800 px)
-_DPI = 100
 
 GOODPUT_MEANINGS = (
     ("Measured goodput (%)",
@@ -88,185 +66,6 @@ GOODPUT_MEANINGS = (
      "training hooks fitted.")),
 )
 
-
-# ---------------------------------------------------------------------- matplotlib
-def _plt():
-    import matplotlib
-
-    if matplotlib.get_backend().lower() != "agg":
-        matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _merge(segs, min_width: float) -> list[tuple[float, float, str]]:
-    """Merge touching same-category segments (slivers below ``min_width`` join them)."""
-    out: list[list] = []
-    for s in sorted(segs, key=lambda s: s.start):
-        if out and out[-1][2] == s.category and s.start - out[-1][1] <= min_width:
-            out[-1][1] = max(out[-1][1], s.end)
-        else:
-            out.append([s.start, s.end, s.category])
-    return [(a, b, c) for a, b, c in out]
-
-
-def _legend_below(ax: Any, handles: list, labels: list | None = None, ncol: int = 2) -> None:
-    """A legend under the axes (never over the data)."""
-    kw = {} if labels is None else {"labels": labels}
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol,
-              fontsize=_FONT - 1, frameon=False, **kw)
-
-
-def _samples_per_s(ax: Any) -> None:
-    """y ticks like 250k (the axis label carries the unit)."""
-    from matplotlib.ticker import EngFormatter
-
-    ax.yaxis.set_major_formatter(EngFormatter(sep=""))
-
-
-def draw_timeline(ax: Any, tl: Timeline) -> None:
-    """Draw the job's timeline on ``ax``: one lane per run, one colour per bucket.
-
-    Example:
-        >>> fig, ax = plt.subplots(); draw_timeline(ax, build_timeline(store, "j"))  # doctest: +SKIP
-    """
-    import matplotlib.lines as mlines
-    import matplotlib.patches as mpatches
-
-    span = max((s.end for s in tl.segments), default=tl.t0 + 1) - tl.t0
-    min_w = span / 4000.0
-    used = set()
-    nrun = max(1, len(tl.run_ids))
-    lane_h = 0.8
-    # one collection per (run, category): thousands of steps draw in one call;
-    # badput draws on top of the productive spans, so thin spans stay visible
-    for run in range(nrun):
-        merged = _merge([s for s in tl.segments if s.run == run], min_w)
-        y = nrun - 1 - run
-        by_cat: dict[str, list[tuple[float, float]]] = {}
-        for a, b, c in merged:
-            by_cat.setdefault(c, []).append((a - tl.t0, b - a))
-        for c in sorted(by_cat, key=lambda c: c != "PRODUCTIVE"):
-            ax.broken_barh(by_cat[c], (y - lane_h / 2, lane_h), facecolors=COLORS[c],
-                           edgecolor="none")
-            used.add(c)
-    for t, _run in tl.restarts:
-        ax.axvline(t - tl.t0, color="black", linestyle="--", linewidth=1)
-    for t, run in tl.crashes:
-        ax.plot([t - tl.t0], [nrun - 1 - run], marker="x", color="black", markersize=9,
-                markeredgewidth=2)
-    ax.set_yticks(range(nrun))
-    ax.set_yticklabels([f"run {nrun - i}" for i in range(nrun)], fontsize=_FONT)
-    ax.set_ylim(-0.6, nrun - 0.4)
-    ax.set_xlim(0, span * 1.01)
-    ax.set_xlabel("seconds since the job's first event", fontsize=_FONT)
-    ax.set_title("Timeline: the bucket each second of the job went to", fontsize=_FONT + 1)
-    ax.tick_params(labelsize=_FONT - 1)
-    handles: list = [mpatches.Patch(color=COLORS[c], label=BUCKET_LABELS[c])
-                     for c in CATEGORY_NAMES if c in used]
-    if tl.restarts:
-        handles.append(mlines.Line2D([], [], color="black", linestyle="--", label="restart"))
-    if tl.crashes:
-        handles.append(mlines.Line2D([], [], color="black", marker="x", linestyle="none",
-                                     markeredgewidth=2, label="crash (last event of a run)"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.28 - 0.05 / nrun),
-              ncol=3, fontsize=_FONT - 1, frameon=False)
-
-
-def _breakdown_rows(details: Mapping[str, Any]) -> list[tuple[str, str, float]]:
-    rows = [("PRODUCTIVE", "goodput (productive steps)", float(details["productive_time"]))]
-    return rows + badput_rows(details)
-
-
-def draw_breakdown(ax: Any, details: Mapping[str, Any]) -> None:
-    """Horizontal bars: goodput and each badput bucket in seconds, labelled with their %.
-
-    Args:
-        ax: a matplotlib Axes.
-        details: ``GoodputCalculator.get_job_goodput_details()``.
-    """
-    total = details["total_time"]
-    rows = _breakdown_rows(details)[::-1]
-    labels = [r[1] for r in rows]
-    vals = [r[2] for r in rows]
-    bars = ax.barh(labels, vals, color=[COLORS.get(r[0], "#c7c7c7") for r in rows])
-    vmax = max(vals) if vals and max(vals) > 0 else 1.0
-    for b, v in zip(bars, vals, strict=True):
-        pct = 100.0 * v / total if total > 0 else 0.0
-        ax.text(b.get_width() + vmax * 0.01, b.get_y() + b.get_height() / 2,
-                f"{v:.2f} s ({pct:.1f}%)", va="center", fontsize=_FONT - 1)
-    ax.set_xlim(0, vmax * 1.35)
-    ax.set_xlabel("seconds (label: % of the total job time)", fontsize=_FONT)
-    g = 100.0 * details["productive_time"] / total if total > 0 else float("nan")
-    ax.set_title(f"Measured goodput {g:.1f}% and badput by cause (total {total:.1f} s)",
-                 fontsize=_FONT + 1)
-    ax.tick_params(axis="y", labelsize=_FONT)
-    ax.tick_params(axis="x", labelsize=_FONT - 1)
-
-
-def draw_batch_curve(ax: Any, mc: ModelCurves) -> None:
-    """Modelled goodput and efficiency vs total batch size; current and suggested marked."""
-    h1 = ax.plot(mc.batch_sizes, mc.goodput_vs_batch, color="#1f77b4",
-                 label="modelled goodput (left axis)")
-    ax.set_xscale("log", base=2)
-    b, r, g = mc.current
-    h1 += ax.plot([b], [g], "o", color="black", markersize=8, label=f"current: batch {b}")
-    if mc.suggested is not None:
-        sb, _, sg = mc.suggested
-        gain = f" ({sg / g:.2f}x)" if g > 0 else ""
-        h1 += ax.plot([sb], [sg], "*", color="#d62728", markersize=15,
-                      label=f"suggested: batch {sb}{gain}")
-    ax.set_xlabel("total batch size (samples, log scale)", fontsize=_FONT)
-    ax.set_title(f"Modelled goodput vs batch size ({r} replicas)", fontsize=_FONT + 1)
-    ax.set_ylabel("modelled goodput (samples/s)", fontsize=_FONT)
-    # goodput peaks at 80% of the height, under the efficiency line (near 1.0 of 1.1)
-    ax.set_ylim(0, max([*mc.goodput_vs_batch, g]) * 1.25 or 1.0)
-    _samples_per_s(ax)
-    ax.tick_params(labelsize=_FONT - 1)
-    ax2 = ax.twinx()
-    h2 = ax2.plot(mc.batch_sizes, mc.efficiency_vs_batch, color="#ff7f0e", linestyle=":",
-                  linewidth=2, label="statistical efficiency (right axis)")
-    ax2.set_ylim(0, 1.1)
-    ax2.set_ylabel("statistical efficiency (0-1)", color="#ff7f0e", fontsize=_FONT)
-    ax2.tick_params(labelsize=_FONT - 1)
-    _legend_below(ax, h1 + h2)
-
-
-def draw_replica_curve(ax: Any, mc: ModelCurves) -> None:
-    """Best modelled goodput per replica count; extrapolation beyond the profiled count marked."""
-    p = mc.profiled_replicas
-    inside = [(r, g) for r, g in zip(mc.replicas, mc.goodput_vs_replicas, strict=True) if r <= p]
-    beyond = [(r, g) for r, g in zip(mc.replicas, mc.goodput_vs_replicas, strict=True) if r >= p]
-    handles = []
-    if inside:
-        handles += ax.plot(*zip(*inside, strict=True), "-o", color="#1f77b4", markersize=4,
-                           label=f"best goodput, profiled (1-{p} replicas)")
-    if len(beyond) > 1:
-        handles += ax.plot(*zip(*beyond, strict=True), "--o", color="#1f77b4", markersize=4,
-                           markerfacecolor="white", label="best goodput, model only")
-        handles.append(ax.axvspan(p, mc.replicas[-1] + 0.5, color="#999999", alpha=0.18,
-                                  linewidth=0, label=f"{EXTRAPOLATED_LABEL} (> {p} replicas)"))
-    b, r, g = mc.current
-    handles += ax.plot([r], [g], "o", color="black", markersize=8,
-                       label=f"current: {r} replicas, batch {b}")
-    if mc.suggested is not None:
-        sb, sr, sg = mc.suggested
-        handles += ax.plot([sr], [sg], "*", color="#d62728", markersize=15,
-                           label=f"suggested: batch {sb} on {sr} replicas")
-    top = max([*mc.goodput_vs_replicas, g]) * 1.15 or 1.0
-    if mc.goodput_vs_replicas and mc.goodput_vs_replicas[0] > 0:
-        g1 = mc.goodput_vs_replicas[0]
-        handles += ax.plot(mc.replicas, [g1 * x for x in mc.replicas], ":", color="gray",
-                           label="perfect linear scaling from 1 replica")
-    ax.set_ylim(0, top)
-    ax.set_xlim(0.5, mc.replicas[-1] + 0.5)
-    ax.set_xlabel("replicas (devices)", fontsize=_FONT)
-    ax.set_title("Modelled goodput vs replicas (best batch each)", fontsize=_FONT + 1)
-    ax.set_ylabel("best modelled goodput (samples/s)", fontsize=_FONT)
-    _samples_per_s(ax)
-    ax.tick_params(labelsize=_FONT - 1)
-    _legend_below(ax, handles)
 
 
 # ---------------------------------------------------------------------- data
@@ -297,38 +96,8 @@ def _collect(calc: GoodputCalculator, now: float | None) -> _Data:
     return _Data(calc, details, tl, curves, hints, reason)
 
 
-def _figure(data: _Data, which: str):
-    plt = _plt()
-    if which == "timeline":
-        nrun = max(1, len(data.timeline.run_ids))
-        fig, ax = plt.subplots(figsize=(8, 1.0 + 0.55 * nrun))
-        draw_timeline(ax, data.timeline)
-    elif which == "breakdown":
-        n = len(_breakdown_rows(data.details))
-        fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.32 * n))
-        draw_breakdown(ax, data.details)
-    elif which == "batch":
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        draw_batch_curve(ax, data.curves)
-    elif which == "replicas":
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        draw_replica_curve(ax, data.curves)
-    else:
-        raise ValueError(f"which ({which!r}) must be timeline, breakdown, batch or replicas")
-    return fig
-
-
-def _png_bytes(fig: Any, dpi: int) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.15,
-                facecolor="white")
-    _plt().close(fig)
-    return buf.getvalue()
-
-
-def _figures(data: _Data, dpi: int) -> dict[str, bytes]:
-    which = ["timeline", "breakdown"] + (["batch", "replicas"] if data.curves else [])
-    return {w: _png_bytes(_figure(data, w), dpi) for w in which}
+def _pngs(data: _Data, dpi: int) -> dict[str, bytes]:
+    return figure_pngs(data.timeline, data.details, data.curves, dpi)
 
 
 def _measured_goodput(details: Mapping[str, Any]) -> float:
@@ -337,7 +106,7 @@ def _measured_goodput(details: Mapping[str, Any]) -> float:
 
 
 # ---------------------------------------------------------------------- PNG
-def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: int = _DPI,
+def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: int = DPI,
                now: float | None = None, _data: _Data | None = None,
                _images: dict[str, bytes] | None = None) -> str:
     """Write one PNG: a title, the timeline, the breakdown and the model curves, stacked.
@@ -355,49 +124,19 @@ def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: i
         >>> render_png(calc, "report.png")   # doctest: +SKIP
         'report.png'
     """
-    import numpy as np
-    from matplotlib import image as mimage
-
     data = _data if _data is not None else _collect(calculator, now)
-    imgs = _images if _images is not None else _figures(data, dpi)
-    plt = _plt()
+    imgs = _images if _images is not None else _pngs(data, dpi)
     g = _measured_goodput(data.details)
-    head = plt.figure(figsize=(9, 0.9))
-    head.text(0.01, 0.62, f"goodput-jax report: job {calculator.job_name!r}", fontsize=14,
-              weight="bold")
-    head.text(0.01, 0.12, f"measured goodput {g:.1f}% of {data.details['total_time']:.1f} s "
-              "(productive step time / job time); model curves: samples/s of useful progress",
-              fontsize=_FONT)
-    rows = [[_png_bytes(head, dpi)], [imgs["timeline"]], [imgs["breakdown"]]]
+    subtitle = (f"measured goodput {g:.1f}% of {data.details['total_time']:.1f} s (productive "
+                "step time / job time); model curves: samples/s of useful progress")
+    title = [(f"goodput-jax report: job {calculator.job_name!r}", 14, "bold"),
+             (subtitle, FONT, "normal")]
+    rows = [[text_png(title, dpi=dpi)], [imgs["timeline"]], [imgs["breakdown"]]]
     if data.curves is not None:
         rows.append([imgs["batch"], imgs["replicas"]])
     else:
-        note = plt.figure(figsize=(9, 0.6))
-        note.text(0.01, 0.4, data.no_model_reason, fontsize=_FONT - 1, wrap=True)
-        rows.append([_png_bytes(note, dpi)])
-
-    def rgb(b: bytes):
-        a = mimage.imread(io.BytesIO(b), format="png")[..., :3]
-        return np.asarray(a, dtype=np.float32)
-
-    def pad(a, h=None, w=None):
-        h = a.shape[0] if h is None else h
-        w = a.shape[1] if w is None else w
-        out = np.ones((h, w, 3), dtype=np.float32)
-        out[: a.shape[0], : a.shape[1]] = a
-        return out
-
-    lines = []
-    for row in rows:
-        arrs = [rgb(b) for b in row]
-        hmax = max(a.shape[0] for a in arrs)
-        lines.append(np.concatenate([pad(a, h=hmax) for a in arrs], axis=1))
-    width = max(a.shape[1] for a in lines)
-    sheet = np.concatenate([pad(a, w=width) for a in lines], axis=0)
-    mimage.imsave(os.fspath(path), sheet, format="png")
-    return os.fspath(path)
-
-
+        rows.append([text_png([(data.no_model_reason, FONT - 1, "normal")], dpi=dpi)])
+    return compose_png(path, rows)
 # ---------------------------------------------------------------------- HTML
 def _fmt(v: Any) -> str:
     if isinstance(v, bool):
@@ -520,7 +259,7 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 0.85em; }
 
 
 def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
-                text_report: str | None = None, dpi: int = _DPI, now: float | None = None,
+                text_report: str | None = None, dpi: int = DPI, now: float | None = None,
                 _data: _Data | None = None, _images: dict[str, bytes] | None = None) -> str:
     """Write a self-contained HTML report (plots embedded as PNG, tables, explanations).
 
@@ -545,7 +284,7 @@ def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
     data = _data if _data is not None else _collect(calculator, now)
     if text_report is None:
         text_report = format_report(calculator)
-    imgs = _images if _images is not None else _figures(data, dpi)
+    imgs = _images if _images is not None else _pngs(data, dpi)
 
     def img(which: str, alt: str) -> str:
         b64 = base64.b64encode(imgs[which]).decode("ascii")
@@ -641,8 +380,9 @@ bucket that time was attributed to, by the same rules as the table. Dashed lines
 a cross marks the last event of a run that crashed.</figcaption></figure>
 <h2 id="breakdown">Badput breakdown</h2>
 <figure>{img("breakdown", "badput breakdown")}
-<figcaption id="caption-breakdown">Seconds per bucket (bar length) with each bucket's share of
-the total job time (label); the green bar is measured goodput ({g:.1f}%).</figcaption></figure>
+<figcaption id="caption-breakdown">Seconds per bucket (bar length, x axis in seconds), each
+labelled with its share in % of the total job time; the green bar is measured goodput
+({g:.1f}%).</figcaption></figure>
 <h2 id="model">Modelled goodput: batch size and replicas</h2>
 {model_html}
 {hints_html}
@@ -667,7 +407,7 @@ def render_reports(calculator: GoodputCalculator, html_path: str | os.PathLike |
         True
     """
     data = _collect(calculator, now)
-    imgs = _figures(data, _DPI) if (html_path is not None or png_path is not None) else {}
+    imgs = _pngs(data, DPI) if (html_path is not None or png_path is not None) else {}
     out = {"html": None, "png": None, "has_model": data.curves is not None}
     if html_path is not None:
         out["html"] = render_html(calculator, html_path, text_report=text_report, _data=data,

@@ -226,7 +226,7 @@ def test_timeline_draws_one_collection_per_run_and_category():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from goodput_jax.report.render import draw_timeline
+    from goodput_jax.report.figures import draw_timeline
     from goodput_jax.report.timeline import CATEGORY_NAMES
 
     spec = [(K.JOB_START, 0)]
