@@ -215,24 +215,24 @@ def draw_replica_curve(ax: Any, mc: ModelCurves) -> None:
     handles = []
     if inside:
         handles += ax.plot(*zip(*inside, strict=True), "-o", color="#1f77b4", markersize=4,
-                           label=f"best goodput, profiled (1-{p} replicas)")
+                           label=f"profiled (1-{p} replicas)")
     if len(beyond) > 1:
         handles += ax.plot(*zip(*beyond, strict=True), "--o", color="#1f77b4", markersize=4,
-                           markerfacecolor="white", label="best goodput, model only")
+                           markerfacecolor="white", label="model only")
         handles.append(ax.axvspan(p, mc.replicas[-1] + 0.5, color="#999999", alpha=0.18,
                                   linewidth=0, label=f"{EXTRAPOLATED_LABEL} (> {p} replicas)"))
     b, r, g = mc.current
     handles += ax.plot([r], [g], "o", color="black", markersize=8,
-                       label=f"current: {r} replicas, batch {b}")
+                       label=f"current: batch {b}")
     if mc.suggested is not None:
         sb, sr, sg = mc.suggested
         handles += ax.plot([sr], [sg], "*", color="#d62728", markersize=15,
-                           label=f"suggested: batch {sb} on {sr} replicas")
+                           label=f"suggested: batch {sb}")
     top = max([*mc.goodput_vs_replicas, g]) * 1.15 or 1.0
     if mc.goodput_vs_replicas and mc.goodput_vs_replicas[0] > 0:
         g1 = mc.goodput_vs_replicas[0]
         handles += ax.plot(mc.replicas, [g1 * x for x in mc.replicas], ":", color="gray",
-                           label="perfect linear scaling from 1 replica")
+                           label="linear scaling from 1 replica")
     ax.set_ylim(0, top)
     ax.set_xlim(0.5, mc.replicas[-1] + 0.5)
     ax.set_xlabel("replicas (devices)", fontsize=FONT)
