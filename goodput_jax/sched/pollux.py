@@ -89,15 +89,29 @@ _EPS = 1e-2  # zero-speedup offset in the power mean for p <= 0
 _Arrays = dict  # name -> array of one padded problem (a plain dict is a pytree)
 
 
+def replicas_that_fit(room, res, xp=jnp):
+    """Replicas of each job that fit in the given room: ``[..., J, N]`` int32.
+
+    The one rule (numpy or JAX, ``xp``): ``min`` over the resources a job requests
+    of ``floor(room / request + tol)``; resources it does not request do not
+    constrain it. ``room`` is ``[..., J, N, K]`` (broadcastable), ``res`` ``[J, K]``.
+
+    Example:
+        >>> replicas_that_fit(np.array([[[8.0, 3.0]]], np.float32),
+        ...                   np.array([[2.0, 0.0]], np.float32), np).tolist()
+        [[4]]
+    """
+    ratio = room / xp.where(res > 0, res, 1.0)[:, None, :]
+    ratio = xp.where(res[:, None, :] > 0, xp.floor(ratio + _TOL), _BIG)
+    return xp.clip(xp.min(ratio, axis=-1), 0, _BIG).astype(xp.int32)
+
+
 def _fit(free: jax.Array, res: jax.Array) -> jax.Array:
     """Replicas of each job that fit in each node's free resources: [J, N] int32.
 
-    ``free`` is [..., N, K] (or [N, K]), ``res`` is [J, K]; resources a job does
-    not request do not constrain it.
+    ``free`` is [..., N, K] (or [N, K]), ``res`` is [J, K].
     """
-    ratio = free[..., None, :, :] / jnp.where(res > 0, res, 1.0)[:, None, :]
-    ratio = jnp.where(res[:, None, :] > 0, jnp.floor(ratio + _TOL), _BIG)
-    return jnp.clip(jnp.min(ratio, axis=-1), 0, _BIG).astype(jnp.int32)
+    return replicas_that_fit(free[..., None, :, :], res)
 
 
 def _lookup(a: _Arrays, num_nodes: jax.Array, num_replicas: jax.Array) -> jax.Array:
@@ -173,9 +187,7 @@ def _repair(a: _Arrays, state: jax.Array, shift: jax.Array) -> jax.Array:
     s = jnp.where(dist & ~keep, 0, s)
     use = s[:, :, None].astype(res.dtype) * res[:, None, :]
     room = a["free"][None] - (_cumsum0(use) - use)  # capacity left by pinned + earlier jobs
-    ratio = jnp.where(res[:, None, :] > 0,
-                      jnp.floor(room / jnp.where(res > 0, res, 1.0)[:, None, :] + _TOL), _BIG)
-    s = jnp.minimum(s, jnp.clip(jnp.min(ratio, axis=-1), 0, _BIG).astype(jnp.int32))
+    s = jnp.minimum(s, replicas_that_fit(room, res))
     s = jnp.where((s.sum(axis=1) < a["min_r"][idx])[:, None], 0, s)
     back = (jnp.arange(num_jobs) - jnp.floor(shift * num_jobs).astype(jnp.int32)) % num_jobs
     return s[back] + jnp.where(a["pinned"][:, None], a["base"], 0)
@@ -579,11 +591,7 @@ class PolluxPolicy:
             for r, name in enumerate(rtypes):
                 cap[n, r] = node.resources.get(name, 0)
         # Replicas of each job that fit alone on each node.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(res[:, None, :] > 0,
-                             np.floor(cap[None] / np.where(res > 0, res, 1)[:, None, :] + _TOL),
-                             _BIG)
-        fit = np.clip(ratio.min(axis=-1), 0, _BIG).astype(np.int32)
+        fit = replicas_that_fit(cap[None], res, np)
         fit[n_jobs:] = 0
         fit[:, total_nodes:] = 0
         if not rtypes:  # jobs request nothing: one replica slot per node and job

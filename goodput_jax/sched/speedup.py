@@ -32,7 +32,7 @@ import numpy as np
 
 from goodput_jax.model.buckets import bucket as _bucket
 
-__all__ = ["SpeedupFunction", "goodput_matrix", "speedup_tables", "table_dims"]
+__all__ = ["SpeedupFunction", "goodput_grid", "goodput_matrix", "speedup_tables", "table_dims"]
 
 # Dense memo tables grow to these sizes at most; larger queries are memoised
 # per (nodes, replicas) pair instead.
@@ -326,20 +326,55 @@ def speedup_tables(speedup_fns: Sequence[Callable], max_nodes: int,
     return out
 
 
+def goodput_grid(params: np.ndarray, num_nodes: Any, num_replicas: Any,
+                 accumulation: bool, clean: bool = True) -> np.ndarray:
+    """Best goodput of many jobs on a grid of allocations, in ONE jitted ``optimize_fn`` call.
+
+    The batched table kernel of the scheduler: PolluxPolicy's dense speedup tables,
+    the simulator's per-job tables and Sia's (type x count) tables all come from it.
+
+    Args:
+        params: ``[..., 13]`` per job (or per job and cell): the 7 PerfParams, the 2
+            GradParams (|G|^2, tr Sigma), init batch size, max batch size, min and max
+            local batch size; broadcast against the allocation arrays.
+        num_nodes, num_replicas: allocation arrays (>= 1), broadcastable with
+            ``params[..., 0]``.
+        accumulation: whether gradient accumulation may be used.
+        clean: set non-finite or negative values to 0.
+
+    Returns:
+        float64 goodput of the broadcast shape.
+
+    Example:
+        >>> p = np.array([0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14,
+        ...               0.00136, 0.000502, 128, 1280, 64, 256])
+        >>> g = goodput_grid(p[None, None], np.array([[1, 1]]), np.array([[1, 4]]), False)
+        >>> g.shape, bool(g[0, 1] > g[0, 0] > 0)
+        ((1, 2), True)
+    """
+    from goodput_jax.model.goodput import optimize_fn
+    from goodput_jax.model.types import GradParams, PerfParams
+
+    params = np.asarray(params)
+    col = [params[..., i] for i in range(13)]
+    goodput, _, _ = optimize_fn(PerfParams(*col[:7]), GradParams(col[7], col[8]), col[9],
+                                num_nodes, num_replicas, col[10], col[11], col[12],
+                                accumulation=accumulation)
+    goodput = np.asarray(goodput, dtype=np.float64)
+    if not clean:
+        return goodput
+    return np.where(np.isfinite(goodput), np.maximum(goodput, 0.0), 0.0)
+
+
 def _vmapped_tables(members: list[SpeedupFunction], max_nodes: int,
                     max_replicas: int) -> list[np.ndarray]:
-    """Tables of SpeedupFunctions sharing ``accumulation``, from one batched optimize_fn call.
+    """Tables of SpeedupFunctions sharing ``accumulation``, from one :func:`goodput_grid` call.
 
     Job parameters are stacked along a leading axis (padded to a power of two
     so the jitted kernel compiles once per bucket) and broadcast against the
     ``(n, r)`` grid, so the goodput optimisation of every job and every cell
     runs as one XLA computation.
     """
-    import jax.numpy as jnp
-
-    from goodput_jax.model.goodput import optimize_fn
-    from goodput_jax.model.types import GradParams, PerfParams
-
     dims = table_dims(max_nodes, max_replicas)
     for fn in members:
         have_n, have_r = fn._table.shape
@@ -356,14 +391,9 @@ def _vmapped_tables(members: list[SpeedupFunction], max_nodes: int,
             float(g.init_batch_size if fn.max_batch_size is None else fn.max_batch_size),
             float(lo or 1), float(hi or np.inf)])
     rows += [rows[0]] * (padded - count)
-    params = np.asarray(rows)[:, :, None, None]  # [F, 14, 1, 1]
-    perf = PerfParams(*(params[:, i] for i in range(7)))
-    grad = GradParams(params[:, 7], params[:, 8])
-    goodput, _, _ = optimize_fn(perf, grad, params[:, 9], np.maximum(n, 1)[None],
-                                np.maximum(r, 1)[None], params[:, 10], params[:, 11],
-                                params[:, 12], accumulation=members[0].accumulation)
-    goodput = np.asarray(jnp.asarray(goodput), dtype=np.float64)[:count]
-    goodput = np.where(np.isfinite(goodput), np.maximum(goodput, 0.0), 0.0)
+    params = np.asarray(rows)[:, None, None, :]  # [F, 1, 1, 13]
+    goodput = goodput_grid(params, np.maximum(n, 1)[None], np.maximum(r, 1)[None],
+                           members[0].accumulation)[:count]
     base = np.array([fn.base_goodput for fn in members])[:, None, None]
     tables = np.where(valid[None], goodput / base, 0.0)
     # Keep the memo consistent with single-job evaluation at (1, 1).

@@ -38,6 +38,7 @@ from goodput_jax.model.buckets import bucket as _bucket
 from goodput_jax.model.goodput import optimize_fn
 from goodput_jax.model.perf import fit_perf_params_batched
 from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.sched.speedup import goodput_grid
 from goodput_jax.sched.sim.job import SimJob
 
 __all__ = ["PolluxAdapter", "PolluxModel", "TableSpeedup", "fit_profiles"]
@@ -134,23 +135,26 @@ class PolluxModel:
 
     # ------------------------------------------------------------------ batch size
     @staticmethod
+    def _param_rows(jobs: Sequence[SimJob], J: int) -> np.ndarray:
+        """``[J, 13]`` rows for :func:`~goodput_jax.sched.speedup.goodput_grid` (padding
+        rows: a harmless default model)."""
+        rows = np.tile(np.array([[0.1, 0.01, 1e-8, 1e-8, 1e-8, 1e-8, 1.0, 0.0, 1.0,
+                                  1.0, 1.0, 1.0, 1.0]]), (J, 1))
+        for i, job in enumerate(jobs):
+            rows[i, :7] = job.perf_params
+            rows[i, 7:9] = job.grad_params if job.grad_params is not None else (0.0, 1.0)
+            app = job.speed_app  # the current accelerator type's (= job.app when homogeneous)
+            rows[i, 9:13] = (app.init_batch_size, app.max_batch_size, app.min_local_bsz,
+                             app.max_local_bsz)
+        return rows
+
+    @staticmethod
     def _params(jobs: Sequence[SimJob], J: int) -> tuple[PerfParams, GradParams, np.ndarray,
                                                          np.ndarray, np.ndarray, np.ndarray]:
-        perf = np.tile(np.array([[0.1, 0.01, 1e-8, 1e-8, 1e-8, 1e-8, 1.0]]), (J, 1))
-        grad = np.tile(np.array([[0.0, 1.0]]), (J, 1))
-        m0 = np.ones(J)
-        max_bs = np.ones(J)
-        lo = np.ones(J)
-        hi = np.ones(J)
-        for i, job in enumerate(jobs):
-            perf[i] = job.perf_params
-            grad[i] = job.grad_params if job.grad_params is not None else (0.0, 1.0)
-            app = job.speed_app  # the current accelerator type's (= job.app when homogeneous)
-            m0[i], max_bs[i] = app.init_batch_size, app.max_batch_size
-            lo[i], hi[i] = app.min_local_bsz, app.max_local_bsz
-        return (PerfParams(*(jnp.asarray(perf[:, k]) for k in range(7))),
-                GradParams(jnp.asarray(grad[:, 0]), jnp.asarray(grad[:, 1])),
-                m0, max_bs, lo, hi)
+        rows = PolluxModel._param_rows(jobs, J)
+        return (PerfParams(*(jnp.asarray(rows[:, k]) for k in range(7))),
+                GradParams(jnp.asarray(rows[:, 7]), jnp.asarray(rows[:, 8])),
+                rows[:, 9], rows[:, 10], rows[:, 11], rows[:, 12])
 
     def reoptimize(self, jobs: Sequence[SimJob]) -> None:
         """Set ``(atomic_bsz, accum_steps)`` of the running adaptive ``jobs`` (one call)."""
@@ -204,18 +208,14 @@ class PolluxModel:
         self.calls["tables"] += 1
         J, R = TABLE_CHUNK, MAX_REPLICAS
         N = min(max_nodes, R)
-        perf, grad, m0, max_bs, lo, hi = self._params([t[1] for t in todo], J)
-        col = lambda x: jnp.asarray(x).reshape(J, 1, 1)
-        perf = PerfParams(*(col(x) for x in perf))
-        grad = GradParams(col(grad.sqr), col(grad.var))
+        rows = self._param_rows([t[1] for t in todo], J)
         n = np.arange(N + 1, dtype=np.float64).reshape(1, N + 1, 1)
         r = np.arange(R + 1, dtype=np.float64).reshape(1, 1, R + 1)
         valid = (n >= 1) & (n <= r)
         nn = np.where(valid, n, 1.0)
         rr = np.where(valid, r, 1.0)
-        good, _, _ = optimize_fn(perf, grad, col(m0), nn, rr, col(max_bs), col(lo), col(hi),
-                                 accumulation=True)
-        good = np.where(valid, np.asarray(good, dtype=np.float64), 0.0)
+        good = goodput_grid(rows[:, None, None, :], nn, rr, accumulation=True, clean=False)
+        good = np.where(valid, good, 0.0)
         base = good[:, 1:2, 1:2]
         tables = np.where(base > 0, good / np.where(base > 0, base, 1.0), 0.0)
         for t, (i, job, key) in enumerate(todo):

@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from goodput_jax.model.goodput import optimize_fn
 from goodput_jax.model.hints import bootstrap_perf_params
-from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.model.types import PerfParams
 from goodput_jax.sched.sia import sia_configs
+from goodput_jax.sched.speedup import goodput_grid
 from goodput_jax.sched.sim.cluster import cluster_nodes
 from goodput_jax.sched.sim.job import SimJob
 from goodput_jax.sched.sim.pollux_adapter import (
@@ -191,25 +191,16 @@ class SiaModel(PolluxModel):
         self.calls["typed_tables"] += 1
         J, K = TABLE_JOBS, len(self._cfg)
         cfg = self._cfg
-        perf = np.tile(np.array([0.1, 0.01, 1e-8, 1e-8, 1e-8, 1e-8, 1.0]), (J, K, 1))
-        grad = np.tile(np.array([0.0, 1.0]), (J, 1))
-        m0, max_bs, lo, hi = (np.ones((J, K)) for _ in range(4))
+        rows = np.tile(PolluxModel._param_rows([], 1), (J, K, 1))  # [J, K, 13]
         for a, (_, job, key) in enumerate(todo):
+            grad = job.grad_params if job.grad_params is not None else (0.0, 1.0)
             for t, name in enumerate(self.types):
-                cols = cfg.ctype == t
-                perf[a, cols] = key[0][t]
                 app = job.type_apps[name]
-                m0[a, cols], max_bs[a, cols] = app.init_batch_size, app.max_batch_size
-                lo[a, cols], hi[a, cols] = app.min_local_bsz, app.max_local_bsz
-            if job.grad_params is not None:
-                grad[a] = job.grad_params
-        good, _, _ = optimize_fn(
-            PerfParams(*(perf[:, :, k] for k in range(7))),
-            GradParams(grad[:, :1], grad[:, 1:]), m0,
-            cfg.nodes[None, :].astype(np.float64), cfg.gpus[None, :].astype(np.float64),
-            max_bs, lo, hi, accumulation=True)
-        good = np.asarray(good, dtype=np.float64)
-        good = np.where(np.isfinite(good), np.maximum(good, 0.0), 0.0)
+                rows[a, cfg.ctype == t] = (*key[0][t], *grad, app.init_batch_size,
+                                           app.max_batch_size, app.min_local_bsz,
+                                           app.max_local_bsz)
+        good = goodput_grid(rows, cfg.nodes[None, :].astype(np.float64),
+                            cfg.gpus[None, :].astype(np.float64), accumulation=True)
         for a, (i, job, key) in enumerate(todo):
             tables = {}
             for t, name in enumerate(self.types):
