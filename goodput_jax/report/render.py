@@ -107,8 +107,7 @@ def _measured_goodput(details: Mapping[str, Any]) -> float:
 
 # ---------------------------------------------------------------------- PNG
 def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: int = DPI,
-               now: float | None = None, _data: _Data | None = None,
-               _images: dict[str, bytes] | None = None) -> str:
+               now: float | None = None) -> str:
     """Write one PNG: a title, the timeline, the breakdown and the model curves, stacked.
 
     Args:
@@ -124,12 +123,16 @@ def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: i
         >>> render_png(calc, "report.png")   # doctest: +SKIP
         'report.png'
     """
-    data = _data if _data is not None else _collect(calculator, now)
-    imgs = _images if _images is not None else _pngs(data, dpi)
+    data = _collect(calculator, now)
+    return _write_png(calculator.job_name, path, data, _pngs(data, dpi), dpi)
+
+
+def _write_png(job: str, path: str | os.PathLike, data: _Data, imgs: dict[str, bytes],
+               dpi: int) -> str:
     g = _measured_goodput(data.details)
     subtitle = (f"measured goodput {g:.1f}% of {data.details['total_time']:.1f} s (productive "
                 "step time / job time); model curves: samples/s of useful progress")
-    title = [(f"goodput-jax report: job {calculator.job_name!r}", 14, "bold"),
+    title = [(f"goodput-jax report: job {job!r}", 14, "bold"),
              (subtitle, FONT, "normal")]
     rows = [[text_png(title, dpi=dpi)], [imgs["timeline"]], [imgs["breakdown"]]]
     if data.curves is not None:
@@ -259,8 +262,7 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 0.85em; }
 
 
 def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
-                text_report: str | None = None, dpi: int = DPI, now: float | None = None,
-                _data: _Data | None = None, _images: dict[str, bytes] | None = None) -> str:
+                text_report: str | None = None, dpi: int = DPI, now: float | None = None) -> str:
     """Write a self-contained HTML report (plots embedded as PNG, tables, explanations).
 
     Sections: what the two goodputs mean, where the time went (table), the
@@ -281,10 +283,14 @@ def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
         >>> render_html(calc, "report.html")   # doctest: +SKIP
         'report.html'
     """
-    data = _data if _data is not None else _collect(calculator, now)
+    data = _collect(calculator, now)
     if text_report is None:
         text_report = format_report(calculator)
-    imgs = _images if _images is not None else _pngs(data, dpi)
+    return _write_html(calculator, path, data, _pngs(data, dpi), text_report)
+
+
+def _write_html(calculator: GoodputCalculator, path: str | os.PathLike, data: _Data,
+                imgs: dict[str, bytes], text_report: str) -> str:
 
     def img(which: str, alt: str) -> str:
         b64 = base64.b64encode(imgs[which]).decode("ascii")
@@ -410,10 +416,11 @@ def render_reports(calculator: GoodputCalculator, html_path: str | os.PathLike |
     imgs = _pngs(data, DPI) if (html_path is not None or png_path is not None) else {}
     out = {"html": None, "png": None, "has_model": data.curves is not None}
     if html_path is not None:
-        out["html"] = render_html(calculator, html_path, text_report=text_report, _data=data,
-                                  _images=imgs)
+        if text_report is None:
+            text_report = format_report(calculator)
+        out["html"] = _write_html(calculator, html_path, data, imgs, text_report)
     if png_path is not None:
-        out["png"] = render_png(calculator, png_path, _data=data, _images=imgs)
+        out["png"] = _write_png(calculator.job_name, png_path, data, imgs, DPI)
     return out
 
 

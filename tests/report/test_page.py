@@ -270,19 +270,3 @@ def test_labels_cover_the_engine_and_the_hints():
         f.name for f in dataclasses.fields(Hints)}
     assert {render.json_key(f) for f in labels.HINT_LABELS} == set(Hints().to_json())
 
-
-def test_report_sits_above_measure_and_model():
-    """report imports only measure, model and itself; measure and model never import it."""
-    from tests.test_architecture import EVERY, _cycles
-
-    def room(m):
-        return m.split(".")[1] if m.count(".") else m
-
-    up = sorted(f"{src} -> {dst}" for src, dsts in EVERY.items() for dst in dsts
-                if room(src) == "report" and room(dst) not in ("report", "measure", "model"))
-    down = sorted(f"{src} -> {dst}" for src, dsts in EVERY.items() for dst in dsts
-                  if room(src) in ("measure", "model") and room(dst) == "report")
-    assert up == [] and down == []
-    sub = {s: {d for d in ds if room(d) == "report"} for s, ds in EVERY.items()
-           if room(s) == "report"}
-    assert _cycles(sub) == []
