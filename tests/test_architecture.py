@@ -9,6 +9,7 @@ giving a module graph. The rules (see docs/architecture.md):
 2. ``goodput_jax.model`` imports only ``goodput_jax.model`` (pure JAX, the bottom);
 3. ``goodput_jax.measure`` imports only ``goodput_jax.measure`` (the light core);
 4. ``goodput_jax.sched`` imports only ``sched``, ``model`` and the shared ``_progress``;
+   ``goodput_jax.report`` only ``report``, ``measure`` and ``model``;
 5. nothing outside ``goodput_jax.cli`` imports ``goodput_jax.cli``;
 6. ``argparse.Namespace`` appears only in ``goodput_jax/cli/`` and
    ``goodput_jax/sched/sim/cli.py`` (library functions take keyword arguments).
@@ -202,6 +203,11 @@ def test_measure_imports_only_measure():
 def test_sched_imports_only_sched_and_model():
     assert _violations("goodput_jax.sched", ("goodput_jax.sched", "goodput_jax.model",
                                               "goodput_jax._progress")) == []
+
+
+def test_report_imports_only_report_measure_and_model():
+    assert _violations("goodput_jax.report", ("goodput_jax.report", "goodput_jax.measure",
+                                               "goodput_jax.model")) == []
 
 
 def test_nothing_imports_the_cli():
