@@ -10,6 +10,7 @@ from goodput_jax.model.goodput import GoodputFunction
 from goodput_jax.model.types import GradParams, PerfParams
 from goodput_jax.sched.hints import (
     job_info_from_hints,
+    speedup_fns_by_type,
     linear_speedup,
     parse_quantity,
     pod_requests,
@@ -115,3 +116,18 @@ def test_malformed_spec_names_the_key():
         job_info_from_hints(job)
     with pytest.raises(TypeError, match="spec"):
         job_info_from_hints({"metadata": {}})
+
+
+def test_speedup_functions_per_accelerator_type():
+    # Fitted on a100; t4 bootstrapped by the 1-GPU throughput ratio; v100 unknown.
+    hints = dict(FULL, perfParamsByType={"a100": PERF},
+                 minThroughputByType={"a100": 400.0, "t4": 100.0})
+    fns = speedup_fns_by_type(hints, ["a100", "t4", "v100"])
+    assert sorted(fns) == ["a100", "t4"]
+    assert fns["a100"].base_goodput == pytest.approx(4 * fns["t4"].base_goodput, rel=1e-4)
+    # same scaling shape: the bootstrap scales every time term alike
+    np.testing.assert_allclose(fns["a100"](np.array([1, 2]), np.array([4, 8])),
+                               fns["t4"](np.array([1, 2]), np.array([4, 8])), rtol=1e-4)
+    assert speedup_fns_by_type({"maxProfiledReplicas": 2}, ["a100"]) == {}
+    with pytest.raises(ValueError, match="unknown hint"):
+        speedup_fns_by_type(dict(FULL, speed=3), ["a100"])

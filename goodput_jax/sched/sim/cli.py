@@ -1,5 +1,12 @@
 """``goodput-jax simulate``: run the trace-driven cluster simulator.
 
+Heterogeneous clusters (Sia's setting): ``--cluster sia-64`` runs our SiaPolicy and the
+heterogeneity-unaware Pollux side by side on a Sia workload and prints JCTs, makespan, GPU
+hours per job and the policy's round time (median, p95)::
+
+    goodput-jax simulate philly/1 --cluster sia-64
+    goodput-jax simulate saturn --all --cluster sia-64
+
 One workload and policy::
 
     goodput-jax simulate workloads/workload-6.csv --policy pollux --out sim-out
@@ -145,7 +152,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="output directory for logs, summaries and plots (default: sim-out)")
     parser.add_argument("--all", action="store_true",
                         help="run all 8 workloads with all three policies (ignores --policy) "
-                             "and print the table")
+                             "and print the table; with --cluster, every workload of the "
+                             "family given as the workload (philly, saturn, newtrace) under "
+                             "sia and pollux")
     parser.add_argument("--max-jobs", type=int, default=None,
                         help="simulate only the first N jobs of the workload")
     parser.add_argument("--no-progress", action="store_true",
