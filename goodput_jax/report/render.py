@@ -41,7 +41,7 @@ from goodput_jax.report.figures import (
     text_png,
 )
 from goodput_jax.report.labels import HINT_LABELS
-from goodput_jax.report.text import GOODPUT_ROW, badput_rows, format_report
+from goodput_jax.report.text import GOODPUT_ROW, badput_rows, format_report, job_details
 from goodput_jax.report.timeline import Timeline, build_timeline
 
 __all__ = [
@@ -80,7 +80,7 @@ class _Data:
 
 
 def _collect(calc: GoodputCalculator, now: float | None) -> _Data:
-    details = calc.get_job_goodput_details()
+    details = job_details(calc)
     tl = build_timeline(calc.store, calc.job_name, now=now)
     raw = calc.get_latest_hints()
     hints, curves, reason = None, None, ""

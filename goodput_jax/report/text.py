@@ -17,7 +17,7 @@ from goodput_jax.measure.calculator import BadputType, GoodputCalculator
 from goodput_jax.measure.engine import BUCKET_NAMES
 from goodput_jax.report.labels import BUCKET_LABELS, OPTIONAL_BUCKETS
 
-__all__ = ["BADPUT_LABELS", "badput_rows", "format_report", "format_seconds"]
+__all__ = ["BADPUT_LABELS", "badput_rows", "format_report", "format_seconds", "job_details"]
 
 #: Row order and labels of the badput table (every engine bucket).
 BADPUT_LABELS: tuple[tuple[BadputType, str], ...] = tuple(
@@ -25,6 +25,20 @@ BADPUT_LABELS: tuple[tuple[BadputType, str], ...] = tuple(
 
 #: what "goodput" means in this table (the model's goodput is another quantity)
 GOODPUT_ROW = "GOODPUT (productive step time)"
+
+
+def job_details(calculator: GoodputCalculator) -> dict[str, Any]:
+    """The calculator's seconds per bucket, in :class:`GoodputCalculator`'s own shape.
+
+    The drop-in ``goodput_jax.goodput.GoodputCalculator`` overrides
+    ``get_job_goodput_details`` with Google's shape (custom badput as a dict by
+    type); the report reads the base contract so it works with either.
+
+    Example:
+        >>> job_details(calc)["badput_time"][BadputType.OTHER]   # doctest: +SKIP
+        0.0
+    """
+    return GoodputCalculator.get_job_goodput_details(calculator)
 
 
 def badput_rows(details: dict[str, Any]) -> list[tuple[str, str, float]]:
@@ -62,7 +76,7 @@ def format_report(calculator: GoodputCalculator) -> str:
     Example:
         >>> print(format_report(calc))  # doctest: +SKIP
     """
-    d = calculator.get_job_goodput_details()
+    d = job_details(calculator)
     total = d["total_time"]
     pct = (lambda s: 100.0 * s / total) if total > 0 else (lambda s: float("nan"))
     w = 36
@@ -83,7 +97,7 @@ def format_report(calculator: GoodputCalculator) -> str:
                 lines.append(f"{'      ' + cname:<{w}} {cs:>12.3f} {pct(cs):>8.2f}")
     lines.append("-" * (w + 22))
     lines.append(f"{'total job time':<{w}} {total:>12.3f} {100.0 if total > 0 else 0.0:>8.2f}")
-    dev = calculator.get_step_deviation()
+    dev = GoodputCalculator.get_step_deviation(calculator)  # the base shape (see job_details)
     if dev.num_steps:
         lines.append("")
         lines.append(

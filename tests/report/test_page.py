@@ -270,3 +270,16 @@ def test_labels_cover_the_engine_and_the_hints():
         f.name for f in dataclasses.fields(Hints)}
     assert {render.json_key(f) for f in labels.HINT_LABELS} == set(Hints().to_json())
 
+
+
+def test_drop_in_calculator_reports_like_the_base_one(tmp_path):
+    """goodput.GoodputCalculator returns Google's details shape; the report reads the base one."""
+    from goodput_jax import goodput
+
+    store = _store()
+    drop_in = goodput.GoodputCalculator("j", "logger", store=store, clock=lambda: NOW)
+    assert isinstance(drop_in.get_job_goodput_details()["badput_time"][
+        goodput.BadputType.CUSTOM_BADPUT_EVENTS], dict)  # Google's shape: custom by type
+    assert format_report(drop_in) == format_report(calc_for(store, "j", now=NOW))
+    done = render.render_reports(drop_in, tmp_path / "d.html", now=NOW)
+    assert done["has_model"] and "eval" in (tmp_path / "d.html").read_text(encoding="utf-8")
