@@ -1,1 +1,73 @@
-"""goodput_jax.sched."""
+"""goodput_jax.sched: cluster policies that share accelerators by modelled goodput.
+
+The curated API, importable from here (each name is loaded on first use, so
+``import goodput_jax.sched`` starts no JAX)::
+
+    from goodput_jax.sched import JobInfo, NodeInfo, SpeedupFunction
+    from goodput_jax.sched import PolluxPolicy          # one accelerator type
+    from goodput_jax.sched import SiaPolicy             # several types (Sia)
+
+Rooms, one job each:
+
+* :mod:`.types`: ``JobInfo`` and ``NodeInfo`` (with ``accelerator_type``);
+* :mod:`.speedup`: ``SpeedupFunction``, the batched table kernel ``goodput_grid``,
+  ``speedup_tables`` and the (type x count) ``goodput_matrix``;
+* :mod:`.pollux`: ``PolluxPolicy`` (genetic search in JAX);
+* :mod:`.sia`: ``SiaPolicy`` (Lagrangian relaxation + local search in JAX);
+* :mod:`.sia_check`: random instances and the exact (milp) optimum, for checking;
+* :mod:`.hints`: a job's spec and published hints -> ``JobInfo``;
+* :mod:`.sim`: the trace-driven simulator.
+
+Example:
+    >>> from goodput_jax.sched import NodeInfo
+    >>> NodeInfo({"gpu": 8}, False, "a100").accelerator_type
+    'a100'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS: dict[str, str] = {
+    "JobInfo": "goodput_jax.sched.types",
+    "NodeInfo": "goodput_jax.sched.types",
+    "SpeedupFunction": "goodput_jax.sched.speedup",
+    "goodput_grid": "goodput_jax.sched.speedup",
+    "goodput_matrix": "goodput_jax.sched.speedup",
+    "speedup_tables": "goodput_jax.sched.speedup",
+    "PolluxPolicy": "goodput_jax.sched.pollux",
+    "SiaPolicy": "goodput_jax.sched.sia",
+    "sia_configs": "goodput_jax.sched.sia",
+    "solve_assignment": "goodput_jax.sched.sia",
+    "job_info_from_hints": "goodput_jax.sched.hints",
+    "speedup_fns_by_type": "goodput_jax.sched.hints",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'goodput_jax.sched' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(__all__) | {k for k in globals() if not k.startswith("_")})
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.sched.hints import job_info_from_hints, speedup_fns_by_type  # noqa: F401
+    from goodput_jax.sched.pollux import PolluxPolicy  # noqa: F401
+    from goodput_jax.sched.sia import SiaPolicy, sia_configs, solve_assignment  # noqa: F401
+    from goodput_jax.sched.speedup import (  # noqa: F401
+        SpeedupFunction,
+        goodput_grid,
+        goodput_matrix,
+        speedup_tables,
+    )
+    from goodput_jax.sched.types import JobInfo, NodeInfo  # noqa: F401
