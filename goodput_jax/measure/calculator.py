@@ -403,7 +403,7 @@ class GoodputCalculator:
 
         Example:
             >>> steps, secs, token = calc.new_step_times()          # doctest: +SKIP
-            >>> steps, secs, token = calc.new_step_times(token)     # only the new ones
+            >>> steps, secs, token = calc.new_step_times(token)     # doctest: +SKIP
         """
         with self._lock:
             self.refresh()
