@@ -177,7 +177,7 @@ def test_report_reads_and_creates_nothing(two_jobs, tmp_path, capsys):
 _BLOCKED_RUNNER = textwrap.dedent("""
     import contextlib, io, json, sys
 
-    BLOCKED = ("flax", "matplotlib", "scipy", "google")
+    BLOCKED = ("flax", "matplotlib", "scipy", "google", "jax", "jaxlib", "optax")
 
     class Block:
         def find_spec(self, name, path=None, target=None):

@@ -29,6 +29,9 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "matplotlib": "report",
     "scipy": "sim",
     "google": "gcp",
+    "jax": "model",
+    "jaxlib": "model",
+    "optax": "model",
 }
 
 
@@ -232,13 +235,22 @@ def run_command(command: str, fn: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"goodput-jax {command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except ModuleNotFoundError as e:
         top = (e.name or "").split(".")[0]
         if top not in EXTRA_OF_MODULE:
             raise
         message = str(MissingExtraError(EXTRA_OF_MODULE[top], e.name, f"goodput-jax {command}"))
+    except ImportError as e:
+        # A store that needs an extra raises ImportError("... pip install ..."); any other
+        # ImportError is a bug and keeps its traceback.
+        if e.name is not None or "pip install" not in str(e):
+            raise
+        message = str(e)
     except (UserError, StoreError, ValueError, LookupError, FileNotFoundError,
-            NotADirectoryError, PermissionError, sqlite3.DatabaseError, ImportError) as e:
+            NotADirectoryError, PermissionError, sqlite3.DatabaseError) as e:
         message = str(e) or type(e).__name__
     print(f"goodput-jax {command}: error: {one_line(message)}", file=sys.stderr)
     return USAGE_ERROR

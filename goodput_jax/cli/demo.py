@@ -71,7 +71,7 @@ def demo(*, directory: str, steps: int | None, job: str, devices: int, quick: bo
         ...      progress=False)  # doctest: +SKIP
         0
     """
-    require_extra("demo", ("flax",), "goodput-jax demo")
+    require_extra("demo", ("flax", "jax"), "goodput-jax demo")
     import goodput_jax.demo as demo_lib
 
     # goodput_jax.demo.main still takes an argparse.Namespace (issue 13's file): this is

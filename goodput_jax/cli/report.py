@@ -81,7 +81,7 @@ def report(*, job: str | None, store: str | None, html: str | None = None,
             if not os.path.isdir(parent):
                 raise UserError(f"{flag} ({path!r}): directory {parent!r} does not exist")
     if html or png:
-        require_extra("report", ("matplotlib",), "goodput-jax report --html/--png")
+        require_extra("report", ("matplotlib", "jax"), "goodput-jax report --html/--png")
     from goodput_jax.measure.calculator import GoodputCalculator
     from goodput_jax.report.text import format_report
 

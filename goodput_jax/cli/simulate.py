@@ -35,5 +35,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """Run the simulator with its parsed options (its ``main`` takes them as they are)."""
-    require_extra("sim", ("scipy", "matplotlib"), "goodput-jax simulate")
+    require_extra("sim", ("scipy", "matplotlib", "jax"), "goodput-jax simulate")
     return int(sim_cli.main(args) or 0)
