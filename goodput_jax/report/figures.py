@@ -144,7 +144,9 @@ def draw_timeline(ax: Any, tl: Timeline) -> None:
     if tl.crashes:
         handles.append(mlines.Line2D([], [], color="black", marker="x", linestyle="none",
                                      markeredgewidth=2, label="crash (last event of a run)"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.28 - 0.05 / nrun),
+    # under the x label: a fixed 0.6 inch below the axes, whatever their height
+    height_in = ax.get_position().height * ax.figure.get_figheight()
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.6 / height_in),
               ncol=3, fontsize=FONT - 1, frameon=False)
 
 
