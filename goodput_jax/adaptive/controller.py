@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 from typing import Any
 
 import numpy as np
 
 from goodput_jax.adaptive.data import ArraySource, IterableSource, _tree_map, as_source
 from goodput_jax.adaptive.step import slots_for
+from goodput_jax.model.buckets import bucket
 
 __all__ = ["AdaptiveBatchSize"]
 
@@ -151,6 +153,8 @@ class AdaptiveBatchSize:
         self.last_check: dict | None = None
         self._example: Any = None
         self._step_ref: tuple | None = None
+        #: Seconds spent in :meth:`adapt` from :meth:`step` (checks, requested refits, switches).
+        self.adapt_seconds = 0.0
 
     # ----------------------------------------------------------------- configuration
     @property
@@ -208,10 +212,12 @@ class AdaptiveBatchSize:
         out = self.hooks.step(step, train_step, params, opt_state, batch, np.int32(n))
         self.steps += 1
         if self.adaptive and self.steps % self.adapt_every == 0:
+            t0 = time.perf_counter()
             self._step_ref = (train_step, out[0], out[1]) if isinstance(out, tuple) and len(
                 out) >= 2 else None
             self.adapt()
             self._step_ref = None
+            self.adapt_seconds += time.perf_counter() - t0
         return out
 
     def batch_like(self, atomic_bsz: int, accum_steps: int) -> Any:
@@ -286,8 +292,12 @@ class AdaptiveBatchSize:
         if not len(cand):
             return None
         r = h.num_replicas
-        good = np.asarray(fn.evaluate(np.full(len(cand), h.num_nodes), np.full(len(cand), r),
-                                      cand[:, 0], cand[:, 1]))
+        # Pad to a bucketed length (repeating the first row): the jitted evaluation
+        # compiles once per length, and the candidate count changes as the job explores.
+        size = bucket(len(cand), 8)
+        padded = np.concatenate([cand, np.repeat(cand[:1], size - len(cand), axis=0)])
+        good = np.asarray(fn.evaluate(np.full(size, h.num_nodes), np.full(size, r),
+                                      padded[:, 0], padded[:, 1]))[:len(cand)]
         i = int(np.argmax(good))
         best = (int(cand[i, 0]), int(cand[i, 1]))
         try:
