@@ -85,7 +85,8 @@ HINT_LABELS: dict[str, HintLabel] = {
                              "alpha_c + beta_c * b, network alpha_r/beta_r (one node), "
                              "alpha_n/beta_n (across nodes), overlap gamma"),
     "grad_params": HintLabel("gradient statistics", "", "squared gradient norm |G|^2 (norm) "
-                             "and gradient variance (var), as the estimator stores them"),
+                             "and the variance of an M0-sample batch gradient, "
+                             "tr(Sigma)/M0 (var)"),
     "gradient_noise_scale": HintLabel("gradient noise scale", "samples",
                                       "batch size at which gradient noise and signal are equal"),
     "efficiency": HintLabel("statistical efficiency", "0-1", "progress per sample at the "

@@ -159,7 +159,7 @@ def _hint_value(name: str, value: Any) -> str:
                 f"across nodes {p.alpha_n * 1e3:.4g} ms + {p.beta_n * 1e3:.4g} ms/replica; "
                 f"overlap gamma {p.gamma:.3g}")
     if name == "grad_params":
-        return f"|G|^2 (norm) {value.sqr:.4g}; variance (var) {value.var:.4g}"
+        return f"|G|^2 (norm) {value.sqr:.4g}; tr(Sigma)/M0 (var) {value.var:.4g}"
     if name == "local_bsz_bounds":
         lo, hi = value
         return f"{_fmt(lo)} to {_fmt(hi)}"
