@@ -377,7 +377,7 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
                      capacity: np.ndarray, fixed: np.ndarray | None = None,
                      previous: np.ndarray | None = None, *, dual_steps: int = 24,
                      pair_cells: int = 256, pair_rounds: int = 8,
-                     sequential_cells: int = 1024) -> np.ndarray:
+                     sequential_cells: int = 1024, return_info: bool = False) -> np.ndarray:
     """Maximises ``sum_j gain[j, c_j]`` with at most one configuration per job.
 
     Subject to ``sum_j gpus[c_j] <= capacity[type]`` for every type; a job may
@@ -397,9 +397,12 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
         sequential_cells: problems up to this size take greedy moves one at a time
             (up to ``4 * jobs + 16``); larger ones take them in parallel batches
             (at most 64 rounds), then at most 64 single moves, from 3 starts instead of 6.
+        return_info: also return ``{"start_gains": total gain per search start,
+            "prices": final Lagrangian price per type}``.
 
     Returns:
-        int array ``[jobs]``: configuration per job, -1 for none.
+        int array ``[jobs]``: configuration per job, -1 for none (and the info dict
+        with ``return_info``).
 
     Example:
         >>> g = np.array([[1.0, 3.0], [1.0, 2.5]])
@@ -427,12 +430,16 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
         pv[:J] = np.asarray(previous)
     small = Jb * K1 <= sequential_cells
     max_moves = bucket(4 * J + 16, 64) if small else 64
-    choice, _, _ = _solve(g, use, np.asarray(capacity, np.float32), fx, pv,
+    choice, totals, mu = _solve(g, use, np.asarray(capacity, np.float32), fx, pv,
                           dual_steps=dual_steps, max_moves=max_moves,
                           pair_rounds=pair_rounds if Jb * K1 <= pair_cells else 0,
                           parallel_rounds=0 if small else 64, few_starts=not small)
     choice = np.asarray(choice)[:J].astype(np.int64)
-    return np.where(choice >= K, -1, choice)
+    choice = np.where(choice >= K, -1, choice)
+    if return_info:
+        return choice, {"start_gains": tuple(float(x) for x in np.asarray(totals)),
+                        "prices": tuple(float(x) for x in np.asarray(mu))}
+    return choice
 
 
 # --------------------------------------------------------------------------- #
@@ -564,8 +571,8 @@ class SiaStats:
 
     Attributes:
         objective: Sia's objective (lower is better) of the returned choice.
-        start_gains: total gain of each search start (empty/ratio, empty/gain,
-            dual, previous).
+        start_gains: total gain (``lambda_n - cost`` summed) reached from each
+            search start.
         prices: final Lagrangian GPU price per type.
         seconds: wall time of the round.
         solve_seconds: of which the jitted solve.
@@ -787,8 +794,9 @@ class SiaPolicy:
                         capacity[configs.types.index(type_of[n])] -= 1
         gain = self.lambda_n - cost  # -inf where invalid
         t0 = time.perf_counter()
-        choice = solve_assignment(gain, configs.ctype, configs.gpus, np.maximum(capacity, 0),
-                                  fixed, previous, dual_steps=self.dual_steps)
+        choice, info = solve_assignment(gain, configs.ctype, configs.gpus,
+                                        np.maximum(capacity, 0), fixed, previous,
+                                        dual_steps=self.dual_steps, return_info=True)
         solve_s = time.perf_counter() - t0
         for j, key in enumerate(keys):
             if key in kept:
@@ -801,6 +809,6 @@ class SiaPolicy:
                 gpus_of[n] -= 1
         out = place(choices, configs, by_type, gpus_of, prev_alloc)
         out.update(kept)
-        self.last_stats = SiaStats(self.objective(cost, choice), (), (),
-                                   time.perf_counter() - started, solve_s)
+        self.last_stats = SiaStats(self.objective(cost, choice), info["start_gains"],
+                                   info["prices"], time.perf_counter() - started, solve_s)
         return {key: out.get(key, []) for key in keys}

@@ -111,6 +111,9 @@ def test_policy_places_one_type_per_job_within_node_capacity():
             assert (types.pop(), len(placement)) in counts
     assert all(used[n] <= nodes[n].resources["gpu"] for n in used)
     assert all(alloc[k] for k in jobs)  # 12 jobs, 64 GPUs: everyone runs
+    stats = policy.last_stats
+    assert len(stats.start_gains) == 6 and max(stats.start_gains) > 0
+    assert len(stats.prices) == 3 and stats.seconds >= stats.solve_seconds > 0
     # Same inputs, previous allocation = this one: nothing moves (lambda_a, realloc factor).
     again = policy.optimize(jobs, nodes, alloc)
     assert again == alloc
