@@ -74,14 +74,14 @@ from goodput_jax.measure.recorder import GoodputRecorder as _BaseRecorder
 __all__ = [
     "BadputType",
     "GCPOptions",
-    "GoodputType",
-    "IntervalMetricType",
-    "MetricType",
     "GoodputCalculator",
     "GoodputEvent",
     "GoodputMonitor",
     "GoodputRecorder",
+    "GoodputType",
+    "IntervalMetricType",
     "MaxTextGoodput",
+    "MetricType",
     "StepDeviation",
     "create_goodput_monitor",
     "create_goodput_recorder",
@@ -600,13 +600,13 @@ class GoodputMonitor(_BaseMonitor):
 
             self._gcm = CloudMonitoringExporter(opts, job_name, client=gcm_client)
 
-    def upload_goodput(self) -> dict[str, float]:  # noqa: D102 - the base's, plus Cloud Monitoring
+    def upload_goodput(self) -> dict[str, float]:
         values = super().upload_goodput()
         if self._gcm is not None and values and self.gcp_options.enable_gcp_goodput_metrics:
             self._gcm.send_goodput(self.calculator, self._now())
         return values
 
-    def upload_step_deviation(self) -> dict[str, float]:  # noqa: D102
+    def upload_step_deviation(self) -> dict[str, float]:
         values = super().upload_step_deviation()
         if self._gcm is not None and values and self.gcp_options.enable_gcp_step_deviation_metrics:
             self._gcm.send_step_deviation(self.calculator, self._now())

@@ -140,7 +140,7 @@ class ElasticGoodputCalculator(GoodputCalculator):
         return breakdown
 
     def get_job_goodput(self, include_badput_breakdown: bool = False,
-                        configured_ideal_step_time: float | None = None):  # noqa: D102
+                        configured_ideal_step_time: float | None = None):
         g, breakdown, last = super().get_job_goodput(include_badput_breakdown,
                                                      configured_ideal_step_time)
         if include_badput_breakdown:
@@ -148,7 +148,7 @@ class ElasticGoodputCalculator(GoodputCalculator):
             self._with_elastic(breakdown, flat)
         return g, breakdown, last
 
-    def get_job_goodput_interval(self, interval_start: Any, interval_end: Any):  # noqa: D102
+    def get_job_goodput_interval(self, interval_start: Any, interval_end: Any):
         g, breakdown, last, total, disruptions = super().get_job_goodput_interval(
             interval_start, interval_end)
         eng = self._last_interval_engine

@@ -40,7 +40,7 @@ def get_timestamp_from_log_entry(entry: dict[str, Any]) -> datetime.datetime | N
     """
     for key, value in entry.items():
         if "time" in key:
-            return datetime.datetime.fromtimestamp(value, datetime.timezone.utc)
+            return datetime.datetime.fromtimestamp(value, datetime.UTC)
     return None
 
 

@@ -73,7 +73,7 @@ class ElasticGoodputMonitor(GoodputMonitor):
         if getattr(self, "_owns_elastic_store", False):
             self._owns_store = True
 
-    def upload_goodput(self) -> dict[str, float]:  # noqa: D102 - plus slice efficiency
+    def upload_goodput(self) -> dict[str, float]:
         values = super().upload_goodput()
         if values and self.include_slice_efficiency:
             d = self.calculator.get_job_goodput_details()

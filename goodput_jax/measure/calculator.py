@@ -54,8 +54,7 @@ from typing import Any
 import numpy as np
 
 from goodput_jax.measure.engine import BUCKET_NAMES, COMPILATION, HINTS, Engine, StreamKeys
-from goodput_jax.measure.events import EventKind
-from goodput_jax.measure.events import KIND_CODES, check_job_name, to_timestamp
+from goodput_jax.measure.events import KIND_CODES, EventKind, check_job_name, to_timestamp
 from goodput_jax.measure.stores import EventStore, resolve_store
 
 

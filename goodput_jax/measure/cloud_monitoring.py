@@ -132,7 +132,7 @@ class CloudMonitoringExporter:
                 out.append(self._m("performance", ideal, {}, with_labels=False))
         return out
 
-    def _m(self, name: str, value: float | int, labels: dict, *,
+    def _m(self, name: str, value: float, labels: dict, *,
            with_labels: bool = True) -> dict:
         return {"metric_type": _PREFIX + name, "value": value,
                 "metric_labels": self._labels(labels) if with_labels else {},

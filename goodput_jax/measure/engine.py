@@ -341,7 +341,8 @@ class Engine:
             self.seg_ocnt[g] -= 1
         if self.record:
             for i in self.live_segs.pop():
-                self.segs[i][2] = "WASTED_PROGRESS_FROM_DISRUPTION"
+                if self.segs[i][2] == PRODUCTIVE:
+                    self.segs[i][2] = "WASTED_PROGRESS_FROM_DISRUPTION"
         return s
 
     def _add(self, a: float, b: float, cat: str, step: int | None = None,
@@ -358,14 +359,14 @@ class Engine:
         return len(segs) - 1
 
     def _clip(self, a: float, b: float) -> float:
-        a = a if a > self.ws else self.ws
-        b = b if b < self.we else self.we
+        a = max(self.ws, a)
+        b = min(self.we, b)
         if b <= a:
             return 0.0
         return b - a - _overlap(a, b, self.excl) if self.excl else b - a
 
     # ------------------------------------------------------------ row loop
-    def feed(self, rows) -> None:  # noqa: C901 - the one state machine
+    def feed(self, rows) -> None:
         """Feed rows in insertion order (see the class docstring)."""
         acc = self.acc
         custom = self.custom
@@ -419,8 +420,9 @@ class Engine:
                     down = self._clip(last_t, t)
                     acc[B_INFRA] += self.pending + down
                     if record:
-                        for i in self.pend_segs:
-                            self.segs[i][2] = "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"
+                        for i in self.pend_segs:  # (compile time carved out stays)
+                            if self.segs[i][2] == PRODUCTIVE:
+                                self.segs[i][2] = "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"
                         self.crashes.append((last_t, self.runs - 1))
                         if t > last_t:
                             self._add(last_t, t, "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION")
@@ -450,8 +452,7 @@ class Engine:
             elif self.ended:
                 # a cleanly ended stream that logs again: the pause is not job time
                 self.ended = False
-                if t > self.last_t:
-                    self.last_t = t
+                self.last_t = max(self.last_t, t)
             else:
                 last_t = self.last_t
                 if t < last_t:
@@ -586,7 +587,8 @@ class Engine:
                 self.acc[B_WASTED] += self.pending
                 if self.record:
                     for i in self.pend_segs:
-                        self.segs[i][2] = "WASTED_PROGRESS_FROM_DISRUPTION"
+                        if self.segs[i][2] == PRODUCTIVE:
+                            self.segs[i][2] = "WASTED_PROGRESS_FROM_DISRUPTION"
                     self.pend_segs = []
                 self.pending, self.open_step, self.dq = 0.0, -1, []
             elif self.open_step >= 0:

@@ -40,9 +40,9 @@ from typing import Any, Self
 from goodput_jax.measure.events import KIND_CODES as _K
 from goodput_jax.measure.events import (
     KINDS_BY_CODE,
-    check_job_name,
     Event,
     EventKind,
+    check_job_name,
     check_step,
     new_run_id,
     to_timestamp,

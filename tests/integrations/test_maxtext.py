@@ -272,7 +272,7 @@ def test_maxtext_wrapper_replay_matches_the_reference_and_its_tensorboard_layout
     from tests.measure.reference_scenarios import breakdown_pct, maxtext_calls, replay_maxtext
 
     now = [0.0]
-    clock = lambda: now[0]  # noqa: E731
+    clock = lambda: now[0]
     store = SQLiteStore(str(tmp_path / "goodput.db"))
     calls = maxtext_calls()
     replay_maxtext(goodput, calls, "maxtext", lambda t: now.__setitem__(0, t), store=store,
@@ -313,7 +313,7 @@ def test_maxtext_elastic_path_runs(tmp_path):
     from goodput_jax import goodput_elastic, monitoring, monitoring_elastic
 
     now = [0.0]
-    clock = lambda: now[0]  # noqa: E731
+    clock = lambda: now[0]
     store = SQLiteStore(str(tmp_path / "goodput.db"))
     rec = goodput_elastic.ElasticGoodputRecorder("maxtext", "goodput_maxtext", True,
                                                  store=store, clock=clock)

@@ -102,13 +102,13 @@ class ListLogger:
     def read_cloud_logging_entries(self, start_time=None, end_time=None, last_entry_info=None):
         # all entries, then nothing new (the calculators read once per query)
         out = self.entries if last_entry_info is None else []
-        last = (_dt.datetime.now(_dt.timezone.utc), str(len(self.entries)))
+        last = (_dt.datetime.now(_dt.UTC), str(len(self.entries)))
         return list(out), last
 
 
 def _dt_of(x: Any) -> Any:
     if isinstance(x, float):
-        return _dt.datetime.fromtimestamp(x, _dt.timezone.utc)
+        return _dt.datetime.fromtimestamp(x, _dt.UTC)
     return x
 
 

@@ -14,9 +14,9 @@ import pytest
 grpc = pytest.importorskip("grpc")
 monitoring_v3 = pytest.importorskip("google.cloud.monitoring_v3")
 
-from goodput_jax import goodput  # noqa: E402
-from goodput_jax.measure.stores.sqlite import SQLiteStore  # noqa: E402
-from tests.measure.test_monitor import clock, scenario  # noqa: E402
+from goodput_jax import goodput
+from goodput_jax.measure.stores.sqlite import SQLiteStore
+from tests.measure.test_monitor import clock, scenario
 
 
 class LoopbackMetricService:
@@ -47,7 +47,6 @@ class LoopbackMetricService:
             self.fail_next -= 1
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "injected")
         self.requests.append(request)
-        return None
 
     def client(self):
         from google.cloud.monitoring_v3.services.metric_service.transports import (

@@ -71,3 +71,16 @@ def test_timeline_equals_calculator_on_arbitrary_events(evs, now):
     except NoEventsError:
         return
     _agree(store, "job", now)
+
+
+def test_compile_time_inside_a_step_lost_in_a_crash_stays_program_startup():
+    # step 0 from 0; a 1 s compile ends at 1 (program startup, carved out of the step);
+    # the same recorder starts again at 1: the crashed step's remaining time is recovery,
+    # the compile time stays program startup in the timeline too (hypothesis found it)
+    store = new_store()
+    evs = events("job", "a", [(K.STEP_START, 0, 0), (K.JOB_START, 1)])
+    comp = Event(K.COMPILATION, "job", "a", 0, 1.0,
+                 payload={"duration_s": 1.0, "recompile": False, "name": "f"})
+    store.append([evs[0], comp, evs[1]])
+    _, tot = _agree(store, "job", now=1.0)
+    assert tot["PROGRAM_STARTUP"] == pytest.approx(1.0)

@@ -144,7 +144,7 @@ def test_step_deviation_uploads_steps_redone_after_a_rollback(tmp_path):
     """Steps redone after a rollback are uploaded again, with their new times (they
     used to be skipped until they passed the highest step already written)."""
     store = SQLiteStore(str(tmp_path / "g.db"))
-    ev = lambda kind, t, step=None: Event(kind, "job", "r1", 0, T0 + t, step=step)  # noqa: E731
+    ev = lambda kind, t, step=None: Event(kind, "job", "r1", 0, T0 + t, step=step)
     store.append([ev(K.JOB_START, 0.0)] + [ev(K.STEP_START, 1.0 + i, i) for i in range(11)])
     tb = tmp_path / "tb"
     monitor = make_monitor(store, tb, configured_ideal_step_time=1.0)

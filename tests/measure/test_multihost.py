@@ -15,8 +15,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from goodput_jax.measure.calculator import BadputType as B
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.stores.sqlite import SQLiteStore

@@ -16,7 +16,7 @@ from goodput_jax.measure.stores.base import EventStore, StoreError
 DEFAULT_STORE_URL = "sqlite:///goodput.db"
 ENV_VAR = "GOODPUT_JAX_STORE"
 
-__all__ = ["EventStore", "StoreError", "open_store", "resolve_store", "DEFAULT_STORE_URL"]
+__all__ = ["DEFAULT_STORE_URL", "EventStore", "StoreError", "open_store", "resolve_store"]
 
 
 def open_store(url: str | None = None, **kwargs) -> EventStore:

@@ -11,7 +11,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from goodput_jax.measure.events import Event
 

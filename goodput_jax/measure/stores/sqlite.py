@@ -284,23 +284,6 @@ class SQLiteStore:
             self._streams_by_id[sid] = s
         return s
 
-    def stream_info(self, stream_id: int) -> tuple[str, int]:
-        """``(run_id, host)`` of a stream id of :meth:`read_columns`.
-
-        Example:
-            >>> s = SQLiteStore(":memory:")
-            >>> from goodput_jax.measure.events import Event, EventKind
-            >>> s.append([Event(EventKind.JOB_START, "j", "r", 2, 1.0)])
-            >>> cols, _, _ = s.read_columns("j")
-            >>> s.stream_info(int(cols["stream"][0]))
-            ('r', 2)
-        """
-        with self._lock:
-            try:
-                return self._stream(int(stream_id))
-            except sqlite3.DatabaseError as e:
-                raise StoreError(f"cannot read store {self.url!r}: {e}") from e
-
     # --------------------------------------------------------------- protocol
     def append(self, events: Sequence[Event]) -> None:
         """Append a batch of events atomically (one transaction).
@@ -487,7 +470,7 @@ class SQLiteStore:
         return cols, hi, done
 
     def stream_info(self, stream_id: int) -> tuple[str, int]:
-        """(run_id, host) of a stream id returned by :meth:`read_rows`."""
+        """(run_id, host) of a stream id returned by :meth:`read_rows` / :meth:`read_columns`."""
         with self._lock:
             return self._stream(stream_id)
 
