@@ -279,6 +279,19 @@ class OneStepLateTimer:
         self._last_ready = None
 
 
+def _predict_optim_np(p: PerfParams, n: Any, r: Any, b: Any) -> np.ndarray:
+    """float64 numpy twin of :func:`goodput_jax.model.perf.predict_optim_time` (no compile
+    per profile length: the hooks' profile grows one configuration at a time)."""
+    n, r, b = (np.asarray(x, float) for x in (n, r, b))
+    acc = p.alpha_c + p.beta_c * b
+    extra = np.maximum(r - 2.0, 1e-8)
+    net = np.where(n > 1, p.alpha_n + p.beta_n * extra,
+                   np.where(r > 1, p.alpha_r + p.beta_r * extra, 1e-8 + 1e-8 * 1e-8))
+    hi = np.maximum(acc, net)
+    g = float(p.gamma)
+    return hi * ((acc / hi) ** g + (net / hi) ** g) ** (1.0 / g)
+
+
 @jax.jit
 def _copy_tree(tree: Any) -> Any:
     return jax.tree.map(lambda x: x + jax.numpy.zeros((), x.dtype), tree)
@@ -658,7 +671,7 @@ class GoodputHooks:
         return out
 
     def _fit(self, table: dict) -> tuple[PerfParams | None, float, dict]:
-        from goodput_jax.model.perf import fit_perf_params, predict_optim_time
+        from goodput_jax.model.perf import fit_perf_params
 
         keys = list(table)
         n, r, b = (np.array([k[i] for k in keys]) for i in range(3))
@@ -666,7 +679,7 @@ class GoodputHooks:
         opt = np.array([table[k][1] for k in keys])
         weights = np.array([min(table[k][2], PROFILE_WINDOW) for k in keys], float)
         params = fit_perf_params(n, r, b, acc, opt, weights=weights)
-        pred = np.asarray(predict_optim_time(params, n, r, b))
+        pred = _predict_optim_np(params, n, r, b)
         errs = np.abs(pred - opt) / opt
         return params, float(np.median(errs)), {k: float(e) for k, e in zip(keys, errs)}
 
@@ -880,12 +893,10 @@ class GoodputHooks:
         self.model_error = float("nan") if err is None else float(err)
         if self.perf_params is not None:
             table = self.profile_table()
-            from goodput_jax.model.perf import predict_optim_time
-
             if table:
                 keys = list(table)
-                pred = np.asarray(predict_optim_time(
-                    self.perf_params, *(np.array([k[i] for k in keys]) for i in range(3))))
+                pred = _predict_optim_np(
+                    self.perf_params, *(np.array([k[i] for k in keys]) for i in range(3)))
                 self.model_errors = {k: abs(p - table[k][1]) / table[k][1]
                                      for k, p in zip(keys, pred)}
         self.atomic_bsz = int(state["atomic_bsz"])
