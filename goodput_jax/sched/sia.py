@@ -770,6 +770,10 @@ class SiaPolicy:
             job = jobs[key]
             if not isinstance(job, JobInfo):
                 raise TypeError(f"jobs[{key!r}] must be a JobInfo, got {type(job).__name__}")
+            per_replica = job.resources.get(self.resource, 1)
+            if per_replica != 1:
+                raise ValueError(f"jobs[{key!r}].resources[{self.resource!r}] = {per_replica!r}: "
+                                 f"SiaPolicy places one accelerator per replica")
             infos.append(job)
         prev_alloc = {k: list(base_allocations.get(k, ()) or ()) for k in keys}
         previous = np.array([self._config_of(prev_alloc[k], configs, type_of) for k in keys],

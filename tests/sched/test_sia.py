@@ -53,6 +53,13 @@ def test_realloc_factor_and_arguments():
         SiaPolicy(lambda_n=-1.0)
     with pytest.raises(TypeError, match="accelerator_type"):
         NodeInfo({"gpu": 4}, False, accelerator_type=3)
+    nodes = {"n": NodeInfo({"gpu": 4}, False, "t4")}
+    two = {"j": JobInfo({"gpu": 2}, lambda n, r: r, 0.0, 0, 4)}
+    with pytest.raises(ValueError, match="one accelerator per replica"):
+        SiaPolicy(resource="gpu").optimize(two, nodes, {})
+    with pytest.raises(ValueError, match="no node offers the resource 'tpu'"):
+        SiaPolicy(resource="tpu").optimize({"j": JobInfo({}, lambda n, r: r, 0.0, 0, 4)},
+                                           nodes, {})
 
 
 def test_gap_to_exact_optimum_on_small_instances():
