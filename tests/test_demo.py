@@ -136,7 +136,10 @@ def test_demo_report_html_png(demo_run, tmp_path):
     doc = html.read_text()
     for section in ('id="timeline"', 'id="breakdown"', 'id="model-curves"', 'id="hints"'):
         assert section in doc
-    assert doc.count("data:image/png;base64,") == 3
+    # one embedded image per plot: timeline, badput breakdown, goodput vs batch size and vs replicas
+    assert doc.count("data:image/png;base64,") == 4
+    for which in ("timeline", "breakdown", "batch", "replicas"):
+        assert f'id="img-{which}"' in doc
 
 
 def test_config_and_progress_bar():
