@@ -688,23 +688,16 @@ class SiaPolicy:
         hi = np.array([job.max_replicas for job in jobs])
         valid = (configs.gpus[None, :] >= lo[:, None]) & (configs.gpus[None, :] <= hi[:, None])
         # Types without a model: one GPU only, at goodput 1 (after normalisation).
-        for j, job in enumerate(jobs):
-            have = set(job.goodput_fns or ())
-            for t, name in enumerate(configs.types):
-                if name not in have:
-                    cols = configs.ctype == t
-                    valid[j, cols] &= configs.gpus[cols] == 1
+        have = np.array([[name in (job.goodput_fns or ()) for name in configs.types]
+                         for job in jobs], bool)  # [J, T]
+        missing = ~have[:, configs.ctype]  # [J, K]
+        valid &= ~missing | (configs.gpus[None, :] == 1)
         good = np.where(valid & (good > 0), good, 0.0)
         pos = np.where(good > 0, good, np.inf)
         row_min = pos.min(1, keepdims=True)
         norm = np.where(np.isfinite(row_min), good / np.where(np.isfinite(row_min), row_min, 1.0),
                         0.0)
-        for j, job in enumerate(jobs):
-            have = set(job.goodput_fns or ())
-            for t, name in enumerate(configs.types):
-                if name not in have:
-                    cols = (configs.ctype == t) & (configs.gpus == 1) & valid[j]
-                    norm[j, cols] = 1.0
+        norm = np.where(missing & valid, 1.0, norm)
         factor = np.ones(J)
         for j, job in enumerate(jobs):
             age = job.age if job.age is not None else now - job.creation_time

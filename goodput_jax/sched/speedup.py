@@ -408,7 +408,9 @@ def goodput_matrix(goodput_fns: Sequence[Mapping[str, Callable] | None], types: 
     The (type x count) table of each job, batched over jobs: per type, the
     :class:`SpeedupFunction` s of all jobs are evaluated together
     (:func:`speedup_tables`, one vmapped call per group) and scaled by their
-    base goodput; other callables are called with the configuration arrays.
+    base goodput; objects with a 1-D ``row`` array (goodput by GPU count, e.g. the
+    simulator's tables) are gathered in one indexing; other callables are called
+    with the configuration arrays.
     A job without a function for a type gets 0 there (it cannot run there).
 
     Args:
@@ -434,7 +436,7 @@ def goodput_matrix(goodput_fns: Sequence[Mapping[str, Callable] | None], types: 
         cols = np.nonzero(ctype == t)[0]
         if cols.size == 0:
             continue
-        rows, spd, other = [], [], []
+        rows, spd, other, table_rows, tables_1d = [], [], [], [], []
         for j, fns in enumerate(goodput_fns):
             fn = None if fns is None else fns.get(name)
             if fn is None:
@@ -442,8 +444,18 @@ def goodput_matrix(goodput_fns: Sequence[Mapping[str, Callable] | None], types: 
             if isinstance(fn, SpeedupFunction):
                 rows.append(j)
                 spd.append(fn)
+            elif isinstance(getattr(fn, "row", None), np.ndarray) and fn.row.ndim == 1:
+                table_rows.append(j)  # goodput read from a row indexed by GPU count
+                tables_1d.append(fn.row)
             else:
                 other.append((j, fn))
+        if tables_1d:
+            width = max(len(r) for r in tables_1d)
+            stacked = np.zeros((len(tables_1d), width))
+            for i, r in enumerate(tables_1d):
+                stacked[i, :len(r)] = r
+            idx = np.minimum(cgpus[cols], width - 1)
+            out[np.asarray(table_rows)[:, None], cols[None, :]] = stacked[:, idx]
         if spd:
             tables = speedup_tables(spd, int(cnodes[cols].max()), int(cgpus[cols].max()))
             base = np.array([fn.base_goodput for fn in spd])
