@@ -81,7 +81,7 @@ HINT_LABELS: dict[str, HintLabel] = {
                                        "largest replica count the step-time model was fitted "
                                        "on; the curves extrapolate beyond it"),
     "accelerator_type": HintLabel("accelerator type", "", "the device type the job runs on"),
-    "perf_params": HintLabel("step-time model", "s", "fitted step-time parameters: compute "
+    "perf_params": HintLabel("step-time model", "ms (per term)", "fitted step-time parameters: compute "
                              "alpha_c + beta_c * b, network alpha_r/beta_r (one node), "
                              "alpha_n/beta_n (across nodes), overlap gamma"),
     "grad_params": HintLabel("gradient statistics", "", "squared gradient norm |G|^2 (norm) "
@@ -99,7 +99,7 @@ HINT_LABELS: dict[str, HintLabel] = {
                                        "accumulation steps of the suggestion"),
     "predicted_speedup": HintLabel("predicted speedup", "x", "goodput of the suggestion / "
                                    "goodput of the current configuration"),
-    "perf_params_by_type": HintLabel("step-time model per accelerator type", "s",
+    "perf_params_by_type": HintLabel("step-time model per accelerator type", "ms (per term)",
                                      "parameters fitted on each observed type"),
     "min_throughput_by_type": HintLabel("throughput at minimum devices, per type", "samples/s",
                                         "Sia's bootstrap profile"),
