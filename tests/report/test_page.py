@@ -212,6 +212,7 @@ def test_hints_show_human_names_and_units_not_camel_case(page):
     assert cells[row + 1:row + 3] == ["2", "devices"]
     row = cells.index("step-time model")
     assert "ms/sample" in cells[row + 1] and "overlap gamma 1.14" in cells[row + 1]
+    assert cells[row + 2] == "ms (per term)"  # the values are printed in ms
     camel = re.compile(r"\b[a-z]+[A-Z][A-Za-z]*\b")
     assert [c for c in cells if camel.search(c)] == []
     # the JSON key is only a tooltip
