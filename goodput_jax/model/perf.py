@@ -35,10 +35,10 @@ from goodput_jax.model.types import GradParams, PerfParams
 
 __all__ = [
     "FIT_INIT",
-    "ProfileWarning",
     "FIT_MAX_ITERS",
     "GradParams",
     "PerfParams",
+    "ProfileWarning",
     "fit_loss",
     "fit_perf_params",
     "fit_perf_params_batched",
