@@ -255,7 +255,14 @@ def main(argv=None) -> int:
     ap.add_argument("--overhead-steps", type=int, default=300)
     ap.add_argument("--demo-runs", type=int, default=0,
                     help="instead: run the demo N times and report the fit error and suggestions")
+    ap.add_argument("--overhead-only", action="store_true",
+                    help="only the plain-loop vs hooks+controller comparison")
     args = ap.parse_args(argv)
+    if "GOODPUT_JAX_STORE" not in os.environ:  # the hooks' recorders: not ./goodput.db
+        import tempfile
+
+        os.environ["GOODPUT_JAX_STORE"] = "sqlite:///" + os.path.join(
+            tempfile.mkdtemp(prefix="adaptive-bench-"), "goodput.db")
     if args.demo_runs:
         return demo_check(args.demo_runs, args.quick)
     seeds = args.seeds or (1 if args.quick else 3)
@@ -287,6 +294,16 @@ def main(argv=None) -> int:
           f"{fit_compile:.1f} s)")
     rows = []
     step_cache: dict = {}
+    if args.overhead_only:
+        tx0 = adaptive_optimizer(optax.sgd(args.lr, momentum=0.9), args.m0, rule="adascale")
+        step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0), tx0
+        ov = overhead(args, make_data(0, 60000, 16), model, loss_fn, step_cache,
+                      rounds=3 if args.quick else 5)
+        print(f"overhead at M0, {ov['steps']} steps, refit every {args.refit_interval} s: plain "
+              f"loop {ov['plain']:.3f} s, hooks+controller {ov['hooked']:.3f} s (median ratio "
+              f"{ov['ratio']:.3f}); hooks + controller own time on the training thread "
+              f"{ov['fg']:.2%} of the hooked loop")
+        return 0
     # One-off: compile the step for every batch shape any arm may use (the
     # fixed sweep and the adaptive arm's atomic sizes), so that no arm is
     # charged with another arm's compile cache. Reported, not timed.

@@ -155,6 +155,7 @@ class AdaptiveBatchSize:
         self._step_ref: tuple | None = None
         #: Seconds spent in :meth:`adapt` from :meth:`step` (checks, requested refits, switches).
         self.adapt_seconds = 0.0
+        self._cache: tuple | None = None
 
     # ----------------------------------------------------------------- configuration
     @property
@@ -285,6 +286,12 @@ class AdaptiveBatchSize:
             h._since_fit = max(h._since_fit, h.refit_interval)
             h.maybe_refit()
             return None
+        # Nothing new since the last check (same fit, statistics, configuration and
+        # profiled set): reuse its evaluation (a check then costs microseconds).
+        sig = (h.fit_count, id(h._grad_stats), h._grad_params, key, len(h.profile))
+        if self._cache is not None and self._cache[0] == sig:
+            cand, good, cur = self._cache[1]
+            return self._decide(cand, good, cur)
         fn = h.goodput_function()
         if fn is None:
             return None
@@ -298,12 +305,19 @@ class AdaptiveBatchSize:
         padded = np.concatenate([cand, np.repeat(cand[:1], size - len(cand), axis=0)])
         good = np.asarray(fn.evaluate(np.full(size, h.num_nodes), np.full(size, r),
                                       padded[:, 0], padded[:, 1]))[:len(cand)]
-        i = int(np.argmax(good))
-        best = (int(cand[i, 0]), int(cand[i, 1]))
         try:
             cur = float(fn.evaluate(h.num_nodes, r, h.atomic_bsz, h.accum_steps))
         except ValueError:
             cur = 0.0
+        sig = (h.fit_count, id(h._grad_stats), h._grad_params, key, len(h.profile))
+        self._cache = (sig, (cand, good, cur))
+        return self._decide(cand, good, cur)
+
+    def _decide(self, cand: np.ndarray, good: np.ndarray, cur: float) -> dict:
+        h = self.hooks
+        r = h.num_replicas
+        i = int(np.argmax(good))
+        best = (int(cand[i, 0]), int(cand[i, 1]))
         speedup = float(good[i]) / cur if cur > 0 else math.inf
         # The gain must also beat the model's own error on the profiled configurations.
         err = h.model_error if math.isfinite(h.model_error) else 0.0

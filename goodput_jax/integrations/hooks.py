@@ -235,6 +235,8 @@ class OneStepLateTimer:
         self._clock = clock
         self._pending: tuple | None = None
         self._last_ready: float | None = None
+        #: Seconds spent waiting for the device (not the hooks' own cost: a loop waits anyway).
+        self.waited = 0.0
 
     def _complete(self, item: tuple, t_end: float) -> tuple[int, float, float]:
         step, _arrays, t_start = item
@@ -261,8 +263,11 @@ class OneStepLateTimer:
             done.append(self._complete((step, arrays, t_start), t_dispatched))
             return done
         if self._pending is not None:
+            t0 = self._clock()
             _block(self._pending[1])
-            done.append(self._complete(self._pending, self._clock()))
+            t_end = self._clock()
+            self.waited += t_end - t0
+            done.append(self._complete(self._pending, t_end))
         self._pending = (step, arrays, t_start)
         return done
 
@@ -511,6 +516,7 @@ class GoodputHooks:
         early = self._timer.before_dispatch(t0)
         out = fn(*args, **kwargs)
         t1 = self._clock()
+        waited0 = getattr(self._timer, "waited", 0.0)
         self._finish_timing(early)
         self._step_keys[step] = (self._key(), self._pending_accum)
         self._pending_accum = 0
@@ -521,7 +527,8 @@ class GoodputHooks:
         self._last_out = out
         self._steps_seen += 1
         self.maybe_refit()
-        self.foreground_seconds += max(self._clock() - t1, 0.0)
+        waited = getattr(self._timer, "waited", 0.0) - waited0
+        self.foreground_seconds += max(self._clock() - t1 - waited, 0.0)
         return out
 
     def _finish_timing(self, done: list[tuple[int, float, float]]) -> None:
@@ -843,6 +850,10 @@ class GoodputHooks:
 
     def cost(self) -> dict[str, float]:
         """The hooks' own time: ``foreground`` (training thread) and ``background`` seconds.
+
+        Foreground time excludes the one-step-late wait for the device (a loop
+        waits for its steps anyway); it includes recording, profiling, reading
+        statistics and inline refits.
 
         Example:
             >>> GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1).cost()
