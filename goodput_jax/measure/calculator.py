@@ -43,7 +43,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import math
 import threading
@@ -53,38 +52,10 @@ from typing import Any
 
 import numpy as np
 
-from goodput_jax.measure.engine import BUCKET_NAMES, COMPILATION, HINTS, Engine, StreamKeys
+from goodput_jax.measure.badput import BUCKET_NAMES, BadputType
+from goodput_jax.measure.engine import COMPILATION, HINTS, Engine, StreamKeys
 from goodput_jax.measure.events import KIND_CODES, EventKind, check_job_name, to_timestamp
 from goodput_jax.measure.stores import EventStore, resolve_store
-
-
-class BadputType(enum.Enum):
-    """Causes of unproductive time (Google's ml-goodput-measurement categories).
-
-    ``TPU_INITIALIZATION`` and ``DATA_LOADING_SYNC`` are aliases of
-    ``ACCELERATOR_INITIALIZATION`` and ``DATA_LOADING`` (Google's names).
-    ``DATA_LOADING_ASYNC`` exists for drop-in compatibility: asynchronous loading
-    does not block training, so it is never badput and always reported as 0.
-    """
-
-    ACCELERATOR_INITIALIZATION = 1
-    TPU_INITIALIZATION = 1  # noqa: PIE796 - Google's name, an alias
-    TRAINING_PREP = 2
-    PROGRAM_STARTUP = 3
-    DATA_LOADING = 4
-    DATA_LOADING_SYNC = 4  # noqa: PIE796 - Google's name, an alias
-    DATA_LOADING_ASYNC = 5
-    UNPRODUCTIVE_CHECKPOINT_SAVE_TIME = 6
-    UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME = 7
-    WASTED_PROGRESS_FROM_DISRUPTION = 8
-    INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION = 9
-    CUSTOM_BADPUT_EVENTS = 10
-    OTHER = 11
-    ELASTIC_SLICE_DOWN = 12
-    ELASTIC_SCALE_UP = 13
-    ELASTIC_REINITIALIZATION = 14
-    #: measured ``recompile=True`` compilations (goodput_jax only)
-    RECOMPILATION = 15
 
 
 class NoEventsError(ValueError):
@@ -261,6 +232,46 @@ class GoodputCalculator:
                 self._cursor = cursor  # advanced chunk by chunk: a failed read resumes here
                 total += n
             return total
+
+    def timeline(self, now: Any = None) -> dict[str, Any]:
+        """The job's attributed time slices, as the calculator's own engine attributes them.
+
+        Replays the store into a fresh recording engine (the calculator's
+        incremental state is left as it is) and returns the engine's
+        :meth:`~goodput_jax.measure.engine.Engine.timeline`, so the slices' totals
+        equal :meth:`get_job_goodput_details` to the float.
+
+        Args:
+            now: "now" for a live job, UTC seconds or an aware datetime
+                (default: the calculator's clock).
+
+        Returns:
+            dict with ``segments`` (lists ``[start, end, category, run, step,
+            label]``; ``category`` is ``"PRODUCTIVE"`` or a
+            :data:`~goodput_jax.measure.badput.BUCKET_NAMES` entry, ``run`` an index
+            into ``run_ids``), ``restarts`` and ``crashes`` (``(time, run index)``),
+            ``run_ids`` (the run id strings, in order of appearance), ``first_t``
+            (the first run's first event time, or None) and ``now``.
+
+        Raises:
+            NoEventsError: the store holds no events for the job.
+
+        Example:
+            >>> tl = calc.timeline(now=1_700_000_100.0)                 # doctest: +SKIP
+            >>> sum(b - a for a, b, *_ in tl["segments"])               # doctest: +SKIP
+            100.0
+        """
+        t = self._now() if now is None else to_timestamp(now, name="now")
+        eng = Engine(record=True)
+        with self._lock:
+            for _ in self._feed_new(eng, None):
+                pass
+            self._require_events(eng)
+            out = eng.timeline(t)
+            out["run_ids"] = [self._keys.run_id(key) for key in out["run_ids"]]
+        out["first_t"] = eng.first_t
+        out["now"] = t
+        return out
 
     def _require_events(self, eng: Engine) -> None:
         if eng.runs == 0:

@@ -37,13 +37,12 @@ import math
 import time
 from typing import Any
 
+from goodput_jax.measure.badput import GOOGLE_NAMES
+
 _log = logging.getLogger(__name__)
 
 RESOURCE_TYPE = "compute.googleapis.com/Workload"
 _PREFIX = "compute.googleapis.com/workload/"
-#: our BadputType names -> Google's
-_GOOGLE_NAMES = {"ACCELERATOR_INITIALIZATION": "TPU_INITIALIZATION",
-                 "DATA_LOADING": "DATA_LOADING_SYNC"}
 #: not sent (as the reference: asynchronous loading is not an activity to report)
 _EXCLUDED = {"DATA_LOADING_ASYNC"}
 _MAX_SERIES_PER_CALL = 200  # Cloud Monitoring's limit per CreateTimeSeries
@@ -108,7 +107,7 @@ class CloudMonitoringExporter:
         out = [self._m("goodput_time", float(details["productive_time"]),
                        {"goodput_source": "TOTAL"})]
         for bt, secs in details["badput_time"].items():
-            name = _GOOGLE_NAMES.get(bt.name, bt.name)
+            name = GOOGLE_NAMES.get(bt.name, bt.name)
             if name in _EXCLUDED or bt.name == "CUSTOM_BADPUT_EVENTS":
                 continue
             out.append(self._m("badput_time", float(secs), {"badput_source": name}))

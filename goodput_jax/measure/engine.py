@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from goodput_jax.measure.badput import BUCKET_NAMES, PRODUCTIVE
 from goodput_jax.measure.events import KIND_CODES, EventKind
 
 # Bucket indices of the hot loop (order = BUCKET_NAMES).
@@ -55,25 +56,6 @@ B_ACCEL, B_PREP, B_STARTUP, B_DATA, B_SAVE, B_RESTORE = 0, 1, 2, 3, 4, 5
 B_WASTED, B_INFRA, B_CUSTOM, B_OTHER, B_RECOMP = 6, 7, 8, 9, 10
 B_SLICE_DOWN, B_SCALE_UP, B_REINIT = 11, 12, 13
 NB = 14
-#: bucket index -> BadputType member name
-BUCKET_NAMES = (
-    "ACCELERATOR_INITIALIZATION",
-    "TRAINING_PREP",
-    "PROGRAM_STARTUP",
-    "DATA_LOADING",
-    "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
-    "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
-    "WASTED_PROGRESS_FROM_DISRUPTION",
-    "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",
-    "CUSTOM_BADPUT_EVENTS",
-    "OTHER",
-    "RECOMPILATION",
-    "ELASTIC_SLICE_DOWN",
-    "ELASTIC_SCALE_UP",
-    "ELASTIC_REINITIALIZATION",
-)
-#: timeline category of productive time
-PRODUCTIVE = "PRODUCTIVE"
 
 _K = KIND_CODES
 JOB_START, JOB_END = _K[EventKind.JOB_START], _K[EventKind.JOB_END]

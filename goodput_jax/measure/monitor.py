@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self
 
+from goodput_jax.measure.badput import GOOGLE_NAMES
 from goodput_jax.measure.events import to_timestamp
 
 _log = logging.getLogger(__name__)
@@ -240,9 +241,6 @@ class _TBWriter:
                 self._writer.close()
 
 
-#: our BadputType names -> ml-goodput-measurement's (reference tag layout)
-_REFERENCE_NAMES = {"ACCELERATOR_INITIALIZATION": "TPU_INITIALIZATION",
-                    "DATA_LOADING": "DATA_LOADING_SYNC"}
 
 
 class _Uploader:
@@ -438,7 +436,7 @@ class GoodputMonitor:
         if self.include_badput_breakdown:
             for kind, pct in badput.items():
                 if ref:
-                    name = _REFERENCE_NAMES.get(kind.name, kind.name)
+                    name = GOOGLE_NAMES.get(kind.name, kind.name)
                     if kind.name == "CUSTOM_BADPUT_EVENTS" or isinstance(pct, dict):
                         continue
                     if name.startswith("ELASTIC_") and not getattr(self, "_elastic_tags", False):

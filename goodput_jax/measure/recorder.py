@@ -37,6 +37,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Self
 
+from goodput_jax.measure.badput import RECORDABLE, BadputType
 from goodput_jax.measure.events import KIND_CODES as _K
 from goodput_jax.measure.events import (
     KINDS_BY_CODE,
@@ -53,19 +54,6 @@ logger = logging.getLogger(__name__)
 
 _JOB_START, _JOB_END = _K[EventKind.JOB_START], _K[EventKind.JOB_END]
 _STEP_START, _STEP_END = _K[EventKind.STEP_START], _K[EventKind.STEP_END]
-
-#: BadputType name -> (start kind, end kind) for ``badput()``; imported lazily
-_BADPUT_KINDS = {
-    "ACCELERATOR_INITIALIZATION": (EventKind.ACCELERATOR_INIT_START, EventKind.ACCELERATOR_INIT_END),
-    "TRAINING_PREP": (EventKind.TRAINING_PREP_START, EventKind.TRAINING_PREP_END),
-    "PROGRAM_STARTUP": (EventKind.PROGRAM_STARTUP_START, EventKind.PROGRAM_STARTUP_END),
-    "DATA_LOADING": (EventKind.DATA_LOADING_START, EventKind.DATA_LOADING_END),
-    "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME": (EventKind.CHECKPOINT_SAVE_START, EventKind.CHECKPOINT_SAVE_END),
-    "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME": (
-        EventKind.CHECKPOINT_RESTORE_START, EventKind.CHECKPOINT_RESTORE_END),
-    "CUSTOM_BADPUT_EVENTS": (EventKind.CUSTOM_BADPUT_START, EventKind.CUSTOM_BADPUT_END),
-}
-
 
 class _FlushMarker:
     __slots__ = ("done", "ok")
@@ -483,15 +471,15 @@ class GoodputRecorder:
                 lambda: self.record_custom_badput_event_start_time(custom_badput_event_type=label),
                 lambda: self.record_custom_badput_event_end_time(custom_badput_event_type=label),
             )
-        name = getattr(kind, "name", None)
-        if type(kind).__name__ != "BadputType" or name not in _BADPUT_KINDS:
+        if not isinstance(kind, BadputType) or kind not in RECORDABLE:
             raise ValueError(
                 f"badput kind ({kind!r}) must be a string label or one of BadputType."
-                f"{{{', '.join(_BADPUT_KINDS)}}}; wasted progress, recovery and other are derived"
+                f"{{{', '.join(k.name for k in RECORDABLE)}}}; wasted progress, recovery, "
+                "other, recompilation and the elastic buckets are derived"
             )
-        if name == "CUSTOM_BADPUT_EVENTS":
+        if kind is BadputType.CUSTOM_BADPUT_EVENTS:
             return self.badput("unknown")
-        start, end = _BADPUT_KINDS[name]
+        start, end = RECORDABLE[kind]
         return self._span(lambda: self._record(start, None, "start_time"),
                           lambda: self._record(end, None, "end_time"))
 

@@ -3,9 +3,8 @@
 One table per vocabulary, shared by the text table (:mod:`goodput_jax.report.text`)
 and the plots (:mod:`goodput_jax.report.render`):
 
-* :data:`BUCKET_LABELS`: the attribution engine's categories
-  (:data:`goodput_jax.measure.engine.BUCKET_NAMES` plus ``PRODUCTIVE``) -> a
-  human label;
+* :data:`BUCKET_LABELS` / :data:`OPTIONAL_BUCKETS`: re-exported from
+  :mod:`goodput_jax.measure.badput`, which owns the badput vocabulary;
 * :data:`HINT_LABELS`: each :class:`goodput_jax.model.hints.Hints` field -> a
   human name, its unit and a one-line meaning.
 
@@ -20,36 +19,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from goodput_jax.measure.engine import BUCKET_NAMES, PRODUCTIVE
+# The badput vocabulary (bucket labels) is owned by goodput_jax.measure.badput; re-exported
+# here so the report's words are found in one place.
+from goodput_jax.measure.badput import BUCKET_LABELS, OPTIONAL_BUCKETS
 
 __all__ = ["BUCKET_LABELS", "HINT_LABELS", "OPTIONAL_BUCKETS", "HintLabel"]
-
-#: category -> label, in table order: productive time first, then every badput bucket.
-BUCKET_LABELS: dict[str, str] = {
-    PRODUCTIVE: "productive steps",
-    "ACCELERATOR_INITIALIZATION": "accelerator initialization",
-    "TRAINING_PREP": "training preparation",
-    "PROGRAM_STARTUP": "program startup (compile)",
-    "DATA_LOADING": "data loading (sync)",
-    "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME": "checkpoint save",
-    "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME": "checkpoint restore",
-    "WASTED_PROGRESS_FROM_DISRUPTION": "wasted progress (disruption)",
-    "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION": "infrastructure recovery",
-    "CUSTOM_BADPUT_EVENTS": "custom badput events",
-    "OTHER": "other (unaccounted, hangs)",
-    "RECOMPILATION": "recompilation",
-    "ELASTIC_SLICE_DOWN": "elastic: slice down",
-    "ELASTIC_SCALE_UP": "elastic: scale up",
-    "ELASTIC_REINITIALIZATION": "elastic: re-initialization",
-}
-
-#: buckets the text table lists only when they hold time (goodput_jax-only or elastic jobs)
-OPTIONAL_BUCKETS: frozenset[str] = frozenset(
-    {"RECOMPILATION", "ELASTIC_SLICE_DOWN", "ELASTIC_SCALE_UP", "ELASTIC_REINITIALIZATION"})
-
-if set(BUCKET_LABELS) != {PRODUCTIVE, *BUCKET_NAMES}:  # pragma: no cover - caught by the tests
-    raise ImportError("report labels out of date with the engine's BUCKET_NAMES: "
-                      f"{sorted(set(BUCKET_NAMES) ^ (set(BUCKET_LABELS) - {PRODUCTIVE}))}")
 
 
 class HintLabel(NamedTuple):

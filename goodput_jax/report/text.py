@@ -1,7 +1,7 @@
 """The goodput / badput table as plain text (``goodput-jax report``'s output).
 
 Reads only :class:`~goodput_jax.measure.calculator.GoodputCalculator`'s results;
-labels come from :mod:`goodput_jax.report.labels`.
+labels come from :mod:`goodput_jax.measure.badput`.
 
 Example:
     >>> from goodput_jax.report.text import format_report   # doctest: +SKIP
@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from goodput_jax.measure.calculator import BadputType, GoodputCalculator
-from goodput_jax.measure.engine import BUCKET_NAMES
-from goodput_jax.report.labels import BUCKET_LABELS, OPTIONAL_BUCKETS
+from goodput_jax.measure.badput import BUCKET_LABELS, BUCKET_NAMES, OPTIONAL_BUCKETS, BadputType
+from goodput_jax.measure.calculator import GoodputCalculator
 
 __all__ = ["BADPUT_LABELS", "badput_rows", "format_report", "format_seconds", "job_details"]
 
@@ -44,7 +43,7 @@ def job_details(calculator: GoodputCalculator) -> dict[str, Any]:
 def badput_rows(details: dict[str, Any]) -> list[tuple[str, str, float]]:
     """``(bucket name, label, seconds)`` for every badput row the table shows.
 
-    Buckets in :data:`~goodput_jax.report.labels.OPTIONAL_BUCKETS` (recompilation,
+    Buckets in :data:`~goodput_jax.measure.badput.OPTIONAL_BUCKETS` (recompilation,
     elastic) appear only when they hold time, so the rows always sum to the total.
 
     Args:

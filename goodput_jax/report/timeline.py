@@ -1,9 +1,8 @@
 """A job's time cut into attributed slices, as the one attribution engine returns them.
 
-The report never re-derives an attribution rule: :func:`build_timeline` feeds the
-job's events to :class:`goodput_jax.measure.engine.Engine` (``record=True``)
-through the calculator's own reading path, and returns the engine's
-:meth:`~goodput_jax.measure.engine.Engine.timeline`. So the timeline's totals
+The report never re-derives an attribution rule: :func:`build_timeline` returns
+:meth:`GoodputCalculator.timeline`, the calculator's own engine replayed in
+record mode, in dataclasses. So the timeline's totals
 equal :meth:`GoodputCalculator.get_job_goodput_details` to the float
 (``tests/measure/test_engine.py`` checks it on live and finished jobs).
 
@@ -18,8 +17,8 @@ import dataclasses
 import time
 from typing import Any
 
+from goodput_jax.measure.badput import BUCKET_NAMES, PRODUCTIVE
 from goodput_jax.measure.calculator import GoodputCalculator, NoEventsError
-from goodput_jax.measure.engine import BUCKET_NAMES, PRODUCTIVE, Engine
 
 __all__ = ["CATEGORY_NAMES", "NoEventsError", "Segment", "Timeline", "build_timeline"]
 
@@ -81,9 +80,8 @@ class Timeline:
 def build_timeline(store: Any, job_name: str, now: float | None = None) -> Timeline:
     """The job's attributed time slices, exactly as the calculator's engine attributes them.
 
-    Reads the store read-only, the way :class:`GoodputCalculator` reads it, into a
-    recording :class:`~goodput_jax.measure.engine.Engine`, and returns what the
-    engine's ``timeline(now)`` returns.
+    Reads the store read-only through the public
+    :meth:`GoodputCalculator.timeline` and wraps its slices in :class:`Segment`.
 
     Args:
         store: an EventStore.
@@ -102,18 +100,10 @@ def build_timeline(store: Any, job_name: str, now: float | None = None) -> Timel
         109.729
     """
     now = time.time() if now is None else float(now)
-    calc = GoodputCalculator(job_name, None, store=store, clock=lambda: now)
-    eng = Engine(record=True)
-    # the calculator's reading path (columnar or event rows), into a recording engine
-    for _ in calc._feed_new(eng, None):
-        pass
-    calc._require_events(eng)
-    out = eng.timeline(now)
+    out = GoodputCalculator(job_name, None, store=store, clock=lambda: now).timeline(now)
     segs = [Segment(a, b, cat, run, step, label)
             for a, b, cat, run, step, label in out["segments"] if b > a]
     t0 = min((s.start for s in segs), default=now)
-    if eng.first_t is not None:
-        t0 = min(t0, eng.first_t)
-    run_ids = [calc._keys.run_id(key) for key in out["run_ids"]]
-    return Timeline(segs, out["restarts"], out["crashes"], t0, run_ids)
-
+    if out["first_t"] is not None:
+        t0 = min(t0, out["first_t"])
+    return Timeline(segs, out["restarts"], out["crashes"], t0, out["run_ids"])

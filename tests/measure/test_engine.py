@@ -61,6 +61,33 @@ def test_timeline_equals_calculator_live_and_finished(finished):
         assert d["last_productive_step"] == 8
 
 
+def test_public_calculator_timeline_leaves_the_calculator_state_alone():
+    """``GoodputCalculator.timeline`` is the report's only door into the engine."""
+    store = new_store()
+    t = _job(store, finished=False)
+    calc = calc_for(store, "j", now=t + 0.7)
+    before = calc.get_job_goodput_details()
+    tl = calc.timeline(t + 0.7)
+    assert tl["run_ids"] == ["r", "r"] and tl["now"] == t + 0.7 and tl["first_t"] is not None
+    secs = sum(b - a for a, b, *_ in tl["segments"])
+    assert secs == pytest.approx(before["total_time"], abs=MS)
+    assert calc.timeline()["now"] == t + 0.7  # default: the calculator's clock
+    assert calc.get_job_goodput_details() == before
+    with pytest.raises(NoEventsError, match="nosuch"):
+        calc_for(store, "nosuch", now=t).timeline()
+
+
+def test_report_uses_no_private_calculator_api():
+    import pathlib
+
+    import goodput_jax.report as report
+
+    for path in pathlib.Path(report.__file__).parent.glob("*.py"):
+        text = path.read_text()
+        for private in ("._feed_new", "._require_events", "._keys", "._engine", "Engine("):
+            assert private not in text, (path.name, private)
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(timelines(), st.floats(0.0, 1000.0))
 def test_timeline_equals_calculator_on_arbitrary_events(evs, now):
