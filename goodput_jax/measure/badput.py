@@ -29,8 +29,14 @@ import enum
 from goodput_jax.measure.events import EventKind
 
 __all__ = [
-    "BUCKET_LABELS", "BUCKET_NAMES", "BadputType", "GOOGLE_NAMES", "OPTIONAL_BUCKETS",
-    "PRODUCTIVE", "RECORDABLE", "label",
+    "BUCKET_LABELS",
+    "BUCKET_NAMES",
+    "GOOGLE_NAMES",
+    "OPTIONAL_BUCKETS",
+    "PRODUCTIVE",
+    "RECORDABLE",
+    "BadputType",
+    "label",
 ]
 
 

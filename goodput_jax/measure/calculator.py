@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 
 from goodput_jax.measure.badput import BUCKET_NAMES, BadputType
-from goodput_jax.measure.engine import COMPILATION, HINTS, Engine, StreamKeys
-from goodput_jax.measure.events import KIND_CODES, EventKind, check_job_name, to_timestamp
+from goodput_jax.measure.engine import Engine, StreamKeys
+from goodput_jax.measure.events import check_job_name, to_timestamp
 from goodput_jax.measure.stores import EventStore, resolve_store
 
 
@@ -63,9 +63,6 @@ class NoEventsError(ValueError):
 
 
 _BUCKET_TYPES = tuple(BadputType[name] for name in BUCKET_NAMES)
-#: kinds whose payload (not label) the engine reads
-_PAYLOAD_CODES = (HINTS, COMPILATION, KIND_CODES[EventKind.CHECKPOINT_STATS],
-                  KIND_CODES[EventKind.ELASTIC_SLICE_COUNTS])
 
 
 
@@ -169,21 +166,10 @@ class GoodputCalculator:
         self._cursor: Any = None
         self._keys = StreamKeys()  # (run_id, host) -> engine stream key
         self._sid_keys: dict[int, int] = {}  # store stream id -> engine stream key
-        self._columnar = callable(getattr(self.store, "read_columns", None)) and callable(
-            getattr(self.store, "stream_info", None))
 
     # ----------------------------------------------------------------- reading
     def _now(self) -> float:
         return to_timestamp(self._clock(), name="clock()")
-
-    def _rows_from_events(self, events) -> list[tuple]:
-        key = self._keys.key
-        out = []
-        for ev in events:
-            code = KIND_CODES[ev.kind]
-            extra = ev.payload if code in _PAYLOAD_CODES else ev.label
-            out.append((code, key(ev.run_id, ev.host), ev.timestamp, ev.step, extra))
-        return out
 
     def _keyed(self, cols: dict) -> dict:
         """Columns with the store's stream ids replaced by engine stream keys."""
@@ -204,22 +190,16 @@ class GoodputCalculator:
         Yields ``(cursor, count)`` after each chunk has been fed.
         """
         while True:
-            if self._columnar:
-                cols, cursor, done = self.store.read_columns(self.job_name, cursor, self._CHUNK)
-                n = 0
-                if cols is not None:
-                    n = cols["kind"].size
-                    cols = self._keyed(cols)
-                    if only is not None:
-                        cols = _select(cols, (cols["ts"] > only[0]) & (cols["ts"] <= only[1]))
-                    eng.feed_columns(cols)
-            else:
-                events, cursor = self.store.read_events(self.job_name, cursor, self._CHUNK)
-                fed = events if only is None else [
-                    e for e in events if only[0] < e.timestamp <= only[1]]
-                eng.feed(self._rows_from_events(fed))
-                n = len(events)
-                done = len(events) < self._CHUNK
+            # every EventStore reads columns (stores without a fast path through
+            # stores.base.RowColumns / RowStoreAdapter)
+            cols, cursor, done = self.store.read_columns(self.job_name, cursor, self._CHUNK)
+            n = 0
+            if cols is not None:
+                n = cols["kind"].size
+                cols = self._keyed(cols)
+                if only is not None:
+                    cols = _select(cols, (cols["ts"] > only[0]) & (cols["ts"] <= only[1]))
+                eng.feed_columns(cols)
             yield cursor, n
             if done:
                 return

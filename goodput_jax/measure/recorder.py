@@ -565,10 +565,7 @@ class GoodputRecorder:
             return False
         # Stores that buffer internally (Cloud Logging writes in the background)
         # must reach their back end too before flush() reports success.
-        store_flush = getattr(self._store, "flush", None)
-        if callable(store_flush):
-            return bool(store_flush(timeout))
-        return True
+        return bool(self._store.flush(timeout))
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Flush, stop the writer thread and close the store if this recorder opened it."""

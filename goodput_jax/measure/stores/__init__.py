@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import os
 
-from goodput_jax.measure.stores.base import EventStore, StoreError
+from goodput_jax.measure.stores.base import (
+    BasicStore,
+    EventStore,
+    RowStoreAdapter,
+    StoreError,
+    as_event_store,
+)
 
 DEFAULT_STORE_URL = "sqlite:///goodput.db"
 ENV_VAR = "GOODPUT_JAX_STORE"
 
-__all__ = ["DEFAULT_STORE_URL", "EventStore", "StoreError", "open_store", "resolve_store"]
+__all__ = ["DEFAULT_STORE_URL", "BasicStore", "EventStore", "RowStoreAdapter", "StoreError",
+           "as_event_store", "open_store", "resolve_store"]
 
 
 def open_store(url: str | None = None, **kwargs) -> EventStore:
@@ -50,7 +57,11 @@ def open_store(url: str | None = None, **kwargs) -> EventStore:
 
 
 def resolve_store(store: EventStore | str | None) -> EventStore:
-    """Accept an EventStore instance, a URL, or None (environment / default)."""
+    """Accept an EventStore instance, a URL, or None (environment / default).
+
+    A :class:`BasicStore` (no ``flush`` / columnar read) comes back wrapped in a
+    :class:`RowStoreAdapter`.
+    """
     if store is None or isinstance(store, str):
         return open_store(store)
-    return store
+    return as_event_store(store)

@@ -24,6 +24,7 @@ Example:
     ...     def read_cloud_logging_entries(self, start_time=None, end_time=None,
     ...                                    last_entry_info=None): return self.entries, None
     >>> from goodput_jax.measure.events import Event, EventKind
+from goodput_jax.measure.stores.base import RowColumns
     >>> store = CloudLoggerStore(Log())
     >>> store.append([Event(EventKind.STEP_START, "j", "r", 0, 5.0, step=1)])
     >>> store.cloud_logger.entries
@@ -38,6 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from goodput_jax.measure.events import Event, EventKind
+from goodput_jax.measure.stores.base import RowColumns
 
 K = EventKind
 #: our kind -> Google's time key
@@ -150,7 +152,7 @@ def from_entry(entry: Any, default_job: str | None = None) -> Event | None:
     return None
 
 
-class CloudLoggerStore:
+class CloudLoggerStore(RowColumns):
     """EventStore over a Google-style ``cloud_logger`` object (see the module docstring).
 
     Args:

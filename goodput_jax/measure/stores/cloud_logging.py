@@ -56,7 +56,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from goodput_jax.measure.events import Event
-from goodput_jax.measure.stores.base import StoreError
+from goodput_jax.measure.stores.base import RowColumns, StoreError
 
 _log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class CloudLoggingCursor:
     seen: tuple[tuple[str, str], ...] = ()
 
 
-class CloudLoggingStore:
+class CloudLoggingStore(RowColumns):
     """Event store on Google Cloud Logging, written in the background.
 
     Args:

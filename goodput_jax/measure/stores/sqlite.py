@@ -469,6 +469,15 @@ class SQLiteStore:
         }
         return cols, hi, done
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Appends are written synchronously: nothing to wait for, True.
+
+        Example:
+            >>> SQLiteStore(":memory:").flush()
+            True
+        """
+        return True
+
     def stream_info(self, stream_id: int) -> tuple[str, int]:
         """(run_id, host) of a stream id returned by :meth:`read_rows` / :meth:`read_columns`."""
         with self._lock:
