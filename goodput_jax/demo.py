@@ -41,7 +41,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import math
@@ -100,18 +99,33 @@ class DemoConfig:
     monitor_interval: float = 2.0
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> DemoConfig:
-        """Defaults, ``--quick`` sizes, and ``--steps`` (incidents scale with it)."""
-        if getattr(args, "quick", False):
+    def from_args(cls, *, quick: bool = False, steps: int | None = None) -> DemoConfig:
+        """Defaults or the ``quick`` sizes, resized to ``steps`` (incidents scale with it).
+
+        Args:
+            quick: tiny sizes (a few seconds).
+            steps: optimizer steps of the whole job (>= 8), or None for the default.
+
+        Raises:
+            ValueError: ``steps`` is not an integer >= 8 (the message names it).
+
+        Example:
+            >>> DemoConfig.from_args(quick=True).steps
+            120
+            >>> DemoConfig.from_args(steps=240).crash_at
+            100
+        """
+        if not isinstance(quick, bool):
+            raise TypeError(f"quick ({quick!r}) must be a bool")
+        if quick:
             cfg = cls(steps=120, crash_at=70, checkpoint_every=25, stall_at=10, stall_seconds=0.3,
                       restart_delay=0.3, atomic_bsz=32, profile_steps=8, extra_configs=2, hidden=64,
                       refit_every=10**9, monitor_interval=1.0)
         else:
             cfg = cls()
-        steps = getattr(args, "steps", None)
         if steps is not None:
             if isinstance(steps, bool) or not isinstance(steps, int) or steps < 8:
-                raise ValueError(f"--steps ({steps!r}) must be an integer >= 8")
+                raise ValueError(f"steps ({steps!r}) must be an integer >= 8")
             cfg = dataclasses.replace(
                 cfg, steps=steps, crash_at=max(3, (5 * steps) // 12),
                 checkpoint_every=max(1, steps // 8), stall_at=max(1, min(cfg.stall_at, steps // 10)),
@@ -127,7 +141,7 @@ def configure_devices(n: int) -> None:
         >>> configure_devices(4)  # doctest: +SKIP
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"--devices ({n!r}) must be an integer >= 1")
+        raise ValueError(f"devices ({n!r}) must be an integer >= 1")
     if "jax" in sys.modules:
         return
     flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", os.environ.get("XLA_FLAGS", ""))
@@ -517,42 +531,68 @@ def _clean_dir(out: str) -> tuple[str, str, str]:
     return ckpt_dir, tb_dir, db
 
 
-def main(args: argparse.Namespace) -> int:
-    """Entry point of ``goodput-jax demo``; returns the exit code."""
-    cfg = DemoConfig.from_args(args)
-    configure_devices(args.devices)
-    out = os.path.abspath(args.dir)
+#: the demo's two goodputs, one line each (docs/concepts.md defines both)
+GOODPUT_DEFINITIONS = """\
+Two goodputs (see docs/concepts.md):
+  measured goodput = productive step time / total job time (%): the table below
+  modelled goodput = samples/s of useful progress (throughput x statistical efficiency): the Pollux model"""
+
+
+def main(*, directory: str = "goodput-demo", steps: int | None = None, job: str = "demo",
+         devices: int = 4, quick: bool = False, progress: bool = True) -> int:
+    """Run the demo job (``goodput-jax demo``); returns the exit code.
+
+    Args:
+        directory: output directory (created; previous demo files in it are replaced).
+        steps: optimizer steps of the whole job (>= 8), or None for the default.
+        job: job name recorded in the store.
+        devices: fake CPU devices (only effective if JAX has not started yet).
+        quick: tiny sizes (a few seconds).
+        progress: draw a progress bar on a terminal.
+
+    Raises:
+        ValueError: a bad argument (the message names it and its value).
+
+    Example:
+        >>> main(directory="/tmp/goodput-demo", quick=True, progress=False)  # doctest: +SKIP
+        0
+    """
+    cfg = DemoConfig.from_args(quick=quick, steps=steps)
+    configure_devices(devices)
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+        raise ValueError(f"directory ({directory!r}) must be a non-empty path")
+    out = os.path.abspath(directory)
     if os.path.exists(out) and not os.path.isdir(out):
-        raise ValueError(f"--dir ({args.dir!r}) exists and is not a directory")
+        raise ValueError(f"directory ({directory!r}) exists and is not a directory")
     os.makedirs(out, exist_ok=True)
     ckpt_dir, tb_dir, db = _clean_dir(out)
     t0 = time.time()
-    print(f"goodput-jax demo: job {args.job!r}, {cfg.steps} steps, writing to {out}", flush=True)
+    print(f"goodput-jax demo: job {job!r}, {cfg.steps} steps, writing to {out}", flush=True)
     from goodput_jax import runtime
     from goodput_jax.measure.monitor import GoodputMonitor
 
     # the first use of JAX's backend, timed: the accelerator initialisation run 1 records
     n_dev = runtime.init_backend().device_count
-    if n_dev != args.devices:
+    if n_dev != devices:
         print(f"  note: JAX was already initialised with {n_dev} devices; using them", flush=True)
     store = SQLiteStore(db)
-    logger = f"goodput_{args.job}"
-    monitor = GoodputMonitor(args.job, logger, tb_dir, cfg.monitor_interval,
+    logger = f"goodput_{job}"
+    monitor = GoodputMonitor(job, logger, tb_dir, cfg.monitor_interval,
                              monitoring_enabled=True, store=store)
     total_bar = cfg.crash_at + (cfg.steps - (cfg.crash_at // cfg.checkpoint_every)
                                 * cfg.checkpoint_every)
-    bar = ProgressBar(total_bar, enabled=not args.no_progress)
+    bar = ProgressBar(total_bar, enabled=progress)
     recorders: list[GoodputRecorder] = []
     try:
         monitor.start_goodput_uploader()
-        rec1 = GoodputRecorder(args.job, logger, logging_enabled=True, store=store)
+        rec1 = GoodputRecorder(job, logger, logging_enabled=True, store=store)
         recorders.append(rec1)
         s1 = run_training(rec1, cfg, ckpt_dir, crash=True, bar=bar)
         rec1.close()  # the "crashed" process's flushed events survive
         bar.message(f"run 1 crashed at step {s1['stop']} (last checkpoint: step "
                     f"{latest_checkpoint(ckpt_dir)}); restarting after {cfg.restart_delay}s")
         time.sleep(cfg.restart_delay)  # infrastructure recovery
-        rec2 = GoodputRecorder(args.job, logger, logging_enabled=True, store=store)
+        rec2 = GoodputRecorder(job, logger, logging_enabled=True, store=store)
         recorders.append(rec2)
         s2 = run_training(rec2, cfg, ckpt_dir, crash=False, bar=bar, setup=s1["setup"])
         rec2.close()
@@ -561,7 +601,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"run 2 resumed at step {s2['start']} and finished step {s2['stop'] - 1} "
               f"on {s2['devices']} devices, final loss {s2['loss']:.4f} "
               f"({time.time() - t0:.1f}s)\n")
-        calc = GoodputCalculator(args.job, logger, store=store)
+        calc = GoodputCalculator(job, logger, store=store)
+        print(GOODPUT_DEFINITIONS)
+        print()
         print(format_report(calc))
         print()
         print(format_model_summary(s2["hooks"]))
@@ -569,7 +611,7 @@ def main(args: argparse.Namespace) -> int:
               "overhead and contention, not an accelerator; the numbers show the mechanics)")
         print()
         print(f"TensorBoard:  tensorboard --logdir {tb_dir}")
-        print(f"Report:       goodput-jax report --job {args.job} --store sqlite:///{db} "
+        print(f"Report:       goodput-jax report --job {job} --store sqlite:///{db} "
               f"--html {os.path.join(out, 'report.html')}")
     finally:
         bar.close()

@@ -36,10 +36,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 ALLOWED_EDGES: dict[tuple[str, str], str] = {}
 
 #: Files that still use argparse.Namespace outside the CLI, with the issue fixing them.
-ALLOWED_NAMESPACE: dict[str, str] = {
-    "goodput_jax/demo.py": "issue 13: demo.main / DemoConfig.from_args take a Namespace "
-                           "(goodput_jax.cli.demo adapts)",
-}
+ALLOWED_NAMESPACE: dict[str, str] = {}
 
 NAMESPACE_OK = ("goodput_jax/cli/", "goodput_jax/sched/sim/cli.py")
 

@@ -3,9 +3,9 @@ gradient noise, fitted model, suggestion, TensorBoard logs, and the HTML/PNG rep
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -47,6 +47,11 @@ def test_demo_quick_measures_the_job(demo_run):
     text = r.stdout
     assert "Goodput report for job 'demo'" in text
     assert "runs: 2  disruptions: 1" in text
+    # both goodputs are defined, one line each, with a pointer to the concepts page
+    assert "Two goodputs (see docs/concepts.md):" in text
+    assert re.search(r"^  measured goodput = productive step time / total job time \(%\)", text, re.MULTILINE)
+    assert re.search(r"^  modelled goodput = samples/s of useful progress", text, re.MULTILINE)
+    assert (pathlib.Path(__file__).parents[1] / "docs" / "concepts.md").is_file()
     # crash at 70, checkpoints every 25 steps -> run 2 resumes after the step-49 checkpoint
     assert "run 1 crashed at step 70 (last checkpoint: step 49)" in text
     assert "run 2 resumed at step 50" in text and "on 2 devices" in text
@@ -143,14 +148,13 @@ def test_demo_report_html_png(demo_run, tmp_path):
 
 
 def test_config_and_progress_bar():
-    ns = argparse.Namespace(quick=True, steps=None)
-    cfg = DemoConfig.from_args(ns)
+    cfg = DemoConfig.from_args(quick=True, steps=None)
     confs = _configurations(cfg, 4)
     assert confs[-1] == (4, cfg.atomic_bsz) and len(confs) == cfg.extra_configs + 1
     assert all(r * b >= 4 * cfg.atomic_bsz for r, b in confs)  # never below M0
-    with pytest.raises(ValueError, match=r"--steps \(3\)"):
-        DemoConfig.from_args(argparse.Namespace(quick=False, steps=3))
-    cfg = DemoConfig.from_args(argparse.Namespace(quick=False, steps=240))
+    with pytest.raises(ValueError, match=r"^steps \(3\)"):
+        DemoConfig.from_args(quick=False, steps=3)
+    cfg = DemoConfig.from_args(steps=240)
     assert cfg.steps == 240 and cfg.crash_at < cfg.steps and cfg.stall_at < cfg.crash_at
 
     class TTY(io.StringIO):
@@ -177,7 +181,7 @@ def test_demo_bad_arguments(tmp_path, capsys):
     assert cli_main(["demo", "--dir", str(f), "--quick", "--no-progress"]) == 2
     assert "--dir" in capsys.readouterr().err
     assert cli_main(["demo", "--dir", str(tmp_path / "d"), "--steps", "2", "--no-progress"]) == 2
-    assert "--steps (2)" in capsys.readouterr().err
+    assert "steps (2) must be an integer >= 8" in capsys.readouterr().err
     assert cli_main(["demo", "--dir", str(tmp_path / "d"), "--devices", "0", "--quick"]) == 2
     assert re.search(r"--devices\W.*\b0\b", capsys.readouterr().err)  # names the argument and value
     assert not (tmp_path / "d" / "goodput.db").exists()

@@ -7,6 +7,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
 
 from goodput_jax.cli._common import positive_int, require_extra
 
@@ -50,6 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """Adapter: the parsed arguments -> :func:`demo`."""
+    if os.path.exists(args.dir) and not os.path.isdir(args.dir):
+        raise ValueError(f"--dir ({args.dir!r}) exists and is not a directory")
     return demo(directory=args.dir, steps=args.steps, job=args.job, devices=args.devices,
                 quick=args.quick, progress=not args.no_progress)
 
@@ -74,8 +77,5 @@ def demo(*, directory: str, steps: int | None, job: str, devices: int, quick: bo
     require_extra("demo", ("flax", "jax"), "goodput-jax demo")
     import goodput_jax.demo as demo_lib
 
-    # goodput_jax.demo.main still takes an argparse.Namespace (issue 13's file): this is
-    # the one place that builds it.
-    return int(demo_lib.main(argparse.Namespace(
-        dir=directory, steps=steps, job=job, devices=devices, quick=quick,
-        no_progress=not progress)) or 0)
+    return int(demo_lib.main(directory=directory, steps=steps, job=job, devices=devices,
+                             quick=quick, progress=progress) or 0)
