@@ -35,7 +35,7 @@ _EXPORTS = {
     "GoodputRecorder": "goodput_jax.measure.recorder",
     "GoodputCalculator": "goodput_jax.measure.calculator",
     "GoodputMonitor": "goodput_jax.measure.monitor",
-    "BadputType": "goodput_jax.measure.calculator",
+    "BadputType": "goodput_jax.measure.badput",
     "PerfParams": "goodput_jax.model.types",
     "GradParams": "goodput_jax.model.types",
     "Hints": "goodput_jax.model.hints",
@@ -70,7 +70,8 @@ def __dir__():
 
 if TYPE_CHECKING:  # pragma: no cover
     from goodput_jax.integrations.hooks import GoodputHooks  # noqa: F401
-    from goodput_jax.measure.calculator import BadputType, GoodputCalculator  # noqa: F401
+    from goodput_jax.measure.badput import BadputType  # noqa: F401
+    from goodput_jax.measure.calculator import GoodputCalculator  # noqa: F401
     from goodput_jax.measure.monitor import GoodputMonitor  # noqa: F401
     from goodput_jax.measure.recorder import GoodputRecorder  # noqa: F401
     from goodput_jax.model.goodput import GoodputFunction  # noqa: F401
