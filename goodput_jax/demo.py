@@ -380,6 +380,8 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
             gradient_accumulation=True, num_nodes=1, num_replicas=num_devices,
             # the demo refits explicitly (below), inside a "model refit" custom badput span
             recorder=rec, refit_interval=math.inf, is_primary=True,
+            # the StepRecorder below records each step's device end as it happens
+            record_device_ends=False,
         )
     configs = [(num_devices, cfg.atomic_bsz)] if crash else _configurations(cfg, num_devices)
     compiled: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
@@ -485,15 +487,16 @@ def format_model_summary(hooks: Any) -> str:
                      f" * (r - 2)   [nodes: {p.alpha_n * 1e3:.3f} + {p.beta_n * 1e3:.4f} * (r - 2)]")
         lines.append(f"    overlap  gamma = {p.gamma:.3f}   "
                      f"(T = (T_c^g + T_r^g)^(1/g))")
-        for (nn_, r, b, s), e in sorted(hooks.profile.items()):
-            if not e.optim_count:
-                continue
+        # the medians the fit used (warm-up steps dropped), not means that a stalled step skews
+        for (nn_, r, b), (_accum, optim, count) in hooks.profile_table().items():
             model_ms = float("nan")
             if fn is not None:
-                model_ms = r * b * (s + 1) / float(fn.throughput(nn_, r, b, s)) * 1e3
-            lines.append(f"    profiled r={r} b={b:<4d} measured "
-                         f"{e.optim_time / e.optim_count * 1e3:8.3f} ms  model {model_ms:8.3f} ms"
-                         f"  ({e.optim_count} steps)")
+                model_ms = r * b / float(fn.throughput(nn_, r, b, 0)) * 1e3
+            lines.append(f"    profiled r={r} b={b:<4d} measured {optim * 1e3:8.3f} ms (median)"
+                         f"  model {model_ms:8.3f} ms  ({count} steps)")
+        if math.isfinite(hooks.model_error):
+            lines.append(f"    model error on the profiled configurations: "
+                         f"{hooks.model_error * 100:.1f}% (median)")
     sug = hooks.suggest()
     if sug is None:
         lines.append("  suggestion: none yet (needs both a fit and gradient statistics)")

@@ -331,6 +331,9 @@ class GoodputHooks:
             backend with several local devices, where a JAX computation on a
             second thread can starve the in-process all-reduce of a
             multi-device step (XLA aborts after a 40 s rendezvous timeout).
+        record_device_ends: record each step's device end (one step late) in the
+            recorder. Pass False when a :class:`goodput_jax.runtime.StepRecorder`
+            already records them promptly, so each step has one device end.
 
     Example:
         >>> hooks = GoodputHooks("doc-job", init_batch_size=32, is_primary=False)
@@ -358,6 +361,7 @@ class GoodputHooks:
         warmup_steps: int = 2,
         stats_every: int = 50,
         background: bool | None = None,
+        record_device_ends: bool = True,
     ):
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
@@ -411,7 +415,9 @@ class GoodputHooks:
         else:
             self._owns_recorder = False
         self.recorder = recorder
-        self._device_end = getattr(recorder, "record_step_device_end_time", None)
+        self._device_end = (getattr(recorder, "record_step_device_end_time", None)
+                            if record_device_ends else None)
+        self._record_ends = bool(record_device_ends)
         # The ONE timing function (swap for the runtime's step recorder here).
         self._timer = OneStepLateTimer(clock)
         self._step_keys: dict[int, tuple] = {}
@@ -536,7 +542,7 @@ class GoodputHooks:
             key, pending = self._step_keys.pop(step, (self._key(), 0))
             if self._device_end is not None:
                 self._device_end(step, wall_end)
-            else:
+            elif self._record_ends:
                 self.recorder.record_step_end_time(step)
             self._observe(key, pending, seconds)
 
