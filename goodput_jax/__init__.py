@@ -26,8 +26,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from goodput_jax._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -53,15 +54,8 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["goodput", "__version__"]
 
 
-def __getattr__(name: str):
-    if name == "goodput":
-        return importlib.import_module("goodput_jax.goodput")
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'goodput_jax' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, _ = lazy_exports("goodput_jax", _EXPORTS, globals(),
+                               modules={"goodput": "goodput_jax.goodput"})
 
 
 def __dir__():

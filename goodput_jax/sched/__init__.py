@@ -26,8 +26,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from goodput_jax._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "JobInfo": "goodput_jax.sched.types",
@@ -47,17 +48,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'goodput_jax.sched' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(__all__) | {k for k in globals() if not k.startswith("_")})
+__getattr__, __dir__ = lazy_exports("goodput_jax.sched", _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover
