@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 from array import array
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -624,22 +625,7 @@ class Engine:
         segs = self.segs
         order = list(reversed(self.pend_segs)) if where == PRODUCTIVE \
             else range(len(segs) - 1, -1, -1)
-        for i in order:
-            s = segs[i]
-            if s[2] != where:
-                continue
-            d = s[1] - s[0]
-            if d <= x:
-                s[2] = cat
-                x -= d
-            else:
-                cut = s[1] - x
-                # appended, not inserted: stored indices stay valid (timeline() sorts)
-                segs.append([cut, s[1], cat, s[3], s[4], s[5]])
-                s[1] = cut
-                x = 0.0
-            if x <= 0:
-                return
+        _recategorise_tail(segs, order, x, where, cat)
 
     # ------------------------------------------------------------ columnar path
     def feed_columns(self, cols: dict, fast: bool = True) -> None:
@@ -939,19 +925,28 @@ class Engine:
                               (min(self.flat_restore, other), "OTHER",
                                "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME")):
             segs.sort(key=lambda s: (s[3], s[0]))
-            for s in reversed(list(segs)):
-                if x <= 0:
-                    break
-                if s[2] != where:
-                    continue
-                d = s[1] - s[0]
-                if d <= x:
-                    s[2] = cat
-                    x -= d
-                else:
-                    segs.append([s[1] - x, s[1], cat, s[3], s[4], s[5]])
-                    s[1] -= x
-                    x = 0.0
+            _recategorise_tail(segs, range(len(segs) - 1, -1, -1), x, where, cat)
         segs.sort(key=lambda s: (s[3], s[0]))
         return {"segments": segs, "restarts": list(self.restarts),
                 "crashes": list(self.crashes), "run_ids": list(self.run_ids)}
+
+
+def _recategorise_tail(segs: list, order: Iterable[int], x: float, where: str, cat: str) -> None:
+    """Give the last ``x`` seconds of the ``where`` slices among ``segs[i]`` (``i`` in
+    ``order``, latest first) to ``cat``, splitting one slice if needed. The split-off
+    part is appended, not inserted, so stored indices stay valid (``timeline()`` sorts)."""
+    for i in order:
+        if x <= 0:
+            return
+        s = segs[i]
+        if s[2] != where:
+            continue
+        d = s[1] - s[0]
+        if d <= x:
+            s[2] = cat
+            x -= d
+        else:
+            cut = s[1] - x
+            segs.append([cut, s[1], cat, s[3], s[4], s[5]])
+            s[1] = cut
+            x = 0.0
