@@ -6,7 +6,11 @@ start/end pair. The training thread only validates its arguments and appends a
 tuple to a bounded in-memory queue; a background thread writes batches to the
 store, retrying a failing store with exponential backoff (warned once, counted
 in :attr:`GoodputRecorder.dropped_count`). The queue is flushed at interpreter
-exit.
+exit. This queue is the only asynchronous buffer: stores write synchronously
+inside ``append`` (Cloud Logging included), so the writer thread is the one that
+waits on the network. A store that gives up on a batch without raising (Cloud
+Logging after its ``retry_deadline``, or on a permanent error) counts it in its
+own ``stats()``; :attr:`dropped_count` counts what never reached the store.
 
 Example:
     >>> import tempfile, os
@@ -563,8 +567,8 @@ class GoodputRecorder:
             self._drain()
         if not marker.ok:
             return False
-        # Stores that buffer internally (Cloud Logging writes in the background)
-        # must reach their back end too before flush() reports success.
+        # Stores write synchronously; their flush() only waits for writes that
+        # other threads (another recorder on the same store) have in progress.
         return bool(self._store.flush(timeout))
 
     def close(self, timeout: float | None = 30.0) -> None:

@@ -9,6 +9,7 @@ any socket traffic off the loopback raises (see ``gcl_server.loopback_only``).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
@@ -78,14 +79,16 @@ def test_entries_are_structured_and_labelled(srv, new_store):
     assert entry["insertId"]
 
 
-def test_writes_are_batched_in_the_background(srv, new_store):
-    store = new_store(batch_size=100, flush_interval=0.05)
-    for i in range(250):
-        store.append([Event(K.STEP_START, "job", "r", 0, T0 + i, step=i)])
-    assert store.flush(5)
-    assert len(srv.entries) == 250
-    assert srv.count("write") <= 10  # not one call per event
-    assert store.stats()["written"] == 250
+def test_append_writes_synchronously_in_batches(srv, new_store):
+    """The store has no queue or thread: append returns once its batches are written."""
+    store = new_store(batch_size=100)
+    store.append(steps("job", 250))
+    assert len(srv.entries) == 250  # no flush needed
+    assert srv.count("write") == 3  # 100 + 100 + 50, not one call per event
+    assert store.pending == 0 and store.stats()["written"] == 250
+    assert not [t for t in threading.enumerate() if "gcl-writer" in t.name]  # no store thread
+    t = time.monotonic()
+    assert store.flush(0) and time.monotonic() - t < 0.05  # nothing pending: at once
 
 
 # ----------------------------------------------------------------- faults
@@ -94,9 +97,8 @@ def test_transient_faults_then_recovery_lose_no_event(srv, new_store, status, ca
     store = new_store(batch_size=20)
     srv.fail("write", status, times=3)
     events = steps("job", 55)
-    store.append(events)
-    assert store.flush(10)
-    assert srv.count("write", status) == 3
+    store.append(events)  # retries inside the call, then returns
+    assert srv.count("write", status) == 3 and len(srv.entries) == 55
     assert store.retries == 3
     assert store.dropped_events == 0
     assert read_all(store, "job")[0] == events
@@ -157,26 +159,53 @@ def test_permanent_error_drops_and_counts(srv, new_store, caplog):
     assert "dropped 4 event(s)" in caplog.text
 
 
-def test_queue_is_bounded_with_a_drop_counter(srv, new_store):
-    store = new_store(max_queue=5, batch_size=5)
+def test_append_blocks_until_written_and_flush_waits_for_it(srv, new_store):
+    """append waits on the network (in the recorder's writer thread, never the training
+    loop); flush() from another thread waits for that append."""
+    store = new_store(batch_size=5)
     with srv.hold():
-        store.append(steps("job", 20))
-        assert store.dropped_events == 15
-        assert store.pending == 5
-    assert store.flush(5)
-    assert len(srv.entries) == 5
+        writer = threading.Thread(target=store.append, args=(steps("job", 12),))
+        writer.start()
+        time.sleep(0.2)
+        assert writer.is_alive() and srv.entries == []  # still inside append
+        assert store.pending == 12
+        assert not store.flush(0.05)  # times out while the write is held
+    writer.join(10)
+    assert not writer.is_alive()
+    assert store.flush(5) and store.pending == 0
+    assert len(srv.entries) == 12 and srv.count("write", 200) == 3
 
 
 def test_close_is_bounded_when_the_service_hangs(srv, new_store):
     store = new_store()
     with srv.hold():
-        store.append(steps("job", 10))
+        writer = threading.Thread(target=store.append, args=(steps("job", 10),), daemon=True)
+        writer.start()
+        time.sleep(0.1)
         t = time.monotonic()
         store.close(timeout=0.2)
         assert time.monotonic() - t < 1.5
         with pytest.raises(StoreError, match="closed"):
             store.append(steps("job", 1))
+    writer.join(10)
     store.close()  # idempotent
+
+
+def test_close_stops_the_retries_of_an_append_in_progress(srv, new_store, caplog):
+    """A write retrying a failing service is interrupted by close() (e.g. at interpreter
+    exit) instead of running to retry_deadline; its batch is dropped and counted."""
+    store = new_store(batch_size=4, retry_initial=0.05, retry_max=0.1, retry_deadline=60)
+    srv.fail("write", 503, times=10_000)
+    writer = threading.Thread(target=store.append, args=(steps("job", 8),))
+    writer.start()
+    time.sleep(0.3)
+    assert writer.is_alive() and store.retries >= 1
+    t = time.monotonic()
+    store.close(timeout=0.1)
+    writer.join(5)
+    assert not writer.is_alive() and time.monotonic() - t < 3
+    assert store.dropped_events == 8 and store.written_events == 0
+    assert "store closed" in caplog.text
 
 
 # ----------------------------------------------------------------- reads
@@ -491,6 +520,30 @@ def test_recorder_to_cloud_logging_to_calculator(srv, new_store, tmp_path):
     sql.close()
 
 
+def test_recorder_is_the_one_buffer_over_a_slow_failing_service(srv, new_store):
+    """The recorder's writer thread waits on the network (hung, then 503s); the training
+    thread's record_* calls do not, and every event arrives once, in order."""
+    from goodput_jax.measure.recorder import GoodputRecorder
+
+    store = new_store(batch_size=50)
+    rec = GoodputRecorder("buf", "goodput_test", logging_enabled=True, store=store,
+                          run_id="run-buf", flush_interval=0.01)
+    with srv.hold():
+        srv.fail("write", 503, times=3)
+        t = time.monotonic()
+        for step in range(200):
+            rec.record_step_start_time(step, T0 + step)
+        assert time.monotonic() - t < 0.5  # the hung service never reached this thread
+        time.sleep(0.1)
+        assert store.pending > 0 and srv.entries == []  # writer thread blocked in append
+    assert rec.flush(10)
+    assert rec.written_count == 200 and rec.dropped_count == 0
+    assert store.retries == 3 and store.dropped_events == 0 and store.pending == 0
+    got = read_all(store, "buf")[0]
+    assert [e.step for e in got] == list(range(200))
+    rec.close(timeout=5)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=40))
 def test_quoted_names_always_parse_as_one_literal(name):
@@ -525,15 +578,14 @@ def test_a_service_that_stays_unavailable_is_not_retried_forever(srv, new_store)
     written (the writer used to retry transient errors forever, holding every later event)."""
     store = new_store(batch_size=5, retry_initial=0.01, retry_max=0.05, retry_deadline=0.3)
     srv.fail("write", 503, times=10_000)
-    store.append(steps("job", 5))
-    deadline = time.monotonic() + 10
-    while store.dropped_events < 5 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert store.dropped_events == 5 and store.retries >= 2
+    t = time.monotonic()
+    store.append(steps("job", 5))  # retries until the deadline, then drops (no raise)
+    took = time.monotonic() - t
+    assert 0.3 <= took < 5
+    assert store.dropped_events == 5 and store.written_events == 0 and store.retries >= 2
     srv.reset()
     later = steps("job", 3, t0=T0 + 100)
     store.append(later)
-    assert store.flush(10)
     assert read_all(store, "job")[0] == later
     with pytest.raises(ValueError, match="retry_deadline"):
         new_store(retry_deadline=-1)

@@ -6,12 +6,16 @@ anywhere, which is what the seed library uses. Events become structured
 with ``job``, ``run`` and ``host``, timestamped with the event's own time and
 given a sortable, retry-stable ``insertId``.
 
-Writes never block the caller: :meth:`CloudLoggingStore.append` puts events on a
-bounded queue and a background thread sends them in batches, retrying
-transient errors (429, 500, 502, 503, 504, connection errors) with capped
-exponential backoff. When the queue is full new events are dropped and counted
-(:attr:`CloudLoggingStore.dropped_events`); :meth:`flush` waits for the queue
-to drain.
+Writes are synchronous: :meth:`CloudLoggingStore.append` sends its events in
+batches of ``batch_size`` and returns once each batch is written or dropped,
+retrying transient errors (429, 500, 502, 503, 504, connection errors) with
+capped exponential backoff for at most ``retry_deadline`` seconds per batch.
+The store has no queue or thread of its own: the
+:class:`~goodput_jax.measure.recorder.GoodputRecorder` is the one asynchronous
+buffer, and its writer thread is the one that waits on the network. A batch
+that still fails at the deadline, or fails permanently, is dropped, logged and
+counted (:attr:`CloudLoggingStore.dropped_events`), so ``append`` does not
+raise for service errors.
 
 Reads page forward (``orderBy timestamp asc``; ties by ``insertId``) from a
 cursor, always with an explicit ``timestamp>=`` filter (without one the client
@@ -38,7 +42,6 @@ Example:
 from __future__ import annotations
 
 import atexit
-import collections
 import dataclasses
 import datetime as _dt
 import functools
@@ -70,7 +73,6 @@ DEFAULT_READ_OVERLAP_SECONDS = 120.0
 _PROJECT_RE = re.compile(r"^(?:[a-z0-9][a-z0-9.\-]*:)?[a-z][a-z0-9\-]{0,61}[a-z0-9]$")
 _LOG_ID_RE = re.compile(r"^[A-Za-z0-9_\-./]{1,511}$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-_WRITER_IDLE_EXIT_S = 30.0
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
@@ -206,7 +208,7 @@ class CloudLoggingCursor:
 
 
 class CloudLoggingStore(RowColumns):
-    """Event store on Google Cloud Logging, written in the background.
+    """Event store on Google Cloud Logging; ``append`` writes synchronously, in batches.
 
     Args:
         client: an existing ``google.cloud.logging.Client`` (injected, as in
@@ -220,13 +222,15 @@ class CloudLoggingStore(RowColumns):
             ``google.cloud.logging.Resource`` or a dict with ``type`` and
             ``labels``). If None, the library detects it (GCE/GKE/...) once.
         batch_size: entries per ``entries.write`` call (1-1000).
-        max_queue: maximum events waiting to be written; beyond it new events
-            are dropped and counted in :attr:`dropped_events`.
-        flush_interval: how long the writer waits to fill a batch (s).
+        max_queue: accepted for compatibility (validated, >= 1); the store has
+            no queue (the recorder's ``max_queue`` bounds buffered events).
+        flush_interval: accepted for compatibility (validated, >= 0); writes
+            happen inside :meth:`append` (the recorder's ``flush_interval``
+            sets how often they happen).
         retry_initial, retry_max: first and largest backoff between retries (s).
         retry_deadline: how long one batch is retried after transient errors
             before it is dropped and counted (s); a service that stays unavailable
-            does not hold the writer (and every later event) forever.
+            does not hold the caller (and every later event) forever.
         read_page_size: entries per ``entries.list`` page (1-1000).
         read_overlap_seconds: how far before the cursor each read re-scans for
             late-arriving entries (s).
@@ -235,11 +239,13 @@ class CloudLoggingStore(RowColumns):
         client_options: passed to a client built here (e.g. ``api_endpoint``).
         use_grpc: transport of a client built here (None: the library default).
         close_timeout: how long :meth:`close` (and interpreter exit) waits for
-            pending writes (s).
+            writes in progress in other threads before interrupting their retries (s).
 
     Example:
         >>> store = CloudLoggingStore(project="my-proj", logger_name="goodput_run1")  # doctest: +SKIP
-        >>> store.append([ev]); store.flush(timeout=10)                              # doctest: +SKIP
+        >>> store.append([ev])        # returns once written (or dropped and counted)  # doctest: +SKIP
+        >>> store.stats()["written"]                                                 # doctest: +SKIP
+        1
     """
 
     def __init__(
@@ -319,18 +325,14 @@ class CloudLoggingStore(RowColumns):
             _check_nonneg("start_time", start_time)
             self._start = _ts_to_datetime(float(start_time))
 
-        # Writer state.
+        # Write state (counters are updated by whichever threads call append).
         self._cond = threading.Condition()
-        self._queue: collections.deque[dict] = collections.deque()
-        self._in_flight = 0
+        self._in_flight = 0  # events inside append() calls now
         self._closed = False
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()  # writer exits once the queue is empty
-        self._abort = threading.Event()  # writer gives up now (close deadline passed)
-        self._flush_waiters = 0
+        self._abort = threading.Event()  # retries give up now (close deadline passed)
         self._id_prefix = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
-        #: Events dropped (queue full, permanent error, or left over at close).
+        #: Events dropped (retry deadline passed, permanent error, or store closed mid-write).
         self.dropped_events = 0
         #: Events acknowledged by the service.
         self.written_events = 0
@@ -393,42 +395,54 @@ class CloudLoggingStore(RowColumns):
     # ------------------------------------------------------------------ writes
     @property
     def pending(self) -> int:
-        """Events queued or being written."""
+        """Events inside :meth:`append` calls of other threads (0 when idle)."""
         with self._cond:
-            return len(self._queue) + self._in_flight
+            return self._in_flight
 
     def append(self, events: Sequence[Event]) -> None:
-        """Queue events for a background write; never blocks on the network.
+        """Write events now, in batches of ``batch_size``; returns when each batch is done.
 
-        Every event is validated first; a bad one raises and nothing is queued.
+        Every event is validated first; a bad one raises and nothing is written.
+        Transient errors are retried with backoff for at most ``retry_deadline``
+        seconds per batch; a batch that still fails then, or fails permanently,
+        is dropped, logged and counted in :attr:`dropped_events` (not raised).
 
         Raises:
             TypeError / ValueError: an item is not a valid :class:`Event`.
             StoreError: the store is closed.
+
+        Example:
+            >>> store.append(events)  # doctest: +SKIP
+            >>> store.stats()["written"] == len(events)  # doctest: +SKIP
+            True
         """
         events = [events] if isinstance(events, Event) else list(events)
         for i, ev in enumerate(events):
             if not isinstance(ev, Event):
                 raise TypeError(f"events[{i}] ({ev!r}) must be an Event, not {type(ev).__name__}")
             ev.validate()
-        entries = [self._to_entry(ev) for ev in events]
-        if not entries:
+        if not events:
             return
         with self._cond:
             if self._closed:
                 raise StoreError(f"{self!r} is closed")
-            room = self.max_queue - len(self._queue) - self._in_flight
-            if room < len(entries):
-                dropped = len(entries) - max(room, 0)
-                self.dropped_events += dropped
-                entries = entries[: max(room, 0)]
-                _log.warning(
-                    "%r: write queue full (%d), dropped %d event(s) (%d in total)",
-                    self, self.max_queue, dropped, self.dropped_events,
-                )
-            self._queue.extend(entries)
-            self._ensure_thread()
-            if len(self._queue) >= self.batch_size:
+            entries = [self._to_entry(ev) for ev in events]  # insertIds in append order
+            self._in_flight += len(entries)
+        try:
+            bs = self.batch_size
+            for i in range(0, len(entries), bs):
+                batch = entries[i:i + bs]
+                if self._abort.is_set():
+                    self._drop(entries[i:], "store closed before they were written")
+                    return
+                try:
+                    self._send_with_retry(batch)
+                except Exception as e:  # noqa: BLE001 - e.g. resource detection failed
+                    self.last_error = _error_text(e)
+                    self._drop(batch, f"unexpected write error ({self.last_error})")
+        finally:
+            with self._cond:
+                self._in_flight -= len(entries)
                 self._cond.notify_all()
 
     def _to_entry(self, ev: Event) -> dict:
@@ -445,14 +459,6 @@ class CloudLoggingStore(RowColumns):
             "severity": "INFO",
         }
 
-    def _ensure_thread(self) -> None:
-        # Called with self._cond held.
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(
-                target=self._writer_loop, name=f"goodput-gcl-writer-{self.logger_name}", daemon=True
-            )
-            self._thread.start()
-
     def _resource(self) -> dict:
         if self._resource_dict is None:
             res = self._resource_arg
@@ -467,41 +473,6 @@ class CloudLoggingStore(RowColumns):
             else:
                 self._resource_dict = res._to_dict()
         return self._resource_dict
-
-    def _writer_loop(self) -> None:
-        while True:
-            with self._cond:
-                idle_since = time.monotonic()
-                while not self._queue:
-                    if self._stop.is_set() or self._abort.is_set():
-                        return
-                    if time.monotonic() - idle_since > _WRITER_IDLE_EXIT_S:
-                        self._thread = None  # append() starts a new one
-                        return
-                    self._cond.wait(max(self.flush_interval, 0.05))
-                if self._abort.is_set():
-                    return
-                if (
-                    len(self._queue) < self.batch_size
-                    and not self._flush_waiters
-                    and not self._stop.is_set()
-                ):
-                    # Give the batch a moment to fill; append/flush notify early.
-                    self._cond.wait(self.flush_interval)
-                    if not self._queue:
-                        continue
-                n = min(self.batch_size, len(self._queue))
-                batch = [self._queue.popleft() for _ in range(n)]
-                self._in_flight = n
-            try:
-                self._send_with_retry(batch)
-            except BaseException:  # noqa: BLE001 - never let the writer die silently
-                _log.exception("%r: writer failed", self)
-                self._drop(batch, "unexpected writer error")
-            finally:
-                with self._cond:
-                    self._in_flight = 0
-                    self._cond.notify_all()
 
     def _send_with_retry(self, batch: list[dict]) -> None:
         from google.api_core import exceptions as gexc
@@ -549,6 +520,8 @@ class CloudLoggingStore(RowColumns):
                 return
 
     def _drop(self, batch: list[dict], why: str) -> None:
+        if not batch:
+            return
         with self._cond:
             self.dropped_events += len(batch)
         _log.error("%r: dropped %d event(s): %s", self, len(batch), why)
@@ -562,13 +535,16 @@ class CloudLoggingStore(RowColumns):
         )
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued event is written (or dropped).
+        """Wait until no :meth:`append` is in progress in another thread.
+
+        ``append`` writes synchronously, so after it returns there is nothing
+        to flush: this returns True at once unless another thread is writing.
 
         Args:
             timeout: seconds to wait at most (None: no limit).
 
         Returns:
-            True if the queue drained, False on timeout.
+            True when nothing is pending, False on timeout.
 
         Example:
             >>> store.flush(timeout=5.0)  # doctest: +SKIP
@@ -576,29 +552,21 @@ class CloudLoggingStore(RowColumns):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            if not self._queue and not self._in_flight:
-                return True
-            if self._queue and not self._abort.is_set():
-                self._ensure_thread()
-            self._flush_waiters += 1
-            try:
-                self._cond.notify_all()
-                while self._queue or self._in_flight:
-                    if self._abort.is_set() and not self._in_flight:
-                        return False
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        return False
-                    self._cond.wait(0.1 if remaining is None else min(remaining, 0.1))
-            finally:
-                self._flush_waiters -= 1
+            while self._in_flight:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(0.1 if remaining is None else min(remaining, 0.1))
         return True
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush (bounded by ``timeout``, default ``close_timeout``) and stop the writer.
+        """Refuse new writes, wait (at most ``timeout``, default ``close_timeout``) for
+        writes in progress in other threads, then make their retries give up.
 
-        Events still unwritten at the deadline are counted in :attr:`dropped_events`.
-        Idempotent.
+        Batches given up this way are counted in :attr:`dropped_events`. Idempotent.
+
+        Example:
+            >>> store.close()  # doctest: +SKIP
         """
         timeout = self.close_timeout if timeout is None else timeout
         _check_nonneg("timeout", timeout)
@@ -607,25 +575,23 @@ class CloudLoggingStore(RowColumns):
                 return
             self._closed = True
         drained = self.flush(timeout)
-        self._stop.set()
         self._abort.set()
-        with self._cond:
-            self._cond.notify_all()
-            left = len(self._queue)
-            self.dropped_events += left
-            self._queue.clear()
-        if self._thread is not None:
-            self._thread.join(0.5 if drained else 0.1)
         if not drained:
             _log.error(
-                "%r: closed with %d queued event(s) dropped and %d in flight after %.3gs",
-                self, left, self._in_flight, timeout,
+                "%r: closed with %d event(s) still being written after %.3gs; "
+                "their retries stop and failing batches are dropped",
+                self, self.pending, timeout,
             )
         with _ATEXIT_LOCK:
             _LIVE.discard(self)
 
     def stats(self) -> dict[str, Any]:
-        """Counters: written, dropped, retries, pending, skipped, last_error."""
+        """Counters: written, dropped, retries, pending, skipped, last_error.
+
+        Example:
+            >>> store.stats()["dropped"]  # doctest: +SKIP
+            0
+        """
         return {
             "written": self.written_events,
             "dropped": self.dropped_events,
@@ -692,7 +658,8 @@ class CloudLoggingStore(RowColumns):
     ) -> tuple[list[Event], CloudLoggingCursor]:
         """Events of ``job_name`` after ``cursor``, oldest first, at most ``limit``.
 
-        Pending writes of this store are flushed first (read-your-writes).
+        Writes in progress in other threads are waited for first (``append`` itself
+        is synchronous, so events appended before this call are readable).
 
         Raises:
             TypeError / ValueError: bad ``job_name``, ``cursor`` or ``limit``.
