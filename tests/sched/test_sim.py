@@ -417,3 +417,20 @@ def test_format_table_reductions():
     text = format_table({"w1": {"pollux": res("pollux", 50.0), "optimus": res("optimus", 100.0),
                                 "tiresias": res("tiresias", 80.0)}})
     assert "50.0%" in text and "37.5%" in text and "(52%)" in text
+
+
+def test_the_simulator_has_its_own_entry_point():
+    """``python -m goodput_jax.sched.sim`` (= ``goodput-jax-sim``): help, and a user error in one line."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "goodput_jax.sched.sim", "--help"],
+                        capture_output=True, text=True, timeout=120, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("usage: goodput-jax-sim") and "--cluster" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "goodput_jax.sched.sim", "no-such-workload",
+                          "--no-progress"], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("goodput-jax-sim: error: workload 'no-such-workload' not found")
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr

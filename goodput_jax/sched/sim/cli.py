@@ -50,7 +50,7 @@ from goodput_jax.sched.sim.runner import (
     run_workload,
 )
 
-__all__ = ["add_arguments", "format_table", "main"]
+__all__ = ["add_arguments", "format_table", "main", "run"]
 
 
 def _stem(path: Path) -> str:
@@ -161,6 +161,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="do not draw the progress bar (it is never drawn when stderr "
                              "is not a terminal)")
     return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    """The simulator's own command (``goodput-jax-sim``, ``python -m goodput_jax.sched.sim``).
+
+    Parses ``argv`` with :func:`add_arguments` and runs :func:`main`; a user error
+    (bad workload, cluster or option value) is one line on stderr and exit status 2.
+
+    Example:
+        >>> run(["6", "--policy", "tiresias", "--max-jobs", "4", "--no-progress"])  # doctest: +SKIP
+        0
+    """
+    import sys
+
+    parser = add_arguments(argparse.ArgumentParser(
+        prog="goodput-jax-sim",
+        description="Trace-driven cluster simulator: Pollux, its baselines, and Sia on "
+                    "heterogeneous clusters (same options as 'goodput-jax simulate').",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter))
+    args = parser.parse_args(argv)
+    try:
+        return int(main(args) or 0)
+    except (ValueError, FileNotFoundError, LookupError) as e:
+        print(f"goodput-jax-sim: error: {e}", file=sys.stderr)
+        return 2
 
 
 def main(args: argparse.Namespace) -> int:
