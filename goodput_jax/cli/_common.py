@@ -108,6 +108,17 @@ def require_extra(extra: str, modules: tuple[str, ...], what: str) -> None:
             raise MissingExtraError(extra, module, what)
 
 
+def _finite_float(text: str, ok, what: str) -> float:
+    """Parse ``text`` as a finite float accepted by ``ok``, else an argparse type error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not ok(value) or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number {what}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0.
 
@@ -115,13 +126,7 @@ def positive_float(text: str) -> float:
         >>> positive_float("0.5")
         0.5
     """
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
-    return value
+    return _finite_float(text, lambda v: v > 0, "> 0")
 
 
 def nonnegative_float(text: str) -> float:
@@ -131,13 +136,7 @@ def nonnegative_float(text: str) -> float:
         >>> nonnegative_float("0")
         0.0
     """
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
+    return _finite_float(text, lambda v: v >= 0, ">= 0")
 
 
 def positive_int(text: str) -> int:
