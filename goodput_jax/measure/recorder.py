@@ -58,6 +58,7 @@ logger = logging.getLogger(__name__)
 
 _JOB_START, _JOB_END = _K[EventKind.JOB_START], _K[EventKind.JOB_END]
 _STEP_START, _STEP_END = _K[EventKind.STEP_START], _K[EventKind.STEP_END]
+_STEP_DEVICE_END = _K[EventKind.STEP_DEVICE_END]
 
 class _FlushMarker:
     __slots__ = ("done", "ok")
@@ -406,9 +407,10 @@ class GoodputRecorder:
         """
         if not self._enabled:
             return
-        step = check_step(step)
+        if type(step) is not int or step < 0:
+            step = check_step(step)
         t = self._now() if end_time is None else to_timestamp(end_time, name="end_time")
-        self._put(_K[EventKind.STEP_DEVICE_END], t, step, None, None)
+        self._put(_STEP_DEVICE_END, t, step, None, None)
 
     # ------------------------------------------------------ context managers
     @contextlib.contextmanager

@@ -11,8 +11,10 @@ host keeps dispatching ahead. The calculator then counts step N's productive
 time as the device's busy interval ``[max(start_N, device_end_{N-1}),
 device_end_N]``, and a data-loading span as lost only while the device sat idle.
 
-The training thread pays for one ``record_step_start_time`` and one queue put
-per step (a few microseconds; ``benchmarks/step_recorder_bench.py``).
+The training thread pays for one ``record_step_start_time``, one readiness poll and
+one queue put per step (a few microseconds; ``benchmarks/step_recorder_bench.py``);
+everything else (finding the array to watch, waiting, recording the device end)
+happens on the watcher thread.
 
 Example:
     >>> import jax, jax.numpy as jnp  # doctest: +SKIP
@@ -26,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import threading
@@ -103,9 +104,9 @@ class StepRecorder:
     array (the last leaf of the outputs, e.g. the loss: one program's outputs
     are ready together; every live array when there is no such leaf), prompt
     while the training thread waits (loading, blocking, a full dispatch queue);
-    or the training thread itself, which polls the oldest unfinished step's
-    probe on every ``start`` (prompt while it dispatches ahead and the watcher
-    waits for the GIL). The first tracked step is waited for at the second
+    or the training thread itself, which polls the probe of the step the
+    watcher waits on at every ``start`` (prompt while it dispatches ahead and
+    the watcher waits for the GIL). The first tracked step is waited for at the second
     ``start`` (once, usually hidden behind loading the next batch), so the store
     shows device ends before the host runs ahead.
 
@@ -141,7 +142,7 @@ class StepRecorder:
         self._enabled = bool(getattr(recorder, "logging_enabled", True))
         self._att = attach(recorder) if compile_times and self._enabled else None
         self._q: queue.SimpleQueue = queue.SimpleQueue()
-        self._pending: collections.deque[_Item] = collections.deque()
+        self._head: _Item | None = None  # the step the watcher is waiting on
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._start_step = recorder.record_step_start_time
@@ -154,21 +155,20 @@ class StepRecorder:
 
     # ------------------------------------------------------------ hot path
     def _poll(self) -> None:
-        """Record the device end of finished steps at the head of the queue (training thread)."""
-        pend = self._pending
-        while pend:
-            item = pend[0]
-            if item.t is None:
-                p = item.probe
-                if p is None:
-                    return
-                try:
-                    if not p.is_ready():
-                        return
-                except Exception:  # noqa: BLE001 - deleted (donated): the watcher decides
-                    return
-                self._claim(item)
-            pend.popleft()
+        """Record the device end of the step the watcher waits on, if it is ready (training
+        thread): the watcher may be waiting for the GIL while this thread runs Python."""
+        item = self._head
+        if item is None or item.t is not None:
+            return
+        p = item.probe
+        if p is None:
+            return
+        try:
+            ready = p.is_ready()
+        except Exception:  # noqa: BLE001 - deleted (donated): the watcher decides
+            return
+        if ready:
+            self._claim(item)
 
     def _claim(self, item: _Item) -> None:
         """Record ``item``'s device end now (the recorder's clock), unless already recorded."""
@@ -204,7 +204,7 @@ class StepRecorder:
             return
         if self._first is not None:
             self._wait_first()
-        if self._pending:
+        if self._head is not None:
             self._poll()
         self._start_step(step)
         att = self._att
@@ -227,11 +227,12 @@ class StepRecorder:
             return
         if self._thread is None:
             self._start_thread()
-        item = _Item(step, outputs)
-        if not self.tracked:
-            self._first = item
-        self.tracked += 1
-        self._pending.append(item)
+        if self.tracked:
+            self.tracked += 1
+            self._q.put((step, outputs))  # the watcher builds the _Item
+            return
+        self.tracked = 1
+        self._first = item = _Item(step, outputs)
         self._q.put(item)
 
     def __call__(self, step: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -265,11 +266,15 @@ class StepRecorder:
             item = get()
             if item is _STOP:
                 return
-            if isinstance(item, _Marker):
+            if type(item) is tuple:
+                item = _Item(*item)
+            elif isinstance(item, _Marker):
+                self._head = None
                 item.done.set()
                 continue
             if item.t is not None:
                 continue  # the training thread saw it first
+            self._head = item
             p = item.probe
             if p is not None:
                 try:  # one output of the step's program: all its outputs are ready together
@@ -313,10 +318,7 @@ class StepRecorder:
             return True
         m = _Marker()
         self._q.put(m)
-        ok = m.done.wait(timeout)
-        if ok:
-            self._pending.clear()
-        return ok
+        return m.done.wait(timeout)
 
     def close(self, timeout: float | None = 10.0) -> None:
         """:meth:`finish`, then stop the watcher thread (idempotent)."""
