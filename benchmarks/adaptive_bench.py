@@ -144,22 +144,66 @@ def run_arm(arm: str, batch: int | None, seed: int, data, args, model, loss_fn, 
             "model_error": hooks.model_error}
 
 
-def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
-    """Plain loop vs hooks + controller (no switching) on the same jitted step, interleaved.
+def bare_step(loss_fn, base_tx, mesh):
+    """The plain data-parallel step a user without goodput_jax writes: mean gradients over the
+    mesh, the base optimizer, no gradient statistics, no accumulation loop, fixed learning rate."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
-    Both loops cut their batches with the same data path and wait one step late
-    (an unbounded queue of multi-device programs deadlocks XLA's CPU all-reduce).
+    def local(params, batch):
+        loss, g = jax.value_and_grad(loss_fn)(params, batch)
+        return jax.lax.pmean((loss, g), "data")
+
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data")), out_specs=(P(), P()))
+
+    def step(params, opt_state, batch):
+        loss, g = sharded(params, batch)
+        upd, opt_state = base_tx.update(g, opt_state, params)
+        return optax.apply_updates(params, upd), opt_state, loss
+
+    rep = NamedSharding(mesh, P())
+    return jax.jit(step, donate_argnums=(0, 1), in_shardings=(rep, rep, NamedSharding(
+        mesh, P("data"))), out_shardings=(rep, rep, rep)), NamedSharding(mesh, P("data")), rep
+
+
+def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
+    """Three loops at M0 on the same data path, interleaved per round, medians over rounds:
+
+    * ``bare``: a plain jitted data-parallel step (no gradient statistics, fixed LR);
+    * ``plain``: the adaptive step (in-step statistics, traced accumulation count, LR rule)
+      in a plain loop: ``plain / bare`` is the in-step cost of the statistics;
+    * ``hooked``: the same step through hooks + controller (checks and refits run; the
+      exploration cap keeps the shape fixed): ``hooked / plain`` is the host-side cost.
+
+    Every loop waits one step late (an unbounded queue of multi-device programs deadlocks
+    XLA's CPU all-reduce). Also returns the hooks' own training-thread time split into
+    per-step work, controller checks and inline refits.
     """
     (xtr, ytr), _ = data
     m0, r = args.m0, jax.device_count()
     step_fn, tx = step_cache["step"], step_cache["tx"]
     params = model.init(jax.random.key(0), jnp.ones((1, xtr.shape[1])))
+    base = optax.sgd(args.lr, momentum=0.9)
+    bare_fn, bare_sh, rep = bare_step(loss_fn, base, step_fn.mesh)
     n = args.overhead_steps
-    plain, hooked, costs = [], [], []
+    bare, plain, hooked, parts = [], [], [], []
     for _ in range(rounds):
         src = AdaptiveBatchSize(GoodputHooks("plain", init_batch_size=m0, num_nodes=1,
                                              num_replicas=r, is_primary=False),
                                 {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding)
+        p = jax.device_put(jax.tree.map(jnp.array, params), rep)
+        st = jax.device_put(base.init(p), rep)
+        t0 = time.perf_counter()
+        prev = None
+        for _i in range(n):
+            ex = src.source.take(m0)
+            p, st, loss = bare_fn(p, st, jax.device_put(ex, bare_sh))
+            if prev is not None:
+                prev.block_until_ready()
+            prev = loss
+        jax.block_until_ready(loss)
+        bare.append(time.perf_counter() - t0)
+
         p = jax.tree.map(jnp.array, params)  # fresh buffers: the step donates them
         st = tx.init(p)
         t0 = time.perf_counter()
@@ -172,6 +216,7 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
             prev = loss
         jax.block_until_ready(loss)
         plain.append(time.perf_counter() - t0)
+
         hooks = GoodputHooks("ovh", init_batch_size=m0, num_nodes=1, num_replicas=r,
                              max_batch_size=args.max_batch, is_primary=True,
                              refit_interval=args.refit_interval)
@@ -187,17 +232,44 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
         hooks.flush()
         jax.block_until_ready(loss)
         hooked.append(time.perf_counter() - t0)
-        costs.append((hooks.cost()["foreground"] + ctl.adapt_seconds) / hooked[-1])
+        # adapt_seconds includes the refits a check asks for (run inline on multi-device
+        # CPU); foreground_seconds the periodic ones that hooks.step starts
+        refits = hooks.inline_refit_seconds
+        checks = ctl.adapt_seconds - ctl.adapt_refit_seconds
+        per_step = hooks.foreground_seconds - (refits - ctl.adapt_refit_seconds)
+        parts.append({"per_step": per_step / hooked[-1], "checks": checks / hooked[-1],
+                      "refits": refits / hooked[-1], "fits": hooks.fit_count,
+                      "skipped": hooks.refits_skipped,
+                      "fg": (hooks.foreground_seconds + ctl.adapt_seconds) / hooked[-1]})
         hooks.close()
-    ratios = [h / p for h, p in zip(hooked, plain)]
-    return {"plain": float(np.median(plain)), "hooked": float(np.median(hooked)),
-            "ratio": float(np.median(ratios)), "steps": n, "fg": float(np.median(costs))}
+    med = {k: float(np.median([x[k] for x in parts])) for k in parts[0]}
+    return {"bare": float(np.median(bare)), "plain": float(np.median(plain)),
+            "hooked": float(np.median(hooked)),
+            "stats_ratio": float(np.median([a / b for a, b in zip(plain, bare)])),
+            "ratio": float(np.median([h / p for h, p in zip(hooked, plain)])),
+            "total_ratio": float(np.median([h / b for h, b in zip(hooked, bare)])),
+            "steps": n, **med}
+
+
+def print_overhead(ov: dict, args) -> None:
+    print(f"overhead at M0 = {args.m0}, {ov['steps']} steps, median of interleaved rounds "
+          f"(refit every {args.refit_interval} s of profiled time, checks every "
+          f"{args.adapt_every} steps):")
+    print(f"  bare loop (no statistics)         {ov['bare']:.3f} s  "
+          f"{ov['bare'] / ov['steps'] * 1e3:.3f} ms/step")
+    print(f"  adaptive step, plain loop         {ov['plain']:.3f} s  (x{ov['stats_ratio']:.3f} "
+          f"vs bare: in-step statistics, accumulation loop, LR rule)")
+    print(f"  adaptive step, hooks + controller {ov['hooked']:.3f} s  (x{ov['ratio']:.3f} vs plain;"
+          f" x{ov['total_ratio']:.3f} vs bare)")
+    print(f"  hooks + controller own time on the training thread: {ov['fg']:.2%} of the hooked "
+          f"loop = per-step work {ov['per_step']:.2%} + checks {ov['checks']:.2%} + inline "
+          f"refits {ov['refits']:.2%} ({ov['fits']:.0f} fit(s), {ov['skipped']:.0f} periodic "
+          f"refit(s) skipped: profile unchanged)")
 
 
 def demo_check(runs: int, quick: bool) -> int:
     """Run ``goodput-jax demo`` ``runs`` times: the fit's error on the profiled configurations
     (medians of the kept samples) and the suggestion of each run."""
-    import argparse as _ap
     import tempfile
 
     from goodput_jax import demo
@@ -215,8 +287,8 @@ def demo_check(runs: int, quick: bool) -> int:
 
     for i in range(runs):
         with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()):
-            demo.main(_ap.Namespace(quick=quick, steps=None, devices=4, dir=d,
-                                    job=f"demo-check-{i}", no_progress=True))
+            demo.main(directory=d, steps=None, job=f"demo-check-{i}", devices=4, quick=quick,
+                      progress=False)
     demo.format_model_summary = orig
     print(f"# demo check: {runs} runs of goodput-jax demo{' --quick' if quick else ''}")
     sugs = []
@@ -227,7 +299,8 @@ def demo_check(runs: int, quick: bool) -> int:
         print(f"run {i}: model error (median over {len(h.model_errors)} profiled configs) "
               f"{h.model_error:.3f}; suggestion {sug.batch_size if sug else None} "
               f"(atomic {sug.atomic_bsz if sug else None}, accum {sug.accum_steps if sug else None}"
-              f", confident {sug.confident if sug else None})")
+              f", confident {sug.confident if sug else None}; goodput argmax "
+              f"{sug.best_batch_size if sug else None})")
         for k, (acc, opt, n) in table.items():
             print(f"    r={k[1]} b={k[2]:<4d} median {opt * 1e3:8.3f} ms ({n} steps)  "
                   f"error {h.model_errors.get(k, float('nan')):.3f}")
@@ -299,10 +372,7 @@ def main(argv=None) -> int:
         step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0), tx0
         ov = overhead(args, make_data(0, 60000, 16), model, loss_fn, step_cache,
                       rounds=3 if args.quick else 5)
-        print(f"overhead at M0, {ov['steps']} steps, refit every {args.refit_interval} s: plain "
-              f"loop {ov['plain']:.3f} s, hooks+controller {ov['hooked']:.3f} s (median ratio "
-              f"{ov['ratio']:.3f}); hooks + controller own time on the training thread "
-              f"{ov['fg']:.2%} of the hooked loop")
+        print_overhead(ov, args)
         return 0
     # One-off: compile the step for every batch shape any arm may use (the
     # fixed sweep and the adaptive arm's atomic sizes), so that no arm is
@@ -358,9 +428,7 @@ def main(argv=None) -> int:
           f"{np.median([r['model_error'] for r in ad]):.3f}")
     ov = overhead(args, make_data(0, 60000, 4000), model, loss_fn, step_cache,
                   rounds=3 if args.quick else 5)
-    print(f"overhead at M0, {ov['steps']} steps: plain loop {ov['plain']:.3f} s, hooks+controller "
-          f"{ov['hooked']:.3f} s (median ratio {ov['ratio']:.3f}); hooks + controller own time on "
-          f"the training thread {ov['fg']:.2%} of the hooked loop")
+    print_overhead(ov, args)
     return 0
 
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from goodput_jax.adaptive.data import ArraySource, IterableSource, _tree_map, as_source
 from goodput_jax.adaptive.step import slots_for
-from goodput_jax.model.buckets import bucket
+from goodput_jax.integrations.hooks import _efficiency_np, _throughput_np
 
 __all__ = ["AdaptiveBatchSize"]
 
@@ -155,6 +155,8 @@ class AdaptiveBatchSize:
         self._step_ref: tuple | None = None
         #: Seconds spent in :meth:`adapt` from :meth:`step` (checks, requested refits, switches).
         self.adapt_seconds = 0.0
+        #: Of which: refits the checks asked for, run inline (multi-device CPU).
+        self.adapt_refit_seconds = 0.0
         self._cache: tuple | None = None
 
     # ----------------------------------------------------------------- configuration
@@ -214,11 +216,13 @@ class AdaptiveBatchSize:
         self.steps += 1
         if self.adaptive and self.steps % self.adapt_every == 0:
             t0 = time.perf_counter()
+            r0 = self.hooks.inline_refit_seconds
             self._step_ref = (train_step, out[0], out[1]) if isinstance(out, tuple) and len(
                 out) >= 2 else None
             self.adapt()
             self._step_ref = None
             self.adapt_seconds += time.perf_counter() - t0
+            self.adapt_refit_seconds += self.hooks.inline_refit_seconds - r0
         return out
 
     def batch_like(self, atomic_bsz: int, accum_steps: int) -> Any:
@@ -286,32 +290,28 @@ class AdaptiveBatchSize:
             h._since_fit = max(h._since_fit, h.refit_interval)
             h.maybe_refit()
             return None
-        # Nothing new since the last check (same fit, statistics, configuration and
-        # profiled set): reuse its evaluation (a check then costs microseconds).
-        sig = (h.fit_count, id(h._grad_stats), h._grad_params, key, len(h.profile))
-        if self._cache is not None and self._cache[0] == sig:
-            cand, good, cur = self._cache[1]
-            return self._decide(cand, good, cur)
-        fn = h.goodput_function()
-        if fn is None:
+        gp = h.grad_params
+        if h.perf_params is None or gp is None:
             return None
-        cand = self.candidates()
-        if not len(cand):
-            return None
-        r = h.num_replicas
-        # Pad to a bucketed length (repeating the first row): the jitted evaluation
-        # compiles once per length, and the candidate count changes as the job explores.
-        size = bucket(len(cand), 8)
-        padded = np.concatenate([cand, np.repeat(cand[:1], size - len(cand), axis=0)])
-        good = np.asarray(fn.evaluate(np.full(size, h.num_nodes), np.full(size, r),
-                                      padded[:, 0], padded[:, 1]))[:len(cand)]
-        try:
-            cur = float(fn.evaluate(h.num_nodes, r, h.atomic_bsz, h.accum_steps))
-        except ValueError:
-            cur = 0.0
-        sig = (h.fit_count, id(h._grad_stats), h._grad_params, key, len(h.profile))
-        self._cache = (sig, (cand, good, cur))
-        return self._decide(cand, good, cur)
+        # Throughputs depend on the fit only: evaluated (in numpy) once per fit,
+        # configuration and profiled set. The statistical efficiency, which moves with
+        # the gradient statistics, is one numpy expression per check: a check runs no
+        # device program and costs tens of microseconds.
+        sig = (h.fit_count, key, len(h.profile))
+        if self._cache is None or self._cache[0] != sig:
+            cand = self.candidates()
+            if not len(cand):
+                return None
+            r, n = h.num_replicas, h.num_nodes
+            rows = np.concatenate([cand, [[h.atomic_bsz, h.accum_steps]]])
+            thr = _throughput_np(h.perf_params, n, r, rows[:, 0], rows[:, 1])
+            batch = r * rows[:, 0] * (rows[:, 1] + 1)
+            self._cache = (sig, cand, thr, batch)
+        _, cand, thr, batch = self._cache
+        good = thr * _efficiency_np(gp, h.init_batch_size, batch)
+        # running below init_batch_size: no comparable goodput (any candidate wins)
+        cur = float(good[-1]) if batch[-1] >= h.init_batch_size else 0.0
+        return self._decide(cand, good[:-1], cur)
 
     def _decide(self, cand: np.ndarray, good: np.ndarray, cur: float) -> dict:
         h = self.hooks

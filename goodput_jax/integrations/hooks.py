@@ -23,10 +23,13 @@ the step it just dispatched), and:
   step-time model to their medians, weighted by the sample counts;
 * picks up the gradient statistics that :func:`goodput_jax.gradient_noise_scale`
   keeps in the optimizer state anywhere in the step's outputs: every
-  ``stats_every`` steps one asynchronous on-device copy (read back lazily,
-  never blocking the step);
+  ``stats_every`` steps one asynchronous device program reduces them to
+  ``[count, |G|^2, tr(Sigma)]`` (read back lazily as one transfer, never
+  blocking the step);
 * every ``refit_interval`` seconds of profiled time, on the primary process
-  only, refits :class:`PerfParams` on a background thread, combines them with
+  only, and only when the profile changed materially (a new configuration, or
+  a median or the noise scale moved by more than ``refit_tolerance``),
+  refits :class:`PerfParams` on a background thread, combines them with
   the current :class:`GradParams` into a :class:`GoodputFunction` and publishes
   the scheduler hints (``recorder.record_hints``) next to the job's events.
 
@@ -147,6 +150,9 @@ class Suggestion(NamedTuple):
         profiled_configs: number of profiled configurations behind the fit.
         confident: ``model_error <= 0.15`` and at least two profiled
             configurations (one configuration fixes ``alpha_c`` by assumption).
+        best_batch_size: total batch of the goodput's argmax (the suggestion is
+            the smallest batch within the tolerance of it).
+        best_goodput: predicted goodput at ``best_batch_size``.
     """
 
     atomic_bsz: int
@@ -160,6 +166,8 @@ class Suggestion(NamedTuple):
     model_error: float = float("nan")
     profiled_configs: int = 0
     confident: bool = False
+    best_batch_size: int = 0
+    best_goodput: float = float("nan")
 
 
 def _pos_int(value: Any, name: str, allow_none: bool = False) -> int | None:
@@ -187,6 +195,12 @@ def _finite_or_none(x: Any) -> float | None:
 def _live_arrays(outputs: Any) -> list:
     # The outputs of one XLA program become ready together: a couple of live
     # leaves (the last ones: losses and metrics, rarely donated) stand for all.
+    # Fast path (most loops return ``(..., loss)``): the last element alone,
+    # without flattening the parameters and optimizer state every step.
+    if isinstance(outputs, tuple) and outputs:
+        last = outputs[-1]
+        if isinstance(last, jax.Array) and not last.is_deleted():
+            return [last]
     leaves = [x for x in jax.tree.leaves(outputs) if isinstance(x, jax.Array)]
     return [x for x in leaves[::-1][:2] if not x.is_deleted()] or [
         x for x in leaves if not x.is_deleted()][:1]
@@ -297,9 +311,35 @@ def _predict_optim_np(p: PerfParams, n: Any, r: Any, b: Any) -> np.ndarray:
     return hi * ((acc / hi) ** g + (net / hi) ** g) ** (1.0 / g)
 
 
+def _throughput_np(p: PerfParams, n: Any, r: Any, b: Any, s: Any) -> np.ndarray:
+    """float64 numpy twin of :func:`goodput_jax.model.goodput.throughput_fn` (parity-tested):
+    ``R * b * (s + 1) / (s * T_acc + T_opt)`` in samples/s, without a device program."""
+    r, b, s = (np.asarray(x, float) for x in (r, b, s))
+    return r * b * (s + 1.0) / (s * (p.alpha_c + p.beta_c * b) + _predict_optim_np(p, n, r, b))
+
+
+def _efficiency_np(g: GradParams, init_batch_size: float, batch_size: Any) -> np.ndarray:
+    """float64 numpy twin of :func:`goodput_jax.model.goodput.efficiency_fn` (parity-tested):
+    ``gain / scale`` with ``gain = (var + sqr) / (var / scale + sqr)``."""
+    scale = np.asarray(batch_size, float) / float(init_batch_size)
+    denom = g.var / scale + g.sqr
+    ok = denom > 0
+    gain = np.where(ok, (g.var + g.sqr) / np.where(ok, denom, 1.0), 1.0)
+    return gain / scale
+
+
 @jax.jit
-def _copy_tree(tree: Any) -> Any:
-    return jax.tree.map(lambda x: x + jax.numpy.zeros((), x.dtype), tree)
+def _stats_summary(st: Any) -> Any:
+    """``[count, sqr, var]`` of a :class:`GradStatsState` in ONE device program.
+
+    It reads the state before the next step can donate it, and reading the
+    result back later is one small transfer (no per-field ``device_get``, no
+    eager ops on the host).
+    """
+    gp = gradstats.grad_params_from_stats(st)
+    f32 = jax.numpy.float32
+    return jax.numpy.stack([jax.numpy.asarray(st.count, f32), jax.numpy.asarray(gp.sqr, f32),
+                            jax.numpy.asarray(gp.var, f32)])
 
 
 class GoodputHooks:
@@ -334,6 +374,11 @@ class GoodputHooks:
         record_device_ends: record each step's device end (one step late) in the
             recorder. Pass False when a :class:`goodput_jax.runtime.StepRecorder`
             already records them promptly, so each step has one device end.
+        refit_tolerance: a periodic refit (every ``refit_interval``) runs only
+            when the profile changed materially since the last fit: a new
+            configuration, or a configuration's median step time or the gradient
+            noise scale moved by more than this fraction. Explicit
+            :meth:`refit` calls always fit.
 
     Example:
         >>> hooks = GoodputHooks("doc-job", init_batch_size=32, is_primary=False)
@@ -362,6 +407,7 @@ class GoodputHooks:
         stats_every: int = 50,
         background: bool | None = None,
         record_device_ends: bool = True,
+        refit_tolerance: float = 0.05,
     ):
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
@@ -396,6 +442,9 @@ class GoodputHooks:
         if not isinstance(refit_interval, numbers.Real) or not refit_interval >= 0:
             raise ValueError(f"refit_interval ({refit_interval!r}) must be a number >= 0")
         self.refit_interval = float(refit_interval)
+        if not isinstance(refit_tolerance, numbers.Real) or not refit_tolerance >= 0:
+            raise ValueError(f"refit_tolerance ({refit_tolerance!r}) must be a number >= 0")
+        self.refit_tolerance = float(refit_tolerance)
         if not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning seconds")
         self._clock = clock
@@ -434,6 +483,9 @@ class GoodputHooks:
         self.model_error = float("nan")
         self.model_errors: dict[tuple[int, int, int], float] = {}
         self.fit_count = 0
+        #: Periodic refits skipped because nothing changed materially (see ``refit_tolerance``).
+        self.refits_skipped = 0
+        self._fitted: tuple[dict, float | None] | None = None
         self.last_hints: dict | None = None
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -441,6 +493,8 @@ class GoodputHooks:
         #: Seconds the hooks spent on the training thread / in the background.
         self.foreground_seconds = 0.0
         self.background_seconds = 0.0
+        #: Seconds of refits + publishing run inline (``background=False``) by :meth:`maybe_refit`.
+        self.inline_refit_seconds = 0.0
 
     # ------------------------------------------------------------------ configuration
     def _key(self) -> tuple[int, int, int, int]:
@@ -517,12 +571,15 @@ class GoodputHooks:
         Returns:
             ``fn``'s outputs.
         """
+        fa = time.perf_counter()
         self.recorder.record_step_start_time(step)
         t0 = self._clock()
         early = self._timer.before_dispatch(t0)
+        fb = time.perf_counter()
         out = fn(*args, **kwargs)
+        fc = time.perf_counter()
         t1 = self._clock()
-        waited0 = getattr(self._timer, "waited", 0.0)
+        waited0 = self._timer.waited
         self._finish_timing(early)
         self._step_keys[step] = (self._key(), self._pending_accum)
         self._pending_accum = 0
@@ -533,8 +590,9 @@ class GoodputHooks:
         self._last_out = out
         self._steps_seen += 1
         self.maybe_refit()
-        waited = getattr(self._timer, "waited", 0.0) - waited0
-        self.foreground_seconds += max(self._clock() - t1 - waited, 0.0)
+        waited = self._timer.waited - waited0
+        # everything on this thread but the dispatch itself and the wait for the device
+        self.foreground_seconds += max(time.perf_counter() - fc - waited, 0.0) + (fb - fa)
         return out
 
     def _finish_timing(self, done: list[tuple[int, float, float]]) -> None:
@@ -623,8 +681,13 @@ class GoodputHooks:
         ]
         if found:
             st = found[0]
-            if all(isinstance(x, jax.Array) for x in jax.tree.leaves(st)):
-                self._grad_stats = _copy_tree(st)
+            leaves = jax.tree.leaves(st)
+            if all(isinstance(x, jax.Array) for x in leaves):
+                if all(x.sharding.is_fully_replicated for x in leaves):
+                    # one device's copy: a single-device program (~30 us to dispatch on
+                    # the CPU backend vs ~200 us for one replicated over every device)
+                    st = jax.tree.map(lambda x: x.addressable_shards[0].data, st)
+                self._grad_stats = _stats_summary(st)
             else:
                 self._grad_stats = st
 
@@ -640,12 +703,16 @@ class GoodputHooks:
     @property
     def grad_params(self) -> GradParams | None:
         """Current smoothed :class:`GradParams` as floats, or None before any sample."""
-        if self._grad_stats is not None:
-            st = jax.device_get(self._grad_stats)
-            if int(st.count) > 0:
-                gp = gradstats.grad_params_from_stats(st)
-                self._grad_params = GradParams(float(gp.sqr), float(gp.var))
-            self._grad_stats = None
+        st, self._grad_stats = self._grad_stats, None
+        if st is not None:
+            if isinstance(st, gradstats.GradStatsState):  # host-side state: no summary program
+                if int(np.asarray(st.count)) > 0:
+                    gp = gradstats.grad_params_from_stats(st)
+                    self._grad_params = GradParams(float(gp.sqr), float(gp.var))
+            else:
+                count, sqr, var = (float(x) for x in np.asarray(st))
+                if count > 0:
+                    self._grad_params = GradParams(sqr, var)
         return self._grad_params
 
     def max_profiled_replicas(self) -> int:
@@ -708,6 +775,7 @@ class GoodputHooks:
             _log.warning("goodput hooks: refitting PerfParams failed (%s); keeping the last fit", e)
             return self.perf_params
         self.perf_params, self.model_error, self.model_errors = params, err, errs
+        self._fitted = ({k: v[1] for k, v in table.items()}, self._noise_scale())
         self.fit_count += 1
         return self.perf_params
 
@@ -721,6 +789,8 @@ class GoodputHooks:
         finally:
             if self.background:
                 self.background_seconds += time.perf_counter() - t0
+            else:
+                self.inline_refit_seconds += time.perf_counter() - t0
 
     def maybe_refit(self) -> bool:
         """Start a refit + publish when ``refit_interval`` seconds of profiled time have passed.
@@ -736,6 +806,9 @@ class GoodputHooks:
             return False
         _ = self.grad_params  # read the statistics copy here (the worker must not touch JAX state)
         self._since_fit = 0.0
+        if not self._changed_materially():
+            self.refits_skipped += 1
+            return False
         if not self.background:
             self._refit_and_publish()  # its time counts in the caller's foreground time
             return True
@@ -744,6 +817,27 @@ class GoodputHooks:
                 1, thread_name_prefix="goodput-refit")
         self._future = self._executor.submit(self._refit_and_publish)
         return True
+
+    def _changed_materially(self) -> bool:
+        """Whether a periodic refit would learn anything: a configuration is new or its median
+        step time moved by more than ``refit_tolerance`` since the last fit, or the gradient
+        noise scale did (the published hints would change)."""
+        if self.perf_params is None or self._fitted is None:
+            return True
+        fitted, gns = self._fitted
+        table = self.profile_table()
+        if table.keys() != fitted.keys():
+            return True
+        tol = self.refit_tolerance
+        if any(abs(v[1] - fitted[k]) > tol * fitted[k] for k, v in table.items()):
+            return True
+        now = self._noise_scale()
+        return (now is None) != (gns is None) or (
+            now is not None and abs(now - gns) > tol * abs(gns))
+
+    def _noise_scale(self) -> float | None:
+        gp = self._grad_params
+        return None if gp is None or gp.sqr <= 0 else gp.var / gp.sqr
 
     def wait_refit(self, timeout: float | None = None) -> None:
         """Wait for a background refit in flight (if any)."""
@@ -760,21 +854,42 @@ class GoodputHooks:
         return GoodputFunction(self.perf_params, gp, self.init_batch_size)
 
     def suggest(self, num_replicas: int | None = None, num_nodes: int | None = None,
-                max_batch_size: int | None = None) -> Suggestion | None:
-        """Best ``(atomic_bsz, accum_steps)`` for ``num_replicas`` (default: current), with confidence.
+                max_batch_size: int | None = None, tolerance: float = 0.05) -> Suggestion | None:
+        """The smallest batch within ``tolerance`` of the best predicted goodput, with confidence.
+
+        Goodput is flat near its optimum (throughput grows with the batch while
+        the statistical efficiency falls), so the argmax moves a long way on
+        small changes of the fit; goodputs within ``tolerance`` cannot be told
+        apart (AdaptDL does not switch for less than 5%). The suggestion is
+        therefore the smallest total batch whose best configuration reaches
+        ``(1 - tolerance)`` of the optimum: stable across runs, cheaper in
+        memory and closer to the profiled configurations.
 
         Args:
             num_replicas: replica count to plan for; at most
                 :func:`max_replicas_allowed` of the largest profiled count.
             num_nodes: nodes for it (default: current, capped at ``num_replicas``).
             max_batch_size: a tighter cap than the job's (e.g. exploration).
+            tolerance: fraction of the optimum goodput given up for a smaller
+                batch, in ``[0, 1)``; 0 returns the argmax.
 
         Returns:
             A :class:`Suggestion`, or None until both a fit and gradient statistics exist.
 
         Raises:
-            ValueError: ``num_replicas`` beyond what the profile supports.
+            ValueError: ``num_replicas`` beyond what the profile supports, or a
+                ``tolerance`` outside ``[0, 1)``.
+
+        Example:
+            >>> h = GoodputHooks("j", init_batch_size=32, max_batch_size=1024, is_primary=False,
+            ...                  num_replicas=1)
+            >>> h.perf_params = PerfParams(0.01, 1e-4, 0.0, 0.0, 0.0, 0.0, 1.0)
+            >>> h.update_grad_params(GradParams(1.0, 4.0))
+            >>> h.suggest().batch_size <= h.suggest(tolerance=0.0).batch_size
+            True
         """
+        if not (isinstance(tolerance, numbers.Real) and 0.0 <= tolerance < 1.0):
+            raise ValueError(f"tolerance ({tolerance!r}) must be a number in [0, 1)")
         fn = self.goodput_function()
         if fn is None:
             return None
@@ -789,25 +904,47 @@ class GoodputHooks:
         nodes = min(self.num_nodes if num_nodes is None else _pos_int(num_nodes, "num_nodes"), reps)
         cap = self.max_batch_size if max_batch_size is None else max(
             min(int(max_batch_size), self.max_batch_size), self.init_batch_size)
-        goodput, bsz, steps = fn.optimize(
-            nodes, reps, max_batch_size=cap,
-            atomic_bsz_range=self.local_bsz_bounds, accumulation=self.gradient_accumulation,
-        )
-        try:
-            current = fn.evaluate(self.num_nodes, self.num_replicas, self.atomic_bsz,
-                                  self.accum_steps)
-        except ValueError:  # running below init_batch_size: no comparable goodput
-            current = float("nan")
+
+        def best_under(c: int) -> tuple[float, int, int]:
+            return fn.optimize(nodes, reps, max_batch_size=c, atomic_bsz_range=self.local_bsz_bounds,
+                               accumulation=self.gradient_accumulation)
+
+        top = best_under(cap)
+        goodput, bsz, steps = top
+        if tolerance > 0:
+            # The best goodput under a batch cap grows with the cap: bisect for the
+            # smallest cap that reaches the target (to 1%), scalar numpy calls.
+            target = (1.0 - tolerance) * top[0]
+            lo, hi, pick = self.init_batch_size, cap, top
+            first = best_under(lo)
+            if first[0] >= target:
+                pick = first
+            else:
+                while hi - lo > max(1, lo // 100):
+                    mid = (lo + hi) // 2
+                    cand = best_under(mid)
+                    if cand[0] >= target:
+                        hi, pick = mid, cand
+                    else:
+                        lo = mid
+            goodput, bsz, steps = pick
+        current = float("nan")
+        if self.batch_size >= self.init_batch_size:  # below it: no comparable goodput
+            current = float(_throughput_np(self.perf_params, self.num_nodes, self.num_replicas,
+                                           self.atomic_bsz, self.accum_steps)
+                            * _efficiency_np(fn.grad_params, self.init_batch_size, self.batch_size))
         total = reps * int(bsz) * (int(steps) + 1)
-        speedup = float(goodput) / float(current) if current and current > 0 else float("nan")
+        speedup = float(goodput) / current if current > 0 else float("nan")
         configs = len(self.model_errors)
         err = self.model_error
         return Suggestion(
             atomic_bsz=int(bsz), accum_steps=int(steps), batch_size=total,
-            goodput=float(goodput), current_goodput=float(current),
-            predicted_speedup=speedup, efficiency=float(fn.efficiency(total)),
+            goodput=float(goodput), current_goodput=current,
+            predicted_speedup=speedup,
+            efficiency=float(_efficiency_np(fn.grad_params, self.init_batch_size, total)),
             num_replicas=reps, model_error=err, profiled_configs=configs,
             confident=bool(configs >= 2 and math.isfinite(err) and err <= 0.15),
+            best_batch_size=reps * int(top[1]) * (int(top[2]) + 1), best_goodput=float(top[0]),
         )
 
     def hints(self) -> dict:
@@ -837,7 +974,8 @@ class GoodputHooks:
             kw["gradient_noise_scale"] = _finite_or_none(self.init_batch_size * gp.var / gp.sqr)
         fn = self.goodput_function()
         if fn is not None:
-            kw["efficiency"] = _finite_or_none(fn.efficiency(self.batch_size))
+            kw["efficiency"] = _finite_or_none(
+                _efficiency_np(gp, self.init_batch_size, self.batch_size))
             sug = self.suggest()
             if sug is not None:
                 kw["suggested_batch_size"] = sug.batch_size

@@ -97,7 +97,7 @@ def test_suggestion_from_known_params_and_hint_values():
                          is_primary=False)
     hooks.perf_params = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14)
     hooks.update_grad_params(GradParams(sqr=0.00136, var=0.000502))
-    sug = hooks.suggest()
+    sug = hooks.suggest(tolerance=0.0)  # the argmax
     fn = hooks.goodput_function()
     g, b, s = fn.optimize(1, 2, max_batch_size=512, atomic_bsz_range=(8, 128), accumulation=True)
     assert (sug.atomic_bsz, sug.accum_steps) == (b, s)
@@ -107,10 +107,80 @@ def test_suggestion_from_known_params_and_hint_values():
     h = hooks.hints()
     assert h["gradParams"] == {"norm": pytest.approx(0.00136), "var": pytest.approx(0.000502)}
     assert h["gradientNoiseScale"] == pytest.approx(32 * 0.000502 / 0.00136)
-    assert h["suggestedBatchSize"] == sug.batch_size
+    assert h["suggestedBatchSize"] == hooks.suggest().batch_size
     assert h["perfParams"]["gamma"] == pytest.approx(1.14)
     assert h["localBszBounds"] == [8, 128] and h["gradientAccumulation"] is True
     assert h["efficiency"] == pytest.approx(fn.efficiency(64))
+
+
+def test_numpy_twins_match_the_goodput_function():
+    from goodput_jax.integrations.hooks import _efficiency_np, _throughput_np
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        p = PerfParams(*rng.uniform(1e-3, 0.1, 6), rng.uniform(1.0, 3.0))
+        g = GradParams(*rng.uniform(1e-4, 1.0, 2))
+        fn = GoodputHooks("t", init_batch_size=32, is_primary=False, num_replicas=1)
+        fn.perf_params = p
+        fn.update_grad_params(g)
+        f = fn.goodput_function()
+        n, r = rng.integers(1, 3, 8), rng.integers(2, 9, 8)
+        b, s = rng.integers(8, 512, 8), rng.integers(0, 4, 8)
+        np.testing.assert_allclose(_throughput_np(p, n, r, b, s), f.throughput(n, r, b, s),
+                                   rtol=1e-5)
+        batch = r * b * (s + 1)
+        np.testing.assert_allclose(_efficiency_np(g, 32, batch), f.efficiency(batch), rtol=1e-5)
+
+
+def test_suggest_is_the_smallest_batch_within_tolerance_of_the_optimum():
+    hooks = GoodputHooks("tol", init_batch_size=64, atomic_bsz=64, num_nodes=1, num_replicas=4,
+                         max_batch_size=8192, local_bsz_bounds=(8, 512),
+                         gradient_accumulation=True, is_primary=False)
+    # compute-light steps and a large noise scale: goodput keeps rising, flatly, to the cap
+    hooks.perf_params = PerfParams(0.003, 2e-6, 0.001, 1e-4, 0.0005, 1e-4, 2.0)
+    hooks.update_grad_params(GradParams(sqr=1.0, var=40.0))
+    fn = hooks.goodput_function()
+    best = hooks.suggest(tolerance=0.0)
+    for tol in (0.05, 0.2):
+        sug = hooks.suggest(tolerance=tol)
+        assert sug.best_batch_size == best.batch_size and sug.best_goodput == best.goodput
+        assert sug.goodput >= (1 - tol) * best.goodput
+        assert sug.batch_size < best.batch_size
+        # nothing 2% smaller reaches the target (the bisection resolves the cap to 1%)
+        g, _, _ = fn.optimize(1, 4, max_batch_size=int(0.98 * sug.batch_size),
+                              atomic_bsz_range=(8, 512), accumulation=True)
+        assert g < (1 - tol) * best.goodput
+    assert hooks.suggest(tolerance=0.2).batch_size < hooks.suggest(tolerance=0.05).batch_size
+    with pytest.raises(ValueError, match=r"tolerance \(1\.0\)"):
+        hooks.suggest(tolerance=1.0)
+
+
+def test_periodic_refits_only_when_the_profile_changed_materially():
+    clock = FakeClock()
+    hooks = GoodputHooks("mat", init_batch_size=8, atomic_bsz=8, num_nodes=1, num_replicas=1,
+                         max_batch_size=64, clock=clock, is_primary=True, refit_interval=0.5,
+                         warmup_steps=0, background=False, refit_tolerance=0.05)
+    step = 0
+
+    def run(n, seconds):
+        nonlocal step
+        for _ in range(n):
+            hooks.step(step, clock.work(seconds))
+            step += 1
+
+    run(6, 0.1)
+    assert hooks.fit_count == 1
+    run(30, 0.1)  # same times: every later periodic refit is skipped
+    assert hooks.fit_count == 1 and hooks.refits_skipped >= 4
+    hooks.set_config(atomic_bsz=16)  # a new configuration: refit
+    run(6, 0.15)
+    assert hooks.fit_count == 2
+    hooks.set_config(atomic_bsz=8)
+    run(70, 0.13)  # the median of a known configuration moved by 30%: refit
+    assert hooks.fit_count >= 3
+    assert hooks.refit() is hooks.perf_params  # an explicit refit always fits
+    with pytest.raises(ValueError, match=r"refit_tolerance \(-1\)"):
+        GoodputHooks("j", init_batch_size=8, num_replicas=1, is_primary=False, refit_tolerance=-1)
 
 
 def test_non_primary_does_not_fit_or_publish():
