@@ -14,13 +14,16 @@ threads), a steadier measure of the work done. Setting ``JAX_COMPILATION_CACHE_D
 repeated runs skip the XLA compilations (about half of a cold Pollux run).
 
 Heterogeneous clusters (issue 15): ``--hetero`` runs the Sia paper's 64-GPU cluster (6 x 4
-T4, 3 x 8 RTX 2080Ti, 2 x 8 A100) with our SiaPolicy and the heterogeneity-unaware Pollux,
+T4, 3 x 8 RTX 2080Ti, 2 x 8 A100) with our SiaPolicy and the heterogeneity-unaware Pollux
+as the Sia artifact runs it (``pollux``; ``pollux-typed`` is the stronger unaware variant),
 one JSON summary per (workload, policy) into ``--out`` (existing ones are reused, so a long
 run can be resumed or split over processes), then prints the table with the published
-Table 3 numbers:
+Table 3 numbers. ``--uncalibrated`` drops the artifact's restore times and calibration
+slowdowns (summaries tagged ``-uncal``):
 
     python benchmarks/sim_bench.py --hetero --family philly --out sim-hetero
     python benchmarks/sim_bench.py --hetero --family saturn --policies pollux --out sim-hetero
+    python benchmarks/sim_bench.py --hetero --family philly --workloads 1,2 --policies pollux-typed
     python benchmarks/sim_bench.py --hetero --family philly,saturn --table-only --out sim-hetero
     python benchmarks/sim_bench.py --hetero --quick       # philly/1, first 20 jobs
 
@@ -87,7 +90,8 @@ def table_workload6(results: dict, quick: bool) -> str:
 
 
 def run_hetero(families: list[str], policies: list[str], workloads: list[int] | None,
-               out: str, max_jobs: int | None, table_only: bool) -> dict:
+               out: str, max_jobs: int | None, table_only: bool,
+               calibrated: bool = True) -> dict:
     """Run (or reuse) every (workload, policy) of the families; returns the summaries."""
     import json
     from pathlib import Path
@@ -107,7 +111,8 @@ def run_hetero(families: list[str], policies: list[str], workloads: list[int] | 
             files = [f for f in files if int(f.stem.split("-")[-1]) in workloads]
         for f in files:
             for pol in policies:
-                tag = f"{fam}-{f.stem}-{pol}" + (f"-{max_jobs}jobs" if max_jobs else "")
+                tag = (f"{fam}-{f.stem}-{pol}" + (f"-{max_jobs}jobs" if max_jobs else "")
+                       + ("" if calibrated else "-uncal"))
                 path = outdir / f"{tag}.json"
                 if path.is_file():
                     summaries[(fam, f.stem, pol)] = json.loads(path.read_text())
@@ -116,7 +121,8 @@ def run_hetero(families: list[str], policies: list[str], workloads: list[int] | 
                     continue
                 if apps is None:
                     apps = load_typed_applications(list(cluster))
-                res = run_workload(f, pol, apps=apps, cluster=cluster, max_jobs=max_jobs)
+                res = run_workload(f, pol, apps=apps, cluster=cluster, max_jobs=max_jobs,
+                                   calibrated=calibrated)
                 d = res.summary()
                 d["round_times"] = res.round_times
                 path.write_text(json.dumps(d))
@@ -138,7 +144,7 @@ def table_hetero(summaries: dict) -> str:
              "|" + "---|" * 11]
     fams = sorted({k[0] for k in summaries})
     for fam in fams:
-        for pol in ("sia", "pollux"):
+        for pol in ("sia", "pollux", "pollux-typed"):
             rows = [v for k, v in summaries.items() if k[0] == fam and k[2] == pol]
             if not rows:
                 continue
@@ -150,15 +156,18 @@ def table_hetero(summaries: dict) -> str:
                          f"| {pub} | {p99[0] / 3600:.2f} | {mk[0] / 3600:.2f} +- {mk[1] / 3600:.2f} "
                          f"| {gh[0]:.2f} | {sum(r['unfinished'] for r in rows)} "
                          f"| {np.median(rt):.1f} | {np.percentile(rt, 95):.1f} |")
-        pairs = [(summaries[(f, w, "sia")]["avg_jct"], summaries[(f, w, "pollux")]["avg_jct"])
-                 for (f, w, p) in summaries if f == fam and p == "sia"
-                 and (f, w, "pollux") in summaries]
-        if pairs:
+        for base in ("pollux", "pollux-typed"):
+            pairs = [(summaries[(f, w, "sia")]["avg_jct"], summaries[(f, w, base)]["avg_jct"])
+                     for (f, w, p) in summaries if f == fam and p == "sia"
+                     and (f, w, base) in summaries]
+            if not pairs:
+                continue
             s_mean = np.mean([a for a, _ in pairs])
             p_mean = np.mean([b for _, b in pairs])
             per = np.mean([1 - a / b for a, b in pairs])
-            lines.append(f"| {fam} | sia vs pollux | {len(pairs)} | {100 * (1 - s_mean / p_mean):.1f}% "
-                         f"lower (family means); {100 * per:.1f}% (mean of per-workload) | | | | | | | |")
+            lines.append(f"| {fam} | sia vs {base} | {len(pairs)} | "
+                         f"{100 * (1 - s_mean / p_mean):.1f}% lower (means over the same "
+                         f"workloads); {100 * per:.1f}% (mean of per-workload) | | | | | | | |")
     return "\n".join(lines)
 
 
@@ -171,10 +180,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="Sia's 64-GPU heterogeneous cluster: Sia vs heterogeneity-unaware Pollux")
     ap.add_argument("--family", default="philly,saturn",
                     help="--hetero: workload families (philly, saturn, newtrace), comma-separated")
-    ap.add_argument("--policies", default="sia,pollux", help="--hetero: policies to run")
+    ap.add_argument("--policies", default="sia,pollux",
+                    help="--hetero: policies to run (sia, pollux, pollux-typed)")
     ap.add_argument("--workloads", default=None,
                     help="--hetero: workload numbers, e.g. 1,2,3 (default: all of the family)")
     ap.add_argument("--out", default="sim-hetero", help="--hetero: folder of JSON summaries")
+    ap.add_argument("--uncalibrated", action="store_true",
+                    help="--hetero: without the Sia artifact's restore times and slowdowns")
     ap.add_argument("--table-only", action="store_true",
                     help="--hetero: print the table of the summaries already in --out")
     args = ap.parse_args(argv)
@@ -185,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             fams, wl = ["philly"], [1]
         summaries = run_hetero(fams, args.policies.split(","), wl, args.out,
-                               20 if args.quick else None, args.table_only)
+                               20 if args.quick else None, args.table_only,
+                               calibrated=not args.uncalibrated)
         print(table_hetero(summaries))
         return 0
     from goodput_jax.sched.sim.cli import format_table

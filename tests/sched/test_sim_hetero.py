@@ -95,3 +95,68 @@ def test_cli_side_by_side(tmp_path, capsys):
     assert (tmp_path / "sia-64-philly-workload-1-sia.png").stat().st_size > 10_000
     with pytest.raises(ValueError, match="--cluster"):
         main(add_arguments(argparse.ArgumentParser()).parse_args(["6", "--policy", "sia"]))
+
+
+def test_calibrated_jobs_follow_the_sia_artifacts_simulator(typed_apps):
+    rows = load_workload(find_sia_workload("philly/1"), max_jobs=3)
+    cal = {j.app.name: j for j in make_jobs(rows, typed_apps, "pollux")}
+    raw = {j.app.name: j for j in make_jobs(rows, typed_apps, "pollux", calibrated=False)}
+    assert (cal["cifar10"].restart_delay, cal["cifar10"].slowdown) == (50.0, 1.8)
+    assert (raw["cifar10"].restart_delay, raw["cifar10"].slowdown) == (30.0, 1.0)
+    # Same placement, same configuration: the calibrated job advances 1 / 1.8 as far.
+    a, b = cal["cifar10"], raw["cifar10"]
+    for job in (a, b):
+        job.accel_type = "aws"
+        job.reallocate([0, 0])
+        job.rescale_time = 0.0
+        job.advance(10.0, 0.0)
+    assert a.progress == pytest.approx(b.progress / 1.8, rel=1e-9)
+    assert a.profile == b.profile  # the models see the traces' step times, not the slowdown
+
+
+def test_unaware_pollux_sees_virtual_nodes_and_the_artifacts_caps(typed_apps):
+    from goodput_jax.sched.sim.pollux_adapter import PolluxModel, UnawarePolluxAdapter
+
+    a = UnawarePolluxAdapter(PolluxModel("aws"), SIA64)
+    assert a.vnodes == {v: 4 for v in range(16)}
+    # 6 T4 nodes, then each 8-GPU node is two virtual nodes.
+    assert [a.vnode_real[v] for v in range(16)] == [0, 1, 2, 3, 4, 5, 6, 6, 7, 7, 8, 8,
+                                                    9, 9, 10, 10]
+    assert a.cap == 16 and UnawarePolluxAdapter(PolluxModel(), CLUSTERS["sia-512"]).cap == 16
+    rows = load_workload(find_sia_workload("philly/1"), max_jobs=12)
+    jobs = {j.app.name: j for j in make_jobs(rows, typed_apps, "pollux")}
+    job = jobs["cifar10"]
+    assert a.max_replicas(job) == 1
+    job.profile[(1, 8, 128)] = (0.1, 0.05)
+    aws = typed_apps["cifar10"]["aws"]
+    assert a.max_replicas(job) == min(16, aws.max_batch_size // aws.min_local_bsz)
+    # Mixed types: the most represented type stays; on a tie the faster one.
+    assert a._keep_one_type([0, 0, 12, 12, 12]) == [12, 12, 12]
+    assert a._keep_one_type([1, 1, 6, 6]) == [6, 6]
+    assert a._keep_one_type([6, 7, 7]) == [6, 7, 7]
+    # Previous real allocations map back onto the virtual nodes chosen last round.
+    a._valloc = {"x": [7, 7]}
+    prev = a._virtual_prev({"x": [6, 6], "y": [6, 6, 6, 6, 6, 0]})
+    assert prev["x"] == [7, 7] and sorted(prev["y"]) == [0, 6, 6, 6, 6, 7]
+
+
+def test_unaware_pollux_smoke_run(typed_apps, tmp_path):
+    from goodput_jax.sched.sim.pollux_adapter import PolluxModel, UnawarePolluxAdapter
+
+    seen = []
+
+    class Recording(UnawarePolluxAdapter):
+        def optimize(self, *args):
+            out = super().optimize(*args)
+            seen.append(out)
+            return out
+
+    rows = load_workload(find_sia_workload("philly/1"), max_jobs=4)
+    model = PolluxModel("aws")
+    jobs = make_jobs(rows, typed_apps, "pollux")
+    res = simulate(jobs, Recording(model, SIA64), model=model, cluster=SIA64)
+    assert not res.unfinished and len(res.jcts) == 4
+    _, types = cluster_nodes(SIA64)
+    allocs = [a for out in seen for a in out.values()]
+    assert allocs and max(len(a) for a in allocs) <= 16
+    assert all(len({types[n] for n in a}) == 1 for a in allocs)

@@ -70,9 +70,29 @@ CLUSTERS: dict[str, dict[str, tuple[int, int]]] = {
     **{f"sia-{64 * n}": {"aws": (6 * n, 4), "rtx": (3 * n, 8), "dgx-ext": (2 * n, 8)}
        for n in (2, 4, 8, 16, 32)},
 }
-#: Restart cost (s) per application in the Sia artifact (checkpoint-restore), others 30 s.
+#: Restart penalty (s) per application in Sia's objective (the artifact's
+#: ``sia.py:get_restart_penalty``, others 30 s): the re-allocation factor's penalty.
 SIA_RESTART_PENALTIES = {"deepspeech2": 25.0, "imagenet": 250.0, "cifar10": 30.0,
                          "bert": 120.0, "yolov3": 45.0}
+#: Checkpoint-restore time (s) a (re-)allocated job spends without progress in the Sia
+#: artifact's simulator (``applications.py``, ``Application.rescale_time``; others 30 s).
+SIA_RESCALE_TIMES = {"cifar10": 50.0, "deepspeech2": 25.0, "bert": 120.0, "yolov3": 80.0,
+                     "imagenet": 250.0, "ncf": 15.0}
+#: Calibration of the Sia artifact's simulator (``simulator_config.py``, ``SLOWDOWNS``): a
+#: job's simulated goodput is divided by its application's slowdown (real runs were that
+#: much slower than the traces). The policies' models never see it.
+SIA_SLOWDOWNS = {"cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2,
+                 "deepspeech2": 1.2, "ncf": 1.5}
+#: GPUs of each type the Sia authors profiled on (``cluster_max_physical_nnodes`` x GPUs per
+#: node); the artifact's heterogeneity-unaware Pollux caps every job at the smallest of
+#: ``min(GPUs of the type in the simulated cluster, these)`` over the types.
+SIA_PROFILED_GPUS = {"aws": 64, "rtx": 24, "dgx-ext": 16}
+#: The type whose batch-size limits the artifact's heterogeneity-unaware Pollux uses for its
+#: speedup functions and replica cap (hard-coded ``"aws"``, the T4 nodes).
+SIA_UNAWARE_REFERENCE_TYPE = "aws"
+#: Tie-break of the artifact's unaware cluster when an allocation has as many GPUs of two
+#: types (``fix_allocations_by_dropping``: the faster type is kept).
+SIA_TYPE_PRIORITY = {"dgx-ext": 0, "azure": 1, "quad": 2, "rtx": 3, "aws": 4}
 #: Per-type overrides of the authors (deepspeech2 fits only 57 samples per RTX 2080Ti).
 SIA_TYPE_SETTINGS = {("deepspeech2", "rtx"): {"max_local_bsz": 57}}
 

@@ -42,6 +42,7 @@ from goodput_jax.sched.sim.cluster import SimResult
 from goodput_jax._progress import ProgressBar
 from goodput_jax.sched.sim.apps import CLUSTERS
 from goodput_jax.sched.sim.runner import (
+    DEFAULT_HETERO_POLICIES,
     HETERO_POLICIES,
     POLICIES,
     PUBLISHED_REDUCTION,
@@ -133,14 +134,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """
     parser.add_argument("workload", nargs="?", default=None,
                         help="workload CSV path or name (6, workload-6, workloads-1.5/workload-6)")
-    parser.add_argument("--policy", default=None, choices=list(POLICIES) + ["sia"],
+    parser.add_argument("--policy", default=None,
+                        choices=list(POLICIES) + ["sia", "pollux-typed"],
                         help="scheduling policy (default: pollux; with --cluster, sia and "
-                             "heterogeneity-unaware pollux side by side)")
+                             "heterogeneity-unaware pollux side by side; pollux-typed: the "
+                             "stronger unaware variant, see docs/simulator.md)")
     parser.add_argument("--cluster", default=None, choices=list(CLUSTERS),
                         help="heterogeneous cluster of the Sia paper (sia-64: 6x4 T4, 3x8 "
                              "RTX 2080Ti, 2x8 A100; sia-N: scaled to N GPUs); the workload is "
                              "then a Sia one: philly/N, saturn/N (Helios), newtrace/N, "
                              "scale_Nx, or with --all a family: philly, saturn, newtrace")
+    parser.add_argument("--uncalibrated", action="store_true",
+                        help="with --cluster: restarts cost Sia's restart penalty and no "
+                             "calibration slowdown (default: the Sia artifact's restore times "
+                             "and slowdowns)")
     parser.add_argument("--interval", type=float, default=60.0,
                         help="scheduling interval in simulated seconds (default: 60)")
     parser.add_argument("--interference", type=float, default=0.0,
@@ -205,8 +212,9 @@ def main(args: argparse.Namespace) -> int:
         return _main_hetero(args)
     if args.policy is None:
         args.policy = "pollux"
-    if args.policy == "sia":
-        raise ValueError("policy 'sia' needs a heterogeneous cluster: add --cluster sia-64")
+    if args.policy in ("sia", "pollux-typed"):
+        raise ValueError(f"policy {args.policy!r} needs a heterogeneous cluster: add "
+                         "--cluster sia-64")
     if not args.all and args.workload is None:
         raise ValueError("workload is required (a CSV path or a name such as 6), or use --all")
     path = None if args.all else find_workload(args.workload, args.traces)
@@ -304,7 +312,7 @@ def _main_hetero(args: argparse.Namespace) -> int:
     from goodput_jax.sched.sim.plots import plot_run, plot_table
 
     cluster = CLUSTERS[args.cluster]
-    policies = [args.policy] if args.policy else list(HETERO_POLICIES)
+    policies = [args.policy] if args.policy else list(DEFAULT_HETERO_POLICIES)
     for pol in policies:
         if pol not in HETERO_POLICIES:
             raise ValueError(f"on a heterogeneous cluster --policy must be one of "
@@ -327,7 +335,8 @@ def _main_hetero(args: argparse.Namespace) -> int:
             res = run_workload(f, pol, traces=args.traces, apps=apps, interval=args.interval,
                                seed=args.seed, max_jobs=args.max_jobs,
                                log_path=out / f"{stem}-{pol}.jsonl", progress=bar,
-                               cluster=cluster)
+                               cluster=cluster,
+                               calibrated=not getattr(args, "uncalibrated", False))
             bar.close()
             _save(res, out, stem)
             results[stem][pol] = res

@@ -88,21 +88,30 @@ def load_workload(path: str | os.PathLike[str], max_jobs: int | None = None) -> 
 
 
 def make_jobs(rows: Iterable[WorkloadRow], apps: Mapping[str, Application | Mapping],
-              policy: str) -> list[SimJob]:
+              policy: str, *, calibrated: bool = True) -> list[SimJob]:
     """Jobs for ``policy``: Tiresias gets the workload's replicas and batch size, Optimus the
     batch size, Pollux and Sia neither (their batch size is adaptive, ncf's fixed at 32768).
 
     ``apps`` maps an application to its :class:`Application`, or (a heterogeneous cluster) to
-    ``{type: Application}``; the jobs then run at the speed of the type they are placed on and
-    restart with the Sia artifact's per-application cost.
+    ``{type: Application}``; the jobs then run at the speed of the type they are placed on.
+    There, with ``calibrated`` (the default), they follow the Sia artifact's simulator: a
+    (re-)allocation costs the application's checkpoint-restore time
+    (:data:`~.apps.SIA_RESCALE_TIMES`) and the goodput is divided by the application's
+    calibration slowdown (:data:`~.apps.SIA_SLOWDOWNS`); without it, a restart costs Sia's
+    restart penalty (:data:`~.apps.SIA_RESTART_PENALTIES`) and nothing is slowed.
 
     Example:
         >>> jobs = make_jobs(rows, apps, "pollux")   # doctest: +SKIP
     """
-    from goodput_jax.sched.sim.apps import SIA_RESTART_PENALTIES
+    from goodput_jax.sched.sim.apps import (
+        SIA_RESCALE_TIMES,
+        SIA_RESTART_PENALTIES,
+        SIA_SLOWDOWNS,
+    )
 
-    if policy not in ("pollux", "optimus", "tiresias", "sia"):
-        raise ValueError(f"policy must be pollux, optimus, tiresias or sia, got {policy!r}")
+    if policy not in ("pollux", "optimus", "tiresias", "sia", "pollux-typed"):
+        raise ValueError(f"policy must be pollux, optimus, tiresias, sia or pollux-typed, "
+                         f"got {policy!r}")
     jobs = []
     for r in rows:
         if r.application not in apps:
@@ -114,8 +123,13 @@ def make_jobs(rows: Iterable[WorkloadRow], apps: Mapping[str, Application | Mapp
             batch = (r.num_replicas, r.batch_size) if policy == "tiresias" else (
                 None, r.batch_size) if policy == "optimus" else (
                 None, FIXED_BATCH_APPS.get(r.application))
+            if calibrated:
+                delay = SIA_RESCALE_TIMES.get(r.application, 30.0)
+                slow = SIA_SLOWDOWNS.get(r.application, 1.0)
+            else:
+                delay, slow = SIA_RESTART_PENALTIES.get(r.application, 30.0), 1.0
             jobs.append(SimJob(r.name, first, r.time, *batch, type_apps=typed,
-                               restart_delay=SIA_RESTART_PENALTIES.get(r.application, 30.0)))
+                               restart_delay=delay, slowdown=slow))
             continue
         if policy == "tiresias":
             jobs.append(SimJob(r.name, app, r.time, r.num_replicas, r.batch_size))

@@ -125,6 +125,9 @@ class SimJob:
     type_apps: dict[str, Application] | None = None  # step times measured per type
     accel_type: str | None = None  # type the job runs on now (the slowest if mixed)
     restart_delay: float = RESTART_DELAY
+    # the Sia artifact's calibration: true goodput divided by this (1 = none; never seen by
+    # the policies' models, which are fitted to the traces' step times)
+    slowdown: float = 1.0
     profile_by_type: dict[str, dict[tuple[int, int, int], tuple[float, float]]] = field(
         default_factory=dict)
     perf_by_type: dict[str, tuple[float, ...]] = field(default_factory=dict)
@@ -240,7 +243,7 @@ class SimJob:
             if seconds <= 0:
                 return StepResult(0.0, False, False)
         goodput, step_time, sync_time, sqr, var = self.current_rates()
-        goodput *= 1.0 - interference
+        goodput *= (1.0 - interference) / self.slowdown
         self.last_goodput = goodput
         self.grad_params = (sqr, var)
         key = (self.num_nodes, self.num_replicas, self.atomic_bsz)

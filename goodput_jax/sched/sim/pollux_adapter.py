@@ -41,7 +41,8 @@ from goodput_jax.model.types import GradParams, PerfParams
 from goodput_jax.sched.speedup import goodput_grid
 from goodput_jax.sched.sim.job import SimJob
 
-__all__ = ["PolluxAdapter", "PolluxModel", "TableSpeedup", "fit_profiles"]
+__all__ = ["PolluxAdapter", "PolluxModel", "TableSpeedup", "UnawarePolluxAdapter",
+           "fit_profiles"]
 
 MAX_REPLICAS = 64  # the simulator's cluster size
 # Jobs per batched call: fixed sizes, so each jitted kernel compiles once per run.
@@ -116,7 +117,11 @@ class PolluxModel:
         >>> model.refit([])
     """
 
-    def __init__(self) -> None:
+    def __init__(self, table_type: str | None = None) -> None:
+        # Heterogeneous clusters: the type whose batch-size limits the speedup tables use
+        # (None: the type the job runs on now). The batch size a running job picks always
+        # uses the limits of the type it runs on.
+        self.table_type = table_type
         self._tables: dict[str, tuple[tuple, np.ndarray]] = {}
         self.calls = {"refit": 0, "reoptimize": 0, "tables": 0}  # batched calls made
 
@@ -135,15 +140,20 @@ class PolluxModel:
 
     # ------------------------------------------------------------------ batch size
     @staticmethod
-    def _param_rows(jobs: Sequence[SimJob], J: int) -> np.ndarray:
+    def _param_rows(jobs: Sequence[SimJob], J: int, limits_type: str | None = None,
+                    ) -> np.ndarray:
         """``[J, 13]`` rows for :func:`~goodput_jax.sched.speedup.goodput_grid` (padding
-        rows: a harmless default model)."""
+        rows: a harmless default model). Batch-size limits: ``limits_type``'s when given
+        (heterogeneous jobs), else the type the job runs on."""
         rows = np.tile(np.array([[0.1, 0.01, 1e-8, 1e-8, 1e-8, 1e-8, 1.0, 0.0, 1.0,
                                   1.0, 1.0, 1.0, 1.0]]), (J, 1))
         for i, job in enumerate(jobs):
             rows[i, :7] = job.perf_params
             rows[i, 7:9] = job.grad_params if job.grad_params is not None else (0.0, 1.0)
-            app = job.speed_app  # the current accelerator type's (= job.app when homogeneous)
+            if limits_type is not None and job.type_apps is not None:
+                app = job.type_apps[limits_type]
+            else:
+                app = job.speed_app  # the current type's (= job.app when homogeneous)
             rows[i, 9:13] = (app.init_batch_size, app.max_batch_size, app.min_local_bsz,
                              app.max_local_bsz)
         return rows
@@ -208,7 +218,7 @@ class PolluxModel:
         self.calls["tables"] += 1
         J, R = TABLE_CHUNK, MAX_REPLICAS
         N = min(max_nodes, R)
-        rows = self._param_rows([t[1] for t in todo], J)
+        rows = self._param_rows([t[1] for t in todo], J, self.table_type)
         n = np.arange(N + 1, dtype=np.float64).reshape(1, N + 1, 1)
         r = np.arange(R + 1, dtype=np.float64).reshape(1, 1, R + 1)
         valid = (n >= 1) & (n <= r)
@@ -263,6 +273,11 @@ class PolluxAdapter:
                  prev_allocations: Mapping[str, Sequence[int]], now: float,
                  ) -> dict[str, list[int]]:
         """Allocations from PolluxPolicy for the active ``jobs``."""
+        return self._solve(jobs, nodes, prev_allocations, now)
+
+    def _solve(self, jobs: Mapping[str, SimJob], nodes: Mapping[int, int],
+               prev_allocations: Mapping[str, Sequence[int]], now: float,
+               ) -> dict[str, list[int]]:
         from goodput_jax.sched.types import JobInfo, NodeInfo
 
         if not jobs:
@@ -285,3 +300,132 @@ class PolluxAdapter:
                                                        prev_allocations.items()}, template)
         allocations = out[0] if isinstance(out, tuple) else out
         return {k: [int(n) for n in v] for k, v in allocations.items() if v}
+
+
+class UnawarePolluxAdapter(PolluxAdapter):
+    """Heterogeneity-unaware Pollux as the Sia authors' artifact runs it.
+
+    The rules of ``sia-simulator/multi_simulator_unaware.py``, ``cluster_unaware.py`` and
+    ``job.py`` (h_unaware) in github.com/siasosp23/artifacts:
+
+    - the policy sees virtual nodes of ``g`` GPUs, ``g`` the smallest node size (4 on
+      ``sia-64``: 16 virtual nodes; an 8-GPU node is two of them), all of one kind;
+    - each job has one step-time model fitted to everything it measured on any type (the
+      :class:`PolluxModel`'s merged profile); its speedup function uses the batch-size
+      limits of the reference type (``aws``, the T4s) and counts virtual nodes;
+    - replica cap: ``min(2 x most replicas profiled (1 before any), the smallest per-type
+      GPU count (the simulated one, or the authors' profiled one if smaller: 16 on sia-64),
+      max_batch_size // min_local_bsz of the reference type)``; fixed-batch jobs (ncf) 1;
+    - an allocation that spans types keeps only the GPUs of its most represented type (on a
+      tie the faster type, :data:`~.apps.SIA_TYPE_PRIORITY`); the others stay idle this
+      interval, and the trimmed allocation is the next round's previous allocation;
+    - the job runs on the real nodes under its virtual nodes (two halves of one 8-GPU node
+      are one node), at that type's speed, choosing its batch size with the merged model
+      and the limits of that type.
+
+    Args:
+        model: a :class:`PolluxModel` (``table_type`` set to the reference type).
+        cluster: ``{type: (nodes, GPUs per node)}``.
+        p, seed, **policy_kwargs: as for :class:`PolluxAdapter`.
+
+    Example:
+        >>> from goodput_jax.sched.sim.apps import CLUSTERS
+        >>> a = UnawarePolluxAdapter(PolluxModel("aws"), CLUSTERS["sia-64"])
+        >>> len(a.vnodes), a.vnode_gpus, a.cap
+        (16, 4, 16)
+    """
+
+    name = "pollux"
+
+    def __init__(self, model: PolluxModel, cluster: Mapping[str, tuple[int, int]],
+                 p: float = -1.0, seed: int = 0, **policy_kwargs: Any) -> None:
+        from goodput_jax.sched.sim.apps import (
+            SIA_PROFILED_GPUS,
+            SIA_TYPE_PRIORITY,
+            SIA_UNAWARE_REFERENCE_TYPE,
+        )
+        from goodput_jax.sched.sim.cluster import cluster_nodes
+
+        super().__init__(model, p=p, seed=seed, **policy_kwargs)
+        real, self.node_types = cluster_nodes(cluster)
+        self.vnode_gpus = min(real.values())
+        self.vnode_real: dict[int, int] = {}
+        for n, g in real.items():
+            for _ in range(g // self.vnode_gpus):
+                self.vnode_real[len(self.vnode_real)] = n
+        self.vnodes = {v: self.vnode_gpus for v in self.vnode_real}
+        self.reference_type = (SIA_UNAWARE_REFERENCE_TYPE if SIA_UNAWARE_REFERENCE_TYPE in cluster
+                               else next(iter(cluster)))
+        self.cap = min(min(int(n) * int(g), SIA_PROFILED_GPUS.get(t, int(n) * int(g)))
+                       for t, (n, g) in cluster.items())
+        self.priority = dict(SIA_TYPE_PRIORITY)
+        self._valloc: dict[str, list[int]] = {}
+        self.dropped_gpus: list[int] = []  # GPUs idled by the repair, per round
+
+    def max_replicas(self, job: SimJob) -> int:  # type: ignore[override]
+        """The artifact's cap (see the class docstring)."""
+        if not job.adaptive:
+            return 1
+        app = job.type_apps[self.reference_type] if job.type_apps else job.app
+        return max(1, min(max(2 * job.max_profiled_replicas, 1), self.cap,
+                          app.max_batch_size // app.min_local_bsz))
+
+    def _virtual_prev(self, prev: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
+        """Previous allocations on virtual nodes (the ones chosen last round when they still
+        match the real allocation, else filled onto the real node's virtual nodes)."""
+        out: dict[str, list[int]] = {}
+        used = {v: 0 for v in self.vnode_real}
+        rest = {}
+        for k, real in prev.items():
+            v = self._valloc.get(k)
+            if v is not None and sorted(self.vnode_real[x] for x in v) == sorted(real):
+                out[k] = list(v)
+                for x in v:
+                    used[x] += 1
+            else:
+                rest[k] = real
+        for k, real in rest.items():
+            alloc = []
+            for n in real:
+                x = next(x for x, m in self.vnode_real.items()
+                         if m == n and used[x] < self.vnode_gpus)
+                used[x] += 1
+                alloc.append(x)
+            out[k] = alloc
+        return out
+
+    def _keep_one_type(self, valloc: Sequence[int]) -> list[int]:
+        """Keep the GPUs of the allocation's most represented type (tie: the faster)."""
+        counts: dict[str, int] = {}
+        for x in sorted(valloc):
+            t = self.node_types[self.vnode_real[x]]
+            counts[t] = counts.get(t, 0) + 1
+        if len(counts) <= 1:
+            return sorted(valloc)
+        ranked = sorted(counts, key=lambda t: -counts[t])  # stable: first seen first
+        keep = ranked[0]
+        if counts[ranked[1]] == counts[keep] and (self.priority.get(ranked[1], 99)
+                                                  < self.priority.get(keep, 99)):
+            keep = ranked[1]
+        return [x for x in sorted(valloc) if self.node_types[self.vnode_real[x]] == keep]
+
+    def optimize(self, jobs: Mapping[str, SimJob], nodes: Mapping[int, int],
+                 prev_allocations: Mapping[str, Sequence[int]], now: float,
+                 ) -> dict[str, list[int]]:
+        """Allocations on the real nodes (see the class docstring)."""
+        if not jobs:
+            self._valloc = {}
+            return {}
+        vprev = self._virtual_prev({k: v for k, v in prev_allocations.items() if k in jobs})
+        valloc = self._solve(jobs, self.vnodes, vprev, now)
+        out: dict[str, list[int]] = {}
+        self._valloc = {}
+        dropped = 0
+        for k, v in valloc.items():
+            kept = self._keep_one_type(v)
+            dropped += len(v) - len(kept)
+            if kept:
+                self._valloc[k] = kept
+                out[k] = [self.vnode_real[x] for x in kept]
+        self.dropped_gpus.append(dropped)
+        return out

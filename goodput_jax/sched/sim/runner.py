@@ -20,6 +20,7 @@ __all__ = [
     "POLICIES",
     "PUBLISHED_REDUCTION",
     "PUBLISHED_WORKLOAD6",
+    "DEFAULT_HETERO_POLICIES",
     "HETERO_POLICIES",
     "PUBLISHED_SIA",
     "find_sia_workload",
@@ -28,8 +29,13 @@ __all__ = [
 ]
 
 POLICIES = ("pollux", "optimus", "tiresias")
-#: Policies of the heterogeneous comparison (``--cluster sia-64``).
-HETERO_POLICIES = ("sia", "pollux")
+#: Policies on a heterogeneous cluster (``--cluster sia-64``): our SiaPolicy; ``pollux``,
+#: heterogeneity-unaware Pollux as the Sia artifact runs it (the baseline); ``pollux-typed``,
+#: a stronger unaware variant (real nodes, limits of the type it runs on; see
+#: docs/simulator.md).
+HETERO_POLICIES = ("sia", "pollux", "pollux-typed")
+#: What ``--cluster`` runs side by side unless ``--policy`` says otherwise.
+DEFAULT_HETERO_POLICIES = ("sia", "pollux")
 #: Sia paper, Table 3 (64 GPUs, 3 types): mean average JCT (h) per workload family.
 PUBLISHED_SIA = {"philly": {"sia": 0.6, "pollux": 1.0}, "saturn": {"sia": 0.7, "pollux": 1.0},
                  "newtrace": {"sia": 0.7, "pollux": 1.5}}
@@ -45,7 +51,9 @@ def make_policy(policy: str, *, seed: int = 0, p: float = -1.0,
     """Policy object and goodput model (None for the baselines) for a policy name.
 
     ``"sia"`` needs the heterogeneous ``cluster``; ``"pollux"`` on such a cluster is the
-    heterogeneity-unaware Pollux (it sees every node as the same kind of GPU).
+    heterogeneity-unaware Pollux as the Sia artifact runs it
+    (:class:`~.pollux_adapter.UnawarePolluxAdapter`), ``"pollux-typed"`` the stronger
+    unaware variant (our PolluxPolicy on the real nodes, batch limits of the current type).
 
     Raises:
         ValueError: for an unknown name.
@@ -68,12 +76,29 @@ def make_policy(policy: str, *, seed: int = 0, p: float = -1.0,
         return TiresiasPolicy(), None
     if policy == "optimus":
         return OptimusPolicy(), None
-    if policy == "pollux":
-        from goodput_jax.sched.sim.pollux_adapter import PolluxAdapter, PolluxModel
+    if policy in ("pollux", "pollux-typed"):
+        from goodput_jax.sched.sim.pollux_adapter import (
+            PolluxAdapter,
+            PolluxModel,
+            UnawarePolluxAdapter,
+        )
 
+        if policy == "pollux" and cluster is not None:
+            from goodput_jax.sched.sim.apps import SIA_UNAWARE_REFERENCE_TYPE
+
+            ref = (SIA_UNAWARE_REFERENCE_TYPE if SIA_UNAWARE_REFERENCE_TYPE in cluster
+                   else next(iter(cluster)))
+            model = PolluxModel(table_type=ref)
+            return UnawarePolluxAdapter(model, cluster, p=p, seed=seed), model
+        if policy == "pollux-typed" and cluster is None:
+            raise ValueError("policy 'pollux-typed' needs a heterogeneous cluster "
+                             "(e.g. --cluster sia-64)")
         model = PolluxModel()
-        return PolluxAdapter(model, p=p, seed=seed), model
-    raise ValueError(f"policy must be one of {', '.join(POLICIES + ('sia',))}, got {policy!r}")
+        adapter = PolluxAdapter(model, p=p, seed=seed)
+        adapter.name = policy
+        return adapter, model
+    raise ValueError(f"policy must be one of {', '.join(POLICIES + HETERO_POLICIES[::2])}, "
+                     f"got {policy!r}")
 
 
 def find_sia_workload(workload: str | os.PathLike[str], data: str | os.PathLike[str] | None = None,
@@ -114,7 +139,8 @@ def run_workload(workload: str | os.PathLike[str], policy: str, *,
                  max_jobs: int | None = None, log_path: str | os.PathLike[str] | None = None,
                  progress: Callable[[int, int, float], None] | None = None,
                  num_nodes: int = 16, gpus_per_node: int = 4,
-                 cluster: str | Mapping[str, tuple[int, int]] | None = None) -> SimResult:
+                 cluster: str | Mapping[str, tuple[int, int]] | None = None,
+                 calibrated: bool = True) -> SimResult:
     """Simulate one workload CSV under ``policy`` ("pollux", "optimus" or "tiresias").
 
     Args:
@@ -130,6 +156,8 @@ def run_workload(workload: str | os.PathLike[str], policy: str, *,
         cluster: a heterogeneous cluster, by name (``"sia-64"``, see
             :data:`~.apps.CLUSTERS`) or as ``{type: (nodes, GPUs per node)}``; the workload
             and the per-type traces then come from the Sia data (``traces`` names its root).
+        calibrated: on a heterogeneous cluster, the Sia artifact's restore times and
+            calibration slowdowns (see :func:`~.cluster.make_jobs`).
 
     Returns:
         The :class:`~.cluster.SimResult`.
@@ -156,7 +184,7 @@ def run_workload(workload: str | os.PathLike[str], policy: str, *,
         apps = apps if apps is not None else load_applications(traces)
     rows = load_workload(path, max_jobs=max_jobs)
     pol, model = make_policy(policy, seed=seed, p=p, cluster=cluster)
-    jobs = make_jobs(rows, apps, policy)
+    jobs = make_jobs(rows, apps, policy, calibrated=calibrated)
     label = f"{Path(path).parent.name}/{Path(path).stem}"
     return simulate(jobs, pol, model=model, interval=interval, interference=interference,
                     num_nodes=num_nodes, gpus_per_node=gpus_per_node, log_path=log_path,

@@ -36,6 +36,7 @@ import numpy as np
 from goodput_jax.model.hints import bootstrap_perf_params
 from goodput_jax.model.types import PerfParams
 from goodput_jax.sched.sia import sia_configs
+from goodput_jax.sched.sim.apps import SIA_RESTART_PENALTIES
 from goodput_jax.sched.speedup import goodput_grid
 from goodput_jax.sched.sim.cluster import cluster_nodes
 from goodput_jax.sched.sim.job import SimJob
@@ -261,7 +262,9 @@ class SiaAdapter:
                                cap, True, age=max(now - job.submission_time, 0.0),
                                num_restarts=job.num_restarts or 0, goodput_fns=fns,
                                restarting=bool(job.placement) and job.rescale_time > 0,
-                               restart_penalty=job.restart_delay)
+                               # Sia's objective penalty (sia.py), not the job's
+                               # checkpoint-restore time in the simulator
+                               restart_penalty=SIA_RESTART_PENALTIES.get(job.app.name, 30.0))
         node_infos = {n: NodeInfo({"nvidia.com/gpu": g}, False, self.node_types[n])
                       for n, g in nodes.items()}
         out = self.policy.optimize(infos, node_infos,
