@@ -13,9 +13,10 @@ boundaries, switches configuration when the model predicts a worthwhile gain:
 * the best candidate by predicted goodput must beat the running configuration
   by ``max(speedup_threshold, 1 + model error)`` (AdaptDL: 1.05; the model
   error is its median relative error on the profiled configurations) at
-  ``patience`` consecutive checks
-  (hysteresis), and the current configuration must have ``min_samples``
-  profiled steps inside the last fit;
+  ``patience`` consecutive checks (hysteresis; a larger batch predicted at
+  least ``immediate_gain`` faster switches at the first check), and the
+  current configuration must have ``min_samples`` profiled steps inside the
+  last fit (a new configuration is refitted at its first check);
 * exploration is step by step as in AdaptDL: the total batch may grow to at
   most ``explore_factor`` times the largest batch profiled on this replica
   count, never further than the profile supports;
@@ -89,6 +90,9 @@ class AdaptiveBatchSize:
         max_accum_steps: largest ``accum_steps`` considered (default 7).
         speedup_threshold: predicted goodput ratio a switch must beat.
         patience: consecutive checks the same better candidate must win.
+        immediate_gain: a larger batch predicted at least this much faster (in
+            goodput) switches at the first check (no ``patience``): exploring
+            up from a small initial batch costs a few steps per doubling.
         adapt_every: steps between checks.
         min_samples: profiled steps of the running configuration before a check.
         explore_factor: growth limit of the total batch per exploration step.
@@ -114,6 +118,7 @@ class AdaptiveBatchSize:
         max_accum_steps: int = 7,
         speedup_threshold: float = 1.05,
         patience: int = 2,
+        immediate_gain: float = 1.25,
         adapt_every: int = 10,
         min_samples: int = 5,
         explore_factor: float = 2.0,
@@ -129,6 +134,9 @@ class AdaptiveBatchSize:
                 raise ValueError(f"{name} ({v!r}) must be a positive integer")
         if not (isinstance(speedup_threshold, numbers.Real) and speedup_threshold >= 1.0):
             raise ValueError(f"speedup_threshold ({speedup_threshold!r}) must be >= 1")
+        if not (isinstance(immediate_gain, numbers.Real) and immediate_gain >= 1.0):
+            raise ValueError(f"immediate_gain ({immediate_gain!r}) must be >= 1")
+        self.immediate_gain = float(immediate_gain)
         if not (isinstance(explore_factor, numbers.Real) and explore_factor > 1.0):
             raise ValueError(f"explore_factor ({explore_factor!r}) must be > 1")
         self.max_accum_steps = int(max_accum_steps) if hooks.gradient_accumulation else 0
@@ -286,10 +294,12 @@ class AdaptiveBatchSize:
         if self._profiled(key) < self.min_samples:
             return None
         if (key[0], key[1], key[2]) not in h.model_errors:
-            # The running configuration is not in the fit yet: ask for a refit.
+            # The running configuration is not in the fit yet: ask for a refit. An
+            # inline refit (multi-device CPU) is done now: decide on it at once.
             h._since_fit = max(h._since_fit, h.refit_interval)
             h.maybe_refit()
-            return None
+            if (key[0], key[1], key[2]) not in h.model_errors:
+                return None
         gp = h.grad_params
         if h.perf_params is None or gp is None:
             return None
@@ -328,7 +338,11 @@ class AdaptiveBatchSize:
             self._votes = (best, votes)
         else:
             self._votes = None
-        switched = bool(better and self._votes[1] >= self.patience)
+        # Hysteresis guards marginal gains; a large predicted gain from a larger batch
+        # (exploring up, the profile behind it) switches at the first check.
+        up = r * best[0] * (best[1] + 1) > h.batch_size
+        need = 1 if up and speedup >= max(self.immediate_gain, threshold) else self.patience
+        switched = bool(better and self._votes[1] >= need)
         if switched and not self._ready(best):
             switched = False  # compiling it in the background; switch at a later check
         rec = {"step": self.steps, "best": best, "speedup": speedup, "switched": switched,

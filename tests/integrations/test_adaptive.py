@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -130,25 +131,33 @@ def test_controller_explores_step_by_step_with_hysteresis():
     batch per switch, wait for ``patience`` agreeing checks, use only the
     atomic-size set, and stop at the goodput optimum.
     """
-    clock = FakeClock()
-    hooks = GoodputHooks("ctl", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
-                         max_batch_size=512, local_bsz_bounds=(8, 128),
-                         gradient_accumulation=True, clock=clock, is_primary=True,
-                         refit_interval=1e9, warmup_steps=1, background=False)
-    # Gradient noise scale ~ 16 * 1.0 / 0.002 = 8000 samples: large batches stay efficient.
-    hooks.update_grad_params(GradParams(sqr=0.002, var=1.0))
-    ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((4096, 1), np.float32)}, adapt_every=5,
-                            patience=2, min_samples=4)
+    def run(immediate_gain):
+        clock = FakeClock()
+        hooks = GoodputHooks("ctl", init_batch_size=16, atomic_bsz=16, num_nodes=1,
+                             num_replicas=1, max_batch_size=512, local_bsz_bounds=(8, 128),
+                             gradient_accumulation=True, clock=clock, is_primary=True,
+                             refit_interval=1e9, warmup_steps=1, background=False)
+        # Gradient noise scale ~ 16 * 1.0 / 0.002 = 8000 samples: large batches stay efficient.
+        hooks.update_grad_params(GradParams(sqr=0.002, var=1.0))
+        ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((4096, 1), np.float32)}, adapt_every=5,
+                                patience=2, min_samples=4, immediate_gain=immediate_gain)
 
-    def fake_step(params, opt_state, batch, n):
-        b = batch["x"].shape[1]
-        clock.t += int(n) * (0.01 + 0.001 * b)
-        return params, opt_state, 0.0
+        def fake_step(params, opt_state, batch, n):
+            b = batch["x"].shape[1]
+            clock.t += int(n) * (0.01 + 0.001 * b)
+            return params, opt_state, 0.0
 
-    seen = []
-    for i in range(400):
-        ctl.step(i, fake_step, None, None)
-        seen.append(ctl.batch_size)
+        for i in range(400):
+            ctl.step(i, fake_step, None, None)
+        return hooks, ctl
+
+    # A large predicted gain from a larger batch switches at the first check: the climb
+    # to 128 takes fewer steps than with patience on every switch (tested below).
+    _, fast = run(1.25)
+    hooks, ctl = run(math.inf)
+    first = [next(sw["step"] for sw in c.switches if sw["batch_size"] >= 128)
+             for c in (fast, ctl)]
+    assert first[0] < first[1], first
     assert ctl.switches, "never switched"
     prev = 16
     for sw in ctl.switches:
