@@ -278,8 +278,7 @@ class StepRecorder:
             p = item.probe
             if p is not None:
                 try:  # one output of the step's program: all its outputs are ready together
-                    if not p.is_ready():
-                        p.block_until_ready()
+                    p.block_until_ready()
                     self._claim(item)
                     continue
                 except Exception:  # noqa: BLE001, S110 - deleted (donated): watch the other leaves
