@@ -398,9 +398,10 @@ def main(argv=None) -> int:
             res = run_arm(arm, b, seed, data, args, model, loss_fn, acc_fn, step_cache)
             rows.append(res)
             t = "   n/a" if res["time"] is None else f"{res['time']:6.2f}"
+            extra = (f"  model error {res['model_error']:.2f}" if arm == "adaptive" else "")
             print(f"seed {seed} {arm:>11}: time-to-target {t} s  steps {res['steps']:5d}  "
                   f"acc {res['acc']:.3f}  final batch {res['final_batch']:5d}  "
-                  f"switches {res['switches']}", flush=True)
+                  f"switches {res['switches']}{extra}", flush=True)
     # Table: median over seeds.
     print()
     print(f"{'arm':>11} | {'time to target (s), per seed':>30} | {'median':>7} | {'steps':>6} | "
@@ -421,6 +422,13 @@ def main(argv=None) -> int:
           f"(target >= 1.25x)")
     print(f"adaptive vs best fixed ({best_fixed[1]}): {med['adaptive'] / best_fixed[0]:.2f}x "
           f"the time (target <= 1.10x)")
+    per_seed = []
+    for seed in range(seeds):
+        t = {r["arm"]: r["time"] if r["time"] is not None else float("inf") for r in rows
+             if r["seed"] == seed}
+        per_seed.append(t["adaptive"] / min(v for k, v in t.items() if k.startswith("fixed-")))
+    print(f"adaptive / best fixed arm of the same seed: {', '.join(f'{x:.2f}' for x in per_seed)}"
+          f" (median {np.median(per_seed):.2f}x)")
     ad = [r for r in rows if r["arm"] == "adaptive"]
     print(f"adaptive machinery (hooks + controller checks): training-thread {np.median([r['cost_fg'] / r['wall'] for r in ad]):.2%}"
           f", background thread {np.median([r['cost_bg'] / r['wall'] for r in ad]):.2%} of the "

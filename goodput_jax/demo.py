@@ -509,6 +509,17 @@ def format_model_summary(hooks: Any) -> str:
             f"  predicted speedup {sug.predicted_speedup:.2f}x over the current batch "
             f"{hooks.batch_size} (goodput {sug.current_goodput:.1f} -> {sug.goodput:.1f} "
             f"samples/s at M0-equivalent progress)")
+        if sug.best_batch_size != sug.batch_size:
+            lines.append(
+                f"  (the smallest batch within 5% of the best predicted goodput: the optimum, "
+                f"batch {sug.best_batch_size} at {sug.best_goodput:.1f} samples/s, sits on a "
+                f"flat curve)")
+        if not sug.confident:
+            why = (f"only {sug.profiled_configs} profiled configuration"
+                   if sug.profiled_configs < 2 else
+                   f"the step-time model is {sug.model_error:.0%} off the profiled "
+                   f"configurations (median; confident at <= 15%)")
+            lines.append(f"  low confidence: {why}")
     return "\n".join(lines)
 
 
