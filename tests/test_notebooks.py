@@ -19,9 +19,9 @@ pytest.importorskip("ipykernel")
 NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_notebooks_exist():
+def test_the_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_measure.ipynb", "02_model.ipynb",
-                                           "03_schedule.ipynb"]
+                                           "03_schedule.ipynb", "04_adaptive.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
