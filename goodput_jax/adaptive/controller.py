@@ -166,6 +166,7 @@ class AdaptiveBatchSize:
         #: Of which: refits the checks asked for, run inline (multi-device CPU).
         self.adapt_refit_seconds = 0.0
         self._cache: tuple | None = None
+        self._good: tuple | None = None
 
     # ----------------------------------------------------------------- configuration
     @property
@@ -317,8 +318,11 @@ class AdaptiveBatchSize:
             thr = _throughput_np(h.perf_params, n, r, rows[:, 0], rows[:, 1])
             batch = r * rows[:, 0] * (rows[:, 1] + 1)
             self._cache = (sig, cand, thr, batch)
+            self._good = None
         _, cand, thr, batch = self._cache
-        good = thr * _efficiency_np(gp, h.init_batch_size, batch)
+        if self._good is None or self._good[0] != gp:  # new statistics (every stats_every)
+            self._good = (gp, thr * _efficiency_np(gp, h.init_batch_size, batch))
+        good = self._good[1]
         # running below init_batch_size: no comparable goodput (any candidate wins)
         cur = float(good[-1]) if batch[-1] >= h.init_batch_size else 0.0
         return self._decide(cand, good[:-1], cur)
