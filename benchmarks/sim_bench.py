@@ -151,7 +151,7 @@ def table_hetero(summaries: dict) -> str:
             ms = lambda key: (np.mean([r[key] for r in rows]), np.std([r[key] for r in rows]))  # noqa: E731
             avg, p99, mk, gh = ms("avg_jct"), ms("p99_jct"), ms("makespan"), ms("gpu_hours_per_job")
             rt = np.concatenate([r["round_times"] for r in rows]) * 1000
-            pub = PUBLISHED_SIA.get(fam, {}).get(pol, float("nan"))
+            pub = PUBLISHED_SIA.get(fam, {}).get(pol, "-")
             lines.append(f"| {fam} | {pol} | {len(rows)} | {avg[0] / 3600:.3f} +- {avg[1] / 3600:.3f} "
                          f"| {pub} | {p99[0] / 3600:.2f} | {mk[0] / 3600:.2f} +- {mk[1] / 3600:.2f} "
                          f"| {gh[0]:.2f} | {sum(r['unfinished'] for r in rows)} "
