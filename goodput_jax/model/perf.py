@@ -161,14 +161,13 @@ def predict_optim_time(
 # Fitting
 # --------------------------------------------------------------------------- #
 
-#: Starting point of the fit: alpha = 0.1 for every term, beta_c = 0.01,
-#: network betas beta_n = beta_r = 0.1 (a large retrogression term), gamma = 1.001.
-#: Starting the network links with beta/alpha = 1 keeps the solve out of the
-#: local minimum with a tiny beta that the retrogression penalty pulls towards:
-#: from AdaptDL's start (network betas 0.01) it fell there on 3 of the first 60
-#: of AdaptDL's own random fit-test profiles; from this start it passed all 600
-#: tried (seeds 0-299 at both noise levels), as it did when both starts were
-#: solved side by side, at half the cost of a batched fit.
+#: Placeholder values of parameters the data cannot identify (frozen by the fit's mask;
+#: the network terms are then set to 1e-8). The solve itself starts from the data's scale
+#: (``_data_start``): a least-squares line of the accumulation time over the batch size,
+#: every network term at ``alpha_c`` (``beta/alpha = 1``: starting with a large
+#: retrogression keeps the solve out of a local minimum with a tiny beta, which AdaptDL's
+#: start fell into on 3 of the first 60 of AdaptDL's own random fit-test profiles; this
+#: start passes all 600 tried, seeds 0-299 at both noise levels), ``gamma = 1.001``.
 FIT_INIT = PerfParams(0.1, 0.01, 0.1, 0.1, 0.1, 0.1, 1.001)
 #: Iteration cap of the L-BFGS loop (it stops earlier once the gradient is tiny).
 FIT_MAX_ITERS = 200
@@ -364,7 +363,7 @@ def _data_start(b: jax.Array, acc: jax.Array, w: jax.Array, count: jax.Array) ->
     ``(alpha_c, beta_c)`` from a weighted least-squares line of the accumulation
     time over the batch size (the slope kept within ``[1e-3, 1] * mean(T)/mean(b)``,
     the intercept within ``[0.05, 1] * mean(T)``); every network term starts at
-    ``alpha_c`` (a large retrogression, ``beta/alpha = 1``, as in :data:`FIT_INIT`);
+    ``alpha_c`` (a large retrogression, ``beta/alpha = 1``);
     ``gamma = 1.001``. On AdaptDL's own test profiles this is :data:`FIT_INIT`'s
     scale; on millisecond steps it starts the solve four orders of magnitude
     closer than the fixed point, whose ``beta_c`` otherwise slides onto its lower
@@ -518,8 +517,8 @@ def fit_perf_params(
     L-BFGS and a vectorised line search (:func:`_solve_plbfgs`) inside one
     jitted ``lax.while_loop`` over reparametrised parameters: ``alpha/beta = 1e-8 + exp(u)`` (bound ``>= 1e-8``) and
     ``gamma = 1 + 9 sin(u)^2`` (bounds ``[1, 10]``). Starts from
-    :data:`FIT_INIT` (large network betas, which avoids a local minimum that
-    AdaptDL's starting point falls into). Parameters the data cannot identify are frozen with a
+    the data's scale (a least-squares line of ``accum_step_time`` over
+    ``atomic_bsz``, network terms at ``alpha_c``: see :data:`FIT_INIT`). Parameters the data cannot identify are frozen with a
     mask (shapes stay static):
 
     * one distinct ``atomic_bsz``: ``alpha_c = mean(accum_step_time) / 2``;
