@@ -495,6 +495,11 @@ class GoodputHooks:
         self.background_seconds = 0.0
         #: Seconds of refits + publishing run inline (``background=False``) by :meth:`maybe_refit`.
         self.inline_refit_seconds = 0.0
+        if self.is_primary:
+            # the fit's program is compiled while the first steps run, not in the first refit
+            from goodput_jax.model.perf import precompile_fit
+
+            precompile_fit()
 
     # ------------------------------------------------------------------ configuration
     def _key(self) -> tuple[int, int, int, int]:

@@ -23,7 +23,10 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import threading
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -42,6 +45,7 @@ __all__ = [
     "fit_loss",
     "fit_perf_params",
     "fit_perf_params_batched",
+    "precompile_fit",
     "predict_accum_time",
     "predict_log_optim_time",
     "predict_network_time",
@@ -444,6 +448,33 @@ def _fit_single(
 
 _fit_single_jit = jax.jit(_fit_single)
 _fit_batched_jit = jax.jit(jax.vmap(_fit_single))
+
+
+def precompile_fit(lengths: Sequence[int] = (16,)) -> threading.Thread:
+    """Compile :func:`fit_perf_params` for profiles of these lengths, on a daemon thread.
+
+    Ahead-of-time (``lower().compile()``): nothing runs on a device, so it is safe
+    next to a training step that uses collectives, and the first real fit of a
+    profile of that (bucketed) length then finds the program compiled instead of
+    paying the compile (seconds) on its caller's thread. Errors are logged, never
+    raised. Returns the thread (``join()`` it to wait).
+
+    Example:
+        >>> precompile_fit((16,)).join()
+    """
+    sizes = sorted({_bucket(int(k)) for k in lengths})
+
+    def work() -> None:
+        try:
+            dt = np.dtype(_float_dtype())
+            for size in sizes:
+                _fit_single_jit.lower(*[np.ones(size, dt)] * 6).compile()  # as fit_perf_params
+        except Exception:  # noqa: BLE001 - an optimisation only
+            logging.getLogger(__name__).exception("goodput: precompiling the fit failed")
+
+    t = threading.Thread(target=work, name="goodput-fit-compile", daemon=True)
+    t.start()
+    return t
 
 
 def _validate_profile(names, arrays, batched: bool, mask=None):
