@@ -105,8 +105,9 @@ class StepRecorder:
     are ready together; every live array when there is no such leaf), prompt
     while the training thread waits (loading, blocking, a full dispatch queue);
     or the training thread itself, which polls the probe of the step the
-    watcher waits on at every ``start`` (prompt while it dispatches ahead and
-    the watcher waits for the GIL). The first tracked step is waited for at the second
+    watcher waits on at a ``start`` when the watcher has not moved on since the
+    previous one (prompt while it dispatches ahead and the watcher waits for
+    the GIL). The first tracked step is waited for at the second
     ``start`` (once, usually hidden behind loading the next batch), so the store
     shows device ends before the host runs ahead.
 
@@ -143,6 +144,7 @@ class StepRecorder:
         self._att = attach(recorder) if compile_times and self._enabled else None
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._head: _Item | None = None  # the step the watcher is waiting on
+        self._polled: _Item | None = None  # the head seen at the previous start
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._start_step = recorder.record_step_start_time
@@ -156,8 +158,15 @@ class StepRecorder:
     # ------------------------------------------------------------ hot path
     def _poll(self) -> None:
         """Record the device end of the step the watcher waits on, if it is ready (training
-        thread): the watcher may be waiting for the GIL while this thread runs Python."""
+        thread): the watcher may be waiting for the GIL while this thread runs Python.
+
+        Only when the watcher is on the same step as at the previous ``start``: while it
+        keeps up, its step moves on about once per host iteration and the poll (a readiness
+        query, ~10 us with the cold caches of a loop that waits on data) is skipped."""
         item = self._head
+        if item is not self._polled:
+            self._polled = item
+            return
         if item is None or item.t is not None:
             return
         p = item.probe
