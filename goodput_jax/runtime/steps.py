@@ -11,7 +11,7 @@ host keeps dispatching ahead. The calculator then counts step N's productive
 time as the device's busy interval ``[max(start_N, device_end_{N-1}),
 device_end_N]``, and a data-loading span as lost only while the device sat idle.
 
-The training thread pays for one ``record_step_start_time``, one readiness poll and
+The training thread pays for one ``record_step_start_time``, at most one readiness poll and
 one queue put per step (a few microseconds; ``benchmarks/step_recorder_bench.py``);
 everything else (finding the array to watch, waiting, recording the device end)
 happens on the watcher thread.
