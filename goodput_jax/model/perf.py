@@ -469,7 +469,7 @@ def precompile_fit(lengths: Sequence[int] = (16,)) -> threading.Thread:
             dt = np.dtype(_float_dtype())
             for size in sizes:
                 _fit_single_jit.lower(*[np.ones(size, dt)] * 6).compile()  # as fit_perf_params
-        except Exception:  # noqa: BLE001 - an optimisation only
+        except Exception:  # an optimisation only: never raise
             logging.getLogger(__name__).exception("goodput: precompiling the fit failed")
 
     t = threading.Thread(target=work, name="goodput-fit-compile", daemon=True)
