@@ -43,12 +43,12 @@ __all__ = [
     "CLUSTERS",
     "SIA_RESTART_PENALTIES",
     "Application",
-    "find_sia_dir",
-    "load_typed_applications",
     "canonical_placement",
+    "find_sia_dir",
     "find_traces_dir",
     "find_workload",
     "load_applications",
+    "load_typed_applications",
 ]
 
 # Per-application settings used by the authors: epochs to finish, and bounds that differ from

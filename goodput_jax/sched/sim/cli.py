@@ -37,10 +37,9 @@ import json
 import math
 from pathlib import Path
 
-from goodput_jax.sched.sim.apps import find_traces_dir, find_workload, load_applications
-from goodput_jax.sched.sim.cluster import SimResult
 from goodput_jax._progress import ProgressBar
-from goodput_jax.sched.sim.apps import CLUSTERS
+from goodput_jax.sched.sim.apps import CLUSTERS, find_traces_dir, find_workload, load_applications
+from goodput_jax.sched.sim.cluster import SimResult
 from goodput_jax.sched.sim.runner import (
     DEFAULT_HETERO_POLICIES,
     HETERO_POLICIES,

@@ -38,8 +38,8 @@ from goodput_jax.model.buckets import bucket as _bucket
 from goodput_jax.model.goodput import optimize_fn
 from goodput_jax.model.perf import fit_perf_params_batched
 from goodput_jax.model.types import GradParams, PerfParams
-from goodput_jax.sched.speedup import goodput_grid
 from goodput_jax.sched.sim.job import SimJob
+from goodput_jax.sched.speedup import goodput_grid
 
 __all__ = ["PolluxAdapter", "PolluxModel", "TableSpeedup", "UnawarePolluxAdapter",
            "fit_profiles"]

@@ -17,12 +17,12 @@ from goodput_jax.sched.sim.apps import Application, find_workload, load_applicat
 from goodput_jax.sched.sim.cluster import SimResult, load_workload, make_jobs, simulate
 
 __all__ = [
-    "POLICIES",
-    "PUBLISHED_REDUCTION",
-    "PUBLISHED_WORKLOAD6",
     "DEFAULT_HETERO_POLICIES",
     "HETERO_POLICIES",
+    "POLICIES",
+    "PUBLISHED_REDUCTION",
     "PUBLISHED_SIA",
+    "PUBLISHED_WORKLOAD6",
     "find_sia_workload",
     "make_policy",
     "run_workload",

@@ -37,7 +37,6 @@ from goodput_jax.model.hints import bootstrap_perf_params
 from goodput_jax.model.types import PerfParams
 from goodput_jax.sched.sia import sia_configs
 from goodput_jax.sched.sim.apps import SIA_RESTART_PENALTIES
-from goodput_jax.sched.speedup import goodput_grid
 from goodput_jax.sched.sim.cluster import cluster_nodes
 from goodput_jax.sched.sim.job import SimJob
 from goodput_jax.sched.sim.pollux_adapter import (
@@ -48,6 +47,7 @@ from goodput_jax.sched.sim.pollux_adapter import (
     PolluxModel,
     fit_profiles,
 )
+from goodput_jax.sched.speedup import goodput_grid
 
 __all__ = ["ConstantGoodput", "RowGoodput", "SiaAdapter", "SiaModel"]
 
