@@ -55,6 +55,8 @@ def sample_now(opt_state: Any) -> jax.Array:
         ValueError: when ``opt_state`` holds no :func:`gradient_noise_scale` state.
 
     Example:
+        >>> import optax
+        >>> from goodput_jax.model.gradstats.transform import gradient_noise_scale
         >>> tx = optax.chain(gradient_noise_scale(32, every=4), optax.sgd(0.1))
         >>> bool(sample_now(tx.init({"w": jnp.ones(2)})))
         True
@@ -77,6 +79,8 @@ def get_grad_params(opt_state: Any) -> GradParams:
     """Current smoothed :class:`GradParams` (arrays) read from an optimizer state.
 
     Example:
+        >>> import optax
+        >>> from goodput_jax.model.gradstats.transform import gradient_noise_scale
         >>> tx = optax.chain(gradient_noise_scale(32), optax.sgd(0.1))
         >>> float(get_grad_params(tx.init({"w": jnp.ones(2)})).sqr)
         0.0
