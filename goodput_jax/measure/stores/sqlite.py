@@ -39,6 +39,7 @@ import math
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -199,11 +200,24 @@ class SQLiteStore:
         self._check_version()
 
     def _set_wal(self) -> None:
-        try:
-            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.Error as e:
-            raise StoreError(f"cannot switch store {self.url!r} to WAL mode: {e}") from e
+        # Switching the journal mode can fail at once with "database is locked", without
+        # the busy handler, while another process holds a lock on the file (two processes
+        # opening one new store together): retry until the store's timeout.
+        deadline = time.monotonic() + self.timeout
+        delay = 0.002
+        while True:
+            try:
+                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                break
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"cannot switch store {self.url!r} to WAL mode: {e}") from e
+                time.sleep(delay)
+                delay = min(2 * delay, 0.05)
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot switch store {self.url!r} to WAL mode: {e}") from e
         if str(mode).lower() != "wal":
             raise StoreError(f"store {self.url!r} refused WAL journal mode (got {mode!r})")
 
