@@ -114,8 +114,67 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
         steps.finish()
         return c
 
+    def noop_start(step: int) -> None:
+        pass
+
+    def noop_track(step: int, out: object) -> None:
+        pass
+
+    def bracketed(calls: list, start, track) -> None:
+        # The recorder's two calls timed one by one (start, then track after the
+        # dispatch), in the same loop; with no-op functions it times the brackets.
+        nonlocal i
+        s = w
+        for _ in range(steps_per_round):
+            time.sleep(load_s)
+            a = ns()
+            start(i)
+            b = ns()
+            out = train_step(s, x)
+            c = ns()
+            track(i, out)
+            d = ns()
+            s, _m = out
+            calls.append((b - a) + (d - c))
+            i += 1
+        jax.block_until_ready(s)
+        steps.finish()
+
+    inner: list = []
+
+    def timed_step(s, xb):
+        a = ns()
+        out = train_step(s, xb)
+        inner.append(ns() - a)
+        return out
+
+    def noop_call(step: int, fn, *args):
+        return fn(*args)
+
+    def wrapped(calls: list, call) -> None:
+        # ``call(i, timed_step, s, x)`` minus the dispatch timed inside it: the wrapper's own
+        # work; with ``noop_call`` it is a plain Python call forwarding to the step
+        nonlocal i
+        s = w
+        for _ in range(steps_per_round):
+            time.sleep(load_s)
+            a = ns()
+            s, _m = call(i, timed_step, s, x)
+            calls.append(ns() - a - inner[-1])
+            i += 1
+        jax.block_until_ready(s)
+        steps.finish()
+
+    ns = time.perf_counter_ns
     ratios, t_plain, t_rec, c_plain, c_rec, cpu_cost = [], [], [], [], [], []
+    b_rec, b_noop, w_rec, w_noop = [], [], [], []
     for r in range(rounds):
+        pairs = [(b_rec, steps.start, steps.track), (b_noop, noop_start, noop_track)]
+        for out, a_, b_ in (pairs if r % 2 == 0 else pairs[::-1]):
+            bracketed(out, a_, b_)
+        pairs = [(w_rec, steps), (w_noop, noop_call)]
+        for out, call in (pairs if r % 2 == 0 else pairs[::-1]):
+            wrapped(out, call)
         order = (plain, recorded) if r % 2 == 0 else (recorded, plain)
         t, c = {}, {}
         for fn in order:
@@ -136,6 +195,11 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             "call_plain_us": statistics.median(c_plain) * 1e6,
             "call_rec_us": statistics.median(c_rec) * 1e6,
             "cpu_us": statistics.median(cpu_cost) * 1e6,
+            "bracket_rec_us": statistics.median(b_rec) / 1e3,
+            "bracket_noop_us": statistics.median(b_noop) / 1e3,
+            "bracket_rec_p90_us": sorted(b_rec)[int(0.9 * len(b_rec))] / 1e3,
+            "call_cost_us": (statistics.median(w_rec) - statistics.median(w_noop)) / 1e3,
+            "call_noop_us": statistics.median(w_noop) / 1e3,
             "recorded": steps.observed, "tracked": steps.tracked}
 
 
@@ -202,6 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'per recorded step, training thread (us)':<44}"
           f"{lo['call_rec_us'] - lo['call_plain_us']:>12.2f}{'< 5':>10}")
     print(f"{'  same, training thread CPU time (us)':<44}{lo['cpu_us']:>12.2f}{'< 5':>10}")
+    print(f"{'steps(i, fn, ...) minus fn (us, median)':<44}"
+          f"{lo['call_cost_us'] + lo['call_noop_us']:>12.2f}")
+    print(f"{'  same, plain forwarding call (us, median)':<44}{lo['call_noop_us']:>12.2f}")
+    print(f"{'cost of recording a step: steps(...) (us)':<44}{lo['call_cost_us']:>12.2f}{'< 5':>10}")
+    print(f"{'start() + track(), timed inline (us, med)':<44}{lo['bracket_rec_us']:>12.2f}")
+    print(f"{'  same with no-op functions (us, median)':<44}{lo['bracket_noop_us']:>12.2f}")
+    print(f"{'cost of recording a step: start + track (us)':<44}"
+          f"{lo['bracket_rec_us'] - lo['bracket_noop_us']:>12.2f}{'< 5':>10}")
+    print(f"{'  p90 of start + track (us)':<44}{lo['bracket_rec_p90_us']:>12.2f}")
     print(f"{'worst case, outputs already ready (us, med)':<44}{pc['median_us']:>12.2f}")
     print(f"{'worst case, outputs already ready (us, p90)':<44}{pc['p90_us']:>12.2f}")
     return 0

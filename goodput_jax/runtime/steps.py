@@ -11,10 +11,11 @@ host keeps dispatching ahead. The calculator then counts step N's productive
 time as the device's busy interval ``[max(start_N, device_end_{N-1}),
 device_end_N]``, and a data-loading span as lost only while the device sat idle.
 
-The training thread pays for one ``record_step_start_time``, at most one readiness poll and
-one queue put per step (a few microseconds; ``benchmarks/step_recorder_bench.py``);
-everything else (finding the array to watch, waiting, recording the device end)
-happens on the watcher thread.
+The training thread pays, per step, for one clock read, two deque appends (the step start
+into the recorder's queue, the outputs for the watcher) and, only when the watcher sits idle
+or the watched step is overdue, a wake-up or a readiness poll (a few microseconds;
+``benchmarks/step_recorder_bench.py``). Everything else (finding the array to watch, waiting,
+recording the device end, dropping the step's arrays) happens on the watcher thread.
 
 Example:
     >>> import jax, jax.numpy as jnp  # doctest: +SKIP
@@ -28,9 +29,11 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -41,6 +44,11 @@ logger = logging.getLogger(__name__)
 __all__ = ["StepRecorder"]
 
 _STOP = object()
+_time = time.time
+#: the training thread polls the watched step once it has waited this many times its
+#: usual wait (the median of the last ``_WAITS_KEPT``)
+_OVERDUE = 1.5
+_WAITS_KEPT = 15
 
 
 class _Marker:
@@ -105,9 +113,10 @@ class StepRecorder:
     are ready together; every live array when there is no such leaf), prompt
     while the training thread waits (loading, blocking, a full dispatch queue);
     or the training thread itself, which polls the probe of the step the
-    watcher waits on at a ``start`` when the watcher has not moved on since the
-    previous one (prompt while it dispatches ahead and the watcher waits for
-    the GIL). The first tracked step is waited for at the second
+    watcher waits on at a ``start`` once that step is overdue (waited on for
+    more than 1.5x the median of the last 15 waits: prompt while the training
+    thread runs Python and the watcher waits for the GIL, and no readiness
+    query on the usual step). The first tracked step is waited for at the second
     ``start`` (once, usually hidden behind loading the next batch), so the store
     shows device ends before the host runs ahead.
 
@@ -120,7 +129,8 @@ class StepRecorder:
             recompiles).
 
     Attributes:
-        tracked: steps handed over.
+        tracked: steps handed over (counted by the watcher as it takes them; exact once
+            :meth:`finish` returned).
         observed: steps whose device end was recorded.
         unobserved: steps whose outputs could not be watched (every array was
             donated to a later step before it was seen ready, or none was a
@@ -142,15 +152,24 @@ class StepRecorder:
         self.recorder = recorder
         self._enabled = bool(getattr(recorder, "logging_enabled", True))
         self._att = attach(recorder) if compile_times and self._enabled else None
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        # handover to the watcher: a deque, plus a wake-up only when the watcher sits idle
+        self._pending: collections.deque = collections.deque()
+        self._sem: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = True
+        self._live = False  # the watcher runs and the first step was handed over
         self._head: _Item | None = None  # the step the watcher is waiting on
-        self._polled: _Item | None = None  # the head seen at the previous start
+        self._due = 0.0  # time.time() after which ``start`` polls the head (watcher sets it)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._start_step = recorder.record_step_start_time
         self._record_end = recorder.record_step_device_end_time
+        sink = getattr(recorder, "_step_start_sink", None)
+        self._sink_ready = sink() if callable(sink) and self._enabled else None
+        self._sink: tuple | None = None  # set once the first steps went the full way
+        self._slow_starts = 0
         self._first: _Item | None = None
-        self.tracked = 0
+        self._handed = 0  # steps handed over through track()'s full path
+        self._seen = 0  # steps the watcher took from the handover deque
         self.observed = 0
         self.unobserved = 0
         self._warned = False
@@ -158,15 +177,8 @@ class StepRecorder:
     # ------------------------------------------------------------ hot path
     def _poll(self) -> None:
         """Record the device end of the step the watcher waits on, if it is ready (training
-        thread): the watcher may be waiting for the GIL while this thread runs Python.
-
-        Only when the watcher is on the same step as at the previous ``start``: while it
-        keeps up, its step moves on about once per host iteration and the poll (a readiness
-        query, ~10 us with the cold caches of a loop that waits on data) is skipped."""
+        thread): the watcher may be waiting for the GIL while this thread runs Python."""
         item = self._head
-        if item is not self._polled:
-            self._polled = item
-            return
         if item is None or item.t is not None:
             return
         p = item.probe
@@ -184,8 +196,7 @@ class StepRecorder:
         with self._lock:
             if item.t is not None:
                 return
-            item.t = 1.0
-            item.outputs = None
+            item.t = _time()
             try:
                 self._record_end(item.step)
                 self.observed += 1
@@ -205,20 +216,44 @@ class StepRecorder:
     def start(self, step: int) -> None:
         """Record the host-side start of ``step`` (right before its dispatch).
 
+        After the first two steps, a valid step on a recorder with the default clock takes
+        the short path: one clock read, one append to the recorder's queue, and a readiness
+        poll only when the step the watcher waits on is overdue (see the class docstring).
+
         Example:
             >>> from goodput_jax import goodput, runtime
             >>> runtime.StepRecorder(goodput.GoodputRecorder("j", "l")).start(0)
         """
+        sink = self._sink
+        if sink is not None and type(step) is int and step >= 0:
+            t = _time()
+            if t >= self._due and self._head is not None:
+                self._poll()
+                t = _time()
+            q, limit, batch, wake, code = sink
+            if len(q) < limit:
+                q.append((code, t, step, None, None))
+                if len(q) >= batch:
+                    wake()
+                return
+        self._start_full(step)
+
+    def _start_full(self, step: int) -> None:
         if not self._enabled:
             return
         if self._first is not None:
             self._wait_first()
-        if self._head is not None:
+        if self._head is not None and _time() >= self._due:
             self._poll()
         self._start_step(step)
         att = self._att
         if att is not None:
             att.step_started()
+        self._slow_starts += 1
+        # the attachment needs two starts (a later repeat of a program is a recompile);
+        # then the short path, once the first step was handed over and waited for
+        if self._slow_starts >= 2 and self._first is None and self._live:
+            self._sink = self._sink_ready
 
     def track(self, step: int, outputs: Any) -> None:
         """Hand ``step``'s outputs over; returns at once.
@@ -232,17 +267,28 @@ class StepRecorder:
             >>> from goodput_jax import goodput, runtime
             >>> runtime.StepRecorder(goodput.GoodputRecorder("j", "l")).track(0, None)
         """
+        if self._live:
+            self._pending.append((step, outputs))  # the watcher builds the _Item
+            if self._idle:
+                self._idle = False
+                self._sem.put(None)
+            return
         if not self._enabled:
             return
         if self._thread is None:
             self._start_thread()
-        if self.tracked:
-            self.tracked += 1
-            self._q.put((step, outputs))  # the watcher builds the _Item
-            return
-        self.tracked = 1
-        self._first = item = _Item(step, outputs)
-        self._q.put(item)
+        if self._handed or self._seen:
+            self._handover((step, outputs))
+        else:
+            self._first = item = _Item(step, outputs)
+            self._handover(item)
+        self._handed += 1
+        self._live = True
+
+    def _handover(self, item: Any) -> None:
+        self._pending.append(item)
+        self._idle = False
+        self._sem.put(None)
 
     def __call__(self, step: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``start(step)``, ``out = fn(*args, **kwargs)``, ``track(step, out)``; returns ``out``.
@@ -252,12 +298,38 @@ class StepRecorder:
             >>> runtime.StepRecorder(goodput.GoodputRecorder("j", "l"))(3, max, 1, 2)
             2
         """
-        if not self._enabled:
-            return fn(*args, **kwargs)
-        self.start(step)
+        # start() and track()'s short paths, inlined: one Python call per step, not three
+        sink = self._sink
+        if sink is None or type(step) is not int or step < 0:
+            if not self._enabled:
+                return fn(*args, **kwargs)
+            self.start(step)
+            out = fn(*args, **kwargs)
+            self.track(step, out)
+            return out
+        t = _time()
+        if t >= self._due and self._head is not None:
+            self._poll()
+            t = _time()
+        q, limit, batch, wake, code = sink
+        if len(q) < limit:
+            q.append((code, t, step, None, None))
+            if len(q) >= batch:
+                wake()
+        else:
+            self._start_step(step)  # counts the dropped event
         out = fn(*args, **kwargs)
-        self.track(step, out)
+        self._pending.append((step, out))
+        if self._idle:
+            self._idle = False
+            self._sem.put(None)
         return out
+
+    @property
+    def tracked(self) -> int:
+        """Steps handed over (taken by the watcher, or waiting for it)."""
+        waiting = sum(1 for x in list(self._pending) if type(x) in (tuple, _Item))
+        return self._seen + waiting
 
     # ------------------------------------------------------------- watcher
     def _start_thread(self) -> None:
@@ -268,44 +340,72 @@ class StepRecorder:
     def _watch(self) -> None:
         import jax
 
-        get = self._q.get
+        pending = self._pending
+        popleft = pending.popleft
+        wait_for_work = self._sem.get
         is_array = jax.Array
         leaves_of = jax.tree_util.tree_leaves
+        waits: collections.deque = collections.deque(maxlen=_WAITS_KEPT)
         while True:
-            item = get()
-            if item is _STOP:
-                return
+            try:
+                item = popleft()
+            except IndexError:
+                self._idle = True
+                if pending:  # handed over between the pop and the flag: no wake-up was sent
+                    self._idle = False
+                    continue
+                wait_for_work()  # a stale wake-up only costs one more turn
+                continue
             if type(item) is tuple:
                 item = _Item(*item)
+                self._seen += 1
+            elif type(item) is _Item:
+                self._seen += 1
+            elif item is _STOP:
+                self._head = None
+                return
             elif isinstance(item, _Marker):
                 self._head = None
                 item.done.set()
                 continue
-            if item.t is not None:
-                continue  # the training thread saw it first
-            self._head = item
-            p = item.probe
-            if p is not None:
-                try:  # one output of the step's program: all its outputs are ready together
-                    p.block_until_ready()
-                    self._claim(item)
-                    continue
-                except Exception:  # noqa: BLE001, S110 - deleted (donated): watch the other leaves
-                    pass
-            if _wait_ready(item.outputs, leaves_of, is_array):
+            if item.t is None:
+                t0 = _time()
+                # start() polls this step only once it is overdue: later than the usual wait
+                # (a readiness query costs ~10 us on a training thread that waits on data)
+                self._due = t0 + _OVERDUE * sorted(waits)[len(waits) // 2] if waits else 0.0
+                self._head = item
+                self._wait(item, leaves_of, is_array)
+                t = item.t
+                if t is not None and t > 0:
+                    waits.append(t - t0)
+            # The watcher drops the step's arrays, never the training thread: freeing a
+            # device buffer costs microseconds (more with cold caches), and the last
+            # reference would otherwise often die there (a claim at ``start``, ``_head``).
+            item.outputs = item.probe = None
+
+    def _wait(self, item: _Item, leaves_of: Callable, is_array: type) -> None:
+        """Wait for ``item``'s outputs and record its device end (watcher thread)."""
+        p = item.probe
+        if p is not None:
+            try:  # one output of the step's program: all its outputs are ready together
+                p.block_until_ready()
                 self._claim(item)
-                continue
-            with self._lock:
-                if item.t is not None:
-                    continue
-                item.t = -1.0
-                item.outputs = None
-                self.unobserved += 1
-            if not self._warned:
-                self._warned = True
-                logger.warning(
-                    "goodput StepRecorder: step %r's outputs had no live JAX array to watch "
-                    "(donated to the next step?); track the loss or metrics instead", item.step)
+                return
+            except Exception:  # noqa: BLE001, S110 - deleted (donated): watch the other leaves
+                pass
+        if _wait_ready(item.outputs, leaves_of, is_array):
+            self._claim(item)
+            return
+        with self._lock:
+            if item.t is not None:
+                return
+            item.t = -1.0
+            self.unobserved += 1
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "goodput StepRecorder: step %r's outputs had no live JAX array to watch "
+                "(donated to the next step?); track the loss or metrics instead", item.step)
 
     # ------------------------------------------------------------- control
     def finish(self, timeout: float | None = None) -> bool:
@@ -325,7 +425,7 @@ class StepRecorder:
         if self._thread is None:
             return True
         m = _Marker()
-        self._q.put(m)
+        self._handover(m)
         return m.done.wait(timeout)
 
     def close(self, timeout: float | None = 10.0) -> None:
@@ -333,7 +433,9 @@ class StepRecorder:
         if self._thread is None:
             return
         self.finish(timeout)
-        self._q.put(_STOP)
+        self._live = False
+        self._sink = None
+        self._handover(_STOP)
         self._thread.join(timeout)
         self._thread = None
 
