@@ -1,19 +1,25 @@
 """StepRecorder overhead, side by side in one run: a JAX training loop with and without it.
 
-Two measurements on the same jitted step (a chain of matmuls sized to ~5 ms on this machine,
-dispatched asynchronously, as in training):
+All measurements use the same jitted step (a chain of matmuls; its size is chosen at start so
+that one step takes ``--step-ms``, 5 ms by default, on this machine), dispatched
+asynchronously as in training, each step after a 0.4-step "load" (``time.sleep``: an input
+pipeline that keeps up, so the host stays ahead of the device), in rounds of K steps that
+alternate between the arms and end with ``block_until_ready``:
 
-- loop overhead: rounds of K steps, each after a 0.4-step "load" (``time.sleep``: an
-  input pipeline that keeps up, so the host stays ahead of the device), run
-  alternately without recording (``state, m = train_step(state, x)``) and with it
-  (``state, m = steps(i, train_step, state, x)``, a real GoodputRecorder writing
-  to SQLite in the background); each round ends with ``block_until_ready``. The
-  overhead is the median over rounds of (recorded / plain - 1). Target: < 1 %.
-- per recorded step on the training thread: in the same rounds, the median time of
-  one ``steps(i, train_step, ...)`` call minus that of one plain ``train_step(...)``
-  call (the dispatch), and the same difference in the training thread's CPU time
-  (``time.thread_time``: not inflated when other processes preempt the thread on a
-  shared machine, but blind to GIL waits). Target: < 5 us.
+- loop overhead: rounds without recording (``state, m = train_step(state, x)``) and with it
+  (``state, m = steps(i, train_step, state, x)``, a real GoodputRecorder writing to SQLite in
+  the background). The overhead is the median over rounds of (recorded / plain - 1).
+  Target: < 1 %.
+- cost of recording a step, ``steps(i, fn, ...)``: the time of one ``steps(i, timed, s, x)``
+  call minus the dispatch timed inside ``timed``, against the same for a plain forwarding
+  call ``call(i, timed, s, x)``; median over steps. This is the recorder's own work on the
+  training thread, with the caches as a training loop leaves them (cold after each load).
+  Target: < 5 us.
+- the same for the separate ``start(i)`` / ``track(i, out)`` calls (timed one by one, against
+  two no-op functions).
+- the difference of the median call times (recorded call minus plain dispatch) and of the
+  training thread's CPU time (``time.thread_time``): side by side, but noisier (the dispatch
+  itself varies by tens of microseconds from round to round).
 - worst case: microseconds per ``steps(i, fn, x)`` call beyond the plain ``fn(x)``
   call, for a trivial ``fn`` whose output is already ready (every call then also
   records the previous step's device end on the training thread). Median over batches.
@@ -22,7 +28,8 @@ Prints one table with the device and versions. Absolute times depend on the mach
 on other load; the ratios are measured side by side.
 
 Usage:
-    python benchmarks/step_recorder_bench.py [--quick] [--rounds R] [--steps K] [--size N]
+    python benchmarks/step_recorder_bench.py [--quick] [--rounds R] [--steps K] [--step-ms MS]
+        [--size N]
 """
 
 from __future__ import annotations
@@ -63,6 +70,19 @@ def _calibrate(train_step, w, x, target_s: float) -> float:
         s, _m = train_step(s, x)
     jax.block_until_ready(s)
     return (time.perf_counter() - t) / 10
+
+
+def pick_size(step_ms: float) -> int:
+    """The matrix size (a multiple of 32) whose chained step takes about ``step_ms``."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    size = 256
+    for _ in range(3):
+        x = jnp.asarray(np.random.default_rng(0).normal(size=(size, size)).astype("float32"))
+        t = _calibrate(_make_step(size), jnp.eye(size, dtype=jnp.float32) * 0.5, x, 0.0)
+        size = max(32, round(size * (step_ms / 1e3 / t) ** (1 / 3) / 32) * 32)
+    return size
 
 
 def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
@@ -243,19 +263,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer rounds (a few seconds)")
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--steps", type=int, default=50, help="steps per round")
-    p.add_argument("--size", type=int, default=320, help="matrix size of the step (~5 ms on CPU)")
+    p.add_argument("--step-ms", type=float, default=5.0, help="device step time to size the step to")
+    p.add_argument("--size", type=int, default=None, help="matrix size of the step (overrides --step-ms)")
     args = p.parse_args(argv)
-    rounds = args.rounds or (6 if args.quick else 20)
+    rounds = args.rounds or (10 if args.quick else 60)
     batches, calls = (20, 500) if args.quick else (100, 1000)
     import jax
 
-    lo = loop_overhead(args.size, rounds, args.steps)
+    size = args.size or pick_size(args.step_ms)
+    lo = loop_overhead(size, rounds, args.steps)
     pc = per_call_cost(batches, calls)
     print(f"StepRecorder overhead: jax {jax.__version__}, {jax.devices()[0].device_kind} "
           f"({jax.default_backend()}), Python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs; {rounds} rounds x {args.steps} steps")
+          f"{os.cpu_count()} CPUs; {rounds} rounds x {args.steps} steps per arm, matrix {size}")
     print(f"{'measure':<44}{'value':>12}{'target':>10}")
-    print(f"{'device step time (chained, ms)':<44}{lo['step_ms']:>12.3f}{'~5':>10}")
+    print(f"{'device step time (chained, ms)':<44}{lo['step_ms']:>12.3f}{'~' + format(args.step_ms, 'g'):>10}")
     print(f"{'load before each step (sleep, ms)':<44}{lo['load_ms']:>12.3f}")
     print(f"{'loop without recording, per step (ms)':<44}{lo['plain_ms']:>12.3f}")
     print(f"{'loop with StepRecorder, per step (ms)':<44}{lo['rec_ms']:>12.3f}")

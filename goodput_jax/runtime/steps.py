@@ -191,17 +191,19 @@ class StepRecorder:
         if ready:
             self._claim(item)
 
-    def _claim(self, item: _Item) -> None:
-        """Record ``item``'s device end now (the recorder's clock), unless already recorded."""
+    def _claim(self, item: _Item) -> bool:
+        """Record ``item``'s device end now (the recorder's clock), unless already recorded;
+        True when this call recorded it."""
         with self._lock:
             if item.t is not None:
-                return
+                return False
             item.t = _time()
             try:
                 self._record_end(item.step)
                 self.observed += 1
             except Exception:
                 logger.exception("goodput StepRecorder: recording step %r failed", item.step)
+            return True
 
     def _wait_first(self) -> None:
         """The first tracked step is waited for when the second starts: from then on the
@@ -374,31 +376,29 @@ class StepRecorder:
                 # (a readiness query costs ~10 us on a training thread that waits on data)
                 self._due = t0 + _OVERDUE * sorted(waits)[len(waits) // 2] if waits else 0.0
                 self._head = item
-                self._wait(item, leaves_of, is_array)
-                t = item.t
-                if t is not None and t > 0:
-                    waits.append(t - t0)
+                if self._wait(item, leaves_of, is_array):  # a wait the watcher saw end
+                    waits.append(item.t - t0)
             # The watcher drops the step's arrays, never the training thread: freeing a
             # device buffer costs microseconds (more with cold caches), and the last
             # reference would otherwise often die there (a claim at ``start``, ``_head``).
             item.outputs = item.probe = None
 
-    def _wait(self, item: _Item, leaves_of: Callable, is_array: type) -> None:
-        """Wait for ``item``'s outputs and record its device end (watcher thread)."""
+    def _wait(self, item: _Item, leaves_of: Callable, is_array: type) -> bool:
+        """Wait for ``item``'s outputs and record its device end (watcher thread); True when
+        the watcher recorded it (not the training thread's poll, which claims overdue steps:
+        their waits would inflate the usual wait, and with it the next deadline)."""
         p = item.probe
         if p is not None:
             try:  # one output of the step's program: all its outputs are ready together
                 p.block_until_ready()
-                self._claim(item)
-                return
+                return self._claim(item)
             except Exception:  # noqa: BLE001, S110 - deleted (donated): watch the other leaves
                 pass
         if _wait_ready(item.outputs, leaves_of, is_array):
-            self._claim(item)
-            return
+            return self._claim(item)
         with self._lock:
             if item.t is not None:
-                return
+                return False
             item.t = -1.0
             self.unobserved += 1
         if not self._warned:
@@ -406,6 +406,7 @@ class StepRecorder:
             logger.warning(
                 "goodput StepRecorder: step %r's outputs had no live JAX array to watch "
                 "(donated to the next step?); track the loss or metrics instead", item.step)
+        return False
 
     # ------------------------------------------------------------- control
     def finish(self, timeout: float | None = None) -> bool:
