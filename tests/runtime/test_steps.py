@@ -189,3 +189,44 @@ def test_donated_state_and_disabled_recorder(tmp_path, caplog):
     assert off(0, lambda v: v * 2, 3) == 6 and off.tracked == 0 and off._thread is None
     with pytest.raises(TypeError, match=r"recorder \('x'\) must be a GoodputRecorder"):
         runtime.StepRecorder("x")
+
+
+def test_short_path_keeps_event_order_drops_and_errors(tmp_path):
+    """After the first two steps, ``steps(i, ...)`` appends step starts straight to the
+    recorder's queue: they stay in order with the training thread's other events, a full
+    queue counts a dropped event, and a bad step number still raises a clear error."""
+    store = SQLiteStore(str(tmp_path / "o.db"))
+    rec = goodput.GoodputRecorder("o", "o", logging_enabled=True, store=store)
+    fn = jax.jit(lambda v: v + 1.0)
+    v = jnp.zeros(4)
+    with runtime.StepRecorder(rec, compile_times=False) as steps:
+        for i in range(6):
+            with rec.data_loading():
+                pass
+            v = steps(i, fn, v)
+        assert steps._sink is not None  # the short path is on
+        with pytest.raises(ValueError, match=r"step \(-1\)"):
+            steps(-1, fn, v)
+        assert steps.finish(timeout=30) and steps.tracked == 6 and steps.observed == 6
+    rec.close()
+    evs, _ = store.read_events("o")
+    host = [(e.kind.value, e.step) for e in evs if e.kind.value != "step_device_end"]
+    want = []
+    for i in range(6):
+        want += [("data_loading_start", None), ("data_loading_end", None), ("step_start", i)]
+    assert host == want
+    ts = [e.timestamp for e in evs if e.kind.value != "step_device_end"]
+    assert ts == sorted(ts)
+    store.close()
+
+    full = goodput.GoodputRecorder("f", "f", logging_enabled=True, max_queue=1, flush_interval=60,
+                                   store=SQLiteStore(str(tmp_path / "f.db")))
+    steps = runtime.StepRecorder(full, compile_times=False)
+    steps._sink = full._step_start_sink()  # as after the first steps
+    full._q.append((0, 0.0, None, None, None))  # the writer has not drained: the queue is full
+    before = full.dropped_count
+    steps(7, fn, v)
+    assert full.dropped_count == before + 1
+    full._q.clear()
+    steps.close()
+    full.close()
