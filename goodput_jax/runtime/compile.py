@@ -79,7 +79,8 @@ class Attachment:
         self.thread = thread  # only compiles on this thread (None: every thread)
         self._names: set[str] = set()
         self._lock = threading.Lock()
-        self.steps_started = 0  # step starts seen by a StepRecorder on this recorder
+        # step starts reported (a StepRecorder reports its first two: all the rule below needs)
+        self.steps_started = 0
         self.compilations = 0
         self.recompilations = 0
         self.compile_seconds = 0.0
