@@ -228,8 +228,23 @@ def fit_loss(
     return _loss_from_logs(perf, n, r, b, log_acc, log_opt, w)
 
 
-def _loss_from_logs(perf, n, r, b, log_acc, log_opt, w):
-    """fit_loss on precomputed log targets; every entry must be finite (w weights)."""
+#: The solver's RMSEs are ``sqrt(mean square + _SMOOTH)``: smooth at an exact fit. A plain
+#: RMSE has a kink at zero (its gradient keeps magnitude ~1 however small the error), so
+#: a profile that the accumulation line fits exactly up to float32 rounding (two
+#: batch sizes without accumulation: one log error of ~5e-7) gave the solver a
+#: gradient pointing across the kink, every line-search trial failed and the fit
+#: stayed at its starting point (network terms at ``alpha_c``: 2.5-3x the measured
+#: step; seen as "model error 2.68" in ``benchmarks/adaptive_bench.py``). 1e-8 is a
+#: log error of 1e-4, far below any measured noise: the minimiser does not move.
+_SMOOTH = 1e-8
+
+
+def _loss_from_logs(perf, n, r, b, log_acc, log_opt, w, smooth=0.0):
+    """fit_loss on precomputed log targets; every entry must be finite (w weights).
+
+    ``smooth > 0``: RMSEs as ``sqrt(mean square + smooth)`` (the solver's objective);
+    0: ``sqrt(max(mean square, 1e-30))`` (:func:`fit_loss`, AdaptDL's value).
+    """
     count = jnp.maximum(jnp.sum(w), 1.0)
     pred_acc = perf.alpha_c + perf.beta_c * b
     pred_net = predict_network_time(perf, n, r)
@@ -237,8 +252,12 @@ def _loss_from_logs(perf, n, r, b, log_acc, log_opt, w):
     e1 = w * (jnp.log(pred_acc) - log_acc) ** 2
     e2 = w * (pred_log_opt - log_opt) ** 2
     # sqrt'(0) is infinite: floor the mean square (irrelevant at any real noise).
-    err1 = jnp.sqrt(jnp.maximum(jnp.sum(e1) / count, 1e-30))
-    err2 = jnp.sqrt(jnp.maximum(jnp.sum(e2) / count, 1e-30))
+    if smooth:
+        err1 = jnp.sqrt(jnp.sum(e1) / count + smooth)
+        err2 = jnp.sqrt(jnp.sum(e2) / count + smooth)
+    else:
+        err1 = jnp.sqrt(jnp.maximum(jnp.sum(e1) / count, 1e-30))
+        err2 = jnp.sqrt(jnp.maximum(jnp.sum(e2) / count, 1e-30))
     reg1 = 1e-3 * (perf.gamma - 1.0) ** 2
     reg2 = 1e-2 * ((perf.beta_n / perf.alpha_n) ** 2 + (perf.beta_r / perf.alpha_r) ** 2)
     return err1 + err2 + reg1 + reg2
@@ -434,7 +453,8 @@ def _fit_single(
     log_opt = jnp.log(opt)
 
     def loss(u):
-        return _loss_from_logs(PerfParams(*params_of(u)), n, r, b, log_acc, log_opt, w)
+        return _loss_from_logs(PerfParams(*params_of(u)), n, r, b, log_acc, log_opt, w,
+                               smooth=_SMOOTH)
 
     u0 = jnp.where(free, _to_unconstrained(_data_start(b, acc, w, count), is_gamma), 0.0)
     u = _solve_plbfgs(loss, u0, free)

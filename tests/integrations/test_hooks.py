@@ -373,3 +373,30 @@ def test_background_refit_publishes_off_the_training_thread(tmp_path):
     rec.close()
     assert any(ev.kind == EventKind.HINTS for ev in _events(store, "bg"))
     store.close()
+
+
+def test_fit_of_two_batch_sizes_fitted_exactly_by_the_line_is_not_stuck_at_its_start():
+    # Regression (adaptive_bench, "model error 2.68"): two atomic sizes on 4 replicas,
+    # no accumulation, so the accumulation line fits both medians up to float32 rounding.
+    # The RMSE's kink at zero made every line-search trial fail and the fit stayed at its
+    # start (network terms = alpha_c: 2.5-3x the measured step), blocking every switch.
+    from goodput_jax.integrations.hooks import _predict_optim_np
+    from goodput_jax.model.perf import fit_perf_params
+
+    cases = []
+    rng = np.random.default_rng(0)
+    for _ in range(300):  # the draws of the scan that found it (20 of 300 stuck before)
+        k = rng.integers(2, 5)
+        bs = [8, 16, 32, 64, 128][:k]
+        base, slope = rng.uniform(1e-3, 6e-3), rng.uniform(0, 4e-5)
+        t = np.array([base + slope * b for b in bs]) * rng.uniform(0.7, 1.3, k)
+        w = rng.integers(3, 64, k).astype(float)
+        if k == 2 and t[0] < t[1] < 2 * t[0]:  # a line with alpha_c > 0 fits both exactly
+            cases.append((t, w))
+    assert len(cases) >= 20
+    for t, w in cases:
+        t = np.asarray(t)
+        n, r, b = np.ones(len(t)), np.full(len(t), 4), np.array([8, 16][:len(t)])
+        p = fit_perf_params(n, r, b, t, t, weights=w)
+        err = np.abs(_predict_optim_np(p, n, r, b) - t) / t
+        assert err.max() < 0.02, (t, w, p)
