@@ -95,6 +95,8 @@ class AdaptiveBatchSize:
             up from a small initial batch costs a few steps per doubling.
         adapt_every: steps between checks.
         min_samples: profiled steps of the running configuration before a check.
+        min_grad_steps: steps behind the gradient statistics before a check (the
+            first statistics hold one step: their noise scale can be off by 100x).
         explore_factor: growth limit of the total batch per exploration step.
         adaptive: False keeps the initial configuration (the fixed arm of a benchmark).
 
@@ -121,6 +123,7 @@ class AdaptiveBatchSize:
         immediate_gain: float = 1.25,
         adapt_every: int = 10,
         min_samples: int = 5,
+        min_grad_steps: int = 10,
         explore_factor: float = 2.0,
         adaptive: bool = True,
     ):
@@ -128,7 +131,8 @@ class AdaptiveBatchSize:
         self.source: ArraySource | IterableSource = as_source(data)
         self.batch_sharding = batch_sharding
         for name, v in (("max_accum_steps", max_accum_steps), ("patience", patience),
-                        ("adapt_every", adapt_every), ("min_samples", min_samples)):
+                        ("adapt_every", adapt_every), ("min_samples", min_samples),
+                        ("min_grad_steps", min_grad_steps)):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < (
                     0 if name == "max_accum_steps" else 1):
                 raise ValueError(f"{name} ({v!r}) must be a positive integer")
@@ -144,6 +148,7 @@ class AdaptiveBatchSize:
         self.patience = int(patience)
         self.adapt_every = int(adapt_every)
         self.min_samples = int(min_samples)
+        self.min_grad_steps = int(min_grad_steps)
         self.explore_factor = float(explore_factor)
         self.adaptive = bool(adaptive)
         lo, hi = hooks.local_bsz_bounds
@@ -302,7 +307,7 @@ class AdaptiveBatchSize:
             if (key[0], key[1], key[2]) not in h.model_errors:
                 return None
         gp = h.grad_params
-        if h.perf_params is None or gp is None:
+        if h.perf_params is None or gp is None or h.grad_count < self.min_grad_steps:
             return None
         # Throughputs depend on the fit only: evaluated (in numpy) once per fit,
         # configuration and profiled set. The statistical efficiency, which moves with

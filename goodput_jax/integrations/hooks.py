@@ -479,6 +479,13 @@ class GoodputHooks:
         self._grad_stats: Any = None
         self._last_out: Any = None
         self._grad_params: GradParams | None = None
+        #: Steps folded into the current gradient statistics (0 before any; ``math.inf`` when
+        #: they were set directly or restored): a decision on one or two steps' statistics is
+        #: noise (the first read, at step 0, holds one sample).
+        self.grad_count: float = 0
+        # next step at which the statistics are read: every 10 steps until ``stats_every``
+        # (early decisions need some), then every ``stats_every``
+        self._next_stats = 0
         self.perf_params: PerfParams | None = None
         self.model_error = float("nan")
         self.model_errors: dict[tuple[int, int, int], float] = {}
@@ -590,8 +597,11 @@ class GoodputHooks:
         self._pending_accum = 0
         done = self._timer.dispatched(step, out, t0, t1)
         self._finish_timing(done)
-        if self._steps_seen % self.stats_every == 0:
+        if self._steps_seen >= self._next_stats:
             self.observe_outputs(out)
+            self._next_stats = self._steps_seen + (
+                min(10, self.stats_every) if self._steps_seen < self.stats_every
+                else self.stats_every)
         self._last_out = out
         self._steps_seen += 1
         self.maybe_refit()
@@ -637,8 +647,11 @@ class GoodputHooks:
         self._step_keys[step] = (self._key(), self._pending_accum)
         self._pending_accum = 0
         self._finish_timing(self._timer.dispatched(step, box[0] if box else None, t0, t1))
-        if box and self._steps_seen % self.stats_every == 0:
+        if box and self._steps_seen >= self._next_stats:
             self.observe_outputs(box[0])
+            self._next_stats = self._steps_seen + (
+                min(10, self.stats_every) if self._steps_seen < self.stats_every
+                else self.stats_every)
         self._steps_seen += 1
         self.maybe_refit()
 
@@ -701,6 +714,7 @@ class GoodputHooks:
         if isinstance(grad_params, GradParams):
             self._grad_stats = None
             self._grad_params = GradParams(float(grad_params.sqr), float(grad_params.var))
+            self.grad_count = math.inf
         else:
             self._grad_stats = gradstats.get_grad_stats(grad_params)
 
@@ -714,10 +728,12 @@ class GoodputHooks:
                 if int(np.asarray(st.count)) > 0:
                     gp = gradstats.grad_params_from_stats(st)
                     self._grad_params = GradParams(float(gp.sqr), float(gp.var))
+                    self.grad_count = int(np.asarray(st.count))
             else:
                 count, sqr, var = (float(x) for x in np.asarray(st))
                 if count > 0:
                     self._grad_params = GradParams(sqr, var)
+                    self.grad_count = count
         return self._grad_params
 
     def max_profiled_replicas(self) -> int:
@@ -1027,6 +1043,7 @@ class GoodputHooks:
             "seen": [[list(k), v] for k, v in self._seen.items()],
             "perf_params": None if self.perf_params is None else list(self.perf_params),
             "grad_params": None if gp is None else [gp.sqr, gp.var],
+            "grad_count": _finite_or_none(self.grad_count),
             "model_error": _finite_or_none(self.model_error),
             "atomic_bsz": self.atomic_bsz,
             "accum_steps": self.accum_steps,
@@ -1049,6 +1066,7 @@ class GoodputHooks:
         if gp is not None:
             self._grad_stats = None
             self._grad_params = GradParams(float(gp[0]), float(gp[1]))
+            self.grad_count = float(state.get("grad_count") or math.inf)
         err = state.get("model_error")
         self.model_error = float("nan") if err is None else float(err)
         if self.perf_params is not None:

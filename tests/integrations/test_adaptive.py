@@ -226,3 +226,39 @@ def test_switch_waits_for_a_background_compile_then_costs_no_trace():
     assert step.traces() == traces and np.isfinite(float(loss))  # the AOT executable ran
     assert jax.tree.leaves(ctl.next_batch()[0])[0].shape[1] == 2 * M0 * R
     del clock
+
+
+def test_no_decision_on_the_first_steps_gradient_statistics():
+    """The first statistics (read at step 0) hold one step: their noise scale can be off by
+    100x (adaptive_bench saw 29956 at step 0, ~500 later). The controller decides only once
+    ``min_grad_steps`` steps are behind them; the hooks read them every 10 steps until then."""
+    from goodput_jax.model.gradstats.estimate import GradStatsState
+
+    clock = FakeClock()
+    hooks = GoodputHooks("early", init_batch_size=16, atomic_bsz=16, num_nodes=1,
+                         num_replicas=1, max_batch_size=256, clock=clock, is_primary=True,
+                         refit_interval=1e9, warmup_steps=1, background=False, stats_every=50)
+    ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((4096, 1), np.float32)}, adapt_every=2,
+                            min_samples=2, min_grad_steps=10)
+    counts = []
+
+    def fake_step(params, opt_state, batch, n):
+        clock.t += 0.01 + 0.001 * batch["x"].shape[1]
+        i = len(counts)
+        counts.append(i)
+        # host-side statistics with i + 1 steps behind them: a large noise scale
+        st = GradStatsState(np.int32(i + 1), np.int32(0), np.bool_(False), np.float32(0.002),
+                            np.float32(1.0), np.float32(1.0))
+        return params, st, 0.0
+
+    for i in range(9):
+        ctl.step(i, fake_step, None, None)
+    assert hooks.grad_count < 10 and ctl.last_check is None and not ctl.switches
+    for i in range(9, 40):
+        ctl.step(i, fake_step, None, None)
+    assert hooks.grad_count >= 10 and ctl.last_check is not None
+    assert ctl.switches and ctl.switches[0]["step"] >= 10
+    # the hooks read the statistics at steps 0, 10, 20, 30 (not only every stats_every)
+    assert hooks.grad_count == 31
+    with pytest.raises(ValueError, match="min_grad_steps"):
+        AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, min_grad_steps=0)
