@@ -13,12 +13,14 @@ number of accumulation steps within the same slot count does not recompile
 (slot counts are powers of two: :func:`slots_for`). Padded slots are never
 computed.
 
-Inside ``jax.shard_map`` each device accumulates its own microbatches' gradients
-and the sum of their squared norms; one ``psum`` carries the gradients together
-with ``[loss, S]`` (as :func:`goodput_jax.model.gradstats.data_parallel_grads`),
+Inside ``jax.shard_map`` each device accumulates its own microbatches' gradients;
+with several replicas it takes the squared norm ``S`` of its accumulated gradient
+(``R`` parts of ``n * b`` examples: a static part count, so the estimator needs no
+run-time branch), with one replica the squared norms of its micro-steps' gradients
+(``n`` parts of ``b`` examples, a traced count). One ``psum`` carries the gradients
+together with ``[loss, S]`` (as :func:`goodput_jax.model.gradstats.data_parallel_grads`),
 and ``T`` is the squared norm of the averaged gradient. The statistics go to
-:func:`goodput_jax.gradient_noise_scale` as a :class:`GradSqNorms` with the
-traced count ``R * num_micro``; the learning rate follows the scaling rule of
+:func:`goodput_jax.gradient_noise_scale` as a :class:`GradSqNorms`; the learning rate follows the scaling rule of
 :func:`goodput_jax.model.scaling.scale_by_rule`, with this step's total batch
 ``R * b * num_micro`` passed as a traced value: a new batch size never
 recompiles the optimizer.
@@ -158,6 +160,12 @@ def make_train_step(
     vg = jax.value_and_grad(loss_fn)
     counter = {"traces": 0}
 
+    # Several replicas: each replica's squared norm is taken once, of its accumulated
+    # gradient (R * 1 local parts of n * b examples: a static part count, so the
+    # statistics need no run-time choice of estimator and no norm per micro-step). One
+    # replica: the micro-steps are the parts (a traced count, n * 1 parts of b examples).
+    per_replica = replicas > 1
+
     def local(params, batch, num_micro):
         zero = jnp.zeros_like(jax.lax.axis_index(axis_name), dtype=jnp.float32)
         pv = jax.tree.map(lambda p: p + zero.astype(p.dtype), params)
@@ -168,13 +176,17 @@ def make_train_step(
                               batch)
             loss, g = vg(pv, mb)
             acc = jax.tree.map(lambda a, x: a + x.astype(a.dtype), acc, g)
-            return acc, sq + _sqnorm(g), ls + loss.astype(jnp.float32)
+            if not per_replica:
+                sq = sq + _sqnorm(g)
+            return acc, sq, ls + loss.astype(jnp.float32)
 
         acc0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32) + zero, pv)
         acc, sq, ls = jax.lax.fori_loop(0, num_micro, body, (acc0, zero, zero))
         inv_n = 1.0 / num_micro.astype(jnp.float32)
         inv_r = 1.0 / replicas
         grads = jax.tree.map(lambda a: a * inv_n, acc)
+        if per_replica:  # mean squared norm of the replicas' gradients (times n, undone below)
+            sq = _sqnorm(grads) * num_micro.astype(jnp.float32)
         summed, head = jax.lax.psum(
             (grads, jnp.stack([ls * inv_n * inv_r, sq * inv_n * inv_r])), axis_name)
         grads = jax.tree.map(lambda x, p: (x * inv_r).astype(p.dtype), summed, params)
@@ -191,7 +203,8 @@ def make_train_step(
         total_sqr = _sqnorm(grads)
         per_slot = jax.tree.leaves(batch)[0].shape[1]
         batch_size = (num_micro * per_slot).astype(jnp.float32)
-        sq = gradstats.GradSqNorms(local_sqr, total_sqr, num_micro * replicas, batch_size)
+        parts = replicas if per_replica else num_micro  # static with several replicas
+        sq = gradstats.GradSqNorms(local_sqr, total_sqr, parts, batch_size)
         gp = gradstats.get_grad_params(opt_state)
         updates, opt_state = tx.update(grads, opt_state, params, grad_sqnorms=sq,
                                        grad_params=gp, batch_size=batch_size)

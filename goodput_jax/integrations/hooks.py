@@ -192,15 +192,22 @@ def _finite_or_none(x: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+#: Concrete array types seen (``isinstance(x, jax.Array)`` goes through an ABC check,
+#: microseconds per step on the hot path; a type lookup does not).
+_ARRAY_TYPES: set = set()
+
+
 def _live_arrays(outputs: Any) -> list:
     # The outputs of one XLA program become ready together: a couple of live
     # leaves (the last ones: losses and metrics, rarely donated) stand for all.
     # Fast path (most loops return ``(..., loss)``): the last element alone,
     # without flattening the parameters and optimizer state every step.
-    if isinstance(outputs, tuple) and outputs:
+    if type(outputs) is tuple and outputs:
         last = outputs[-1]
-        if isinstance(last, jax.Array) and not last.is_deleted():
-            return [last]
+        t = type(last)
+        if t in _ARRAY_TYPES or (isinstance(last, jax.Array) and not _ARRAY_TYPES.add(t)):
+            if not last.is_deleted():
+                return [last]
     leaves = [x for x in jax.tree.leaves(outputs) if isinstance(x, jax.Array)]
     return [x for x in leaves[::-1][:2] if not x.is_deleted()] or [
         x for x in leaves if not x.is_deleted()][:1]
@@ -467,6 +474,22 @@ class GoodputHooks:
         self._device_end = (getattr(recorder, "record_step_device_end_time", None)
                             if record_device_ends else None)
         self._record_ends = bool(record_device_ends)
+        # Hot path: append step starts (and device ends) straight to the recorder's queue,
+        # in order with its other events, as the runtime's StepRecorder does (one tuple
+        # append instead of a validated recorder call); None: call the recorder.
+        self._sink: tuple | None = None
+        sink = getattr(recorder, "_step_start_sink", None)
+        if callable(sink):
+            try:
+                self._sink = sink()
+            except Exception:  # noqa: BLE001 - an older recorder: the plain calls
+                self._sink = None
+        self._end_code: int | None = None
+        if self._sink is not None and record_device_ends and getattr(
+                recorder, "record_step_device_end_time", None) is not None:
+            from goodput_jax.measure.events import KIND_CODES, EventKind
+
+            self._end_code = KIND_CODES[EventKind.STEP_DEVICE_END]
         # The ONE timing function (swap for the runtime's step recorder here).
         self._timer = OneStepLateTimer(clock)
         self._step_keys: dict[int, tuple] = {}
@@ -584,7 +607,17 @@ class GoodputHooks:
             ``fn``'s outputs.
         """
         fa = time.perf_counter()
-        self.recorder.record_step_start_time(step)
+        sink = self._sink
+        if sink is not None and type(step) is int and step >= 0:
+            q, limit, batch, wake, code = sink
+            if len(q) < limit:
+                q.append((code, time.time(), step, None, None))
+                if len(q) >= batch:
+                    wake()
+            else:
+                self.recorder.record_step_start_time(step)  # counts the drop
+        else:
+            self.recorder.record_step_start_time(step)
         t0 = self._clock()
         early = self._timer.before_dispatch(t0)
         fb = time.perf_counter()
@@ -604,7 +637,8 @@ class GoodputHooks:
                 else self.stats_every)
         self._last_out = out
         self._steps_seen += 1
-        self.maybe_refit()
+        if self._since_fit >= self.refit_interval:
+            self.maybe_refit()
         waited = self._timer.waited - waited0
         # everything on this thread but the dispatch itself and the wait for the device
         self.foreground_seconds += max(time.perf_counter() - fc - waited, 0.0) + (fb - fa)
@@ -613,7 +647,16 @@ class GoodputHooks:
     def _finish_timing(self, done: list[tuple[int, float, float]]) -> None:
         for step, seconds, wall_end in done:
             key, pending = self._step_keys.pop(step, (self._key(), 0))
-            if self._device_end is not None:
+            code = self._end_code
+            if code is not None and type(step) is int and step >= 0:
+                q, limit, batch, wake, _ = self._sink
+                if len(q) < limit:
+                    q.append((code, wall_end, step, None, None))
+                    if len(q) >= batch:
+                        wake()
+                else:
+                    self._device_end(step, wall_end)  # counts the drop
+            elif self._device_end is not None:
                 self._device_end(step, wall_end)
             elif self._record_ends:
                 self.recorder.record_step_end_time(step)
@@ -674,7 +717,9 @@ class GoodputHooks:
         if seen < self.warmup_steps or seconds == 0.0:
             return
         with self._lock:
-            entry = self.profile.setdefault(key, ProfileEntry())
+            entry = self.profile.get(key)
+            if entry is None:  # (setdefault would build an entry, two deques, every step)
+                entry = self.profile[key] = ProfileEntry()
             s = key[3]
             if s > 0 and pending == 0:
                 part = seconds / (s + 1)

@@ -63,6 +63,21 @@ def test_accumulation_is_exact_ignores_padding_and_scales_lr(linear_step):
     assert float(loss) == pytest.approx(float(want_loss), rel=1e-5)
     # Progress counts scale-invariant steps (the AdaScale gain, <= scale).
     assert 1.0 <= float(progress_of(st2)) <= scale + 1e-5
+    # Gradient statistics: with several replicas the parts are the replicas' accumulated
+    # gradients (R parts of 3 * 4 examples; device d holds rows d*4:(d+1)*4 of every slot).
+    from goodput_jax.model import gradstats
+
+    if R > 1:
+        parts = [jax.grad(_loss)(p, {k: v[:3, d * 4:(d + 1) * 4].reshape((12,) + v.shape[2:])
+                                     for k, v in batch.items()}) for d in range(R)]
+        sqn = [sum(float(jnp.sum(x ** 2)) for x in jax.tree.leaves(gp)) for gp in parts]
+        S, T = np.mean(sqn), sum(float(jnp.sum(x ** 2)) for x in jax.tree.leaves(g))
+        big, small = 3 * b, 12
+        want_sqr = (big * T - small * S) / (big - small)
+        want_var = (S - T) / (1 / small - 1 / big) / M0
+        got = gradstats.get_grad_params(st2)
+        assert float(got.sqr) == pytest.approx(max(want_sqr, 0.0), rel=1e-3, abs=1e-6)
+        assert float(got.var) == pytest.approx(want_var, rel=1e-3)
 
 
 def test_changing_accumulation_does_not_recompile_atomic_sizes_do_once(linear_step):
