@@ -242,6 +242,14 @@ class OneStepLateTimer:
     Outputs that are already ready when the call returns (host-side functions,
     synchronous backends) complete at once.
 
+    Readiness queries cost microseconds each (~10 us on the multi-device CPU
+    backend), and a loop whose device is behind finds the previous step still
+    running at the next dispatch, and the new outputs never ready at once. So each
+    of the two queries runs while it has found something in the last
+    :data:`PROBE_KEEP` tries, and otherwise on one call in :data:`PROBE_EVERY`:
+    a host-bound loop or a synchronous backend is detected within that many steps
+    and probed every step from then on.
+
     Args:
         clock: monotonic seconds.
 
@@ -252,9 +260,17 @@ class OneStepLateTimer:
         (0, 1.0)
     """
 
+    #: Probe every call for this many calls after a probe found something ready.
+    PROBE_KEEP = 8
+    #: Otherwise probe one call in this many.
+    PROBE_EVERY = 16
+
     def __init__(self, clock: Callable[[], float]):
         self._clock = clock
         self._pending: tuple | None = None
+        self._calls = 0
+        self._probe_pending = self.PROBE_KEEP  # before_dispatch: the previous step
+        self._probe_new = self.PROBE_KEEP  # dispatched: the new outputs
         self._last_ready: float | None = None
         #: Seconds spent waiting for the device (not the hooks' own cost: a loop waits anyway).
         self.waited = 0.0
@@ -267,9 +283,15 @@ class OneStepLateTimer:
 
     def before_dispatch(self, t_start: float) -> list[tuple[int, float, float]]:
         """Called right before the next dispatch: completes the pending step if it is ready."""
-        if self._pending is not None and _all_ready(self._pending[1]):
+        if self._pending is None:
+            return []
+        if self._probe_pending <= 0 and self._calls % self.PROBE_EVERY:
+            return []
+        if _all_ready(self._pending[1]):
+            self._probe_pending = self.PROBE_KEEP
             item, self._pending = self._pending, None
             return [self._complete(item, t_start)]
+        self._probe_pending -= 1
         return []
 
     def dispatched(self, step: int, outputs: Any, t_start: float,
@@ -277,12 +299,18 @@ class OneStepLateTimer:
         """Register step ``step`` (dispatched between ``t_start`` and ``t_dispatched``)."""
         arrays = _live_arrays(outputs)
         done = []
-        if _all_ready(arrays):
+        self._calls += 1
+        probe = not arrays or self._probe_new > 0 or not self._calls % self.PROBE_EVERY
+        if probe and _all_ready(arrays):
+            if arrays:
+                self._probe_new = self.PROBE_KEEP
             if self._pending is not None:
                 done.append(self._complete(self._pending, t_dispatched))
                 self._pending = None
             done.append(self._complete((step, arrays, t_start), t_dispatched))
             return done
+        if probe:
+            self._probe_new -= 1
         if self._pending is not None:
             t0 = self._clock()
             _block(self._pending[1])
@@ -1078,7 +1106,7 @@ class GoodputHooks:
         Example:
             >>> h = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1)
             >>> sorted(h.state_dict())[:3]
-            ['accum_steps', 'atomic_bsz', 'grad_params']
+            ['accum_steps', 'atomic_bsz', 'grad_count']
         """
         gp = self.grad_params
         with self._lock:
