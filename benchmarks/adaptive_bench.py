@@ -316,7 +316,7 @@ def print_overhead(ov: dict, args) -> None:
 
 def demo_check(runs: int, quick: bool) -> int:
     """Run ``goodput-jax demo`` ``runs`` times: the fit's error on the profiled configurations
-    (medians of the kept samples) and the suggestion of each run."""
+    (the hooks' quantile of the kept samples) and the suggestion of each run."""
     import tempfile
 
     from goodput_jax import demo
@@ -349,7 +349,7 @@ def demo_check(runs: int, quick: bool) -> int:
               f", confident {sug.confident if sug else None}; goodput argmax "
               f"{sug.best_batch_size if sug else None})")
         for k, (acc, opt, n) in table.items():
-            print(f"    r={k[1]} b={k[2]:<4d} median {opt * 1e3:8.3f} ms ({n} steps)  "
+            print(f"    r={k[1]} b={k[2]:<4d} q{h.profile_quantile:.2f} {opt * 1e3:8.3f} ms ({n} steps)  "
                   f"error {h.model_errors.get(k, float('nan')):.3f}")
     ok = [x for x in sugs if x]
     if ok:

@@ -72,7 +72,10 @@ class DemoConfig:
         stall_seconds: length of the stall.
         restart_delay: downtime between the crash and run 2.
         atomic_bsz: per-device batch size of the default configuration.
-        profile_steps: steps run 2 spends on each extra profiled configuration.
+        profile_steps: steps run 2 spends on each profiled configuration per round.
+        profile_rounds: rounds over all profiled configurations (the default one
+            included): a burst of load on a shared machine then hits every
+            configuration's samples, not one configuration's whole profile.
         extra_configs: how many (replicas, batch size) configurations besides the
             default one run 2 profiles (each costs one compilation).
         features, hidden: model sizes.
@@ -89,7 +92,8 @@ class DemoConfig:
     stall_seconds: float = 1.0
     restart_delay: float = 1.0
     atomic_bsz: int = 64
-    profile_steps: int = 40
+    profile_steps: int = 25
+    profile_rounds: int = 4
     extra_configs: int = 3
     features: int = 32
     hidden: int = 128
@@ -119,8 +123,8 @@ class DemoConfig:
             raise TypeError(f"quick ({quick!r}) must be a bool")
         if quick:
             cfg = cls(steps=120, crash_at=70, checkpoint_every=25, stall_at=10, stall_seconds=0.3,
-                      restart_delay=0.3, atomic_bsz=32, profile_steps=8, extra_configs=2, hidden=64,
-                      refit_every=10**9, monitor_interval=1.0)
+                      restart_delay=0.3, atomic_bsz=32, profile_steps=4, profile_rounds=2,
+                      extra_configs=2, hidden=64, refit_every=10**9, monitor_interval=1.0)
         else:
             cfg = cls()
         if steps is not None:
@@ -129,7 +133,7 @@ class DemoConfig:
             cfg = dataclasses.replace(
                 cfg, steps=steps, crash_at=max(3, (5 * steps) // 12),
                 checkpoint_every=max(1, steps // 8), stall_at=max(1, min(cfg.stall_at, steps // 10)),
-                profile_steps=max(3, min(cfg.profile_steps, steps // 30)))
+                profile_steps=max(3, min(cfg.profile_steps, steps // (15 * cfg.profile_rounds))))
         return cfg
 
 
@@ -343,7 +347,9 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
 
     Run 1 (``crash=True``) trains in the default configuration and stops at
     ``cfg.crash_at`` without a job end. Run 2 profiles extra configurations
-    for ``cfg.profile_steps`` steps each, then finishes in the default one;
+    in ``cfg.profile_rounds`` rounds of ``cfg.profile_steps`` steps each (the
+    default one included, so that load on a shared machine spreads over all of
+    them), then finishes in the default one;
     on a clean exit the hooks refit the model, publish the hints and record
     the job end.
     """
@@ -382,6 +388,9 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
             recorder=rec, refit_interval=math.inf, is_primary=True,
             # the StepRecorder below records each step's device end as it happens
             record_device_ends=False,
+            # fake CPU devices share the host's cores with everything else: the lower
+            # quartile of each configuration's steps is more reproducible than the median
+            profile_quantile=0.25,
         )
     configs = [(num_devices, cfg.atomic_bsz)] if crash else _configurations(cfg, num_devices)
     compiled: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
@@ -399,7 +408,8 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         batch = data.batch(0, r * a, shard)
         compiled[(r, a)] = (fn.lower(p, o, batch).compile(), rep, shard)
     # Run 2 profiles the extra configurations first, then trains in the default one.
-    plan = [c for c in configs[:-1] for _ in range(cfg.profile_steps)]
+    plan = [c for _ in range(cfg.profile_rounds) for c in configs
+            for _ in range(cfg.profile_steps)]
     stop = cfg.crash_at if crash else cfg.steps
     current = None
     loss = float("nan")
@@ -487,12 +497,15 @@ def format_model_summary(hooks: Any) -> str:
                      f" * (r - 2)   [nodes: {p.alpha_n * 1e3:.3f} + {p.beta_n * 1e3:.4f} * (r - 2)]")
         lines.append(f"    overlap  gamma = {p.gamma:.3f}   "
                      f"(T = (T_c^g + T_r^g)^(1/g))")
-        # the medians the fit used (warm-up steps dropped), not means that a stalled step skews
+        # the statistic the fit used (warm-up steps dropped; a quantile, not a mean that a
+        # stalled step skews)
+        qname = ("median" if hooks.profile_quantile == 0.5
+                 else f"{hooks.profile_quantile:.0%} quantile")
         for (nn_, r, b), (_accum, optim, count) in hooks.profile_table().items():
             model_ms = float("nan")
             if fn is not None:
                 model_ms = r * b / float(fn.throughput(nn_, r, b, 0)) * 1e3
-            lines.append(f"    profiled r={r} b={b:<4d} measured {optim * 1e3:8.3f} ms (median)"
+            lines.append(f"    profiled r={r} b={b:<4d} measured {optim * 1e3:8.3f} ms ({qname})"
                          f"  model {model_ms:8.3f} ms  ({count} steps)")
         if math.isfinite(hooks.model_error):
             lines.append(f"    model error on the profiled configurations: "

@@ -400,3 +400,15 @@ def test_fit_of_two_batch_sizes_fitted_exactly_by_the_line_is_not_stuck_at_its_s
         p = fit_perf_params(n, r, b, t, t, weights=w)
         err = np.abs(_predict_optim_np(p, n, r, b) - t) / t
         assert err.max() < 0.02, (t, w, p)
+
+
+def test_profile_quantile_is_the_fit_statistic():
+    h = GoodputHooks("q", init_batch_size=8, is_primary=False, num_replicas=1, warmup_steps=0,
+                     profile_quantile=0.25)
+    for t in (0.1, 0.2, 0.3, 0.4, 0.5):
+        h.observe_step_time(t)
+    assert h.profile_table()[(1, 1, 8)][1] == pytest.approx(0.2)
+    for bad in (0.0, 0.75, "x"):
+        with pytest.raises(ValueError, match="profile_quantile"):
+            GoodputHooks("q", init_batch_size=8, is_primary=False, num_replicas=1,
+                         profile_quantile=bad)
