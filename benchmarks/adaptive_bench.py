@@ -23,8 +23,12 @@ Protocol (robust to evaluation noise, long enough to amortise exploration):
   a run, and every arm pays the same smoothing lag;
 * the target is far past the point where small batches stop improving (their
   gradient noise limits the accuracy): on this CPU the best fixed arm needs
-  ~10-20 s, so the adaptive arm's exploration from ``M0`` (a few dozen steps)
+  ~9-10 s, so the adaptive arm's exploration from ``M0`` (a few dozen steps)
   is a small part of its run, as in AdaptDL's experiments;
+* every arm uses the same learning-rate decay in scale-invariant iterations
+  (``--half-life``), so a larger batch advances the schedule by its AdaScale
+  gain per step (a constant rate would leave each batch size at its own noise
+  floor, and the target would measure the floor, not the speed);
 * evaluation time is excluded from the wall time (the clock is paused);
   compilation of every batch shape happens once before the arms, the adaptive
   arm's exploration, checks and refits are included;
@@ -43,7 +47,9 @@ hooks + controller vs the same jitted step in a plain loop (``overhead``), and
 Usage::
 
     python benchmarks/adaptive_bench.py            # 3 seeds, full sweep
-    python benchmarks/adaptive_bench.py --quick    # 1 seed, short sweep
+    python benchmarks/adaptive_bench.py --quick    # 1 seed, sweep 512-2048 (~2 min)
+    python benchmarks/adaptive_bench.py --overhead-only --overhead-steps 600
+    python benchmarks/adaptive_bench.py --demo-runs 3   # the demo's suggestion, 3 runs
 
 Timings on a shared machine are noisy: compare ratios within one run.
 """

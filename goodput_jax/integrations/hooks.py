@@ -205,9 +205,9 @@ def _live_arrays(outputs: Any) -> list:
     if type(outputs) is tuple and outputs:
         last = outputs[-1]
         t = type(last)
-        if t in _ARRAY_TYPES or (isinstance(last, jax.Array) and not _ARRAY_TYPES.add(t)):
-            if not last.is_deleted():
-                return [last]
+        known = t in _ARRAY_TYPES or (isinstance(last, jax.Array) and not _ARRAY_TYPES.add(t))
+        if known and not last.is_deleted():
+            return [last]
     leaves = [x for x in jax.tree.leaves(outputs) if isinstance(x, jax.Array)]
     return [x for x in leaves[::-1][:2] if not x.is_deleted()] or [
         x for x in leaves if not x.is_deleted()][:1]
