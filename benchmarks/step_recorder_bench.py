@@ -7,14 +7,16 @@ pipeline that keeps up, so the host stays ahead of the device), in rounds of K s
 alternate between the arms and end with ``block_until_ready``:
 
 - loop overhead: rounds without recording (``state, m = train_step(state, x)``) and with it
-  (``state, m = steps(i, train_step, state, x)``, a real GoodputRecorder writing to SQLite in
-  the background). The overhead is the median over rounds of (recorded / plain - 1).
-  Target: < 1 %.
-- cost of recording a step, ``steps(i, fn, ...)``: the time of one ``steps(i, timed, s, x)``
-  call minus the dispatch timed inside ``timed``, against the same for a plain forwarding
-  call ``call(i, timed, s, x)``; median over steps. This is the recorder's own work on the
+  (``state, m = recorded_step(i, state, x)``, ``recorded_step = steps.wrap(train_step)`` as in
+  the quickstart, a real GoodputRecorder writing to SQLite in the background). The overhead
+  is the median over rounds of (recorded / plain - 1). Target: < 1 %.
+- cost of recording a step, the quickstart's form: one ``recorded_step(i, s, x)`` call
+  (``steps.wrap(timed)``) minus the dispatch timed inside ``timed``, against the same for
+  ``timed(s, x)`` called directly; median over steps. This is the recorder's own work on the
   training thread, with the caches as a training loop leaves them (cold after each load).
   Target: < 5 us.
+- the same for ``steps(i, fn, ...)`` (the object called: Python's generic ``__call__``
+  slot, keyword arguments allowed), against a plain forwarding call ``call(i, timed, s, x)``.
 - the same for the separate ``start(i)`` / ``track(i, out)`` calls (timed one by one, against
   two no-op functions).
 - the difference of the median call times (recorded call minus plain dispatch) and of the
@@ -119,6 +121,8 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
         jax.block_until_ready(s)
         return c
 
+    loop_step = steps.wrap(train_step)  # the quickstart's form
+
     def recorded(calls: list) -> float:
         nonlocal i
         s = w
@@ -126,7 +130,7 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
         for _ in range(steps_per_round):
             time.sleep(load_s)
             a, ca = perf(), cpu()
-            s, _m = steps(i, train_step, s, x)
+            s, _m = loop_step(i, s, x)
             c += cpu() - ca
             calls.append(perf() - a)
             i += 1
@@ -187,9 +191,32 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
         jax.block_until_ready(s)
         steps.finish()
 
+    recorded_step = steps.wrap(timed_step)
+
+    def wrapped_fn(calls: list, direct: bool) -> None:
+        # ``recorded_step(i, s, x)`` (``steps.wrap``) or the step called directly,
+        # ``timed_step(s, x)``, minus the dispatch timed inside
+        nonlocal i
+        s = w
+        for _ in range(steps_per_round):
+            time.sleep(load_s)
+            if direct:
+                a = ns()
+                out = timed_step(s, x)
+                e = ns()
+            else:
+                a = ns()
+                out = recorded_step(i, s, x)
+                e = ns()
+            s, _m = out
+            calls.append(e - a - inner[-1])
+            i += 1
+        jax.block_until_ready(s)
+        steps.finish()
+
     ns = time.perf_counter_ns
     ratios, t_plain, t_rec, c_plain, c_rec, cpu_cost = [], [], [], [], [], []
-    b_rec, b_noop, w_rec, w_noop = [], [], [], []
+    b_rec, b_noop, w_rec, w_noop, f_rec, f_direct = [], [], [], [], [], []
     for r in range(rounds):
         pairs = [(b_rec, steps.start, steps.track), (b_noop, noop_start, noop_track)]
         for out, a_, b_ in (pairs if r % 2 == 0 else pairs[::-1]):
@@ -197,6 +224,9 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
         pairs = [(w_rec, steps), (w_noop, noop_call)]
         for out, call in (pairs if r % 2 == 0 else pairs[::-1]):
             wrapped(out, call)
+        pairs = [(f_rec, False), (f_direct, True)]
+        for out, direct in (pairs if r % 2 == 0 else pairs[::-1]):
+            wrapped_fn(out, direct)
         order = (plain, recorded) if r % 2 == 0 else (recorded, plain)
         t, c = {}, {}
         for fn in order:
@@ -222,6 +252,8 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             "bracket_rec_p90_us": sorted(b_rec)[int(0.9 * len(b_rec))] / 1e3,
             "call_cost_us": (statistics.median(w_rec) - statistics.median(w_noop)) / 1e3,
             "call_noop_us": statistics.median(w_noop) / 1e3,
+            "wrap_us": statistics.median(f_rec) / 1e3,
+            "direct_us": statistics.median(f_direct) / 1e3,
             "recorded": steps.observed, "tracked": steps.tracked}
 
 
@@ -290,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'per recorded step, training thread (us)':<44}"
           f"{lo['call_rec_us'] - lo['call_plain_us']:>12.2f}{'< 5':>10}")
     print(f"{'  same, training thread CPU time (us)':<44}{lo['cpu_us']:>12.2f}{'< 5':>10}")
+    print(f"{'steps.wrap(fn)(i, ...) minus fn (us, median)':<44}{lo['wrap_us']:>12.2f}")
+    print(f"{'  same, fn(...) called directly (us, median)':<44}{lo['direct_us']:>12.2f}")
+    print(f"{'cost of recording a step: wrap vs direct (us)':<44}"
+          f"{lo['wrap_us'] - lo['direct_us']:>12.2f}{'< 5':>10}")
     print(f"{'steps(i, fn, ...) minus fn (us, median)':<44}"
           f"{lo['call_cost_us'] + lo['call_noop_us']:>12.2f}")
     print(f"{'  same, plain forwarding call (us, median)':<44}{lo['call_noop_us']:>12.2f}")

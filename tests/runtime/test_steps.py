@@ -222,11 +222,47 @@ def test_short_path_keeps_event_order_drops_and_errors(tmp_path):
     full = goodput.GoodputRecorder("f", "f", logging_enabled=True, max_queue=1, flush_interval=60,
                                    store=SQLiteStore(str(tmp_path / "f.db")))
     steps = runtime.StepRecorder(full, compile_times=False)
-    steps._sink = full._step_start_sink()  # as after the first steps
+    steps._short_path()  # as after the first steps
     full._q.append((0, 0.0, None, None, None))  # the writer has not drained: the queue is full
     before = full.dropped_count
     steps(7, fn, v)
     assert full.dropped_count == before + 1
+    steps.wrap(fn)(8, v)  # the wrapper's short path too
+    assert full.dropped_count == before + 2
     full._q.clear()
     steps.close()
     full.close()
+
+
+def test_wrap_records_like_call(tmp_path):
+    """``steps.wrap(fn)(i, *args)`` is ``steps(i, fn, *args)``: the same events in the same
+    order (its own short path after the first steps), device ends for every step, the
+    full path's errors, and a clear error for a non-callable."""
+    store = SQLiteStore(str(tmp_path / "w.db"))
+    rec = goodput.GoodputRecorder("w", "w", logging_enabled=True, store=store)
+    fn = jax.jit(lambda v: v * 2.0)
+    v = jnp.ones(4)
+    with runtime.StepRecorder(rec, compile_times=False) as steps:
+        step_fn = steps.wrap(fn)
+        assert step_fn.__wrapped__ is fn
+        for i in range(6):
+            with rec.data_loading():
+                pass
+            v = step_fn(i, v)
+        assert steps._sink is not None  # the short path is on
+        with pytest.raises(ValueError, match=r"step \(-1\)"):
+            step_fn(-1, v)
+        assert steps.finish(timeout=30) and steps.tracked == 6 and steps.observed == 6
+        with pytest.raises(TypeError, match=r"fn \(3\) must be callable"):
+            steps.wrap(3)
+    rec.close()
+    assert float(v[0]) == 64.0
+    evs, _ = store.read_events("w")
+    host = [(e.kind.value, e.step) for e in evs if e.kind.value != "step_device_end"]
+    want = []
+    for i in range(6):
+        want += [("data_loading_start", None), ("data_loading_end", None), ("step_start", i)]
+    assert host == want
+    ends = sorted(e.step for e in evs if e.kind.value == "step_device_end")
+    assert ends == list(range(6))
+    store.close()
