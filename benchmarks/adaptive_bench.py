@@ -354,6 +354,12 @@ def demo_check(runs: int, quick: bool) -> int:
               f"(atomic {sug.atomic_bsz if sug else None}, accum {sug.accum_steps if sug else None}"
               f", confident {sug.confident if sug else None}; goodput argmax "
               f"{sug.best_batch_size if sug else None})")
+        gp, pp = h.grad_params, h.perf_params
+        if gp is not None and pp is not None:
+            print(f"    gradient noise scale var/sqr {gp.var / max(gp.sqr, 1e-30):.0f} (sqr {gp.sqr:.3g}, "
+                  f"var {gp.var:.3g}, {h.grad_count} samples); fit alpha_c {pp.alpha_c * 1e3:.3f} ms, "
+                  f"beta_c {pp.beta_c * 1e6:.3f} us/example, alpha_r {pp.alpha_r * 1e3:.3f} ms, "
+                  f"beta_r {pp.beta_r * 1e6:.3f} us")
         for k, (acc, opt, n) in table.items():
             print(f"    r={k[1]} b={k[2]:<4d} q{h.profile_quantile:.2f} {opt * 1e3:8.3f} ms ({n} steps)  "
                   f"error {h.model_errors.get(k, float('nan')):.3f}")

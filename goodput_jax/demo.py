@@ -94,7 +94,7 @@ class DemoConfig:
     atomic_bsz: int = 64
     profile_steps: int = 25
     profile_rounds: int = 4
-    extra_configs: int = 3
+    extra_configs: int = 4
     features: int = 32
     hidden: int = 128
     learning_rate: float = 3e-3
@@ -332,7 +332,7 @@ def _configurations(cfg: DemoConfig, num_devices: int) -> list[tuple[int, int]]:
     """
     b, d = cfg.atomic_bsz, num_devices
     half = max(1, d // 2)
-    extra = [(d, 2 * b), (half, 2 * b), (d, 4 * b), (half, 4 * b), (half, 8 * b)]
+    extra = [(d, 2 * b), (half, 2 * b), (d, 4 * b), (d, 8 * b), (half, 4 * b), (half, 8 * b)]
     out: list[tuple[int, int]] = []
     for c in extra:
         if c != (d, b) and c not in out and c[0] * c[1] >= d * b:
