@@ -240,10 +240,11 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
     bare_fn, bare_sh, rep = bare_step(loss_fn, base, step_fn.mesh)
     n = args.overhead_steps
     bare, plain, hooked, parts = [], [], [], []
-    for _ in range(rounds):
-        src = AdaptiveBatchSize(GoodputHooks("plain", init_batch_size=m0, num_nodes=1,
-                                             num_replicas=r, is_primary=False),
-                                {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding)
+    src = AdaptiveBatchSize(GoodputHooks("plain", init_batch_size=m0, num_nodes=1,
+                                         num_replicas=r, is_primary=False),
+                            {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding)
+
+    def run_bare() -> None:
         p = jax.device_put(jax.tree.map(jnp.array, params), rep)
         st = jax.device_put(base.init(p), rep)
         t0 = time.perf_counter()
@@ -257,6 +258,7 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
         jax.block_until_ready(loss)
         bare.append(time.perf_counter() - t0)
 
+    def run_plain() -> None:
         p = jax.tree.map(jnp.array, params)  # fresh buffers: the step donates them
         st = tx.init(p)
         t0 = time.perf_counter()
@@ -270,12 +272,13 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
         jax.block_until_ready(loss)
         plain.append(time.perf_counter() - t0)
 
+    def run_hooked() -> None:
         hooks = GoodputHooks("ovh", init_batch_size=m0, num_nodes=1, num_replicas=r,
                              max_batch_size=args.max_batch, is_primary=True,
                              refit_interval=args.refit_interval)
         ctl = AdaptiveBatchSize(hooks, {"x": xtr, "y": ytr},
                                 batch_sharding=step_fn.batch_sharding, adaptive=True,
-                                adapt_every=args.adapt_every)
+                                adapt_every=args.overhead_adapt_every)
         ctl.explore_factor = 1.0 + 1e-9  # checks and refits run; no new shape is compiled
         p = jax.tree.map(jnp.array, params)
         st = tx.init(p)
@@ -295,6 +298,11 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
                       "skipped": hooks.refits_skipped,
                       "fg": (hooks.foreground_seconds + ctl.adapt_seconds) / hooked[-1]})
         hooks.close()
+
+    arms = [run_bare, run_plain, run_hooked]
+    for k in range(rounds):  # the order rotates: no arm always runs first or last
+        for arm in arms[k % 3:] + arms[:k % 3]:
+            arm()
     med = {k: float(np.median([x[k] for x in parts])) for k in parts[0]}
     return {"bare": float(np.median(bare)), "plain": float(np.median(plain)),
             "hooked": float(np.median(hooked)),
@@ -307,7 +315,7 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
 def print_overhead(ov: dict, args) -> None:
     print(f"overhead at M0 = {args.m0}, {ov['steps']} steps, median of interleaved rounds "
           f"(refit every {args.refit_interval} s of profiled time, checks every "
-          f"{args.adapt_every} steps):")
+          f"{args.overhead_adapt_every} steps; arm order rotates):")
     print(f"  bare loop (no statistics)         {ov['bare']:.3f} s  "
           f"{ov['bare'] / ov['steps'] * 1e3:.3f} ms/step")
     print(f"  adaptive step, plain loop         {ov['plain']:.3f} s  (x{ov['stats_ratio']:.3f} "
@@ -391,6 +399,9 @@ def main(argv=None) -> int:
     ap.add_argument("--adapt-every", type=int, default=5)
     ap.add_argument("--sizes", type=str, default=None, help="comma-separated fixed sweep")
     ap.add_argument("--overhead-steps", type=int, default=300)
+    ap.add_argument("--overhead-adapt-every", type=int, default=10,
+                    help="controller checks every this many steps in the overhead loop "
+                         "(AdaptiveBatchSize's default)")
     ap.add_argument("--demo-runs", type=int, default=0,
                     help="instead: run the demo N times and report the fit error and suggestions")
     ap.add_argument("--overhead-only", action="store_true",
@@ -437,7 +448,7 @@ def main(argv=None) -> int:
         tx0 = make_tx(args)
         step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0), tx0
         ov = overhead(args, make_data(0, 60000, 16), model, loss_fn, step_cache,
-                      rounds=3 if args.quick else 5)
+                      rounds=3 if args.quick else 9)
         print_overhead(ov, args)
         return 0
     # One-off: compile the step for every batch shape any arm may use (the

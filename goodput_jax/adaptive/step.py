@@ -143,6 +143,8 @@ def make_train_step(
         The jitted step. ``batch`` leaves have shape ``[S, R * b, ...]``
         (:meth:`AdaptiveBatchSize.next_batch` builds them); ``num_micro`` is an
         int32 scalar ``<= S``. Attributes: ``traces()`` counts its traces,
+        ``stats_summary()`` the last step's ``[count, sqr, var]`` of the gradient statistics
+        (a device array computed in the step; :class:`GoodputHooks` reads it),
         ``precompile(params, opt_state, batch_like)`` compiles another batch
         shape on a background thread (ahead of a switch), ``is_compiled(batch_like)``.
 
@@ -208,14 +210,18 @@ def make_train_step(
         gp = gradstats.get_grad_params(opt_state)
         updates, opt_state = tx.update(grads, opt_state, params, grad_sqnorms=sq,
                                        grad_params=gp, batch_size=batch_size)
-        return optax.apply_updates(params, updates), opt_state, loss
+        # ``[count, sqr, var]`` of the smoothed statistics, a fourth output that is never
+        # donated: the hooks keep a reference to it instead of dispatching a copy of the
+        # (donated) optimizer state from the training thread
+        summary = gradstats.stats_summary(gradstats.get_grad_stats(opt_state))
+        return optax.apply_updates(params, updates), opt_state, loss, summary
 
     rep = NamedSharding(mesh, P())
     # Fixed in/out shardings: freshly initialised (uncommitted) state and the
     # step's own outputs hit the same compiled program.
     jitted = jax.jit(step, donate_argnums=(0, 1) if donate else (),
                      in_shardings=(rep, rep, NamedSharding(mesh, P(None, axis_name)), rep),
-                     out_shardings=(rep, rep, rep))
+                     out_shardings=(rep, rep, rep, rep))
 
     def place(tree):
         # Fresh (uncommitted) state has no mesh in its type; the step's outputs
@@ -232,12 +238,21 @@ def make_train_step(
     def key_of(batch):
         return tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(batch))
 
+    last_summary: list = [None]
+
     @functools.wraps(step)
     def train_step(params, opt_state, batch, num_micro):
         exe = compiled.get(key_of(batch)) if compiled else None
         if exe is not None:
-            return exe(place(params), place(opt_state), batch, num_micro)
-        return jitted(place(params), place(opt_state), batch, num_micro)
+            p, o, loss, last_summary[0] = exe(place(params), place(opt_state), batch, num_micro)
+        else:
+            p, o, loss, last_summary[0] = jitted(place(params), place(opt_state), batch, num_micro)
+        return p, o, loss
+
+    def stats_summary():
+        """``[count, sqr, var]`` (float32) of the gradient statistics after the last step, or
+        None before the first: a device array that is never donated (no copy to read it)."""
+        return last_summary[0]
 
     def precompile(params, opt_state, batch_like):
         """Compile the step for ``batch_like``'s shapes on a background thread (a Future).
@@ -274,6 +289,7 @@ def make_train_step(
         return k in compiled or (f is not None and f.done() and f.exception() is None and k in compiled)
 
     batch_sharding = NamedSharding(mesh, P(None, axis_name))
+    train_step.stats_summary = stats_summary  # type: ignore[attr-defined]
     train_step.precompile = precompile  # type: ignore[attr-defined]
     train_step.is_compiled = is_compiled  # type: ignore[attr-defined]
 

@@ -371,10 +371,7 @@ def _stats_summary(st: Any) -> Any:
     result back later is one small transfer (no per-field ``device_get``, no
     eager ops on the host).
     """
-    gp = gradstats.grad_params_from_stats(st)
-    f32 = jax.numpy.float32
-    return jax.numpy.stack([jax.numpy.asarray(st.count, f32), jax.numpy.asarray(gp.sqr, f32),
-                            jax.numpy.asarray(gp.var, f32)])
+    return gradstats.stats_summary(st)
 
 
 class GoodputHooks:
@@ -539,6 +536,7 @@ class GoodputHooks:
         self._grad_stats: Any = None
         self._last_out: Any = None
         self._grad_params: GradParams | None = None
+        self._summary_of: Callable[[], Any] | None = None  # the step's stats_summary, if any
         #: Steps folded into the current gradient statistics (0 before any; ``math.inf`` when
         #: they were set directly or restored): a decision on one or two steps' statistics is
         #: noise (the first read, at step 0, holds one sample).
@@ -668,7 +666,12 @@ class GoodputHooks:
         done = self._timer.dispatched(step, out, t0, t1)
         self._finish_timing(done)
         if self._steps_seen >= self._next_stats:
-            self.observe_outputs(out)
+            summary = getattr(fn, "stats_summary", None)
+            if callable(summary):  # make_train_step's in-step summary: a reference, no dispatch
+                self._summary_of = summary
+                self._grad_stats = summary()
+            else:
+                self.observe_outputs(out)
             self._next_stats = self._steps_seen + (
                 min(10, self.stats_every) if self._steps_seen < self.stats_every
                 else self.stats_every)
@@ -706,7 +709,9 @@ class GoodputHooks:
         """
         self._finish_timing(self._timer.flush())
         out, self._last_out = self._last_out, None
-        if out is not None and not any(
+        if self._summary_of is not None:
+            self._grad_stats = self._summary_of()
+        elif out is not None and not any(
                 isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(out)):
             self.observe_outputs(out)
 

@@ -91,6 +91,7 @@ from goodput_jax.model.gradstats.estimate import (
     has_grad_stats,
     init_grad_stats,
     noise_scale,
+    stats_summary,
     update_grad_stats,
 )
 from goodput_jax.model.gradstats.precondition import (
@@ -134,5 +135,6 @@ __all__ = [
     "noise_scale",
     "sample_now",
     "sqnorm",
+    "stats_summary",
     "update_grad_stats",
 ]

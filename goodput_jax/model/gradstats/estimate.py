@@ -37,6 +37,7 @@ __all__ = [
     "init_grad_stats",
     "noise_scale",
     "static_count",
+    "stats_summary",
     "update_grad_stats",
 ]
 
@@ -277,6 +278,23 @@ def grad_params_from_stats(state: GradStatsState) -> GradParams:
     var = jnp.where(has, state.var_ema / denom, 0.0)
     return GradParams(sqr=jnp.maximum(sqr, 0.0), var=jnp.maximum(var, MIN_VAR))
 
+
+
+def stats_summary(state: GradStatsState) -> jax.Array:
+    """``[count, sqr, var]`` (float32) of a :class:`GradStatsState`: one small array to read
+    back (traceable; :func:`goodput_jax.adaptive.make_train_step` returns it from the step).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> st = GradStatsState(jnp.int32(0), jnp.int32(0), jnp.bool_(False), jnp.float32(0.0),
+        ...                     jnp.float32(0.0), jnp.float32(0.0))
+        >>> stats_summary(st).shape
+        (3,)
+    """
+    gp = grad_params_from_stats(state)
+    f32 = jnp.float32
+    return jnp.stack([jnp.asarray(state.count, f32), jnp.asarray(gp.sqr, f32),
+                      jnp.asarray(gp.var, f32)])
 
 def has_grad_stats(state: GradStatsState) -> jax.Array:
     """Whether at least one sample has been folded in (scalar bool array)."""
