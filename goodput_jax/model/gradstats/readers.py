@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp  # noqa: F401 - the docstring examples use it
 
 from goodput_jax.model.gradstats.estimate import GradStatsState, grad_params_from_stats
 from goodput_jax.model.gradstats.transform import GradientNoiseScaleState
