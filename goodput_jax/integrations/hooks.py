@@ -19,7 +19,7 @@ the step it just dispatched), and:
   ``ready(i) - max(dispatch(i), ready(i - 1))``. Swapping in another timer
   (e.g. the runtime's non-stalling step recorder) is one line in ``__init__``;
 * drops each configuration's first ``warmup_steps`` steps (compilation,
-  warm-up), keeps a bounded window of samples per configuration, and fits the
+  warm-up) and the process's first ``job_warmup_steps`` more, keeps a bounded window of samples per configuration, and fits the
   step-time model to their medians, weighted by the sample counts;
 * picks up the gradient statistics that :func:`goodput_jax.gradient_noise_scale`
   keeps in the optimizer state anywhere in the step's outputs: every
@@ -397,6 +397,10 @@ class GoodputHooks:
         is_primary: whether this process fits and publishes (default
             ``jax.process_index() == 0``).
         warmup_steps: steps dropped at the start of every configuration.
+        job_warmup_steps: further steps dropped at the start of the process (its
+            first configuration): a process's first steps run with cold caches,
+            thread pools and allocators (5-10x the steady step on the CPU backend),
+            and a configuration that is not revisited would keep them in its profile.
         stats_every: read the gradient statistics every this many steps.
         background: refit on a background thread; False: inline (measured in
             :meth:`cost`). Default ``None``: background, except on the CPU
@@ -441,6 +445,7 @@ class GoodputHooks:
         clock: Callable[[], float] = time.perf_counter,
         is_primary: bool | None = None,
         warmup_steps: int = 2,
+        job_warmup_steps: int = 8,
         stats_every: int = 50,
         background: bool | None = None,
         record_device_ends: bool = True,
@@ -490,6 +495,8 @@ class GoodputHooks:
             raise TypeError(f"clock ({clock!r}) must be a callable returning seconds")
         self._clock = clock
         self.warmup_steps = _nonneg_int(warmup_steps, "warmup_steps")
+        self.job_warmup_steps = _nonneg_int(job_warmup_steps, "job_warmup_steps")
+        self._job_seen = 0  # optimizer steps observed by this process (job warm-up)
         self.stats_every = _pos_int(stats_every, "stats_every")
         if background is None:
             background = not (jax.default_backend() == "cpu" and jax.local_device_count() > 1)
@@ -756,7 +763,9 @@ class GoodputHooks:
             raise ValueError(f"seconds ({seconds!r}) must be a finite non-negative number")
         seen = self._seen.get(key, 0)
         self._seen[key] = seen + 1
-        if seen < self.warmup_steps or seconds == 0.0:
+        self._job_seen += 1
+        if (seen < self.warmup_steps or seconds == 0.0
+                or self._job_seen <= self.warmup_steps + self.job_warmup_steps):
             return
         with self._lock:
             entry = self.profile.get(key)

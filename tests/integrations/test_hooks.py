@@ -45,7 +45,7 @@ def test_profile_split_first_step_excluded_and_refit_interval(tmp_path):
     store = SQLiteStore(str(tmp_path / "g.db"))
     clock = FakeClock()
     rec = GoodputRecorder("prof", "l", logging_enabled=True, store=store)
-    hooks = GoodputHooks("prof", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
+    hooks = GoodputHooks("prof", job_warmup_steps=0, init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
                          max_batch_size=128, recorder=rec, refit_interval=1.0, clock=clock,
                          is_primary=True, warmup_steps=1, background=False)
     # Synthetic step times from a known model: t = 0.05 + 0.01 * bsz (one replica).
@@ -157,7 +157,7 @@ def test_suggest_is_the_smallest_batch_within_tolerance_of_the_optimum():
 
 def test_periodic_refits_only_when_the_profile_changed_materially():
     clock = FakeClock()
-    hooks = GoodputHooks("mat", init_batch_size=8, atomic_bsz=8, num_nodes=1, num_replicas=1,
+    hooks = GoodputHooks("mat", job_warmup_steps=0, init_batch_size=8, atomic_bsz=8, num_nodes=1, num_replicas=1,
                          max_batch_size=64, clock=clock, is_primary=True, refit_interval=0.5,
                          warmup_steps=0, background=False, refit_tolerance=0.05)
     step = 0
@@ -185,7 +185,7 @@ def test_periodic_refits_only_when_the_profile_changed_materially():
 
 def test_non_primary_does_not_fit_or_publish():
     clock = FakeClock()
-    hooks = GoodputHooks("np", init_batch_size=8, num_replicas=1, num_nodes=1, refit_interval=0.0,
+    hooks = GoodputHooks("np", job_warmup_steps=0, init_batch_size=8, num_replicas=1, num_nodes=1, refit_interval=0.0,
                          clock=clock, is_primary=False, warmup_steps=1)
     for i in range(4):
         hooks.step(i, clock.work(0.1))
@@ -290,7 +290,7 @@ def test_one_step_late_timer_overlaps_and_measures_device_intervals():
     f = jax.jit(lambda x: jnp.tanh(jnp.tanh(x @ x) @ x) @ x)
     x = jnp.ones((768, 768)) / 768
     f(x).block_until_ready()
-    hooks = GoodputHooks("late", init_batch_size=8, num_replicas=1, num_nodes=1, is_primary=False,
+    hooks = GoodputHooks("late", job_warmup_steps=0, init_batch_size=8, num_replicas=1, num_nodes=1, is_primary=False,
                          warmup_steps=0)
     out0 = hooks.step(0, f, x)
     assert not out0.is_ready()  # the training thread was not blocked
@@ -303,7 +303,7 @@ def test_one_step_late_timer_overlaps_and_measures_device_intervals():
 
 def test_warmup_robust_stats_weighted_fit_model_error_and_replica_limit():
     clock = FakeClock()
-    hooks = GoodputHooks("w", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
+    hooks = GoodputHooks("w", job_warmup_steps=0, init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
                          max_batch_size=256, clock=clock, is_primary=True, refit_interval=1e9,
                          warmup_steps=2, background=False)
     step = 0
@@ -335,12 +335,36 @@ def test_warmup_robust_stats_weighted_fit_model_error_and_replica_limit():
     st = hooks.state_dict()
     import json
 
-    other = GoodputHooks("w2", init_batch_size=16, num_nodes=1, num_replicas=2, is_primary=False)
+    other = GoodputHooks("w2", job_warmup_steps=0, init_batch_size=16, num_nodes=1, num_replicas=2, is_primary=False)
     other.load_state_dict(json.loads(json.dumps(st)))
     assert other.profile_table() == table and other.perf_params == hooks.perf_params
     assert other.grad_params == hooks.grad_params and other.atomic_bsz == 64
     assert other.num_replicas == 2  # the new topology stays
     assert other.model_error == pytest.approx(hooks.model_error)
+
+
+def test_job_warmup_drops_the_process_first_steps_once():
+    """A process's first steps are slow (cold caches, thread pools): beyond each
+    configuration's ``warmup_steps``, the first ``job_warmup_steps`` of the process are
+    dropped, once; a configuration that is not revisited does not keep them."""
+    clock = FakeClock()
+    hooks = GoodputHooks("jw", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
+                         max_batch_size=256, clock=clock, is_primary=True, refit_interval=1e9,
+                         warmup_steps=2, job_warmup_steps=8, background=False)
+    assert hooks.job_warmup_steps == 8
+    step = 0
+    for bsz in (16, 32):
+        hooks.set_config(atomic_bsz=bsz)
+        for i in range(20):
+            slow = bsz == 16 and i < 10  # the process warms up over its first 10 steps
+            hooks.step(step, clock.work((0.05 + 0.002 * bsz) * (6.0 if slow else 1.0)))
+            step += 1
+    table = hooks.profile_table()
+    assert table[(1, 1, 16)][2] == 10 and table[(1, 1, 32)][2] == 18
+    for (_, _, b), (_acc, opt, _n) in table.items():
+        assert opt == pytest.approx(0.05 + 0.002 * b, rel=1e-6)
+    with pytest.raises(ValueError, match=r"job_warmup_steps \(-1\)"):
+        GoodputHooks("j", init_batch_size=8, num_replicas=1, is_primary=False, job_warmup_steps=-1)
 
 
 def test_background_refit_publishes_off_the_training_thread(tmp_path):
@@ -349,7 +373,7 @@ def test_background_refit_publishes_off_the_training_thread(tmp_path):
     store = SQLiteStore(str(tmp_path / "bg.db"))
     rec = GoodputRecorder("bg", "l", logging_enabled=True, store=store)
     clock = FakeClock()
-    hooks = GoodputHooks("bg", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
+    hooks = GoodputHooks("bg", job_warmup_steps=0, init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
                          recorder=rec, clock=clock, is_primary=True, refit_interval=0.5,
                          warmup_steps=1, background=True)
     threads = []
@@ -403,7 +427,7 @@ def test_fit_of_two_batch_sizes_fitted_exactly_by_the_line_is_not_stuck_at_its_s
 
 
 def test_profile_quantile_is_the_fit_statistic():
-    h = GoodputHooks("q", init_batch_size=8, is_primary=False, num_replicas=1, warmup_steps=0,
+    h = GoodputHooks("q", job_warmup_steps=0, init_batch_size=8, is_primary=False, num_replicas=1, warmup_steps=0,
                      profile_quantile=0.25)
     for t in (0.1, 0.2, 0.3, 0.4, 0.5):
         h.observe_step_time(t)
