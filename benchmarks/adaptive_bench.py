@@ -299,10 +299,13 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
                       "fg": (hooks.foreground_seconds + ctl.adapt_seconds) / hooked[-1]})
         hooks.close()
 
-    arms = [run_bare, run_plain, run_hooked]
-    for k in range(rounds):  # the order rotates: no arm always runs first or last
-        for arm in arms[k % 3:] + arms[:k % 3]:
-            arm()
+    # A fixed order (bare, plain, hooked) per round: the order that has run without
+    # incident; a rotated order once ended in an XLA CPU all-reduce rendezvous timeout
+    # (4 fake devices on 2 cores), not diagnosed yet.
+    for _ in range(rounds):
+        run_bare()
+        run_plain()
+        run_hooked()
     med = {k: float(np.median([x[k] for x in parts])) for k in parts[0]}
     return {"bare": float(np.median(bare)), "plain": float(np.median(plain)),
             "hooked": float(np.median(hooked)),
@@ -315,7 +318,7 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
 def print_overhead(ov: dict, args) -> None:
     print(f"overhead at M0 = {args.m0}, {ov['steps']} steps, median of interleaved rounds "
           f"(refit every {args.refit_interval} s of profiled time, checks every "
-          f"{args.overhead_adapt_every} steps; arm order rotates):")
+          f"{args.overhead_adapt_every} steps):")
     print(f"  bare loop (no statistics)         {ov['bare']:.3f} s  "
           f"{ov['bare'] / ov['steps'] * 1e3:.3f} ms/step")
     print(f"  adaptive step, plain loop         {ov['plain']:.3f} s  (x{ov['stats_ratio']:.3f} "
@@ -448,7 +451,7 @@ def main(argv=None) -> int:
         tx0 = make_tx(args)
         step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0), tx0
         ov = overhead(args, make_data(0, 60000, 16), model, loss_fn, step_cache,
-                      rounds=3 if args.quick else 9)
+                      rounds=3 if args.quick else 7)
         print_overhead(ov, args)
         return 0
     # One-off: compile the step for every batch shape any arm may use (the
