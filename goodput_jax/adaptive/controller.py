@@ -94,6 +94,10 @@ class AdaptiveBatchSize:
             goodput) switches at the first check (no ``patience``): exploring
             up from a small initial batch costs a few steps per doubling.
         adapt_every: steps between checks.
+        adapt_interval: seconds (wall time) at least between two checks: with short
+            steps a check every ``adapt_every`` steps would cost a fixed share of
+            the step (~50-100 us a check); this bounds the checks' share of the
+            job's time whatever the step time (0: every ``adapt_every`` steps).
         min_samples: profiled steps of the running configuration before a check.
         min_grad_steps: steps behind the gradient statistics before a check (the
             first statistics hold one step: their noise scale can be off by 100x).
@@ -122,6 +126,7 @@ class AdaptiveBatchSize:
         patience: int = 2,
         immediate_gain: float = 1.25,
         adapt_every: int = 10,
+        adapt_interval: float = 0.05,
         min_samples: int = 5,
         min_grad_steps: int = 10,
         explore_factor: float = 2.0,
@@ -141,6 +146,13 @@ class AdaptiveBatchSize:
         if not (isinstance(immediate_gain, numbers.Real) and immediate_gain >= 1.0):
             raise ValueError(f"immediate_gain ({immediate_gain!r}) must be >= 1")
         self.immediate_gain = float(immediate_gain)
+        if not (isinstance(adapt_interval, numbers.Real) and math.isfinite(adapt_interval)
+                and adapt_interval >= 0.0):
+            raise ValueError(f"adapt_interval ({adapt_interval!r}) must be a number of seconds >= 0")
+        self.adapt_interval = float(adapt_interval)
+        # the hooks' step clock (injectable): no check runs before ``_next_adapt``
+        self._clock = getattr(hooks, "_clock", time.perf_counter)
+        self._next_adapt = -math.inf
         if not (isinstance(explore_factor, numbers.Real) and explore_factor > 1.0):
             raise ValueError(f"explore_factor ({explore_factor!r}) must be > 1")
         self.max_accum_steps = int(max_accum_steps) if hooks.gradient_accumulation else 0
@@ -230,6 +242,11 @@ class AdaptiveBatchSize:
         self.steps += 1
         if self.adaptive and self.steps % self.adapt_every == 0:
             t0 = time.perf_counter()
+            now = self._clock()
+            if now < self._next_adapt:
+                self.adapt_seconds += time.perf_counter() - t0
+                return out
+            self._next_adapt = now + self.adapt_interval
             r0 = self.hooks.inline_refit_seconds
             self._step_ref = (train_step, out[0], out[1]) if isinstance(out, tuple) and len(
                 out) >= 2 else None
@@ -326,18 +343,17 @@ class AdaptiveBatchSize:
             self._good = None
         _, cand, thr, batch = self._cache
         if self._good is None or self._good[0] != gp:  # new statistics (every stats_every)
-            self._good = (gp, thr * _efficiency_np(gp, h.init_batch_size, batch))
-        good = self._good[1]
-        # running below init_batch_size: no comparable goodput (any candidate wins)
-        cur = float(good[-1]) if batch[-1] >= h.init_batch_size else 0.0
-        return self._decide(cand, good[:-1], cur)
+            good = thr * _efficiency_np(gp, h.init_batch_size, batch)
+            i = int(np.argmax(good[:-1]))
+            # running below init_batch_size: no comparable goodput (any candidate wins)
+            cur = float(good[-1]) if batch[-1] >= h.init_batch_size else 0.0
+            self._good = (gp, (int(cand[i, 0]), int(cand[i, 1])), float(good[i]), cur)
+        return self._decide(*self._good[1:])
 
-    def _decide(self, cand: np.ndarray, good: np.ndarray, cur: float) -> dict:
+    def _decide(self, best: tuple[int, int], best_goodput: float, cur: float) -> dict:
         h = self.hooks
         r = h.num_replicas
-        i = int(np.argmax(good))
-        best = (int(cand[i, 0]), int(cand[i, 1]))
-        speedup = float(good[i]) / cur if cur > 0 else math.inf
+        speedup = best_goodput / cur if cur > 0 else math.inf
         # The gain must also beat the model's own error on the profiled configurations.
         err = h.model_error if math.isfinite(h.model_error) else 0.0
         threshold = max(self.speedup_threshold, 1.0 + err)

@@ -75,6 +75,8 @@ _log = logging.getLogger(__name__)
 
 #: Samples kept per configuration (the newest; medians are taken over them).
 PROFILE_WINDOW = 64
+#: Timed steps folded into the profile at once when nothing read it sooner.
+_RAW_BATCH = 32
 
 
 def max_replicas_allowed(max_profiled_replicas: int) -> int:
@@ -195,6 +197,7 @@ def _finite_or_none(x: Any) -> float | None:
 #: Concrete array types seen (``isinstance(x, jax.Array)`` goes through an ABC check,
 #: microseconds per step on the hot path; a type lookup does not).
 _ARRAY_TYPES: set = set()
+_wall = time.time
 
 
 def _live_arrays(outputs: Any) -> list:
@@ -237,7 +240,8 @@ class OneStepLateTimer:
     """Step times without stalling the dispatch: wait for step ``i - 1`` after dispatching ``i``.
 
     :meth:`dispatched` is the only timing call the hooks make. It returns the
-    steps that completed, as ``(step, seconds, wall_end)`` tuples. A step's time
+    steps that completed, as ``(step, seconds, wall_end, tag)`` tuples (``tag``:
+    what the caller passed with the step, e.g. its configuration). A step's time
     is its device-busy interval ``ready(i) - max(dispatch_start(i), ready(i-1))``.
     Outputs that are already ready when the call returns (host-side functions,
     synchronous backends) complete at once.
@@ -275,13 +279,15 @@ class OneStepLateTimer:
         #: Seconds spent waiting for the device (not the hooks' own cost: a loop waits anyway).
         self.waited = 0.0
 
-    def _complete(self, item: tuple, t_end: float) -> tuple[int, float, float]:
-        step, _arrays, t_start = item
-        begin = t_start if self._last_ready is None else max(t_start, self._last_ready)
+    def _complete(self, item: tuple, t_end: float) -> tuple[int, float, float, Any]:
+        step, _arrays, t_start, tag = item
+        last = self._last_ready
+        begin = t_start if last is None or t_start >= last else last
         self._last_ready = t_end
-        return step, max(t_end - begin, 0.0), time.time()
+        d = t_end - begin
+        return step, (d if d > 0.0 else 0.0), _wall(), tag
 
-    def before_dispatch(self, t_start: float) -> list[tuple[int, float, float]]:
+    def before_dispatch(self, t_start: float) -> list[tuple[int, float, float, Any]]:
         """Called right before the next dispatch: completes the pending step if it is ready."""
         if self._pending is None:
             return []
@@ -295,7 +301,7 @@ class OneStepLateTimer:
         return []
 
     def dispatched(self, step: int, outputs: Any, t_start: float,
-                   t_dispatched: float) -> list[tuple[int, float, float]]:
+                   t_dispatched: float, tag: Any = None) -> list[tuple[int, float, float, Any]]:
         """Register step ``step`` (dispatched between ``t_start`` and ``t_dispatched``)."""
         arrays = _live_arrays(outputs)
         done = []
@@ -307,7 +313,7 @@ class OneStepLateTimer:
             if self._pending is not None:
                 done.append(self._complete(self._pending, t_dispatched))
                 self._pending = None
-            done.append(self._complete((step, arrays, t_start), t_dispatched))
+            done.append(self._complete((step, arrays, t_start, tag), t_dispatched))
             return done
         if probe:
             self._probe_new -= 1
@@ -317,10 +323,10 @@ class OneStepLateTimer:
             t_end = self._clock()
             self.waited += t_end - t0
             done.append(self._complete(self._pending, t_end))
-        self._pending = (step, arrays, t_start)
+        self._pending = (step, arrays, t_start, tag)
         return done
 
-    def flush(self) -> list[tuple[int, float, float]]:
+    def flush(self) -> list[tuple[int, float, float, Any]]:
         """Wait for the pending step (if any) and return it completed."""
         if self._pending is None:
             return []
@@ -533,8 +539,11 @@ class GoodputHooks:
             self._end_code = KIND_CODES[EventKind.STEP_DEVICE_END]
         # The ONE timing function (swap for the runtime's step recorder here).
         self._timer = OneStepLateTimer(clock)
-        self._step_keys: dict[int, tuple] = {}
-        self.profile: dict[tuple[int, int, int, int], ProfileEntry] = {}
+        self._profile: dict[tuple[int, int, int, int], ProfileEntry] = {}
+        # Timed steps not yet folded into the profile: ``(key, pending_accum, seconds)``,
+        # appended on the training thread (one deque append per step), folded in batches
+        # under the lock by whoever reads the profile (:meth:`_drain`).
+        self._raw: collections.deque = collections.deque()
         self._seen: dict[tuple, int] = {}
         self._seen_accum: dict[tuple, int] = {}
         self._pending_accum = 0
@@ -631,7 +640,9 @@ class GoodputHooks:
         seen = self._seen_accum.get(key, 0)
         self._seen_accum[key] = seen + 1
         if seen >= self.warmup_steps:
-            self.profile.setdefault(key, ProfileEntry()).add_accum(dt)
+            with self._lock:
+                self._drain_locked()
+                self._profile.setdefault(key, ProfileEntry()).add_accum(dt)
             self._since_fit += dt
         self._pending_accum += 1
         return out
@@ -666,12 +677,16 @@ class GoodputHooks:
         out = fn(*args, **kwargs)
         fc = time.perf_counter()
         t1 = self._clock()
-        waited0 = self._timer.waited
-        self._finish_timing(early)
-        self._step_keys[step] = (self._key(), self._pending_accum)
+        timer = self._timer
+        waited0 = timer.waited
+        if early:
+            self._finish_timing(early)
+        tag = (self.num_nodes, self.num_replicas, self.atomic_bsz, self.accum_steps,
+               self._pending_accum)
         self._pending_accum = 0
-        done = self._timer.dispatched(step, out, t0, t1)
-        self._finish_timing(done)
+        done = timer.dispatched(step, out, t0, t1, tag)
+        if done:
+            self._finish_timing(done)
         if self._steps_seen >= self._next_stats:
             summary = getattr(fn, "stats_summary", None)
             if callable(summary):  # make_train_step's in-step summary: a reference, no dispatch
@@ -685,15 +700,16 @@ class GoodputHooks:
         self._last_out = out
         self._steps_seen += 1
         if self._since_fit >= self.refit_interval:
-            self.maybe_refit()
-        waited = self._timer.waited - waited0
+            self.maybe_refit()  # folds the timed steps in first (warm-up ones do not count)
+        elif len(self._raw) >= _RAW_BATCH:
+            self._drain()
+        waited = timer.waited - waited0
         # everything on this thread but the dispatch itself and the wait for the device
         self.foreground_seconds += max(time.perf_counter() - fc - waited, 0.0) + (fb - fa)
         return out
 
-    def _finish_timing(self, done: list[tuple[int, float, float]]) -> None:
-        for step, seconds, wall_end in done:
-            key, pending = self._step_keys.pop(step, (self._key(), 0))
+    def _finish_timing(self, done: list[tuple[int, float, float, Any]]) -> None:
+        for step, seconds, wall_end, tag in done:
             code = self._end_code
             if code is not None and type(step) is int and step >= 0:
                 q, limit, batch, wake, _ = self._sink
@@ -707,7 +723,12 @@ class GoodputHooks:
                 self._device_end(step, wall_end)
             elif self._record_ends:
                 self.recorder.record_step_end_time(step)
-            self._observe(key, pending, seconds)
+            if tag is None:
+                tag = (*self._key(), 0)
+            # folded into the profile later, in a batch (:meth:`_drain`); the refit
+            # trigger counts the seconds now and takes the dropped ones back then
+            self._raw.append((tag, seconds))
+            self._since_fit += seconds
 
     def flush(self) -> None:
         """Wait for the last dispatched step, record it and take its statistics.
@@ -736,9 +757,9 @@ class GoodputHooks:
         yield box.append
         t1 = self._clock()
         self._finish_timing(early)
-        self._step_keys[step] = (self._key(), self._pending_accum)
+        tag = (*self._key(), self._pending_accum)
         self._pending_accum = 0
-        self._finish_timing(self._timer.dispatched(step, box[0] if box else None, t0, t1))
+        self._finish_timing(self._timer.dispatched(step, box[0] if box else None, t0, t1, tag))
         if box and self._steps_seen >= self._next_stats:
             self.observe_outputs(box[0])
             self._next_stats = self._steps_seen + (
@@ -754,23 +775,52 @@ class GoodputHooks:
         ``accum_steps > 0`` and no :meth:`accum_step` calls since the last step,
         the time is split evenly between the micro-steps (see module docs).
         """
-        pending, self._pending_accum = self._pending_accum, 0
-        self._observe(self._key(), pending, seconds)
-
-    def _observe(self, key: tuple, pending: int, seconds: float) -> None:
         seconds = float(seconds)
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"seconds ({seconds!r}) must be a finite non-negative number")
-        seen = self._seen.get(key, 0)
-        self._seen[key] = seen + 1
-        self._job_seen += 1
-        if (seen < self.warmup_steps or seconds == 0.0
-                or self._job_seen <= self.warmup_steps + self.job_warmup_steps):
-            return
+        pending, self._pending_accum = self._pending_accum, 0
+        self._raw.append(((*self._key(), pending), seconds))
+        self._since_fit += seconds
+        self._drain()
+
+    @property
+    def profile(self) -> dict[tuple[int, int, int, int], ProfileEntry]:
+        """Per-configuration step times, ``(nodes, replicas, atomic_bsz, accum_steps) -> entry``
+        (every timed step folded in)."""
+        self._drain()
+        return self._profile
+
+    @profile.setter
+    def profile(self, value: dict) -> None:
         with self._lock:
-            entry = self.profile.get(key)
+            self._raw.clear()
+            self._profile = dict(value)
+
+    def _drain(self) -> None:
+        """Fold the timed steps into the profile (any thread)."""
+        if self._raw:
+            with self._lock:
+                self._drain_locked()
+
+    def _drain_locked(self) -> None:
+        """:meth:`_drain` with the lock held: each configuration's first ``warmup_steps``
+        steps, the process's first ``job_warmup_steps`` more and zero times are dropped
+        (and taken back from the refit trigger)."""
+        raw, profile, seen_of = self._raw, self._profile, self._seen
+        warm, job_warm = self.warmup_steps, self.warmup_steps + self.job_warmup_steps
+        dropped = 0.0
+        while raw:
+            tag, seconds = raw.popleft()
+            key, pending = tag[:4], tag[4]
+            seen = seen_of.get(key, 0)
+            seen_of[key] = seen + 1
+            self._job_seen += 1
+            if seen < warm or seconds == 0.0 or self._job_seen <= job_warm:
+                dropped += seconds
+                continue
+            entry = profile.get(key)
             if entry is None:  # (setdefault would build an entry, two deques, every step)
-                entry = self.profile[key] = ProfileEntry()
+                entry = profile[key] = ProfileEntry()
             s = key[3]
             if s > 0 and pending == 0:
                 part = seconds / (s + 1)
@@ -778,7 +828,8 @@ class GoodputHooks:
                 entry.add_optim(part)
             else:
                 entry.add_optim(seconds)
-        self._since_fit += seconds
+        if dropped:
+            self._since_fit = max(self._since_fit - dropped, 0.0)
 
     def observe_outputs(self, outputs: Any) -> None:
         """Take the gradient statistics from any :class:`GradStatsState` in ``outputs``.
@@ -835,7 +886,8 @@ class GoodputHooks:
     def max_profiled_replicas(self) -> int:
         """Largest replica count with an optimizer-step profile (0 when none)."""
         with self._lock:
-            return max((k[1] for k, e in self.profile.items() if e.optim_count), default=0)
+            self._drain_locked()
+            return max((k[1] for k, e in self._profile.items() if e.optim_count), default=0)
 
     def profile_table(self) -> dict[tuple[int, int, int], tuple[float, float, int]]:
         """Robust per-configuration statistics: ``(nodes, replicas, atomic_bsz) -> (accum, optim, n)``.
@@ -846,7 +898,7 @@ class GoodputHooks:
 
         Example:
             >>> hooks = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1,
-            ...                      warmup_steps=0)
+            ...                      warmup_steps=0, job_warmup_steps=0)
             >>> for t in (0.1, 0.3, 0.2):
             ...     hooks.observe_step_time(t)
             >>> hooks.profile_table()
@@ -854,7 +906,8 @@ class GoodputHooks:
         """
         groups: dict[tuple[int, int, int], list] = {}
         with self._lock:
-            for (n, r, b, _s), e in self.profile.items():
+            self._drain_locked()
+            for (n, r, b, _s), e in self._profile.items():
                 if not e.optim_count:
                     continue
                 g = groups.setdefault((n, r, b), [[], [], 0])
@@ -916,11 +969,12 @@ class GoodputHooks:
         Only on the primary process; on a background thread unless
         ``background=False``; never two at once. Returns whether it started one.
         """
-        if not self.is_primary or self._since_fit < self.refit_interval or not self.profile:
+        self._drain()
+        if not self.is_primary or self._since_fit < self.refit_interval or not self._profile:
             return False
         if self._future is not None and not self._future.done():
             return False
-        if not any(e.optim_count for e in self.profile.values()):
+        if not any(e.optim_count for e in self._profile.values()):
             return False
         _ = self.grad_params  # read the statistics copy here (the worker must not touch JAX state)
         self._since_fit = 0.0
@@ -1134,7 +1188,8 @@ class GoodputHooks:
         """
         gp = self.grad_params
         with self._lock:
-            prof = [[list(k), e.to_json()] for k, e in self.profile.items()]
+            self._drain_locked()
+            prof = [[list(k), e.to_json()] for k, e in self._profile.items()]
         return {
             "profile": prof,
             "seen": [[list(k), v] for k, v in self._seen.items()],
@@ -1155,7 +1210,8 @@ class GoodputHooks:
         ``num_replicas`` stay (a restarted job may run on another device count).
         """
         with self._lock:
-            self.profile = {tuple(k): ProfileEntry.from_json(e) for k, e in state["profile"]}
+            self._raw.clear()
+            self._profile = {tuple(k): ProfileEntry.from_json(e) for k, e in state["profile"]}
         self._seen = {tuple(k): int(v) for k, v in state.get("seen", [])}
         pp = state.get("perf_params")
         self.perf_params = None if pp is None else PerfParams(*(float(x) for x in pp))

@@ -283,8 +283,8 @@ def test_one_step_late_timer_overlaps_and_measures_device_intervals():
 
     timer = OneStepLateTimer(lambda: 9.0)
     # Host-side (already ready) outputs complete at once: [t_start, t_dispatched].
-    (s0, d0, _), = timer.dispatched(0, None, 0.0, 0.5)
-    (s1, d1, _), = timer.dispatched(1, None, 0.7, 1.0)
+    (s0, d0, _, _), = timer.dispatched(0, None, 0.0, 0.5)
+    (s1, d1, _, _), = timer.dispatched(1, None, 0.7, 1.0)
     assert (s0, s1) == (0, 1) and (d0, d1) == pytest.approx((0.5, 0.3))
     # Real JAX: a slow step is not waited for on its own call, only on the next one.
     f = jax.jit(lambda x: jnp.tanh(jnp.tanh(x @ x) @ x) @ x)
