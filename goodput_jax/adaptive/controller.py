@@ -94,10 +94,14 @@ class AdaptiveBatchSize:
             goodput) switches at the first check (no ``patience``): exploring
             up from a small initial batch costs a few steps per doubling.
         adapt_every: steps between checks.
-        adapt_interval: seconds (wall time) at least between two checks: with short
-            steps a check every ``adapt_every`` steps would cost a fixed share of
-            the step (~50-100 us a check); this bounds the checks' share of the
-            job's time whatever the step time (0: every ``adapt_every`` steps).
+        adapt_interval: seconds (on the hooks' clock) after a settled check (one
+            that found no better candidate) before the next: with short steps a
+            check every ``adapt_every`` steps costs a fixed share of each step
+            (50-100 us a check on a CPU host); spacing settled checks bounds that
+            share whatever the step time, while exploring (a switch, a
+            configuration still gathering samples, a candidate collecting
+            ``patience`` votes) keeps checking every ``adapt_every`` steps
+            (0: always every ``adapt_every`` steps).
         min_samples: profiled steps of the running configuration before a check.
         min_grad_steps: steps behind the gradient statistics before a check (the
             first statistics hold one step: their noise scale can be off by 100x).
@@ -246,12 +250,15 @@ class AdaptiveBatchSize:
             if now < self._next_adapt:
                 self.adapt_seconds += time.perf_counter() - t0
                 return out
-            self._next_adapt = now + self.adapt_interval
             r0 = self.hooks.inline_refit_seconds
             self._step_ref = (train_step, out[0], out[1]) if isinstance(out, tuple) and len(
                 out) >= 2 else None
-            self.adapt()
+            rec = self.adapt()
             self._step_ref = None
+            # a settled check (no better candidate in sight) spaces the next one by
+            # adapt_interval; exploring, waiting for samples or counting votes does not
+            if rec is not None and not rec["switched"] and self._votes is None:
+                self._next_adapt = now + self.adapt_interval
             self.adapt_seconds += time.perf_counter() - t0
             self.adapt_refit_seconds += self.hooks.inline_refit_seconds - r0
         return out

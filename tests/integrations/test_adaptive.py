@@ -277,3 +277,48 @@ def test_no_decision_on_the_first_steps_gradient_statistics():
     assert hooks.grad_count == 31
     with pytest.raises(ValueError, match="min_grad_steps"):
         AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, min_grad_steps=0)
+
+
+def test_settled_checks_are_adapt_interval_apart_on_the_hooks_clock():
+    """Every ``adapt_every`` steps, but after a check that found nothing better the next
+    waits ``adapt_interval`` seconds of the hooks' (injected) clock: the checks' share of a
+    job with short steps is bounded, and exploring is not slowed."""
+    def run(interval, sqr, var):
+        clock = FakeClock()
+        hooks = GoodputHooks("interval", init_batch_size=16, atomic_bsz=16, num_nodes=1,
+                             num_replicas=1, max_batch_size=256, local_bsz_bounds=(8, 256),
+                             clock=clock, is_primary=True, refit_interval=1e9, warmup_steps=0,
+                             job_warmup_steps=0, background=False)
+        hooks.update_grad_params(GradParams(sqr=sqr, var=var))
+        ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)}, adapt_every=2,
+                                adapt_interval=interval, min_samples=2, patience=1)
+        checks = []
+
+        def fake_step(params, opt_state, batch, n):
+            clock.t += 0.01 + 0.0001 * batch["x"].shape[1]  # ~10 ms steps: 2 steps ~20 ms
+            return params, opt_state, 0.0
+
+        for i in range(120):
+            ctl.step(i, fake_step, None, None)
+            if ctl.last_check is not None and (not checks or ctl.last_check is not checks[-1]):
+                checks.append(ctl.last_check)
+        return [c["step"] for c in checks], ctl
+
+    # tiny noise scale: larger batches never pay, every check is settled
+    every, _ = run(0.0, 1.0, 1e-3)
+    spaced, ctl = run(0.05, 1.0, 1e-3)
+    assert not ctl.switches and len(every) >= 55
+    # 0.05 s at ~10 ms per step: at most one settled check every 5 steps (6 on the grid)
+    assert all(b - a >= 5 for a, b in itertools.pairwise(spaced)), spaced
+    assert all(s % 2 == 0 for s in spaced) and 15 <= len(spaced) <= 22, spaced
+    # large noise scale: the climb (switches, new configurations gathering samples) is
+    # checked every adapt_every steps, as with no interval
+    _, free = run(0.0, 0.002, 1.0)
+    _, paced = run(0.05, 0.002, 1.0)
+    assert paced.switches and [sw["step"] for sw in paced.switches][:3] == [
+        sw["step"] for sw in free.switches][:3]
+    hooks = GoodputHooks("bad", init_batch_size=16, num_nodes=1, num_replicas=1,
+                         is_primary=False)
+    for bad in (-1.0, math.inf, "0.1"):
+        with pytest.raises(ValueError, match=r"adapt_interval \("):
+            AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, adapt_interval=bad)

@@ -436,3 +436,41 @@ def test_profile_quantile_is_the_fit_statistic():
         with pytest.raises(ValueError, match="profile_quantile"):
             GoodputHooks("q", init_batch_size=8, is_primary=False, num_replicas=1,
                          profile_quantile=bad)
+
+
+def test_timed_steps_are_folded_in_batches_without_loss_or_reordering():
+    """The training thread only appends each timed step; any reader of the profile (the
+    property, profile_table, a refit, another thread) folds them in first, with the same
+    warm-up drops and refit trigger as one step at a time."""
+    import threading
+
+    clock = FakeClock()
+    hooks = GoodputHooks("fold", init_batch_size=8, atomic_bsz=8, num_nodes=1, num_replicas=1,
+                         clock=clock, is_primary=True, refit_interval=0.35, warmup_steps=2,
+                         job_warmup_steps=1, background=False)
+    for i in range(4):  # 2 + 1 warm-up steps dropped, 0.1 s each: no refit on them
+        hooks.step(i, clock.work(0.1))
+    assert hooks.fit_count == 0 and len(hooks._raw) in (0, 4)
+    assert hooks.profile[(1, 1, 8, 0)].optim_count == 1  # folded in by the property
+    assert hooks._since_fit == pytest.approx(0.1)
+    for i in range(4, 7):
+        hooks.step(i, clock.work(0.1))
+    assert hooks.fit_count == 1  # 0.4 s of kept steps >= refit_interval
+    # a reader on another thread while the loop runs: every sample arrives exactly once
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            hooks.profile_table()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    hooks.refit_interval = 1e9
+    for i in range(7, 2007):
+        hooks.step(i, clock.work(0.001 * (1 + i % 3)))
+    stop.set()
+    t.join()
+    e = hooks.profile[(1, 1, 8, 0)]
+    assert e.optim_count == 2007 - 3
+    assert e.optim_time == pytest.approx(0.4 + sum(0.001 * (1 + i % 3) for i in range(7, 2007)))
+    assert list(e.optim_samples)[-3:] == pytest.approx([0.001 * (1 + i % 3) for i in (2004, 2005, 2006)])
