@@ -540,8 +540,8 @@ class GoodputHooks:
         # The ONE timing function (swap for the runtime's step recorder here).
         self._timer = OneStepLateTimer(clock)
         self._profile: dict[tuple[int, int, int, int], ProfileEntry] = {}
-        # Timed steps not yet folded into the profile: ``(key, pending_accum, seconds)``,
-        # appended on the training thread (one deque append per step), folded in batches
+        # Timed steps not yet folded into the profile: ``((nodes, replicas, atomic_bsz,
+        # accum_steps, pending_accum), seconds)``, appended on the training thread (one deque append per step), folded in batches
         # under the lock by whoever reads the profile (:meth:`_drain`).
         self._raw: collections.deque = collections.deque()
         self._seen: dict[tuple, int] = {}
@@ -1190,9 +1190,10 @@ class GoodputHooks:
         with self._lock:
             self._drain_locked()
             prof = [[list(k), e.to_json()] for k, e in self._profile.items()]
+            seen = [[list(k), v] for k, v in self._seen.items()]  # a drain updates it
         return {
             "profile": prof,
-            "seen": [[list(k), v] for k, v in self._seen.items()],
+            "seen": seen,
             "perf_params": None if self.perf_params is None else list(self.perf_params),
             "grad_params": None if gp is None else [gp.sqr, gp.var],
             "grad_count": _finite_or_none(self.grad_count),
