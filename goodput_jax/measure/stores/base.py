@@ -117,8 +117,8 @@ class RowColumns:
         ...         return mine, (cursor or 0) + len(mine)
         ...     def list_jobs(self): return sorted({e.job_name for e in self.events})
         ...     def close(self): pass
-        >>> ListStore().read_columns("j")
-        (None, None, True)
+        >>> ListStore().read_columns("j")  # nothing yet: no columns, the store's cursor, done
+        (None, 0, True)
     """
 
     def flush(self, timeout: float | None = None) -> bool:

@@ -24,7 +24,6 @@ Example:
     ...     def read_cloud_logging_entries(self, start_time=None, end_time=None,
     ...                                    last_entry_info=None): return self.entries, None
     >>> from goodput_jax.measure.events import Event, EventKind
-from goodput_jax.measure.stores.base import RowColumns
     >>> store = CloudLoggerStore(Log())
     >>> store.append([Event(EventKind.STEP_START, "j", "r", 0, 5.0, step=1)])
     >>> store.cloud_logger.entries

@@ -116,6 +116,7 @@ def gradient_noise_scale(
         :func:`get_grad_params` on the optimizer state.
 
     Example:
+        >>> from goodput_jax.model.gradstats import get_grad_params
         >>> params = {"w": jnp.ones(3)}
         >>> tx = optax.chain(gradient_noise_scale(32), optax.sgd(0.1))
         >>> st = tx.init(params)
@@ -277,6 +278,7 @@ def multi_steps(
         every k-th call, like ``optax.MultiSteps``.
 
     Example:
+        >>> from goodput_jax.model.gradstats import get_grad_stats
         >>> tx = multi_steps(optax.sgd(0.1), 2, init_batch_size=8, micro_batch_size=8)
         >>> st = tx.init({"w": jnp.zeros(2)})
         >>> _, st = tx.update({"w": jnp.array([1.0, 0.0])}, st)
