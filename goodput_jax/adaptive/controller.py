@@ -12,7 +12,8 @@ boundaries, switches configuration when the model predicts a worthwhile gain:
   :func:`goodput_jax.adaptive.step.make_train_step`);
 * the best candidate by predicted goodput must beat the running configuration
   by ``max(speedup_threshold, 1 + model error)`` (AdaptDL: 1.05; the model
-  error is its median relative error on the profiled configurations) at
+  error is its median relative error on the profiled configurations), or, for a
+  larger batch not profiled yet, by ``explore_threshold`` (1.0), at
   ``patience`` consecutive checks (hysteresis; a larger batch predicted at
   least ``immediate_gain`` faster switches at the first check), and the
   current configuration must have ``min_samples`` profiled steps inside the
@@ -89,6 +90,13 @@ class AdaptiveBatchSize:
             two within the bounds, plus the initial size).
         max_accum_steps: largest ``accum_steps`` considered (default 7).
         speedup_threshold: predicted goodput ratio a switch must beat.
+        explore_threshold: the ratio that a switch to a *larger batch not yet
+            profiled* on this replica count must beat instead (default 1.0: any
+            predicted gain). Its step time is the fit's extrapolation; a few steps
+            measure it, and going back to a profiled configuration takes the full
+            threshold, so each configuration is tried once. With the full
+            threshold, a fit that extrapolates the next batch size a little
+            pessimistically keeps the job below it for thousands of steps.
         patience: consecutive checks the same better candidate must win.
         immediate_gain: a larger batch predicted at least this much faster (in
             goodput) switches at the first check (no ``patience``): exploring
@@ -127,6 +135,7 @@ class AdaptiveBatchSize:
         atomic_sizes: list[int] | None = None,
         max_accum_steps: int = 7,
         speedup_threshold: float = 1.05,
+        explore_threshold: float = 1.0,
         patience: int = 2,
         immediate_gain: float = 1.25,
         adapt_every: int = 10,
@@ -147,6 +156,11 @@ class AdaptiveBatchSize:
                 raise ValueError(f"{name} ({v!r}) must be a positive integer")
         if not (isinstance(speedup_threshold, numbers.Real) and speedup_threshold >= 1.0):
             raise ValueError(f"speedup_threshold ({speedup_threshold!r}) must be >= 1")
+        if not (isinstance(explore_threshold, numbers.Real)
+                and 1.0 <= explore_threshold <= speedup_threshold):
+            raise ValueError(f"explore_threshold ({explore_threshold!r}) must be between 1 and "
+                             f"speedup_threshold ({speedup_threshold!r})")
+        self.explore_threshold = float(explore_threshold)
         if not (isinstance(immediate_gain, numbers.Real) and immediate_gain >= 1.0):
             raise ValueError(f"immediate_gain ({immediate_gain!r}) must be >= 1")
         self.immediate_gain = float(immediate_gain)
@@ -364,6 +378,14 @@ class AdaptiveBatchSize:
         # The gain must also beat the model's own error on the profiled configurations.
         err = h.model_error if math.isfinite(h.model_error) else 0.0
         threshold = max(self.speedup_threshold, 1.0 + err)
+        up = r * best[0] * (best[1] + 1) > h.batch_size
+        # A larger batch never profiled here is an extrapolation of the fit: trying it
+        # costs a few steps and settles the question, so it needs only to be predicted
+        # faster (``explore_threshold``); the way back, to a profiled configuration, has
+        # the full threshold (hysteresis), so each configuration is tried once.
+        explore = up and self._profiled((h.num_nodes, r, best[0], best[1])) == 0
+        if explore:
+            threshold = self.explore_threshold
         better = best != (h.atomic_bsz, h.accum_steps) and speedup > threshold
         if better:
             votes = self._votes[1] + 1 if self._votes and self._votes[0] == best else 1
@@ -372,13 +394,13 @@ class AdaptiveBatchSize:
             self._votes = None
         # Hysteresis guards marginal gains; a large predicted gain from a larger batch
         # (exploring up, the profile behind it) switches at the first check.
-        up = r * best[0] * (best[1] + 1) > h.batch_size
         need = 1 if up and speedup >= max(self.immediate_gain, threshold) else self.patience
         switched = bool(better and self._votes[1] >= need)
         if switched and not self._ready(best):
             switched = False  # compiling it in the background; switch at a later check
         rec = {"step": self.steps, "best": best, "speedup": speedup, "switched": switched,
-               "batch_size": r * best[0] * (best[1] + 1), "model_error": h.model_error}
+               "batch_size": r * best[0] * (best[1] + 1), "model_error": h.model_error,
+               "explore": explore}
         self.last_check = rec
         if switched:
             self.switches.append(rec)

@@ -322,3 +322,55 @@ def test_settled_checks_are_adapt_interval_apart_on_the_hooks_clock():
     for bad in (-1.0, math.inf, "0.1"):
         with pytest.raises(ValueError, match=r"adapt_interval \("):
             AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, adapt_interval=bad)
+
+
+def test_an_unprofiled_larger_batch_is_tried_on_any_predicted_gain_once():
+    """The fit predicts the next, never-profiled batch 3% faster: below the 5% threshold,
+    so only ``explore_threshold`` (1.0) tries it; once measured (slower than predicted)
+    the way back takes the full threshold and the batch is not tried again."""
+    def run(explore_threshold, slow32=0.0, steps=80):
+        clock = FakeClock()
+        hooks = GoodputHooks("explore", init_batch_size=8, atomic_bsz=8, num_nodes=1,
+                             num_replicas=1, max_batch_size=32, clock=clock, is_primary=True,
+                             refit_interval=1e9, warmup_steps=0, job_warmup_steps=0,
+                             background=False)
+        hooks.update_grad_params(GradParams(sqr=1.0, var=8.0))
+        ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)},
+                                atomic_sizes=[8, 16, 32], adapt_every=2, adapt_interval=0.0,
+                                min_samples=3, patience=2, explore_threshold=explore_threshold,
+                                adaptive=False)
+
+        def fake_step(params, opt_state, batch, n):
+            b = batch["x"].shape[1]
+            clock.t += 0.01 + 0.001 * b + (slow32 if b == 32 else 0.0)
+            return params, opt_state, 0.0
+
+        i = 0
+        for b in (8, 16):  # profile 8 and 16 by hand, then adapt from 16
+            ctl.set_config(b, 0)
+            for _ in range(6):
+                ctl.step(i, fake_step, None, None)
+                i += 1
+        ctl.adaptive = True
+        checks = []
+        for _ in range(steps):
+            ctl.step(i, fake_step, None, None)
+            i += 1
+            if ctl.last_check is not None and (not checks or ctl.last_check is not checks[-1]):
+                checks.append(ctl.last_check)
+        return ctl, checks
+
+    held, checks = run(1.05)  # explore_threshold = speedup_threshold: the old rule
+    first = checks[0]
+    assert first["best"] == (32, 0) and first["explore"] and 1.0 < first["speedup"] < 1.05
+    assert not held.switches and held.batch_size == 16
+    tried, _ = run(1.0)
+    assert [(s["batch_size"], s["explore"]) for s in tried.switches] == [(32, True)]
+    assert tried.switches[0]["step"] == first["step"] + 2  # patience: two agreeing checks
+    back, checks = run(1.0, slow32=0.03, steps=200)
+    sizes = [s["batch_size"] for s in back.switches]
+    assert sizes[0] == 32 and back.batch_size != 32 and sizes.count(32) == 1, back.switches
+    assert all(s["speedup"] > 1.05 and not s["explore"] for s in back.switches[1:])
+    assert not any(c["explore"] for c in checks[-5:])
+    with pytest.raises(ValueError, match=r"explore_threshold \("):
+        AdaptiveBatchSize(held.hooks, {"x": np.zeros(4)}, explore_threshold=1.1)
