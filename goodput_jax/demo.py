@@ -72,16 +72,18 @@ class DemoConfig:
         stall_seconds: length of the stall.
         restart_delay: downtime between the crash and run 2.
         atomic_bsz: per-device batch size of the default configuration.
-        profile_steps: steps run 2 spends on each profiled configuration per round.
-        profile_rounds: rounds over all profiled configurations (the default one
-            included): a burst of load on a shared machine then hits every
-            configuration's samples, not one configuration's whole profile.
+        profile_steps: steps run 2 spends on each profiled configuration per round:
+            run 2 cycles through all of them (the default one last) until the job
+            ends, so a burst of load on a shared machine, a checkpoint save or a
+            refit hits every configuration's samples alike, and every
+            configuration is measured over the same stretch of the job.
         extra_configs: how many (replicas, batch size) configurations besides the
             default one run 2 profiles (each costs one compilation).
         features, hidden: model sizes.
         learning_rate: Adam learning rate.
         noise: label noise of the synthetic data (drives the gradient noise).
-        refit_every: run 2 also refits the model every this many steps after profiling.
+        refit_every: run 2 also refits the model every this many steps, once every
+            configuration has been profiled.
         monitor_interval: seconds between TensorBoard uploads.
     """
 
@@ -92,8 +94,7 @@ class DemoConfig:
     stall_seconds: float = 1.0
     restart_delay: float = 1.0
     atomic_bsz: int = 64
-    profile_steps: int = 25
-    profile_rounds: int = 4
+    profile_steps: int = 12
     extra_configs: int = 4
     features: int = 32
     hidden: int = 128
@@ -123,7 +124,7 @@ class DemoConfig:
             raise TypeError(f"quick ({quick!r}) must be a bool")
         if quick:
             cfg = cls(steps=120, crash_at=70, checkpoint_every=25, stall_at=10, stall_seconds=0.3,
-                      restart_delay=0.3, atomic_bsz=32, profile_steps=4, profile_rounds=2,
+                      restart_delay=0.3, atomic_bsz=32, profile_steps=8,
                       extra_configs=2, hidden=64, refit_every=10**9, monitor_interval=1.0)
         else:
             cfg = cls()
@@ -133,7 +134,7 @@ class DemoConfig:
             cfg = dataclasses.replace(
                 cfg, steps=steps, crash_at=max(3, (5 * steps) // 12),
                 checkpoint_every=max(1, steps // 8), stall_at=max(1, min(cfg.stall_at, steps // 10)),
-                profile_steps=max(3, min(cfg.profile_steps, steps // (15 * cfg.profile_rounds))))
+                profile_steps=max(3, min(cfg.profile_steps, steps // 100)))
         return cfg
 
 
@@ -340,18 +341,32 @@ def _configurations(cfg: DemoConfig, num_devices: int) -> list[tuple[int, int]]:
     return out[: cfg.extra_configs] + [(d, b)]
 
 
+def _plan(configs: list[tuple[int, int]], per_config: int, steps: int) -> list[tuple[int, int]]:
+    """The configuration of each of ``steps`` steps: rounds over ``configs``, ``per_config``
+    steps each, for as many full rounds as fit; the rest in the last (default) one.
+
+    Example:
+        >>> _plan([(2, 8), (4, 4)], 2, 7)
+        [(2, 8), (2, 8), (4, 4), (4, 4), (4, 4), (4, 4), (4, 4)]
+        >>> _plan([(2, 8), (4, 4)], 2, 3)
+        [(4, 4), (4, 4), (4, 4)]
+    """
+    rounds = steps // (len(configs) * per_config)
+    plan = [c for _ in range(rounds) for c in configs for _ in range(per_config)]
+    return plan + [configs[-1]] * (steps - len(plan))
+
+
 # ---------------------------------------------------------------------- one run
 def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash: bool,
                  bar: ProgressBar, setup: _Setup | None = None) -> dict:
     """One process launch: init, (restore), compile, train. Returns a summary dict.
 
     Run 1 (``crash=True``) trains in the default configuration and stops at
-    ``cfg.crash_at`` without a job end. Run 2 profiles extra configurations
-    in ``cfg.profile_rounds`` rounds of ``cfg.profile_steps`` steps each (the
-    default one included, so that load on a shared machine spreads over all of
-    them), then finishes in the default one;
-    on a clean exit the hooks refit the model, publish the hints and record
-    the job end.
+    ``cfg.crash_at`` without a job end. Run 2 cycles through the profiled
+    configurations, ``cfg.profile_steps`` steps each per round, until the job
+    ends (in the default one: every configuration is measured over the same
+    stretch of the job, under the same load); on a clean exit the hooks refit
+    the model, publish the hints and record the job end.
     """
     run = "1" if crash else "2"
     bar.update(0, note=f"run {run}: starting (JAX, model init)", force=True)
@@ -389,8 +404,10 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
             # the StepRecorder below records each step's device end as it happens
             record_device_ends=False,
             # fake CPU devices share the host's cores with everything else: the lower
-            # quartile of each configuration's steps is more reproducible than the median
-            profile_quantile=0.25,
+            # quartile of each configuration's steps is more reproducible than the median,
+            # taken over all of its samples (the configurations take turns all through
+            # run 2: a window of the newest samples would compare different stretches)
+            profile_quantile=0.25, profile_window=4096,
         )
     configs = [(num_devices, cfg.atomic_bsz)] if crash else _configurations(cfg, num_devices)
     compiled: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
@@ -407,14 +424,13 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         p, o = jax.device_put((params, opt_state), rep)
         batch = data.batch(0, r * a, shard)
         compiled[(r, a)] = (fn.lower(p, o, batch).compile(), rep, shard)
-    # Run 2 profiles the extra configurations first, then trains in the default one.
-    plan = [c for _ in range(cfg.profile_rounds) for c in configs
-            for _ in range(cfg.profile_steps)]
     stop = cfg.crash_at if crash else cfg.steps
+    plan = _plan(configs, cfg.profile_steps, stop - start)
+    per_round = len(configs) * cfg.profile_steps
     current = None
     loss = float("nan")
     for step in range(start, stop):
-        conf = plan[step - start] if step - start < len(plan) else configs[-1]
+        conf = plan[step - start]
         fn, rep, shard = compiled[conf]
         if conf != current:
             params, opt_state = jax.device_put((params, opt_state), rep)
@@ -428,7 +444,7 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         steps.track(step, loss_arr)  # the device end of this step, as soon as it happens
         loss = float(loss_arr)
         done = step - start + 1
-        if not crash and done >= len(plan) and (done - len(plan)) % cfg.refit_every == 0 \
+        if not crash and done >= per_round and done % cfg.refit_every == 0 \
                 and step < stop - 1:
             bar.update(0, note="run 2: refitting the step-time model", force=True)
             with rec.badput("model refit"):

@@ -96,8 +96,8 @@ class ProfileEntry:
     """Step times of one ``(num_nodes, num_replicas, atomic_bsz, accum_steps)``.
 
     Sums and counts cover every kept step; ``accum_samples`` / ``optim_samples``
-    hold the newest :data:`PROFILE_WINDOW` per-step times for robust (median)
-    statistics.
+    hold the newest ``window`` (default :data:`PROFILE_WINDOW`) per-step times
+    for robust (quantile) statistics.
     """
 
     accum_time: float = 0.0
@@ -108,6 +108,12 @@ class ProfileEntry:
         default_factory=lambda: collections.deque(maxlen=PROFILE_WINDOW))
     optim_samples: collections.deque = dataclasses.field(
         default_factory=lambda: collections.deque(maxlen=PROFILE_WINDOW))
+
+    @classmethod
+    def empty(cls, window: int) -> ProfileEntry:
+        """An entry that keeps the newest ``window`` samples."""
+        return cls(accum_samples=collections.deque(maxlen=window),
+                   optim_samples=collections.deque(maxlen=window))
 
     def add_optim(self, seconds: float) -> None:
         self.optim_time += seconds
@@ -127,9 +133,11 @@ class ProfileEntry:
                 "optim_samples": list(self.optim_samples)}
 
     @classmethod
-    def from_json(cls, d: dict) -> ProfileEntry:
-        e = cls(float(d["accum_time"]), int(d["accum_count"]), float(d["optim_time"]),
-                int(d["optim_count"]))
+    def from_json(cls, d: dict, window: int = PROFILE_WINDOW) -> ProfileEntry:
+        """Inverse of :meth:`to_json`, keeping the newest ``window`` samples."""
+        e = cls.empty(window)
+        e.accum_time, e.accum_count = float(d["accum_time"]), int(d["accum_count"])
+        e.optim_time, e.optim_count = float(d["optim_time"]), int(d["optim_count"])
         e.accum_samples.extend(float(x) for x in d.get("accum_samples", ()))
         e.optim_samples.extend(float(x) for x in d.get("optim_samples", ()))
         return e
@@ -426,6 +434,11 @@ class GoodputHooks:
             shared with other work, load only ever lengthens steps; a lower
             quantile (e.g. 0.25) follows the configuration's own time more
             reproducibly.
+        profile_window: step times kept per configuration (the newest); the
+            statistic above and the fit's sample weights use them. A window
+            longer than a configuration's whole profile keeps every sample, so
+            that configurations profiled in interleaved rounds are compared over
+            the same stretch of the job; a shorter one follows drift.
 
     Example:
         >>> hooks = GoodputHooks("doc-job", init_batch_size=32, is_primary=False)
@@ -457,6 +470,7 @@ class GoodputHooks:
         record_device_ends: bool = True,
         refit_tolerance: float = 0.05,
         profile_quantile: float = 0.5,
+        profile_window: int = PROFILE_WINDOW,
     ):
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
@@ -497,6 +511,7 @@ class GoodputHooks:
         if not (isinstance(profile_quantile, numbers.Real) and 0.0 < profile_quantile <= 0.5):
             raise ValueError(f"profile_quantile ({profile_quantile!r}) must be in (0, 0.5]")
         self.profile_quantile = float(profile_quantile)
+        self.profile_window = _pos_int(profile_window, "profile_window")
         if not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning seconds")
         self._clock = clock
@@ -642,7 +657,10 @@ class GoodputHooks:
         if seen >= self.warmup_steps:
             with self._lock:
                 self._drain_locked()
-                self._profile.setdefault(key, ProfileEntry()).add_accum(dt)
+                entry = self._profile.get(key)
+                if entry is None:
+                    entry = self._profile[key] = ProfileEntry.empty(self.profile_window)
+                entry.add_accum(dt)
             self._since_fit += dt
         self._pending_accum += 1
         return out
@@ -820,7 +838,7 @@ class GoodputHooks:
                 continue
             entry = profile.get(key)
             if entry is None:  # (setdefault would build an entry, two deques, every step)
-                entry = profile[key] = ProfileEntry()
+                entry = profile[key] = ProfileEntry.empty(self.profile_window)
             s = key[3]
             if s > 0 and pending == 0:
                 part = seconds / (s + 1)
@@ -928,7 +946,7 @@ class GoodputHooks:
         n, r, b = (np.array([k[i] for k in keys]) for i in range(3))
         acc = np.array([table[k][0] for k in keys])
         opt = np.array([table[k][1] for k in keys])
-        weights = np.array([min(table[k][2], PROFILE_WINDOW) for k in keys], float)
+        weights = np.array([min(table[k][2], self.profile_window) for k in keys], float)
         params = fit_perf_params(n, r, b, acc, opt, weights=weights)
         pred = _predict_optim_np(params, n, r, b)
         errs = np.abs(pred - opt) / opt
@@ -1212,7 +1230,8 @@ class GoodputHooks:
         """
         with self._lock:
             self._raw.clear()
-            self._profile = {tuple(k): ProfileEntry.from_json(e) for k, e in state["profile"]}
+            self._profile = {tuple(k): ProfileEntry.from_json(e, self.profile_window)
+                             for k, e in state["profile"]}
         self._seen = {tuple(k): int(v) for k, v in state.get("seen", [])}
         pp = state.get("perf_params")
         self.perf_params = None if pp is None else PerfParams(*(float(x) for x in pp))

@@ -438,6 +438,37 @@ def test_profile_quantile_is_the_fit_statistic():
                          profile_quantile=bad)
 
 
+def test_profile_window_keeps_the_newest_samples_and_survives_a_checkpoint():
+    from goodput_jax.integrations.hooks import PROFILE_WINDOW
+
+    times = [0.001 * (i + 1) for i in range(100)]  # 1 ms .. 100 ms, rising
+    default = GoodputHooks("w", job_warmup_steps=0, init_batch_size=8, is_primary=False,
+                           num_replicas=1, warmup_steps=0)
+    wide = GoodputHooks("w", job_warmup_steps=0, init_batch_size=8, is_primary=False,
+                        num_replicas=1, warmup_steps=0, profile_window=1000)
+    for h in (default, wide):
+        for t in times:
+            h.observe_step_time(t)
+    # the default window holds the newest 64: its median is that of 37..100 ms
+    assert default.profile_table()[(1, 1, 8)] == pytest.approx(
+        (np.median(times[-PROFILE_WINDOW:]),) * 2 + (100,))
+    assert wide.profile_table()[(1, 1, 8)][1] == pytest.approx(np.median(times))  # all 100
+    # a checkpoint restores into the restoring hooks' window
+    state = wide.state_dict()
+    back = GoodputHooks("w", job_warmup_steps=0, init_batch_size=8, is_primary=False,
+                        num_replicas=1, warmup_steps=0, profile_window=10)
+    back.load_state_dict(state)
+    assert back.profile_table()[(1, 1, 8)][1] == pytest.approx(np.median(times[-10:]))
+    same = GoodputHooks("w", job_warmup_steps=0, init_batch_size=8, is_primary=False,
+                        num_replicas=1, warmup_steps=0, profile_window=1000)
+    same.load_state_dict(state)
+    assert same.profile_table() == wide.profile_table()
+    for bad in (0, -3, 2.5, True, "64"):
+        with pytest.raises(ValueError, match=r"^profile_window \("):
+            GoodputHooks("w", init_batch_size=8, is_primary=False, num_replicas=1,
+                         profile_window=bad)
+
+
 def test_timed_steps_are_folded_in_batches_without_loss_or_reordering():
     """The training thread only appends each timed step; any reader of the profile (the
     property, profile_table, a refit, another thread) folds them in first, with the same
