@@ -315,6 +315,90 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
             "steps": n, **med}
 
 
+def overhead_paired(args, data, model, loss_fn, step_cache, rounds: int, block: int) -> dict:
+    """Wall-clock cost of hooks + controller against a plain loop, in paired blocks.
+
+    One process runs both loops on the same compiled adaptive step, in
+    alternating blocks of ``block`` steps (the order flips every round), each
+    block timed from its first dispatch to its last step's end. The hooks and
+    the controller live across all their blocks: their checks, periodic
+    refits, profiling, recording and statistics reads all fall inside the
+    hooked blocks. A block pair shares the machine's state (load, clocks,
+    caches), so the ratio of a pair cancels what drifts between rounds and
+    processes; the result is the median over pairs, and the ratio of the summed
+    times.
+    """
+    (xtr, ytr), _ = data
+    m0, r = args.m0, jax.device_count()
+    step_fn, tx = step_cache["step"], step_cache["tx"]
+    params = model.init(jax.random.key(0), jnp.ones((1, xtr.shape[1])))
+    src = AdaptiveBatchSize(GoodputHooks("plain", init_batch_size=m0, num_nodes=1,
+                                         num_replicas=r, is_primary=False),
+                            {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding)
+    hooks = GoodputHooks("ovh-paired", init_batch_size=m0, num_nodes=1, num_replicas=r,
+                         max_batch_size=args.max_batch, is_primary=True,
+                         refit_interval=args.refit_interval)
+    ctl = AdaptiveBatchSize(hooks, {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding,
+                            adaptive=True, adapt_every=args.overhead_adapt_every)
+    ctl.explore_factor = 1.0 + 1e-9  # checks and refits run; no new shape is compiled
+    state = {"plain": [jax.tree.map(jnp.array, params), None],
+             "hooked": [jax.tree.map(jnp.array, params), None]}
+    for v in state.values():
+        v[1] = tx.init(v[0])
+    times: dict = {"plain": [], "hooked": []}
+    step_no = [0]
+
+    def run(arm: str) -> float:
+        p, st = state[arm]
+        t0 = time.perf_counter()
+        if arm == "plain":
+            prev = None
+            for _i in range(block):
+                batch, k = src.next_batch()
+                p, st, loss = step_fn(p, st, batch, np.int32(k))
+                if prev is not None:
+                    prev.block_until_ready()
+                prev = loss
+        else:
+            for _i in range(block):
+                p, st, loss = ctl.step(step_no[0], step_fn, p, st)
+                step_no[0] += 1
+        jax.block_until_ready(loss)
+        dt = time.perf_counter() - t0
+        state[arm] = [p, st]
+        return dt
+
+    fg0 = 0.0
+    for i in range(rounds + 2):  # the first two rounds warm both loops up: not counted
+        order = ("plain", "hooked") if i % 2 == 0 else ("hooked", "plain")
+        if i == 2:
+            fg0 = hooks.foreground_seconds + ctl.adapt_seconds
+        for arm in order:
+            dt = run(arm)
+            if i >= 2:
+                times[arm].append(dt)
+    hooks.flush()
+    pl, hk = np.array(times["plain"]), np.array(times["hooked"])
+    ratios = hk / pl
+    fg = hooks.foreground_seconds + ctl.adapt_seconds - fg0
+    out = {"rounds": rounds, "block": block, "median_ratio": float(np.median(ratios)),
+           "q25": float(np.quantile(ratios, 0.25)), "q75": float(np.quantile(ratios, 0.75)),
+           "sum_ratio": float(hk.sum() / pl.sum()), "plain_ms": float(pl.sum() / pl.size / block * 1e3),
+           "fg": fg / hk.sum(), "fits": hooks.fit_count,
+           "checks": ctl.steps // ctl.adapt_every}
+    hooks.close()
+    return out
+
+
+def print_overhead_paired(ov: dict) -> None:
+    print(f"wall-clock cost, paired blocks ({ov['rounds']} rounds x {ov['block']} steps per loop, "
+          f"one process, order alternating; plain loop {ov['plain_ms']:.3f} ms/step):")
+    print(f"  hooks + controller / plain loop: median of pairs x{ov['median_ratio']:.4f} "
+          f"(quartiles x{ov['q25']:.4f} - x{ov['q75']:.4f}), summed times x{ov['sum_ratio']:.4f}; "
+          f"own training-thread time {ov['fg']:.2%} of the hooked blocks "
+          f"({ov['fits']} fit(s))")
+
+
 def print_overhead(ov: dict, args) -> None:
     print(f"overhead at M0 = {args.m0}, {ov['steps']} steps, median of interleaved rounds "
           f"(refit every {args.refit_interval} s of profiled time, checks every "
@@ -407,6 +491,10 @@ def main(argv=None) -> int:
                          "(AdaptiveBatchSize's default)")
     ap.add_argument("--demo-runs", type=int, default=0,
                     help="instead: run the demo N times and report the fit error and suggestions")
+    ap.add_argument("--paired-rounds", type=int, default=60,
+                    help="block pairs of the paired wall-clock overhead measurement")
+    ap.add_argument("--paired-block", type=int, default=50,
+                    help="steps per block of the paired measurement")
     ap.add_argument("--overhead-only", action="store_true",
                     help="only the plain-loop vs hooks+controller comparison")
     args = ap.parse_args(argv)
@@ -453,6 +541,9 @@ def main(argv=None) -> int:
         ov = overhead(args, make_data(0, 60000, 16), model, loss_fn, step_cache,
                       rounds=3 if args.quick else 7)
         print_overhead(ov, args)
+        ovp = overhead_paired(args, make_data(0, 60000, 16), model, loss_fn, step_cache,
+                              rounds=args.paired_rounds, block=args.paired_block)
+        print_overhead_paired(ovp)
         return 0
     # One-off: compile the step for every batch shape any arm may use (the
     # fixed sweep and the adaptive arm's atomic sizes), so that no arm is

@@ -344,7 +344,7 @@ class AdaptiveBatchSize:
             h.maybe_refit()
             if (key[0], key[1], key[2]) not in h.model_errors:
                 return None
-        gp = h.grad_params
+        gp = h.grad_params_nowait()  # statistics of a step still running: the previous ones
         if h.perf_params is None or gp is None or h.grad_count < self.min_grad_steps:
             return None
         # Throughputs depend on the fit only: evaluated (in numpy) once per fit,

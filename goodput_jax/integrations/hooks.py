@@ -884,6 +884,24 @@ class GoodputHooks:
             self._grad_stats = gradstats.get_grad_stats(grad_params)
 
     # ------------------------------------------------------------------ model
+    def grad_params_nowait(self) -> GradParams | None:
+        """:attr:`grad_params` without waiting for the device.
+
+        The statistics the hooks took last are the output of a step that may still
+        be running; reading them back would stall the host until it ends (and leave
+        the device idle while the next batch loads). While they are not ready this
+        returns the previous statistics (None before the first) and keeps the new
+        ones for a later read. The adaptive controller's checks use it.
+        """
+        st = self._grad_stats
+        if isinstance(st, jax.Array):
+            try:
+                if not st.is_ready():
+                    return self._grad_params
+            except Exception:  # noqa: BLE001, S110 - deleted: grad_params drops it
+                pass
+        return self.grad_params
+
     @property
     def grad_params(self) -> GradParams | None:
         """Current smoothed :class:`GradParams` as floats, or None before any sample."""
