@@ -505,3 +505,32 @@ def test_timed_steps_are_folded_in_batches_without_loss_or_reordering():
     assert e.optim_count == 2007 - 3
     assert e.optim_time == pytest.approx(0.4 + sum(0.001 * (1 + i % 3) for i in range(7, 2007)))
     assert list(e.optim_samples)[-3:] == pytest.approx([0.001 * (1 + i % 3) for i in (2004, 2005, 2006)])
+
+
+def test_grad_params_nowait_keeps_the_previous_statistics_while_the_step_runs():
+    @jax.jit
+    def slow_summary(x):  # a few hundred ms of matmuls, then [count, sqr, var]
+        y = jax.lax.fori_loop(0, 6, lambda _, a: jnp.tanh(a @ a), x)
+        return jnp.stack([jnp.float32(5.0), 4.0 + 0.0 * y[0, 0], jnp.float32(8.0)])
+
+    x = jnp.full((900, 900), 1e-3, jnp.float32)
+    slow_summary(x).block_until_ready()  # compiled
+    h = GoodputHooks("nw", init_batch_size=8, is_primary=False, num_replicas=1)
+    h.update_grad_params(GradParams(1.0, 2.0))
+    pending = []
+
+    def train_step():
+        return jnp.zeros(())
+
+    def summary():
+        pending.append(slow_summary(x))
+        return pending[-1]
+
+    train_step.stats_summary = summary
+    h.step(0, train_step)
+    out = pending[-1]
+    assert not out.is_ready()  # the step that produced the statistics still runs
+    assert h.grad_params_nowait() == GradParams(1.0, 2.0)  # no wait: the previous ones
+    out.block_until_ready()
+    assert h.grad_params_nowait() == GradParams(4.0, 8.0) and h.grad_count == 5
+    assert h.grad_params == GradParams(4.0, 8.0)
