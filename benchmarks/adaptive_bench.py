@@ -156,7 +156,8 @@ def run_arm(arm: str, batch: int | None, seed: int, data, args, model, loss_fn, 
     hooks = GoodputHooks(f"bench-{arm}", init_batch_size=m0, atomic_bsz=start_b, num_nodes=1,
                          num_replicas=r, max_batch_size=args.max_batch,
                          local_bsz_bounds=(8, args.max_batch // r), gradient_accumulation=False,
-                         is_primary=True, refit_interval=args.refit_interval, warmup_steps=2)
+                         is_primary=True, refit_interval=args.refit_interval, warmup_steps=2,
+                         profile_quantile=args.profile_quantile)
     ctl = AdaptiveBatchSize(hooks, {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding,
                             adaptive=(arm == "adaptive"), adapt_every=args.adapt_every,
                             min_samples=3, patience=2)
@@ -484,6 +485,9 @@ def main(argv=None) -> int:
                     help="profiled seconds between periodic refits (a new configuration "
                          "also triggers one once it has enough samples)")
     ap.add_argument("--adapt-every", type=int, default=5)
+    ap.add_argument("--profile-quantile", type=float, default=0.5,
+                    help="GoodputHooks(profile_quantile=...): the per-configuration step-time "
+                         "statistic (0.5, the default: the median)")
     ap.add_argument("--sizes", type=str, default=None, help="comma-separated fixed sweep")
     ap.add_argument("--overhead-steps", type=int, default=300)
     ap.add_argument("--overhead-adapt-every", type=int, default=10,

@@ -24,9 +24,10 @@ The job has the incidents a real one has:
    spans without Orbax), then a simulated crash (no job end);
 2. a restart delay (infrastructure recovery);
 3. run 2 (a new run id): restores the last checkpoint inside training prep,
-   compiles a few batch-size / replica configurations (the profiling AdaptDL
-   does), redoes the steps after the checkpoint (wasted progress) and
-   finishes the job;
+   compiles a few batch-size / replica configurations and takes turns over
+   them until the job ends (the profiling AdaptDL does; every configuration is
+   measured over the same stretch of the job), redoes the steps after the
+   checkpoint (wasted progress) and finishes the job;
 4. prints the goodput report, the gradient noise scale and statistical
    efficiency, the fitted step-time model, the suggested batch size with its
    predicted speedup, and where to point TensorBoard.
