@@ -17,7 +17,15 @@ boundaries, switches configuration when the model predicts a worthwhile gain:
   ``patience`` consecutive checks (hysteresis; a larger batch predicted at
   least ``immediate_gain`` faster switches at the first check), and the
   current configuration must have ``min_samples`` profiled steps inside the
-  last fit (a new configuration is refitted at its first check);
+  last fit (a new configuration is refitted at its first check, and again, if
+  its statistic moved, each time its sample count grows ``refresh_factor``
+  times);
+* a configuration is left for a smaller batch only once it has
+  ``settle_samples`` kept steps and its step time has stopped falling (the
+  newer half of them no more than ``speedup_threshold`` faster than all of
+  them): the first steps after a
+  switch often run slower than the configuration settles to, and a
+  configuration left is not measured again;
 * exploration is step by step as in AdaptDL: the total batch may grow to at
   most ``explore_factor`` times the largest batch profiled on this replica
   count, never further than the profile supports;
@@ -111,6 +119,20 @@ class AdaptiveBatchSize:
             ``patience`` votes) keeps checking every ``adapt_every`` steps
             (0: always every ``adapt_every`` steps).
         min_samples: profiled steps of the running configuration before a check.
+        settle_samples: kept step times of the running configuration before a
+            check may leave it for a smaller batch, which also waits while the
+            newer half of them is faster than all of them (the step time still
+            falling): a configuration's first steps after a switch can run well
+            above its settled time, and a configuration left is not measured
+            again. Switching up is not held back (trying costs a few steps).
+        refresh_factor: a check refits (if the profile changed materially since
+            the last fit) once the running configuration has this many times the
+            profiled steps it had at the last fit: a configuration's first steps
+            after a switch can run well above what it settles to, and a decision
+            on that fit (leaving it, or staying below a better one) would
+            otherwise stand until the periodic refit (the hooks'
+            ``refit_interval`` of profiled time). Geometric, so a configuration
+            costs a few extra refits at most.
         min_grad_steps: steps behind the gradient statistics before a check (the
             first statistics hold one step: their noise scale can be off by 100x).
         explore_factor: growth limit of the total batch per exploration step.
@@ -141,6 +163,8 @@ class AdaptiveBatchSize:
         adapt_every: int = 10,
         adapt_interval: float = 0.05,
         min_samples: int = 5,
+        settle_samples: int = 20,
+        refresh_factor: float = 2.0,
         min_grad_steps: int = 10,
         explore_factor: float = 2.0,
         adaptive: bool = True,
@@ -150,6 +174,7 @@ class AdaptiveBatchSize:
         self.batch_sharding = batch_sharding
         for name, v in (("max_accum_steps", max_accum_steps), ("patience", patience),
                         ("adapt_every", adapt_every), ("min_samples", min_samples),
+                        ("settle_samples", settle_samples),
                         ("min_grad_steps", min_grad_steps)):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < (
                     0 if name == "max_accum_steps" else 1):
@@ -171,6 +196,11 @@ class AdaptiveBatchSize:
         # the hooks' step clock (injectable): no check runs before ``_next_adapt``
         self._clock = getattr(hooks, "_clock", time.perf_counter)
         self._next_adapt = -math.inf
+        if not (isinstance(refresh_factor, numbers.Real) and refresh_factor > 1.0):
+            raise ValueError(f"refresh_factor ({refresh_factor!r}) must be > 1")
+        self.refresh_factor = float(refresh_factor)
+        self._fit_seen: tuple | None = None  # (fit_count, configuration) at the last check
+        self._fit_samples = 0  # the running configuration's profiled steps at that check
         if not (isinstance(explore_factor, numbers.Real) and explore_factor > 1.0):
             raise ValueError(f"explore_factor ({explore_factor!r}) must be > 1")
         self.max_accum_steps = int(max_accum_steps) if hooks.gradient_accumulation else 0
@@ -178,6 +208,7 @@ class AdaptiveBatchSize:
         self.patience = int(patience)
         self.adapt_every = int(adapt_every)
         self.min_samples = int(min_samples)
+        self.settle_samples = int(settle_samples)
         self.min_grad_steps = int(min_grad_steps)
         self.explore_factor = float(explore_factor)
         self.adaptive = bool(adaptive)
@@ -335,7 +366,8 @@ class AdaptiveBatchSize:
         """
         h = self.hooks
         key = h._key()
-        if self._profiled(key) < self.min_samples:
+        n_now = self._profiled(key)
+        if n_now < self.min_samples:
             return None
         if (key[0], key[1], key[2]) not in h.model_errors:
             # The running configuration is not in the fit yet: ask for a refit. An
@@ -344,6 +376,17 @@ class AdaptiveBatchSize:
             h.maybe_refit()
             if (key[0], key[1], key[2]) not in h.model_errors:
                 return None
+        if self._fit_seen != (h.fit_count, key):
+            self._fit_seen, self._fit_samples = (h.fit_count, key), n_now
+        elif n_now >= self.refresh_factor * self._fit_samples:
+            # The running configuration has gathered refresh_factor x the samples it had
+            # at the last fit: its first steps (often slower than it settles to) no longer
+            # dominate its statistic. Refit now if that moved it (or anything) materially
+            # (the hooks compare the profile with the last fit), rather than deciding on a
+            # stale fit until the periodic refit (refit_interval of profiled time).
+            self._fit_samples = n_now
+            h._since_fit = max(h._since_fit, h.refit_interval)
+            h.maybe_refit()
         gp = h.grad_params_nowait()  # statistics of a step still running: the previous ones
         if h.perf_params is None or gp is None or h.grad_count < self.min_grad_steps:
             return None
@@ -371,6 +414,20 @@ class AdaptiveBatchSize:
             self._good = (gp, (int(cand[i, 0]), int(cand[i, 1])), float(good[i]), cur)
         return self._decide(*self._good[1:])
 
+    def _settling(self, key: tuple) -> bool:
+        """Whether ``key``'s step time may still be falling: fewer than ``settle_samples``
+        (and ``2 * min_samples``) kept samples, or the newer half's median more than
+        ``speedup_threshold`` below the median of all of them."""
+        h = self.hooks
+        e = h.profile.get(key)
+        if e is None:
+            return True
+        with h._lock:
+            s = list(e.optim_samples)
+        if len(s) < max(self.settle_samples, 2 * self.min_samples):
+            return True
+        return float(np.median(s[len(s) // 2:])) * self.speedup_threshold < float(np.median(s))
+
     def _decide(self, best: tuple[int, int], best_goodput: float, cur: float) -> dict:
         h = self.hooks
         r = h.num_replicas
@@ -387,6 +444,13 @@ class AdaptiveBatchSize:
         if explore:
             threshold = self.explore_threshold
         better = best != (h.atomic_bsz, h.accum_steps) and speedup > threshold
+        # Leaving for a smaller batch waits while the running configuration's step time is
+        # still falling (its first steps after a switch run slower than it settles to): a
+        # configuration left is not measured again, so its early statistic would stand.
+        settling = better and not up and self._settling((h.num_nodes, r, h.atomic_bsz,
+                                                          h.accum_steps))
+        if settling:
+            better = False
         if better:
             votes = self._votes[1] + 1 if self._votes and self._votes[0] == best else 1
             self._votes = (best, votes)
@@ -396,11 +460,18 @@ class AdaptiveBatchSize:
         # (exploring up, the profile behind it) switches at the first check.
         need = 1 if up and speedup >= max(self.immediate_gain, threshold) else self.patience
         switched = bool(better and self._votes[1] >= need)
+        if switched and not up:
+            # About to leave for a smaller batch: first make sure the fit holds the running
+            # configuration's current statistic (a refit only if the profile moved
+            # materially since the last one); on a new fit the next check decides again.
+            h._since_fit = max(h._since_fit, h.refit_interval)
+            if h.maybe_refit():
+                switched, self._votes = False, None
         if switched and not self._ready(best):
             switched = False  # compiling it in the background; switch at a later check
         rec = {"step": self.steps, "best": best, "speedup": speedup, "switched": switched,
                "batch_size": r * best[0] * (best[1] + 1), "model_error": h.model_error,
-               "explore": explore}
+               "explore": explore, "settling": settling}
         self.last_check = rec
         if switched:
             self.switches.append(rec)

@@ -374,3 +374,52 @@ def test_an_unprofiled_larger_batch_is_tried_on_any_predicted_gain_once():
     assert not any(c["explore"] for c in checks[-5:])
     with pytest.raises(ValueError, match=r"explore_threshold \("):
         AdaptiveBatchSize(held.hooks, {"x": np.zeros(4)}, explore_threshold=1.1)
+
+
+def test_a_fresh_configuration_is_not_left_while_its_step_time_still_falls(monkeypatch):
+    """Batch 16 settles at 0.028 s a step against batch 8's 0.024 s (16 is the better
+    goodput at a noise scale of 24), but its first 12 steps take 0.044 s, and on them the
+    fit puts 8 ahead by 15%. Without the settling rule the controller goes back to 8 and,
+    8 being profiled, never measures 16 again. With it, it holds 16 until 16 has
+    ``settle_samples`` steps and its time stops falling, refreshes the fit before
+    leaving, and stays."""
+    def run():
+        clock = FakeClock()
+        hooks = GoodputHooks("settle", init_batch_size=8, atomic_bsz=8, num_nodes=1,
+                             num_replicas=1, max_batch_size=16, clock=clock, is_primary=True,
+                             refit_interval=1e9, warmup_steps=0, job_warmup_steps=0,
+                             background=False)
+        hooks.update_grad_params(GradParams(sqr=1.0, var=3.0))  # noise scale 8 * 3 = 24
+        ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)},
+                                atomic_sizes=[8, 16], adapt_every=2, adapt_interval=0.0,
+                                min_samples=3, patience=2)
+        seen16 = [0]
+        checks = []
+
+        def fake_step(params, opt_state, batch, n):
+            b = batch["x"].shape[1]
+            if b == 16:
+                seen16[0] += 1
+            clock.t += 0.02 + 0.0005 * b + (0.016 if b == 16 and seen16[0] <= 12 else 0.0)
+            return params, opt_state, 0.0
+
+        for i in range(200):
+            ctl.step(i, fake_step, None, None)
+            if ctl.last_check is not None and (not checks or ctl.last_check is not checks[-1]):
+                checks.append(ctl.last_check)
+        return hooks, ctl, checks
+
+    hooks, ctl, checks = run()
+    assert [s["batch_size"] for s in ctl.switches] == [16], ctl.switches
+    assert ctl.batch_size == 16
+    held = [c for c in checks if c["settling"]]
+    assert held and all(c["best"] == (8, 0) and not c["switched"] for c in held)
+    assert hooks.profile_table()[(1, 1, 16)][1] == pytest.approx(0.028)
+    assert hooks.fit_count >= 3  # 8 alone, 16's first samples, then 16 settled
+    # without the settling rule: back to 8 on the early statistic, and 16 is never retried
+    monkeypatch.setattr(AdaptiveBatchSize, "_settling", lambda self, key: False)
+    _, legacy, _ = run()
+    assert [s["batch_size"] for s in legacy.switches] == [16, 8], legacy.switches
+    for bad in ({"refresh_factor": 1.0}, {"settle_samples": 0}):
+        with pytest.raises(ValueError, match=rf"^{next(iter(bad))} \("):
+            AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, **bad)
