@@ -17,15 +17,14 @@ boundaries, switches configuration when the model predicts a worthwhile gain:
   ``patience`` consecutive checks (hysteresis; a larger batch predicted at
   least ``immediate_gain`` faster switches at the first check), and the
   current configuration must have ``min_samples`` profiled steps inside the
-  last fit (a new configuration is refitted at its first check, and again, if
-  its statistic moved, each time its sample count grows ``refresh_factor``
-  times);
+  last fit (a new configuration is refitted at its first check);
 * a configuration is left for a smaller batch only once it has
   ``settle_samples`` kept steps and its step time has stopped falling (the
   newer half of them no more than ``speedup_threshold`` faster than all of
   them): the first steps after a
   switch often run slower than the configuration settles to, and a
-  configuration left is not measured again;
+  configuration left is not measured again (before leaving, the fit is
+  refreshed if the profile moved materially since it);
 * exploration is step by step as in AdaptDL: the total batch may grow to at
   most ``explore_factor`` times the largest batch profiled on this replica
   count, never further than the profile supports;
@@ -125,14 +124,6 @@ class AdaptiveBatchSize:
             falling): a configuration's first steps after a switch can run well
             above its settled time, and a configuration left is not measured
             again. Switching up is not held back (trying costs a few steps).
-        refresh_factor: a check refits (if the profile changed materially since
-            the last fit) once the running configuration has this many times the
-            profiled steps it had at the last fit: a configuration's first steps
-            after a switch can run well above what it settles to, and a decision
-            on that fit (leaving it, or staying below a better one) would
-            otherwise stand until the periodic refit (the hooks'
-            ``refit_interval`` of profiled time). Geometric, so a configuration
-            costs a few extra refits at most.
         min_grad_steps: steps behind the gradient statistics before a check (the
             first statistics hold one step: their noise scale can be off by 100x).
         explore_factor: growth limit of the total batch per exploration step.
@@ -164,7 +155,6 @@ class AdaptiveBatchSize:
         adapt_interval: float = 0.05,
         min_samples: int = 5,
         settle_samples: int = 20,
-        refresh_factor: float = 2.0,
         min_grad_steps: int = 10,
         explore_factor: float = 2.0,
         adaptive: bool = True,
@@ -196,11 +186,6 @@ class AdaptiveBatchSize:
         # the hooks' step clock (injectable): no check runs before ``_next_adapt``
         self._clock = getattr(hooks, "_clock", time.perf_counter)
         self._next_adapt = -math.inf
-        if not (isinstance(refresh_factor, numbers.Real) and refresh_factor > 1.0):
-            raise ValueError(f"refresh_factor ({refresh_factor!r}) must be > 1")
-        self.refresh_factor = float(refresh_factor)
-        self._fit_seen: tuple | None = None  # (fit_count, configuration) at the last check
-        self._fit_samples = 0  # the running configuration's profiled steps at that check
         if not (isinstance(explore_factor, numbers.Real) and explore_factor > 1.0):
             raise ValueError(f"explore_factor ({explore_factor!r}) must be > 1")
         self.max_accum_steps = int(max_accum_steps) if hooks.gradient_accumulation else 0
@@ -376,17 +361,6 @@ class AdaptiveBatchSize:
             h.maybe_refit()
             if (key[0], key[1], key[2]) not in h.model_errors:
                 return None
-        if self._fit_seen != (h.fit_count, key):
-            self._fit_seen, self._fit_samples = (h.fit_count, key), n_now
-        elif n_now >= self.refresh_factor * self._fit_samples:
-            # The running configuration has gathered refresh_factor x the samples it had
-            # at the last fit: its first steps (often slower than it settles to) no longer
-            # dominate its statistic. Refit now if that moved it (or anything) materially
-            # (the hooks compare the profile with the last fit), rather than deciding on a
-            # stale fit until the periodic refit (refit_interval of profiled time).
-            self._fit_samples = n_now
-            h._since_fit = max(h._since_fit, h.refit_interval)
-            h.maybe_refit()
         gp = h.grad_params_nowait()  # statistics of a step still running: the previous ones
         if h.perf_params is None or gp is None or h.grad_count < self.min_grad_steps:
             return None
