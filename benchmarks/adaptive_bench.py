@@ -220,6 +220,19 @@ def bare_step(loss_fn, base_tx, mesh):
         mesh, P("data"))), out_shardings=(rep, rep, rep)), NamedSharding(mesh, P("data")), rep
 
 
+def plain_steps(step_fn, src, p, st, n: int):
+    """``n`` steps of the adaptive step in a plain loop (one step late, as every loop here):
+    batches from ``src.next_batch()``; returns the last ``(params, opt_state, loss)``."""
+    prev = loss = None
+    for _i in range(n):
+        batch, k = src.next_batch()
+        p, st, loss = step_fn(p, st, batch, np.int32(k))
+        if prev is not None:
+            prev.block_until_ready()
+        prev = loss
+    return p, st, loss
+
+
 def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
     """Three loops at M0 on the same data path, interleaved per round, medians over rounds:
 
@@ -263,13 +276,7 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
         p = jax.tree.map(jnp.array, params)  # fresh buffers: the step donates them
         st = tx.init(p)
         t0 = time.perf_counter()
-        prev = None
-        for _i in range(n):
-            batch, k = src.next_batch()
-            p, st, loss = step_fn(p, st, batch, np.int32(k))
-            if prev is not None:
-                prev.block_until_ready()
-            prev = loss
+        p, st, loss = plain_steps(step_fn, src, p, st, n)
         jax.block_until_ready(loss)
         plain.append(time.perf_counter() - t0)
 
@@ -353,13 +360,7 @@ def overhead_paired(args, data, model, loss_fn, step_cache, rounds: int, block: 
         p, st = state[arm]
         t0 = time.perf_counter()
         if arm == "plain":
-            prev = None
-            for _i in range(block):
-                batch, k = src.next_batch()
-                p, st, loss = step_fn(p, st, batch, np.int32(k))
-                if prev is not None:
-                    prev.block_until_ready()
-                prev = loss
+            p, st, loss = plain_steps(step_fn, src, p, st, block)
         else:
             for _i in range(block):
                 p, st, loss = ctl.step(step_no[0], step_fn, p, st)
