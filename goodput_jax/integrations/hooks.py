@@ -1201,17 +1201,23 @@ class GoodputHooks:
         return h
 
     def cost(self) -> dict[str, float]:
-        """The hooks' own time: ``foreground`` (training thread) and ``background`` seconds.
+        """The hooks' own time: ``foreground`` (training thread) and ``background`` seconds,
+        and ``recorder``: the CPU seconds of the recorder's writer thread.
 
-        Foreground time excludes the one-step-late wait for the device (a loop
-        waits for its steps anyway); it includes recording, profiling, reading
-        statistics and inline refits.
+        Foreground time is wall time on the training thread; it excludes the
+        one-step-late wait for the device (a loop waits for its steps anyway) and
+        includes recording, profiling, reading statistics and inline refits.
+        Background time is the wall time of refits on the hooks' worker thread.
+        Where the device's work shares the host's cores (the CPU backend), the
+        training thread is also descheduled inside the hooks' code, so foreground
+        time is an upper bound on the CPU the hooks take.
 
         Example:
             >>> GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1).cost()
-            {'foreground': 0.0, 'background': 0.0}
+            {'foreground': 0.0, 'background': 0.0, 'recorder': 0.0}
         """
-        return {"foreground": self.foreground_seconds, "background": self.background_seconds}
+        return {"foreground": self.foreground_seconds, "background": self.background_seconds,
+                "recorder": float(getattr(self.recorder, "writer_cpu_seconds", 0.0))}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:

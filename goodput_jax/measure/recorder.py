@@ -138,6 +138,7 @@ class GoodputRecorder:
         self._q: collections.deque = collections.deque()
         self._dropped = 0
         self._written = 0
+        self._writer_cpu = 0.0
         self._warned_drop = False
         self._warned_store = False
         self._open: dict[tuple[int, str | None], int] = {}
@@ -183,6 +184,16 @@ class GoodputRecorder:
     def written_count(self) -> int:
         """Events durably written to the store."""
         return self._written
+
+    @property
+    def writer_cpu_seconds(self) -> float:
+        """CPU seconds the background writer thread has spent writing events so far
+        (``time.thread_time`` around each drain; 0.0 when synchronous or disabled).
+
+        The recorder's cost off the training thread: on a host whose cores the
+        device's work also uses, it is time taken from the step.
+        """
+        return self._writer_cpu
 
     @property
     def store(self) -> EventStore | None:
@@ -504,15 +515,22 @@ class GoodputRecorder:
         while True:
             self._wake.wait(self._flush_interval)
             self._wake.clear()
+            c0 = time.thread_time()
             self._drain()
-            if self._stop.is_set():
+            stop = self._stop.is_set()
+            if stop:
                 self._drain()
+            self._writer_cpu += time.thread_time() - c0
+            if stop:
                 return
 
     def _drain(self) -> None:
         q = self._q
-        batch: list[Event] = []
+        batch: list = []
         ok_since_marker = True
+        # a store with ``append_raw`` (SQLite) takes the queued tuples as they are;
+        # any other gets Event objects
+        raw = callable(getattr(self._store, "append_raw", None))
         mk = Event
         job, run, host = self.job_name, self._run_id, self._host
         kinds = KINDS_BY_CODE
@@ -526,19 +544,25 @@ class GoodputRecorder:
                 item.done.set()
                 ok_since_marker = True
                 continue
-            code, t, step, label, payload = item
-            batch.append(mk(kinds[code], job, run, host, t, step, label, payload))
+            if raw:
+                batch.append(item)
+            else:
+                code, t, step, label, payload = item
+                batch.append(mk(kinds[code], job, run, host, t, step, label, payload))
             if len(batch) >= self._batch:
                 ok_since_marker &= self._write(batch)
                 batch = []
         if batch:
             self._write(batch)
 
-    def _write(self, batch: list[Event]) -> bool:
+    def _write(self, batch: list) -> bool:
         delay = 0.05
         for attempt in range(self._max_retries + 1):
             try:
-                self._store.append(batch)
+                if batch and type(batch[0]) is tuple:
+                    self._store.append_raw(self.job_name, self._run_id, self._host, batch)
+                else:
+                    self._store.append(batch)
                 self._written += len(batch)
                 return True
             except Exception as e:  # noqa: BLE001 - the training loop must never see it

@@ -289,3 +289,22 @@ def test_job_name_with_control_characters_is_refused_at_construction():
     for cls in (GoodputRecorder, goodput.GoodputRecorder):
         with pytest.raises(ValueError, match=r"job_name \('a\\nb'\) contains the control character"):
             cls("a\nb", "log", logging_enabled=True, store=":memory:")
+
+
+def test_writer_cpu_seconds_counts_the_writer_threads_work(store):
+    """The writer's CPU (the recorder's cost off the training thread) is counted; the
+    tuple path (SQLite's append_raw) stores exactly what was recorded."""
+    assert GoodputRecorder("job", "l").writer_cpu_seconds == 0.0  # disabled: no writer
+    rec = _rec(store, flush_interval=3600.0)
+    assert rec.writer_cpu_seconds == 0.0
+    for i in range(3000):
+        rec.record_step_start_time(i)
+    rec.record_custom_badput_event_start_time(custom_badput_event_type="eval")
+    rec.record_custom_badput_event_end_time(custom_badput_event_type="eval")
+    assert rec.flush(timeout=30)
+    assert rec.writer_cpu_seconds > 0.0
+    events = store.read_events("job")[0]
+    assert [e.step for e in events[:3000]] == list(range(3000))
+    assert [(e.kind, e.label) for e in events[3000:]] == [
+        (K.CUSTOM_BADPUT_START, "eval"), (K.CUSTOM_BADPUT_END, "eval")]
+    rec.close()

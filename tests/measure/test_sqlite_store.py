@@ -233,3 +233,34 @@ def test_timeout_argument_is_the_busy_timeout(tmp_path):
     assert "error" in out and "locked" in str(out["error"]) and out["s"] < 3.0
     with pytest.raises(ValueError, match="timeout"):
         SQLiteStore(path, timeout=-1)
+
+
+def test_append_raw_stores_what_append_stores(tmp_path):
+    """The recorder's tuple path: the same events, columns and blocks as Event objects,
+    and a labelled or payload tuple is still validated (nothing of its batch stored)."""
+    kinds = [K.STEP_START, K.STEP_DEVICE_END, K.CUSTOM_BADPUT_START, K.CUSTOM_BADPUT_END,
+             K.HINTS]
+    events = []
+    for i in range(25):
+        kind = kinds[i % 5]
+        events.append(Event(kind, "a", "r", 1, 10.0 + i,
+                            step=i if kind in (K.STEP_START, K.STEP_DEVICE_END) else None,
+                            label=f"l{i}" if "CUSTOM" in kind.name else None,
+                            payload={"b": i, "a": [1]} if kind is K.HINTS else None))
+    one, two = SQLiteStore(str(tmp_path / "one.db")), SQLiteStore(str(tmp_path / "two.db"))
+    one.append(events)
+    two.append_raw("a", "r", 1, [(KIND_CODES[e.kind], e.timestamp, e.step, e.label, e.payload)
+                                 for e in events])
+    assert one.read_events("a") == two.read_events("a")
+    cols_one, _, _ = one.read_columns("a", None)
+    cols_two, _, _ = two.read_columns("a", None)
+    for k in ("kind", "ts", "step"):
+        assert cols_one[k].tolist() == cols_two[k].tolist()
+    assert cols_one["labels"] == cols_two["labels"]
+    code = KIND_CODES[K.HINTS]
+    with pytest.raises(ValueError, match="payload"):
+        two.append_raw("a", "r", 1, [(KIND_CODES[K.STEP_START], 99.0, 99, None, None),
+                                     (code, 100.0, None, None, {"x": object()})])
+    with pytest.raises(ValueError, match="job_name"):
+        two.append_raw("", "r", 1, [(KIND_CODES[K.STEP_START], 99.0, 99, None, None)])
+    assert len(two.read_events("a")[0]) == len(events)

@@ -40,12 +40,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 import numpy as np
 
-from goodput_jax.measure.events import KIND_CODES, KINDS_BY_CODE, Event, EventKind
+from goodput_jax.measure.events import KIND_CODES, KINDS_BY_CODE, Event, EventKind, check_job_name
 from goodput_jax.measure.stores.base import StoreError
 
 SCHEMA_VERSION = 2
@@ -317,20 +317,63 @@ class SQLiteStore:
             ev.validate()
         if not events:
             return
+
+        def rows(next_id: int) -> list[tuple]:
+            out = []
+            for i, ev in enumerate(events):
+                jid = self._job_id(ev.job_name, create=True)
+                sid = self._stream_id(jid, ev.run_id, ev.host)
+                out.append((next_id + i, jid, sid, KIND_CODES[ev.kind], float(ev.timestamp),
+                            ev.step, ev.label, ev.payload_json()))
+            return out
+
+        self._insert(rows)
+
+    def append_raw(self, job_name: str, run_id: str, host: int,
+                   items: Sequence[tuple[int, float, int | None, str | None, Any]]) -> None:
+        """Append one stream's events from ``(kind_code, timestamp, step, label, payload)``
+        tuples, as :class:`~goodput_jax.measure.recorder.GoodputRecorder` queues them.
+
+        The recorder's writer path: it validates every call when it is made, so a
+        tuple without label or payload is stored as it is (no per-event object);
+        one with a label or a payload is validated as an :class:`Event`. Atomic,
+        as :meth:`append`.
+
+        Example:
+            >>> from goodput_jax.measure.events import KIND_CODES, EventKind
+            >>> s = SQLiteStore(":memory:")
+            >>> s.append_raw("j", "r", 0, [(KIND_CODES[EventKind.STEP_START], 1.0, 0, None, None)])
+            >>> [(e.kind.value, e.step) for e in s.read_events("j")[0]]
+            [('step_start', 0)]
+        """
+        items = list(items)
+        if not items:
+            return
+        check_job_name(job_name)
+
+        def rows(next_id: int) -> list[tuple]:
+            jid = self._job_id(job_name, create=True)
+            sid = self._stream_id(jid, run_id, host)
+            out = []
+            for i, (code, ts, step, label, payload) in enumerate(items):
+                pj = None
+                if label is not None or payload is not None:
+                    ev = Event(KINDS_BY_CODE[code], job_name, run_id, host, ts, step=step,
+                               label=label, payload=payload).validate()
+                    ts, pj = float(ev.timestamp), ev.payload_json()
+                out.append((next_id + i, jid, sid, code, ts, step, label, pj))
+            return out
+
+        self._insert(rows)
+
+    def _insert(self, build: Callable[[int], list[tuple]]) -> None:
+        """One transaction: ``build(next_id)`` returns the event rows, stored with their blocks."""
         with self._lock:
             c = self._conn
             try:
                 c.execute("BEGIN IMMEDIATE")
                 (top,) = c.execute("SELECT MAX(id) FROM events").fetchone()
-                next_id = (top or 0) + 1
-                rows = []
-                for i, ev in enumerate(events):
-                    jid = self._job_id(ev.job_name, create=True)
-                    sid = self._stream_id(jid, ev.run_id, ev.host)
-                    rows.append(
-                        (next_id + i, jid, sid, KIND_CODES[ev.kind], float(ev.timestamp), ev.step,
-                         ev.label, ev.payload_json())
-                    )
+                rows = build((top or 0) + 1)
                 c.executemany(
                     "INSERT INTO events(id, job_id, stream_id, kind, ts, step, label, payload)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
