@@ -38,10 +38,16 @@ Protocol (robust to evaluation noise, long enough to amortise exploration):
   step in flight has finished, so that no training is hidden in the pause);
   compilation of every batch shape happens once before the arms, the adaptive
   arm's exploration, checks and refits are included;
-* sweep arms run from the largest batch down; a sweep arm that has trained
-  ``--censor`` (1.5) times as long as the best arm of its seed so far without
-  reaching the target is stopped and reported as ``>t`` (it cannot be the best);
-  ``fixed-M0`` always runs to ``--max-time``.
+* the arms of a seed take turns (``--interleave``, the default): each trains for
+  a ``--slice`` (0.25 s) of training time, its last step finished, then the next
+  one, so that every arm meets the same machine (this one's speed drifts 10-40%
+  over the minutes a seed takes, which, arm after arm, moved whole arms); each
+  arm keeps its own clock, parameters, hooks and controller;
+* a sweep arm that has trained ``--censor`` (1.5) times as long as the first
+  fixed arm of its seed to reach the target is stopped and reported as ``>t``
+  (it cannot be the best); ``fixed-M0`` and the adaptive arm run to the target
+  or ``--max-time``. ``--no-interleave`` runs the arms one after another (sweep
+  from the largest batch down), the protocol of the earlier runs.
 
 The step-time model's fit is compiled once before the arms (a process-wide,
 one-off cost, reported separately).
@@ -145,68 +151,163 @@ class Timer:
         self._t0 = None
 
 
+class Arm:
+    """One arm's training, resumable in time slices (:meth:`advance`), so that the arms of
+    a seed can take turns on the machine (``--interleave``) and share its drift."""
+
+    def __init__(self, arm: str, batch: int | None, seed: int, data, args, model, loss_fn,
+                 acc_fn, step_cache: dict):
+        (xtr, ytr), self.test = data
+        m0, r = args.m0, jax.device_count()
+        if "step" not in step_cache:  # one jitted step per process: compiles are per shape
+            tx = make_tx(args)
+            step_cache["step"] = make_train_step(loss_fn, tx)
+            step_cache["tx"] = tx
+        self.step_fn, tx = step_cache["step"], step_cache["tx"]
+        self.params = model.init(jax.random.key(seed), jnp.ones((1, xtr.shape[1])))
+        self.opt_state = tx.init(self.params)
+        start_b = (batch or m0) // r
+        self.hooks = GoodputHooks(
+            f"bench-{arm}", init_batch_size=m0, atomic_bsz=start_b, num_nodes=1,
+            num_replicas=r, max_batch_size=args.max_batch,
+            local_bsz_bounds=(8, args.max_batch // r), gradient_accumulation=False,
+            is_primary=True, refit_interval=args.refit_interval, warmup_steps=2,
+            profile_quantile=args.profile_quantile)
+        self.ctl = AdaptiveBatchSize(self.hooks, {"x": xtr, "y": ytr},
+                                     batch_sharding=self.step_fn.batch_sharding,
+                                     adaptive=(arm == "adaptive"),
+                                     adapt_every=args.adapt_every, min_samples=3, patience=2)
+        self.ctl.source.seed = seed
+        self.ctl.source.load_state_dict({"epoch": 0, "index": 0, "seed": seed})
+        self.arm, self.seed, self.args, self.acc_fn = arm, seed, args, acc_fn
+        self.timer = Timer()
+        self.step = self.samples = 0
+        self.acc, self.reached, self.stopped = 0.0, None, None
+        self.next_eval = args.eval_every
+        self.evals: list[float] = []
+        self.eval_t: list[float] = []
+        self.done = False
+        self.limit = args.max_time
+
+    def advance(self, budget: float = math.inf, limit: float | None = None) -> None:
+        """Train for ``budget`` more seconds of training time, or until the target (or
+        ``limit`` seconds of training in all, then the arm is done). The slice ends once its
+        last step has finished: each arm's device time stays inside its own slices."""
+        args, timer, ctl, hooks = self.args, self.timer, self.ctl, self.hooks
+        if limit is not None:
+            self.limit = min(self.limit, limit)
+        end = timer.total + budget
+        loss = None
+        timer.start()
+        while True:
+            now = timer.total + (time.perf_counter() - timer._t0)
+            if now >= self.limit or now >= end:
+                if loss is not None:
+                    jax.block_until_ready(loss)
+                timer.stop()
+                self.done = self.done or now >= self.limit
+                return
+            self.params, self.opt_state, loss = ctl.step(self.step, self.step_fn, self.params,
+                                                         self.opt_state)
+            self.samples += ctl.batch_size
+            self.step += 1
+            if timer.total + (time.perf_counter() - timer._t0) >= self.next_eval:
+                jax.block_until_ready(loss)  # the step in flight is training, not eval, time
+                timer.stop()
+                hooks.flush()
+                self.evals.append(float(self.acc_fn(self.params, *self.test)))
+                self.eval_t.append(timer.total)
+                self.acc = float(np.mean(self.evals[-args.smooth:]))
+                self.next_eval = timer.total + args.eval_every
+                if len(self.evals) >= args.smooth and self.acc >= args.target:
+                    self.stopped = timer.total
+                    self.reached = crossing_time(self.eval_t, self.evals, args.target,
+                                                 args.smooth)
+                    self.done = True
+                    return
+                timer.start()
+
+    def result(self) -> dict:
+        """Close the arm's hooks; its record."""
+        hooks, ctl = self.hooks, self.ctl
+        hooks.wait_refit()
+        hooks.close()
+        cost = hooks.cost()
+        return {"arm": self.arm, "seed": self.seed, "time": self.reached, "stop": self.stopped,
+                "wall": self.timer.total, "steps": self.step,
+                "censored": self.reached is None and self.limit < self.args.max_time,
+                "samples": self.samples, "acc": self.acc, "final_batch": ctl.batch_size,
+                "switches": [(s["step"], s["batch_size"]) for s in ctl.switches],
+                "cost_fg": cost["foreground"] + ctl.adapt_seconds,
+                "cost_bg": cost["background"], "cost_rec": cost["recorder"],
+                "model_error": hooks.model_error, "noise_scale": noise_scale(hooks)}
+
+
+def noise_scale(hooks: GoodputHooks) -> float | None:
+    """The gradient noise scale the goodput model uses, ``M0 * var / sqr`` (Pollux's phi,
+    in samples): the efficiency of a total batch ``B`` is ``(phi + M0) / (phi + B)``."""
+    gp = hooks.grad_params
+    return None if gp is None or gp.sqr <= 0 else float(hooks.init_batch_size * gp.var / gp.sqr)
+
+
+def efficiency_check(rows: list[dict], seed: int) -> str | None:
+    """The efficiency model against the fixed arms of one seed.
+
+    The two fastest fixed arms that reached the target, ``b_lo < b_hi``, needed
+    ``S_lo`` and ``S_hi`` samples (at their crossing times): their measured
+    efficiency ratio is ``S_lo / S_hi``. Pollux's model predicts
+    ``(phi + b_lo) / (phi + b_hi)`` from the noise scale ``phi``; the ``phi`` that
+    reproduces the measured ratio is compared with the adaptive arm's measured one.
+    """
+    fixed = sorted((r["time"], r) for r in rows if r["seed"] == seed and r["time"] is not None
+                   and r["arm"].startswith("fixed-"))
+    ad = [r for r in rows if r["seed"] == seed and r["arm"] == "adaptive"]
+    if len(fixed) < 2 or not ad or ad[0]["noise_scale"] is None:
+        return None
+    a, b = sorted((fixed[0][1], fixed[1][1]), key=lambda r: r["final_batch"])
+    s_lo, s_hi = (r["samples"] * r["time"] / r["stop"] for r in (a, b))
+    lo, hi = a["final_batch"], b["final_batch"]
+    ratio = s_lo / s_hi
+    implied = (ratio * hi - lo) / (1 - ratio) if ratio < 1 else math.inf
+    phi = ad[0]["noise_scale"]
+    return (f"efficiency check, seed {seed}: fixed-{hi} / fixed-{lo} samples to target "
+            f"{s_hi / 1e6:.2f}M / {s_lo / 1e6:.2f}M: measured efficiency ratio {ratio:.3f} "
+            f"(noise scale that reproduces it: {implied:.0f}); the adaptive arm's noise scale at "
+            f"its target {phi:.0f} predicts {(phi + lo) / (phi + hi):.3f} (measured at the target "
+            f"by fixed-{hi}: {_fmt(b['noise_scale'])}, fixed-{lo}: {_fmt(a['noise_scale'])})")
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}"
+
+
 def run_arm(arm: str, batch: int | None, seed: int, data, args, model, loss_fn, acc_fn,
             step_cache: dict, stop_after: float | None = None) -> dict:
     """Train one arm until the smoothed held-out accuracy reaches the target, ``max_time``
     or (sweep arms) ``stop_after`` seconds of training; returns its record."""
-    (xtr, ytr), (xte, yte) = data
-    m0, r = args.m0, jax.device_count()
-    tx = make_tx(args)
-    if "step" not in step_cache:  # one jitted step per process: compiles are per shape
-        step_cache["step"] = make_train_step(loss_fn, tx)
-        step_cache["tx"] = tx
-    step_fn, tx = step_cache["step"], step_cache["tx"]
-    params = model.init(jax.random.key(seed), jnp.ones((1, xtr.shape[1])))
-    opt_state = tx.init(params)
-    start_b = (batch or m0) // r
-    hooks = GoodputHooks(f"bench-{arm}", init_batch_size=m0, atomic_bsz=start_b, num_nodes=1,
-                         num_replicas=r, max_batch_size=args.max_batch,
-                         local_bsz_bounds=(8, args.max_batch // r), gradient_accumulation=False,
-                         is_primary=True, refit_interval=args.refit_interval, warmup_steps=2,
-                         profile_quantile=args.profile_quantile)
-    ctl = AdaptiveBatchSize(hooks, {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding,
-                            adaptive=(arm == "adaptive"), adapt_every=args.adapt_every,
-                            min_samples=3, patience=2)
-    ctl.source.seed = seed
-    ctl.source.load_state_dict({"epoch": 0, "index": 0, "seed": seed})
-    timer = Timer()
-    step, acc, reached, stopped = 0, 0.0, None, None
-    samples = 0
-    next_eval = args.eval_every
-    evals: list[float] = []
-    eval_t: list[float] = []
-    limit = args.max_time if stop_after is None else min(args.max_time, stop_after)
-    timer.start()
-    while timer.total + (time.perf_counter() - timer._t0) < limit:
-        params, opt_state, _loss = ctl.step(step, step_fn, params, opt_state)
-        samples += ctl.batch_size
-        step += 1
-        now = timer.total + (time.perf_counter() - timer._t0)
-        if now >= next_eval:
-            jax.block_until_ready(_loss)  # the step in flight is training time, not eval time
-            timer.stop()
-            hooks.flush()
-            evals.append(float(acc_fn(params, xte, yte)))
-            eval_t.append(timer.total)
-            acc = float(np.mean(evals[-args.smooth:]))
-            next_eval = timer.total + args.eval_every
-            if len(evals) >= args.smooth and acc >= args.target:
-                stopped = timer.total
-                reached = crossing_time(eval_t, evals, args.target, args.smooth)
-                break
-            timer.start()
-    else:
-        timer.stop()
-    hooks.wait_refit()
-    hooks.close()
-    cost = hooks.cost()
-    return {"arm": arm, "seed": seed, "time": reached, "stop": stopped, "wall": timer.total,
-            "steps": step,
-            "censored": reached is None and limit < args.max_time,
-            "samples": samples, "acc": acc, "final_batch": ctl.batch_size,
-            "switches": [(s["step"], s["batch_size"]) for s in ctl.switches],
-            "cost_fg": cost["foreground"] + ctl.adapt_seconds, "cost_bg": cost["background"],
-            "model_error": hooks.model_error}
+    a = Arm(arm, batch, seed, data, args, model, loss_fn, acc_fn, step_cache)
+    a.advance(limit=stop_after)
+    return a.result()
+
+
+def run_seed_interleaved(arms: list[tuple[str, int | None]], seed: int, data, args, model,
+                         loss_fn, acc_fn, step_cache: dict) -> list[dict]:
+    """All arms of a seed at once, taking turns of ``--slice`` seconds of training each.
+
+    Run one after another, the arms of a seed meet the machine at different times,
+    and this machine's speed drifts by 10-40% over minutes; taking turns, every arm
+    sees the same drift. Censoring as in the sequential protocol: a sweep arm
+    stops at ``--censor`` times the training time of the first arm to reach the target.
+    """
+    runs = [Arm(a, b, seed, data, args, model, loss_fn, acc_fn, step_cache) for a, b in arms]
+    while not all(r.done for r in runs):
+        done = [r.stopped for r in runs if r.stopped is not None and r.arm.startswith("fixed-")]
+        for r in runs:
+            if r.done:
+                continue
+            sweep = r.arm.startswith("fixed-") and r.arm != "fixed-M0"
+            r.advance(args.slice, args.censor * min(done) if sweep and done else None)
+    return [r.result() for r in runs]
 
 
 def crossing_time(times: list[float], accs: list[float], target: float, smooth: int) -> float:
@@ -545,6 +646,11 @@ def main(argv=None) -> int:
                     help="learning-rate half-life in scale-invariant iterations (0: constant)")
     ap.add_argument("--max-time", type=float, default=None, help="seconds per arm")
     ap.add_argument("--eval-every", type=float, default=0.5, help="training seconds between evals")
+    ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=True,
+                    help="arms of a seed take turns in --slice slices (default); "
+                         "--no-interleave runs them one after another")
+    ap.add_argument("--slice", type=float, default=0.25,
+                    help="training seconds per turn with --interleave")
     ap.add_argument("--refit-interval", type=float, default=5.0,
                     help="profiled seconds between periodic refits (a new configuration "
                          "also triggers one once it has enough samples)")
@@ -630,9 +736,24 @@ def main(argv=None) -> int:
         step_cache["step"].precompile(params0, tx0.init(params0), like).result()
     print(f"# step compiled for batch shapes {shapes} in {time.perf_counter() - t0:.1f} s "
           "(once, before the arms)")
+    def report(res: dict) -> None:
+        t = (f">{res['wall']:5.1f}" if res["censored"] else "   n/a" if res["time"] is None
+             else f"{res['time']:6.2f} (stopped at {res['stop']:5.2f})")
+        extra = (f"  model error {res['model_error']:.2f}" if res["arm"] == "adaptive" else "")
+        print(f"seed {res['seed']} {res['arm']:>11}: time-to-target {t} s  steps "
+              f"{res['steps']:5d}  acc {res['acc']:.3f}  final batch {res['final_batch']:5d}  "
+              f"switches {res['switches']}{extra}", flush=True)
+
+    print(f"# protocol: {'arms take turns, ' + str(args.slice) + ' s slices' if args.interleave else 'arms one after another'}")
     for seed in range(seeds):
         data = make_data(seed)
         arms = [("fixed-M0", args.m0)] + [(f"fixed-{b}", b) for b in sizes] + [("adaptive", None)]
+        if args.interleave:
+            for res in run_seed_interleaved(arms, seed, data, args, model, loss_fn, acc_fn,
+                                            step_cache):
+                rows.append(res)
+                report(res)
+            continue
         best = math.inf
         for arm, b in arms:
             stop = (args.censor * best if arm.startswith("fixed-") and arm != "fixed-M0"
@@ -641,12 +762,7 @@ def main(argv=None) -> int:
             rows.append(res)
             if res["stop"] is not None and arm.startswith("fixed-"):
                 best = min(best, res["stop"])  # the censoring budget: training time run
-            t = (f">{res['wall']:5.1f}" if res["censored"] else "   n/a" if res["time"] is None
-                 else f"{res['time']:6.2f} (stopped at {res['stop']:5.2f})")
-            extra = (f"  model error {res['model_error']:.2f}" if arm == "adaptive" else "")
-            print(f"seed {seed} {arm:>11}: time-to-target {t} s  steps {res['steps']:5d}  "
-                  f"acc {res['acc']:.3f}  final batch {res['final_batch']:5d}  "
-                  f"switches {res['switches']}{extra}", flush=True)
+            report(res)
     # Table: median over seeds.
     print()
     print(f"{'arm':>11} | {'time to target (s), per seed':>30} | {'median':>7} | {'steps':>6} | "
@@ -679,9 +795,14 @@ def main(argv=None) -> int:
         per_seed.append(t["adaptive"] / min(v for k, v in t.items() if k.startswith("fixed-")))
     print(f"adaptive / best fixed arm of the same seed: {', '.join(f'{x:.2f}' for x in per_seed)}"
           f" (median {np.median(per_seed):.2f}x)")
+    for seed in range(seeds):
+        line = efficiency_check(rows, seed)
+        if line:
+            print(line)
     ad = [r for r in rows if r["arm"] == "adaptive"]
     print(f"adaptive machinery (hooks + controller checks): training-thread {np.median([r['cost_fg'] / r['wall'] for r in ad]):.2%}"
-          f", background thread {np.median([r['cost_bg'] / r['wall'] for r in ad]):.2%} of the "
+          f", background thread {np.median([r['cost_bg'] / r['wall'] for r in ad]):.2%}, "
+          f"recorder writer CPU {np.median([r['cost_rec'] / r['wall'] for r in ad]):.2%} of the "
           f"arm's wall time; model error on profiled configs (median) "
           f"{np.median([r['model_error'] for r in ad]):.3f}")
     ov = overhead(args, make_data(0, 60000, 4000), model, loss_fn, step_cache,

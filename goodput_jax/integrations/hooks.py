@@ -568,6 +568,9 @@ class GoodputHooks:
         self._last_out: Any = None
         self._grad_params: GradParams | None = None
         self._summary_of: Callable[[], Any] | None = None  # the step's stats_summary, if any
+        # this loop's last step's summary: the step function may also serve another loop
+        # (its stats_summary() is whichever call was last)
+        self._last_summary: Any = None
         #: Steps folded into the current gradient statistics (0 before any; ``math.inf`` when
         #: they were set directly or restored): a decision on one or two steps' statistics is
         #: noise (the first read, at step 0, holds one sample).
@@ -709,12 +712,15 @@ class GoodputHooks:
             summary = getattr(fn, "stats_summary", None)
             if callable(summary):  # make_train_step's in-step summary: a reference, no dispatch
                 self._summary_of = summary
-                self._grad_stats = summary()
+                self._grad_stats = self._last_summary = summary()
             else:
+                self._summary_of = self._last_summary = None
                 self.observe_outputs(out)
             self._next_stats = self._steps_seen + (
                 min(10, self.stats_every) if self._steps_seen < self.stats_every
                 else self.stats_every)
+        elif self._summary_of is not None:
+            self._last_summary = self._summary_of()
         self._last_out = out
         self._steps_seen += 1
         if self._since_fit >= self.refit_interval:
@@ -755,8 +761,8 @@ class GoodputHooks:
         """
         self._finish_timing(self._timer.flush())
         out, self._last_out = self._last_out, None
-        if self._summary_of is not None:
-            self._grad_stats = self._summary_of()
+        if self._last_summary is not None:
+            self._grad_stats = self._last_summary
         elif out is not None and not any(
                 isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(out)):
             self.observe_outputs(out)

@@ -534,3 +534,24 @@ def test_grad_params_nowait_keeps_the_previous_statistics_while_the_step_runs():
     out.block_until_ready()
     assert h.grad_params_nowait() == GradParams(4.0, 8.0) and h.grad_count == 5
     assert h.grad_params == GradParams(4.0, 8.0)
+
+
+def test_a_step_function_shared_by_two_loops_gives_each_its_own_statistics():
+    """``stats_summary()`` is the last call's, whichever loop made it: a loop's flush (at a
+    checkpoint, at the end) keeps the statistics of its own last step."""
+    last = [None]
+
+    def train_step(sqr, var):
+        last[0] = jnp.array([3.0, sqr, var], jnp.float32)
+        return jnp.zeros(())
+
+    train_step.stats_summary = lambda: last[0]
+    a = GoodputHooks("share-a", init_batch_size=8, is_primary=False, num_replicas=1)
+    b = GoodputHooks("share-b", init_batch_size=8, is_primary=False, num_replicas=1)
+    for i in range(25):  # statistics due at some steps, not at others
+        a.step(i, train_step, 1.0, 10.0 + i)
+        b.step(i, train_step, 2.0, 50.0 + i)
+    a.flush()
+    b.flush()
+    assert a.grad_params == GradParams(1.0, 34.0)
+    assert b.grad_params == GradParams(2.0, 74.0)
