@@ -744,7 +744,9 @@ def main(argv=None) -> int:
               f"{res['steps']:5d}  acc {res['acc']:.3f}  final batch {res['final_batch']:5d}  "
               f"switches {res['switches']}{extra}", flush=True)
 
-    print(f"# protocol: {'arms take turns, ' + str(args.slice) + ' s slices' if args.interleave else 'arms one after another'}")
+    protocol = (f"arms take turns, {args.slice} s slices" if args.interleave
+                else "arms one after another")
+    print(f"# protocol: {protocol}")
     for seed in range(seeds):
         data = make_data(seed)
         arms = [("fixed-M0", args.m0)] + [(f"fixed-{b}", b) for b in sizes] + [("adaptive", None)]

@@ -45,7 +45,13 @@ from typing import Any, Self
 
 import numpy as np
 
-from goodput_jax.measure.events import KIND_CODES, KINDS_BY_CODE, Event, EventKind, check_job_name
+from goodput_jax.measure.events import (
+    KIND_CODES,
+    KINDS_BY_CODE,
+    Event,
+    EventKind,
+    check_job_name,
+)
 from goodput_jax.measure.stores.base import StoreError
 
 SCHEMA_VERSION = 2
