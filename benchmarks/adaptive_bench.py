@@ -263,12 +263,12 @@ def efficiency_check(rows: list[dict], seed: int) -> str | None:
     ``(phi + b_lo) / (phi + b_hi)`` from the noise scale ``phi``; the ``phi`` that
     reproduces the measured ratio is compared with the adaptive arm's measured one.
     """
-    fixed = sorted((r["time"], r) for r in rows if r["seed"] == seed and r["time"] is not None
-                   and r["arm"].startswith("fixed-"))
+    fixed = sorted((r for r in rows if r["seed"] == seed and r["time"] is not None
+                    and r["arm"].startswith("fixed-")), key=lambda r: r["time"])
     ad = [r for r in rows if r["seed"] == seed and r["arm"] == "adaptive"]
     if len(fixed) < 2 or not ad or ad[0]["noise_scale"] is None:
         return None
-    a, b = sorted((fixed[0][1], fixed[1][1]), key=lambda r: r["final_batch"])
+    a, b = sorted(fixed[:2], key=lambda r: r["final_batch"])
     s_lo, s_hi = (r["samples"] * r["time"] / r["stop"] for r in (a, b))
     lo, hi = a["final_batch"], b["final_batch"]
     ratio = s_lo / s_hi
