@@ -608,17 +608,22 @@ def demo_check(runs: int, quick: bool) -> int:
             demo.main(directory=d, steps=None, job=f"demo-check-{i}", devices=4, quick=quick,
                       progress=False)
     demo.format_model_summary = orig
+    from goodput_jax.adaptive import default_atomic_sizes
+
     print(f"# demo check: {runs} runs of goodput-jax demo{' --quick' if quick else ''}")
-    sugs = []
+    sugs, buckets = [], []
     for i, h in enumerate(captured):
         table = h.profile_table()
         sug = h.suggest()
+        on = h.suggest(atomic_sizes=default_atomic_sizes(h)) if sug else None
         sugs.append(sug.batch_size if sug else None)
+        buckets.append(on.batch_size if on else None)
         print(f"run {i}: model error (median over {len(h.model_errors)} profiled configs) "
               f"{h.model_error:.3f}; suggestion {sug.batch_size if sug else None} "
               f"(atomic {sug.atomic_bsz if sug else None}, accum {sug.accum_steps if sug else None}"
               f", confident {sug.confident if sug else None}; goodput argmax "
-              f"{sug.best_batch_size if sug else None})")
+              f"{sug.best_batch_size if sug else None}); on the controller's buckets "
+              f"{on.batch_size if on else None}")
         gp, pp = h.grad_params, h.perf_params
         if gp is not None and pp is not None:
             print(f"    gradient noise scale var/sqr {gp.var / max(gp.sqr, 1e-30):.0f} (sqr {gp.sqr:.3g}, "
@@ -628,10 +633,27 @@ def demo_check(runs: int, quick: bool) -> int:
         for k, (acc, opt, n) in table.items():
             print(f"    r={k[1]} b={k[2]:<4d} q{h.profile_quantile:.2f} {opt * 1e3:8.3f} ms ({n} steps)  "
                   f"error {h.model_errors.get(k, float('nan')):.3f}")
-    ok = [x for x in sugs if x]
-    if ok:
-        print(f"suggestions {sugs}: spread (max/min - 1) {max(ok) / min(ok) - 1:.1%} (target <= 10%)")
+    for name, xs in (("suggestions", sugs), ("on the controller's buckets", buckets)):
+        ok = [x for x in xs if x]
+        if ok:
+            print(f"{name} {xs}: spread (max/min - 1) {max(ok) / min(ok) - 1:.1%}"
+                  f"{triples_within(ok, 0.10)} (target <= 10%)")
     return 0
+
+
+def triples_within(xs: list, tol: float) -> str:
+    """``', triples within 10%: k of n'`` over every 3 of ``xs`` (empty below 4 values).
+
+    >>> triples_within([100, 105, 108, 130], 0.10)
+    ', triples within 10%: 1 of 4'
+    """
+    import itertools
+
+    if len(xs) < 4:
+        return ""
+    trips = list(itertools.combinations(xs, 3))
+    k = sum(1 for t in trips if max(t) <= (1 + tol) * min(t))
+    return f", triples within {tol:.0%}: {k} of {len(trips)}"
 
 
 def main(argv=None) -> int:

@@ -544,6 +544,19 @@ def format_model_summary(hooks: Any) -> str:
                 f"  (the smallest batch within 5% of the best predicted goodput: the optimum, "
                 f"batch {sug.best_batch_size} at {sug.best_goodput:.1f} samples/s, sits on a "
                 f"flat curve)")
+        from goodput_jax.adaptive.controller import default_atomic_sizes
+
+        sizes = default_atomic_sizes(hooks)
+        run = hooks.suggest(atomic_sizes=sizes)
+        lines.append(
+            f"  on AdaptiveBatchSize's buckets (micro-batches {', '.join(map(str, sizes))}, "
+            f"1-8 micro-steps: no new compiles):")
+        lines.append(
+            f"    batch {run.batch_size} (atomic {run.atomic_bsz} x {run.accum_steps + 1} "
+            f"micro-steps x {hooks.num_replicas} replicas), efficiency {run.efficiency:.3f}, "
+            f"predicted speedup {run.predicted_speedup:.2f}x"
+            + ("" if run.best_batch_size == run.batch_size else
+               f" (within 5% of the best, batch {run.best_batch_size})"))
         if not sug.confident:
             why = (f"only {sug.profiled_configs} profiled configuration"
                    if sug.profiled_configs < 2 else

@@ -109,6 +109,14 @@ def test_demo_quick_prints_the_model(demo_run):
     assert m and int(m.group(1)) == 2 * int(m.group(2)) * int(m.group(3)) >= 64
     m = re.search(r"predicted speedup ([\d.]+)x", text)
     assert m and float(m.group(1)) >= 0.99
+    # the same model on the controller's buckets: a listed micro-batch size, 1-8 micro-steps
+    m = re.search(r"on AdaptiveBatchSize's buckets \(micro-batches ([\d, ]+), 1-8 micro-steps"
+                  r"[^\n]*\n\s+batch (\d+) \(atomic (\d+) x (\d+) micro-steps x 2 replicas\)",
+                  text)
+    assert m, text
+    sizes = [int(x) for x in m.group(1).split(", ")]
+    batch, atomic, micro = int(m.group(2)), int(m.group(3)), int(m.group(4))
+    assert atomic in sizes and 1 <= micro <= 8 and batch == 2 * atomic * micro >= 64
     assert f"tensorboard --logdir {out / 'tensorboard'}" in text
 
 

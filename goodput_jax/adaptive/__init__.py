@@ -15,7 +15,7 @@ Example:
     >>> from goodput_jax.adaptive import AdaptiveBatchSize, adaptive_optimizer, make_train_step
 """
 
-from goodput_jax.adaptive.controller import AdaptiveBatchSize
+from goodput_jax.adaptive.controller import AdaptiveBatchSize, default_atomic_sizes
 from goodput_jax.adaptive.data import ArraySource, IterableSource, as_source
 from goodput_jax.adaptive.step import (
     adaptive_optimizer,
@@ -32,6 +32,7 @@ __all__ = [
     "adaptive_optimizer",
     "as_source",
     "data_mesh",
+    "default_atomic_sizes",
     "make_train_step",
     "progress_of",
     "slots_for",

@@ -58,7 +58,7 @@ from goodput_jax.adaptive.data import ArraySource, IterableSource, _tree_map, as
 from goodput_jax.adaptive.step import slots_for
 from goodput_jax.integrations.hooks import _efficiency_np, _throughput_np
 
-__all__ = ["AdaptiveBatchSize"]
+__all__ = ["AdaptiveBatchSize", "default_atomic_sizes"]
 
 
 class _Spec:
@@ -80,6 +80,27 @@ def _default_sizes(init: int, lo: int | None, hi: int | None, max_local: int) ->
             sizes.add(p)
         p *= 2
     return sorted(s for s in sizes if lo <= s <= max(hi, init))
+
+
+def default_atomic_sizes(hooks: Any) -> list[int]:
+    """The per-replica micro-batch sizes :class:`AdaptiveBatchSize` uses by default.
+
+    Powers of two within the hooks' ``local_bsz_bounds`` and up to
+    ``max_batch_size / num_replicas``, plus the initial ``atomic_bsz``. Pass them
+    to :meth:`GoodputHooks.suggest` (``atomic_sizes=``) for the best configuration
+    the controller can run without a new compile.
+
+    Example:
+        >>> from goodput_jax.integrations.hooks import GoodputHooks
+        >>> h = GoodputHooks("doc", init_batch_size=96, num_replicas=4, num_nodes=1,
+        ...                  is_primary=False, max_batch_size=1024, local_bsz_bounds=(8, 128))
+        >>> default_atomic_sizes(h)
+        [8, 16, 24, 32, 64, 128]
+    """
+    lo, hi = hooks.local_bsz_bounds
+    r = hooks.num_replicas
+    sizes = _default_sizes(hooks.atomic_bsz, lo, hi, max(1, hooks.max_batch_size // r))
+    return sorted(set(sizes) | {hooks.atomic_bsz})
 
 
 class AdaptiveBatchSize:
@@ -197,11 +218,8 @@ class AdaptiveBatchSize:
         self.min_grad_steps = int(min_grad_steps)
         self.explore_factor = float(explore_factor)
         self.adaptive = bool(adaptive)
-        lo, hi = hooks.local_bsz_bounds
-        r = hooks.num_replicas
         if atomic_sizes is None:
-            atomic_sizes = _default_sizes(hooks.atomic_bsz, lo, hi,
-                                          max(1, hooks.max_batch_size // r))
+            atomic_sizes = default_atomic_sizes(hooks)
         sizes = sorted({int(s) for s in atomic_sizes} | {hooks.atomic_bsz})
         if any(s < 1 for s in sizes):
             raise ValueError(f"atomic_sizes ({atomic_sizes!r}) must be positive integers")

@@ -1068,7 +1068,8 @@ class GoodputHooks:
         return GoodputFunction(self.perf_params, gp, self.init_batch_size)
 
     def suggest(self, num_replicas: int | None = None, num_nodes: int | None = None,
-                max_batch_size: int | None = None, tolerance: float = 0.05) -> Suggestion | None:
+                max_batch_size: int | None = None, tolerance: float = 0.05, *,
+                atomic_sizes: Any = None, max_accum_steps: int = 7) -> Suggestion | None:
         """The smallest batch within ``tolerance`` of the best predicted goodput, with confidence.
 
         Goodput is flat near its optimum (throughput grows with the batch while
@@ -1086,13 +1087,23 @@ class GoodputHooks:
             max_batch_size: a tighter cap than the job's (e.g. exploration).
             tolerance: fraction of the optimum goodput given up for a smaller
                 batch, in ``[0, 1)``; 0 returns the argmax.
+            atomic_sizes: None (default): any per-replica micro-batch within
+                ``local_bsz_bounds`` (the model's continuous optimum, AdaptDL's).
+                A list of sizes: only those (within the bounds), with 0 to
+                ``max_accum_steps`` extra accumulation steps (0 without
+                ``gradient_accumulation``): the configurations a job can run
+                without new compiles, e.g. the buckets of
+                :class:`~goodput_jax.adaptive.AdaptiveBatchSize`
+                (:func:`goodput_jax.adaptive.controller.default_atomic_sizes`).
+            max_accum_steps: the largest ``accum_steps`` with ``atomic_sizes``.
 
         Returns:
             A :class:`Suggestion`, or None until both a fit and gradient statistics exist.
 
         Raises:
-            ValueError: ``num_replicas`` beyond what the profile supports, or a
-                ``tolerance`` outside ``[0, 1)``.
+            ValueError: ``num_replicas`` beyond what the profile supports, a
+                ``tolerance`` outside ``[0, 1)``, or ``atomic_sizes`` with no size
+                inside the bounds that reaches ``init_batch_size``.
 
         Example:
             >>> h = GoodputHooks("j", init_batch_size=32, max_batch_size=1024, is_primary=False,
@@ -1123,9 +1134,14 @@ class GoodputHooks:
             return fn.optimize(nodes, reps, max_batch_size=c, atomic_bsz_range=self.local_bsz_bounds,
                                accumulation=self.gradient_accumulation)
 
-        top = best_under(cap)
-        goodput, bsz, steps = top
-        if tolerance > 0:
+        if atomic_sizes is not None:
+            top, pick = self._suggest_discrete(fn, nodes, reps, cap, atomic_sizes,
+                                               max_accum_steps, tolerance)
+            goodput, bsz, steps = pick
+        else:
+            top = best_under(cap)
+            goodput, bsz, steps = top
+        if tolerance > 0 and atomic_sizes is None:
             # The best goodput under a batch cap grows with the cap: bisect for the
             # smallest cap that reaches the target (to 1%), scalar numpy calls.
             target = (1.0 - tolerance) * top[0]
@@ -1160,6 +1176,40 @@ class GoodputHooks:
             confident=bool(configs >= 2 and math.isfinite(err) and err <= 0.15),
             best_batch_size=reps * int(top[1]) * (int(top[2]) + 1), best_goodput=float(top[0]),
         )
+
+    def _suggest_discrete(self, fn: Any, nodes: int, reps: int, cap: int, atomic_sizes: Any,
+                          max_accum_steps: Any, tolerance: float) -> tuple[tuple, tuple]:
+        """(argmax, smallest total within ``tolerance`` of it) over the listed micro-batch
+        sizes x accumulation steps, each ``(goodput, atomic_bsz, accum_steps)``."""
+        try:
+            sizes = sorted({int(b) for b in atomic_sizes})
+            bad = any(isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1
+                      for b in atomic_sizes)
+        except (TypeError, ValueError):
+            bad = True
+        if bad or not sizes:
+            raise ValueError(f"atomic_sizes ({atomic_sizes!r}) must be a non-empty list of "
+                             f"positive integers")
+        top_s = _nonneg_int(max_accum_steps, "max_accum_steps") if self.gradient_accumulation else 0
+        lo, hi = self.local_bsz_bounds
+        rows = [(b, s) for b in sizes if (lo is None or b >= lo) and (hi is None or b <= hi)
+                for s in range(top_s + 1)
+                if self.init_batch_size <= reps * b * (s + 1) <= cap]
+        if not rows:
+            raise ValueError(
+                f"atomic_sizes ({atomic_sizes!r}): no size within local_bsz_bounds "
+                f"{self.local_bsz_bounds} gives a total batch between init_batch_size "
+                f"({self.init_batch_size}) and {cap} on {reps} replica(s)")
+        arr = np.asarray(rows, dtype=np.int64)
+        total = reps * arr[:, 0] * (arr[:, 1] + 1)
+        good = (_throughput_np(self.perf_params, nodes, reps, arr[:, 0], arr[:, 1])
+                * _efficiency_np(fn.grad_params, self.init_batch_size, total))
+        i = int(np.argmax(good))
+        top = (float(good[i]), int(arr[i, 0]), int(arr[i, 1]))
+        # smallest total within the tolerance; among equal totals, the best goodput
+        ok = np.flatnonzero(good >= (1.0 - tolerance) * good[i])
+        j = int(ok[np.lexsort((-good[ok], total[ok]))[0]])
+        return top, (float(good[j]), int(arr[j, 0]), int(arr[j, 1]))
 
     def hints(self) -> dict:
         """The scheduler hints as JSON (AdaptDL keys; :class:`goodput_jax.model.hints.Hints`).

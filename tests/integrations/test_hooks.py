@@ -155,6 +155,44 @@ def test_suggest_is_the_smallest_batch_within_tolerance_of_the_optimum():
         hooks.suggest(tolerance=1.0)
 
 
+def test_suggest_on_listed_micro_batch_sizes_is_the_best_of_that_grid():
+    from goodput_jax.adaptive import default_atomic_sizes
+
+    hooks = GoodputHooks("grid", init_batch_size=64, atomic_bsz=16, num_nodes=1, num_replicas=4,
+                         max_batch_size=8192, local_bsz_bounds=(8, 512),
+                         gradient_accumulation=True, is_primary=False)
+    hooks.perf_params = PerfParams(0.003, 2e-6, 0.001, 1e-4, 0.0005, 1e-4, 2.0)
+    hooks.update_grad_params(GradParams(sqr=1.0, var=40.0))
+    sizes = default_atomic_sizes(hooks)
+    assert sizes == [8, 16, 32, 64, 128, 256, 512]
+    fn = hooks.goodput_function()
+    # brute force over the grid, through the jitted goodput function (not the numpy twins)
+    grid = {(b, s): float(fn.evaluate(1, 4, b, s)) for b in sizes for s in range(8)
+            if 64 <= 4 * b * (s + 1) <= 8192}
+    for tol in (0.0, 0.05, 0.2):
+        sug = hooks.suggest(tolerance=tol, atomic_sizes=sizes)
+        best = max(grid, key=grid.get)
+        assert sug.best_batch_size == 4 * best[0] * (best[1] + 1)
+        assert sug.best_goodput == pytest.approx(grid[best], rel=1e-5)
+        ok = [k for k, g in grid.items() if g >= (1 - tol - 1e-6) * grid[best]]
+        smallest = min(4 * b * (s + 1) for b, s in ok)
+        assert sug.batch_size == smallest and sug.atomic_bsz in sizes and sug.accum_steps <= 7
+        assert sug.goodput == pytest.approx(
+            max(grid[k] for k in ok if 4 * k[0] * (k[1] + 1) == smallest), rel=1e-5)
+    # the grid's answer is never better than the continuous optimum
+    assert hooks.suggest(tolerance=0.0, atomic_sizes=sizes).goodput <= (
+        hooks.suggest(tolerance=0.0).goodput * (1 + 1e-6))
+    # one size, no accumulation: that size, whatever the model says
+    one = hooks.suggest(atomic_sizes=[32], max_accum_steps=0)
+    assert (one.atomic_bsz, one.accum_steps, one.batch_size) == (32, 0, 128)
+    with pytest.raises(ValueError, match=r"atomic_sizes \(\[0, 8\]\)"):
+        hooks.suggest(atomic_sizes=[0, 8])
+    with pytest.raises(ValueError, match=r"atomic_sizes \(\[4\]\).*local_bsz_bounds"):
+        hooks.suggest(atomic_sizes=[4])
+    with pytest.raises(ValueError, match=r"max_accum_steps \(-1\)"):
+        hooks.suggest(atomic_sizes=[8], max_accum_steps=-1)
+
+
 def test_periodic_refits_only_when_the_profile_changed_materially():
     clock = FakeClock()
     hooks = GoodputHooks("mat", job_warmup_steps=0, init_batch_size=8, atomic_bsz=8, num_nodes=1, num_replicas=1,
