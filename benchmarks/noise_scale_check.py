@@ -30,13 +30,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import adaptive_bench as ab  # noqa: E402 (sets the 4 fake CPU devices before JAX starts)
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-from jax.flatten_util import ravel_pytree  # noqa: E402
+import adaptive_bench as ab  # sets the 4 fake CPU devices (XLA_FLAGS) before JAX starts
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
 
 
 def noise_scales(loss_fn, params, x, y, n_hessian: int = 512) -> dict:
