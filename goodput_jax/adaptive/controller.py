@@ -28,6 +28,10 @@ boundaries, switches configuration when the model predicts a worthwhile gain:
 * exploration is step by step as in AdaptDL: the total batch may grow to at
   most ``explore_factor`` times the largest batch profiled on this replica
   count, never further than the profile supports;
+* a larger configuration left at least ``reprobe_steps`` steps ago is tried
+  again at ``explore_threshold`` and measured afresh (its kept step times are
+  dropped): it was measured under other conditions, and the gradient noise
+  scale, which favours larger batches as it grows, has moved since;
 * the learning rate follows the rule of the optimizer built by
   :func:`goodput_jax.adaptive.step.adaptive_optimizer`, in the step, with no
   recompile.
@@ -148,6 +152,11 @@ class AdaptiveBatchSize:
         min_grad_steps: steps behind the gradient statistics before a check (the
             first statistics hold one step: their noise scale can be off by 100x).
         explore_factor: growth limit of the total batch per exploration step.
+        reprobe_steps: steps after leaving a configuration before a larger one
+            may be tried again at ``explore_threshold`` (0: never). Without it a
+            configuration left on an early, pessimistic measurement, or at an
+            early, small noise scale, is held to the full threshold against a
+            step time that is never measured again.
         adaptive: False keeps the initial configuration (the fixed arm of a benchmark).
 
     Example:
@@ -178,6 +187,7 @@ class AdaptiveBatchSize:
         settle_samples: int = 20,
         min_grad_steps: int = 10,
         explore_factor: float = 2.0,
+        reprobe_steps: int = 500,
         adaptive: bool = True,
     ):
         self.hooks = hooks
@@ -217,6 +227,12 @@ class AdaptiveBatchSize:
         self.settle_samples = int(settle_samples)
         self.min_grad_steps = int(min_grad_steps)
         self.explore_factor = float(explore_factor)
+        if isinstance(reprobe_steps, bool) or not isinstance(reprobe_steps, numbers.Integral) \
+                or reprobe_steps < 0:
+            raise ValueError(f"reprobe_steps ({reprobe_steps!r}) must be an integer >= 0")
+        self.reprobe_steps = int(reprobe_steps)
+        #: ``(atomic_bsz, accum_steps)`` -> the step count when it was last left.
+        self.left_at: dict[tuple[int, int], int] = {}
         self.adaptive = bool(adaptive)
         if atomic_sizes is None:
             atomic_sizes = default_atomic_sizes(hooks)
@@ -259,7 +275,11 @@ class AdaptiveBatchSize:
         """Switch to ``(atomic_bsz, accum_steps)`` now (also what :meth:`adapt` does)."""
         if atomic_bsz not in self.atomic_sizes:
             self.atomic_sizes = sorted({*self.atomic_sizes, int(atomic_bsz)})
-        self.hooks.set_config(atomic_bsz=int(atomic_bsz), accum_steps=int(accum_steps))
+        old, new = (self.atomic_bsz, self.accum_steps), (int(atomic_bsz), int(accum_steps))
+        self.hooks.set_config(atomic_bsz=new[0], accum_steps=new[1])
+        if new != old:
+            self.left_at[old] = self.steps
+        self.left_at.pop(new, None)
         self._votes = None
 
     # ----------------------------------------------------------------- data
@@ -432,7 +452,9 @@ class AdaptiveBatchSize:
         # costs a few steps and settles the question, so it needs only to be predicted
         # faster (``explore_threshold``); the way back, to a profiled configuration, has
         # the full threshold (hysteresis), so each configuration is tried once.
-        explore = up and self._profiled((h.num_nodes, r, best[0], best[1])) == 0
+        best_key = (h.num_nodes, r, best[0], best[1])
+        reprobe = up and self._stale(best)
+        explore = up and (self._profiled(best_key) == 0 or reprobe)
         if explore:
             threshold = self.explore_threshold
         better = best != (h.atomic_bsz, h.accum_steps) and speedup > threshold
@@ -463,12 +485,20 @@ class AdaptiveBatchSize:
             switched = False  # compiling it in the background; switch at a later check
         rec = {"step": self.steps, "best": best, "speedup": speedup, "switched": switched,
                "batch_size": r * best[0] * (best[1] + 1), "model_error": h.model_error,
-               "explore": explore, "settling": settling}
+               "explore": explore, "settling": settling, "reprobe": bool(reprobe)}
         self.last_check = rec
         if switched:
             self.switches.append(rec)
+            if reprobe:
+                h.reset_profile(best_key)  # measured afresh: its old step times go
             self.set_config(*best)
         return rec
+
+    def _stale(self, config: tuple[int, int]) -> bool:
+        """Whether ``config`` was left at least ``reprobe_steps`` steps ago (re-probe it)."""
+        left = self.left_at.get(config)
+        return bool(self.reprobe_steps and left is not None
+                    and self.steps - left >= self.reprobe_steps)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict:
@@ -484,6 +514,7 @@ class AdaptiveBatchSize:
             "source": self.source.state_dict(),
             "hooks": self.hooks.state_dict(),
             "switches": [dict(s, best=list(s["best"])) for s in self.switches],
+            "left_at": [[b, s, n] for (b, s), n in self.left_at.items()],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -498,8 +529,12 @@ class AdaptiveBatchSize:
         self.steps = int(state["steps"])
         self.atomic_sizes = sorted({int(s) for s in state["atomic_sizes"]})
         self.switches = [dict(s, best=tuple(s["best"])) for s in state.get("switches", [])]
+        left = {(int(b), int(a)): int(n) for b, a, n in state.get("left_at", [])}
         s = int(state["accum_steps"])
         b = int(state["atomic_bsz"])
-        if int(state["num_replicas"]) != self.num_replicas:
+        same = int(state["num_replicas"]) == self.num_replicas
+        if not same:
             b = max(1, round(int(state["batch_size"]) / self.num_replicas / (s + 1)))
         self.set_config(b, s)
+        # when each configuration was left (on another replica count: other configurations)
+        self.left_at = left if same else {}

@@ -820,6 +820,31 @@ class GoodputHooks:
             self._raw.clear()
             self._profile = dict(value)
 
+    def reset_profile(self, key: tuple[int, int, int, int]) -> None:
+        """Forget configuration ``key``'s step times, so that it is measured afresh.
+
+        ``key`` is ``(num_nodes, num_replicas, atomic_bsz, accum_steps)``. Its next
+        ``warmup_steps`` steps are dropped again, and the next check refits with
+        its new ones (the current fit is kept until then).
+        :class:`~goodput_jax.adaptive.AdaptiveBatchSize` does this when it
+        re-probes a configuration it left long ago.
+
+        Example:
+            >>> h = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1,
+            ...                  warmup_steps=0, job_warmup_steps=0)
+            >>> h.observe_step_time(0.5)
+            >>> h.reset_profile((1, 1, 8, 0))
+            >>> (1, 1, 8, 0) in h.profile
+            False
+        """
+        key = tuple(int(k) for k in key)
+        with self._lock:
+            self._drain_locked()
+            self._profile.pop(key, None)
+            self._seen.pop(key, None)
+            self._seen_accum.pop(key, None)
+            self.model_errors.pop(key[:3], None)
+
     def _drain(self) -> None:
         """Fold the timed steps into the profile (any thread)."""
         if self._raw:

@@ -422,3 +422,58 @@ def test_a_fresh_configuration_is_not_left_while_its_step_time_still_falls(monke
     assert [s["batch_size"] for s in legacy.switches] == [16, 8], legacy.switches
     with pytest.raises(ValueError, match=r"^settle_samples \(0\)"):
         AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, settle_samples=0)
+
+
+def test_a_configuration_left_long_ago_is_probed_again_and_measured_afresh():
+    """Batch 16 settles at 0.028 s a step against batch 8's 0.024 s, but its first 60 steps
+    take 0.044 s (a transient). At a noise scale of 24 the controller leaves 16 for 8 on
+    them. The noise scale then grows to 120: on 16's stale time the fit puts it only 2.6%
+    ahead, under the 5% threshold, so without re-probing the job stays at 8 for good. With
+    ``reprobe_steps`` it tries 16 again (at ``explore_threshold``), drops 16's old times,
+    measures 0.028 s and stays."""
+    def run(reprobe_steps):
+        clock = FakeClock()
+        hooks = GoodputHooks("reprobe", init_batch_size=8, atomic_bsz=8, num_nodes=1,
+                             num_replicas=1, max_batch_size=16, clock=clock, is_primary=True,
+                             refit_interval=1e9, warmup_steps=0, job_warmup_steps=0,
+                             background=False)
+        hooks.update_grad_params(GradParams(sqr=1.0, var=3.0))  # noise scale 8 * 3 = 24
+        ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)},
+                                atomic_sizes=[8, 16], adapt_every=2, adapt_interval=0.0,
+                                min_samples=3, patience=2, reprobe_steps=reprobe_steps)
+        seen16 = [0]
+
+        def fake_step(params, opt_state, batch, n):
+            b = batch["x"].shape[1]
+            if b == 16:
+                seen16[0] += 1
+            clock.t += 0.02 + 0.0005 * b + (0.016 if b == 16 and seen16[0] <= 60 else 0.0)
+            return params, opt_state, 0.0
+
+        for i in range(400):
+            if i == 150:
+                hooks.update_grad_params(GradParams(sqr=1.0, var=15.0))  # noise scale 120
+            ctl.step(i, fake_step, None, None)
+        return hooks, ctl
+
+    hooks, stuck = run(0)
+    assert [s["batch_size"] for s in stuck.switches] == [16, 8], stuck.switches
+    assert stuck.batch_size == 8
+    assert hooks.profile_table()[(1, 1, 16)][1] == pytest.approx(0.044)  # never re-measured
+    last = stuck.last_check
+    assert last["best"] == (16, 0) and 1.0 < last["speedup"] < 1.05 and not last["explore"]
+    hooks, ctl = run(100)
+    sizes = [(s["batch_size"], s["reprobe"]) for s in ctl.switches]
+    assert sizes == [(16, False), (8, False), (16, True)], ctl.switches
+    left = ctl.switches[1]["step"]
+    assert ctl.switches[2]["step"] >= left + 100  # not before reprobe_steps
+    assert ctl.batch_size == 16
+    assert hooks.profile_table()[(1, 1, 16)][1] == pytest.approx(0.028)  # only fresh times
+    # the left-at steps travel with the state (same replica count)
+    c2 = AdaptiveBatchSize(GoodputHooks("reprobe2", init_batch_size=8, num_nodes=1,
+                                        num_replicas=1, is_primary=False, max_batch_size=16),
+                           {"x": np.zeros((8192, 1), np.float32)}, atomic_sizes=[8, 16])
+    c2.load_state_dict(ctl.state_dict())
+    assert c2.left_at == ctl.left_at and (8, 0) in c2.left_at
+    with pytest.raises(ValueError, match=r"^reprobe_steps \(-1\)"):
+        AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, reprobe_steps=-1)

@@ -132,13 +132,19 @@ def test_numpy_twins_match_the_goodput_function():
         np.testing.assert_allclose(_efficiency_np(g, 32, batch), f.efficiency(batch), rtol=1e-5)
 
 
-def test_suggest_is_the_smallest_batch_within_tolerance_of_the_optimum():
-    hooks = GoodputHooks("tol", init_batch_size=64, atomic_bsz=64, num_nodes=1, num_replicas=4,
-                         max_batch_size=8192, local_bsz_bounds=(8, 512),
+def _flat_goodput_hooks(name: str, atomic_bsz: int) -> GoodputHooks:
+    """4 replicas, M0 = 64, batches up to 8192: compute-light steps and a large noise scale,
+    so goodput keeps rising, flatly, to the cap."""
+    hooks = GoodputHooks(name, init_batch_size=64, atomic_bsz=atomic_bsz, num_nodes=1,
+                         num_replicas=4, max_batch_size=8192, local_bsz_bounds=(8, 512),
                          gradient_accumulation=True, is_primary=False)
-    # compute-light steps and a large noise scale: goodput keeps rising, flatly, to the cap
     hooks.perf_params = PerfParams(0.003, 2e-6, 0.001, 1e-4, 0.0005, 1e-4, 2.0)
     hooks.update_grad_params(GradParams(sqr=1.0, var=40.0))
+    return hooks
+
+
+def test_suggest_is_the_smallest_batch_within_tolerance_of_the_optimum():
+    hooks = _flat_goodput_hooks("tol", 64)
     fn = hooks.goodput_function()
     best = hooks.suggest(tolerance=0.0)
     for tol in (0.05, 0.2):
@@ -158,11 +164,7 @@ def test_suggest_is_the_smallest_batch_within_tolerance_of_the_optimum():
 def test_suggest_on_listed_micro_batch_sizes_is_the_best_of_that_grid():
     from goodput_jax.adaptive import default_atomic_sizes
 
-    hooks = GoodputHooks("grid", init_batch_size=64, atomic_bsz=16, num_nodes=1, num_replicas=4,
-                         max_batch_size=8192, local_bsz_bounds=(8, 512),
-                         gradient_accumulation=True, is_primary=False)
-    hooks.perf_params = PerfParams(0.003, 2e-6, 0.001, 1e-4, 0.0005, 1e-4, 2.0)
-    hooks.update_grad_params(GradParams(sqr=1.0, var=40.0))
+    hooks = _flat_goodput_hooks("grid", 16)
     sizes = default_atomic_sizes(hooks)
     assert sizes == [8, 16, 32, 64, 128, 256, 512]
     fn = hooks.goodput_function()
