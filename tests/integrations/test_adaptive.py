@@ -376,6 +376,30 @@ def test_an_unprofiled_larger_batch_is_tried_on_any_predicted_gain_once():
         AdaptiveBatchSize(held.hooks, {"x": np.zeros(4)}, explore_threshold=1.1)
 
 
+def _eight_or_sixteen(name: str, slow16: int, **kw):
+    """A controller choosing batch 8 or 16 (1 replica, noise scale 24) on a fake clock, and
+    its step: ``0.02 + 0.0005 * b`` s, plus 0.016 s on batch 16's first ``slow16`` steps."""
+    clock = FakeClock()
+    hooks = GoodputHooks(name, init_batch_size=8, atomic_bsz=8, num_nodes=1,
+                         num_replicas=1, max_batch_size=16, clock=clock, is_primary=True,
+                         refit_interval=1e9, warmup_steps=0, job_warmup_steps=0,
+                         background=False)
+    hooks.update_grad_params(GradParams(sqr=1.0, var=3.0))  # noise scale 8 * 3 = 24
+    ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)},
+                            atomic_sizes=[8, 16], adapt_every=2, adapt_interval=0.0,
+                            min_samples=3, patience=2, **kw)
+    seen16 = [0]
+
+    def fake_step(params, opt_state, batch, n):
+        b = batch["x"].shape[1]
+        if b == 16:
+            seen16[0] += 1
+        clock.t += 0.02 + 0.0005 * b + (0.016 if b == 16 and seen16[0] <= slow16 else 0.0)
+        return params, opt_state, 0.0
+
+    return hooks, ctl, fake_step
+
+
 def test_a_fresh_configuration_is_not_left_while_its_step_time_still_falls(monkeypatch):
     """Batch 16 settles at 0.028 s a step against batch 8's 0.024 s (16 is the better
     goodput at a noise scale of 24), but its first 12 steps take 0.044 s, and on them the
@@ -384,25 +408,8 @@ def test_a_fresh_configuration_is_not_left_while_its_step_time_still_falls(monke
     ``settle_samples`` steps and its time stops falling, refreshes the fit before
     leaving, and stays."""
     def run():
-        clock = FakeClock()
-        hooks = GoodputHooks("settle", init_batch_size=8, atomic_bsz=8, num_nodes=1,
-                             num_replicas=1, max_batch_size=16, clock=clock, is_primary=True,
-                             refit_interval=1e9, warmup_steps=0, job_warmup_steps=0,
-                             background=False)
-        hooks.update_grad_params(GradParams(sqr=1.0, var=3.0))  # noise scale 8 * 3 = 24
-        ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)},
-                                atomic_sizes=[8, 16], adapt_every=2, adapt_interval=0.0,
-                                min_samples=3, patience=2)
-        seen16 = [0]
+        hooks, ctl, fake_step = _eight_or_sixteen("settle", 12)
         checks = []
-
-        def fake_step(params, opt_state, batch, n):
-            b = batch["x"].shape[1]
-            if b == 16:
-                seen16[0] += 1
-            clock.t += 0.02 + 0.0005 * b + (0.016 if b == 16 and seen16[0] <= 12 else 0.0)
-            return params, opt_state, 0.0
-
         for i in range(200):
             ctl.step(i, fake_step, None, None)
             if ctl.last_check is not None and (not checks or ctl.last_check is not checks[-1]):
@@ -432,24 +439,7 @@ def test_a_configuration_left_long_ago_is_probed_again_and_measured_afresh():
     ``reprobe_steps`` it tries 16 again (at ``explore_threshold``), drops 16's old times,
     measures 0.028 s and stays."""
     def run(reprobe_steps):
-        clock = FakeClock()
-        hooks = GoodputHooks("reprobe", init_batch_size=8, atomic_bsz=8, num_nodes=1,
-                             num_replicas=1, max_batch_size=16, clock=clock, is_primary=True,
-                             refit_interval=1e9, warmup_steps=0, job_warmup_steps=0,
-                             background=False)
-        hooks.update_grad_params(GradParams(sqr=1.0, var=3.0))  # noise scale 8 * 3 = 24
-        ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)},
-                                atomic_sizes=[8, 16], adapt_every=2, adapt_interval=0.0,
-                                min_samples=3, patience=2, reprobe_steps=reprobe_steps)
-        seen16 = [0]
-
-        def fake_step(params, opt_state, batch, n):
-            b = batch["x"].shape[1]
-            if b == 16:
-                seen16[0] += 1
-            clock.t += 0.02 + 0.0005 * b + (0.016 if b == 16 and seen16[0] <= 60 else 0.0)
-            return params, opt_state, 0.0
-
+        hooks, ctl, fake_step = _eight_or_sixteen("reprobe", 60, reprobe_steps=reprobe_steps)
         for i in range(400):
             if i == 150:
                 hooks.update_grad_params(GradParams(sqr=1.0, var=15.0))  # noise scale 120
