@@ -12,7 +12,13 @@ giving a module graph. The rules (see docs/architecture.md):
    ``goodput_jax.report`` only ``report``, ``measure`` and ``model``;
 5. nothing outside ``goodput_jax.cli`` imports ``goodput_jax.cli``;
 6. ``argparse.Namespace`` appears only in ``goodput_jax/cli/`` and
-   ``goodput_jax/sched/sim/cli.py`` (library functions take keyword arguments).
+   ``goodput_jax/sched/sim/cli.py`` (library functions take keyword arguments);
+7. every room has a layer rule (``ROOM_RULES``): runtime, integrations, adaptive, the
+   Google/MaxText drop-ins (``compat``: ``goodput_jax.compat`` and the thin top-level
+   modules), cluster, cli and report import only the rooms listed for them;
+8. no module imports a private (``_name``) name or module of another room, nor reads,
+   writes or ``getattr``s a private attribute that only another room defines (rooms meet
+   at public, typed seams).
 
 Known violations in code that other issues are reshaping are listed in the
 allowlists below, each naming its issue; any NEW violation fails, and an entry
@@ -41,6 +47,41 @@ SHARED_LEAVES: tuple[str, ...] = ("goodput_jax._lazy",)
 ALLOWED_NAMESPACE: dict[str, str] = {}
 
 NAMESPACE_OK = ("goodput_jax/cli/", "goodput_jax/sched/sim/cli.py")
+
+#: the thin top-level modules at Google's and MaxText's import paths belong to compat
+COMPAT_TOP = ("goodput", "goodput_elastic", "goodput_utils", "monitoring", "monitoring_elastic")
+
+#: room -> the rooms it may import (besides itself and the shared leaves)
+ROOM_RULES: dict[str, tuple[str, ...]] = {
+    "runtime": ("measure",),
+    "integrations": ("measure", "model", "runtime"),
+    "adaptive": ("integrations", "measure", "model", "runtime"),
+    "compat": ("measure", "runtime", "integrations"),
+    "cluster": ("adaptive", "integrations", "measure", "model", "report", "runtime", "sched",
+                "_progress"),
+    "report": ("measure", "model"),
+    "demo": ("adaptive", "integrations", "measure", "model", "report", "runtime", "_progress"),
+    "cli": ("adaptive", "cluster", "compat", "demo", "integrations", "measure", "model",
+            "report", "root", "runtime", "sched", "_progress"),
+}
+
+#: Private reaches across rooms that another issue is removing: "module:name" -> issue.
+ALLOWED_PRIVATE: dict[str, str] = {
+    "goodput_jax.adaptive.controller:_clock": "issue 28",
+    "goodput_jax.adaptive.controller:_efficiency_np": "issue 28",
+    "goodput_jax.adaptive.controller:_key": "issue 28",
+    "goodput_jax.adaptive.controller:_lock": "issue 28",
+    "goodput_jax.adaptive.controller:_since_fit": "issue 28",
+    "goodput_jax.adaptive.controller:_throughput_np": "issue 28",
+    "goodput_jax.goodput:_breakdown": "issue 28",
+    "goodput_jax.goodput:_check_ideal": "issue 28",
+    "goodput_jax.goodput:_closed": "issue 28",
+    "goodput_jax.goodput_elastic:_BUCKET_TYPES": "issue 28",
+    "goodput_jax.integrations.hooks:_step_start_sink": "issue 28",
+    "goodput_jax.measure.monitor:_elastic_tags": "issue 28",
+    "goodput_jax.runtime.compile:_closed": "issue 28",
+    "goodput_jax.runtime.steps:_step_start_sink": "issue 28",
+}
 
 
 # ----------------------------------------------------------------------------- the graph
@@ -256,7 +297,143 @@ def test_allowlists_hold_no_stale_entries():
     stale = [f"{a} -> {b}" for (a, b) in ALLOWED_EDGES if b not in EVERY.get(a, ())]
     found = _namespace_files()
     stale += [f for f in ALLOWED_NAMESPACE if f not in found]
+    reaches = {r.split(" ", 1)[0] for r in _private_reaches()}
+    stale += [k for k in ALLOWED_PRIVATE if k not in reaches]
     assert stale == []
+
+
+# ----------------------------------------------------------------------------- rooms
+def room_of(module: str) -> str:
+    """The room a module lives in: ``goodput_jax.<room>...``; the drop-ins are ``compat``."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "root"
+    return "compat" if parts[1] in COMPAT_TOP else parts[1]
+
+
+def test_every_room_has_a_layer_rule():
+    rooms = {room_of(m) for m in EVERY} - {"root", "model", "measure", "sched"}
+    rooms -= {room_of(leaf) for leaf in SHARED_LEAVES} | {"_progress"}
+    assert sorted(rooms - set(ROOM_RULES)) == []
+
+
+@pytest.mark.parametrize("room", sorted(ROOM_RULES))
+def test_room_imports_only_its_layers(room):
+    bad = []
+    for src, targets in EVERY.items():
+        if room_of(src) != room:
+            continue
+        for dst in sorted(targets):
+            other = room_of(dst)
+            if other == room or other in ROOM_RULES[room] or dst in SHARED_LEAVES \
+                    or (src, dst) in ALLOWED_EDGES:
+                continue
+            bad.append(f"{src} imports {dst}")
+    assert bad == []
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _on_self(node: ast.Attribute) -> bool:
+    return isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+
+
+def _private_definitions(sources: dict[str, Path]) -> dict[str, set[str]]:
+    """room -> the private names it defines: functions, classes, module and class
+    variables, and attributes it sets on ``self``/``cls``."""
+    defs: dict[str, set[str]] = {}
+    for module, path in sources.items():
+        names = defs.setdefault(room_of(module), set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = node.name
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                name = node.id
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                    and _on_self(node):
+                name = node.attr
+            elif isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+                names.update(c.value for c in ast.walk(node.value)
+                             if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                             and _is_private(c.value))
+                continue
+            else:
+                continue
+            if _is_private(name):
+                names.add(name)
+    return defs
+
+
+def _private_reaches(sources: dict[str, Path] | None = None) -> list[str]:
+    """``module:name what`` for every reach into another room's private names."""
+    sources = _sources() if sources is None else sources
+    defs = _private_definitions(sources)
+    found = []
+    for module, path in sources.items():
+        room = room_of(module)
+        own = defs.get(room, set())
+        foreign = set().union(*(n for r, n in defs.items() if r != room))
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    parts = parts[: len(parts) - (node.level - 1)]
+                    base = ".".join(parts + ([base] if base else []))
+                if base != PACKAGE and not base.startswith(PACKAGE + "."):
+                    continue
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    target = full if full in sources else base
+                    if target in SHARED_LEAVES or room_of(target) in (room, "_progress"):
+                        continue
+                    if _is_private(alias.name) or any(map(_is_private, target.split("."))):
+                        found.append(f"{module}:{alias.name} imported from {base}")
+            elif isinstance(node, ast.Attribute) and _is_private(node.attr) \
+                    and not _on_self(node) and node.attr in foreign and node.attr not in own:
+                found.append(f"{module}:{node.attr} read or set (line {node.lineno})")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr", "setattr", "delattr") \
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                    and isinstance(node.args[1].value, str) \
+                    and _is_private(node.args[1].value) \
+                    and node.args[1].value in foreign \
+                    and not (isinstance(node.args[0], ast.Name)
+                             and node.args[0].id in ("self", "cls")
+                             and node.args[1].value in own):
+                found.append(f"{module}:{node.args[1].value} via {node.func.id} "
+                             f"(line {node.lineno})")
+    return sorted(set(found))
+
+
+def test_the_private_reach_scan_sees_each_kind_of_reach(tmp_path):
+    assert room_of("goodput_jax.goodput") == "compat"
+    assert room_of("goodput_jax.measure.engine") == "measure"
+    owner = tmp_path / "owner.py"
+    owner.write_text("_SECRET = 1\nclass Rec:\n    def __init__(self):\n"
+                     "        self._sink = None\n        self._own = 2\n")
+    user = tmp_path / "user.py"
+    user.write_text("from goodput_jax.measure.owner import _SECRET, Rec\n"
+                    "r = Rec()\nr._sink\ngetattr(r, '_sink', None)\n"
+                    "class Mine:\n    def __init__(self):\n        self._mine = 1\n"
+                    "    def same(self, other):\n        return other._mine\n")
+    sources = {"goodput_jax.measure.owner": owner, "goodput_jax.runtime.user": user}
+    found = _private_reaches(sources)
+    assert [f.split(" ", 1)[0] for f in found] == [
+        "goodput_jax.runtime.user:_SECRET", "goodput_jax.runtime.user:_sink",
+        "goodput_jax.runtime.user:_sink"], found
+    # the same module inside one room is not a reach
+    assert _private_reaches({"goodput_jax.measure.owner": owner,
+                             "goodput_jax.measure.user": user}) == []
+
+
+def test_no_room_reaches_into_another_rooms_private_names():
+    bad = [r for r in _private_reaches() if r.split(" ", 1)[0] not in ALLOWED_PRIVATE]
+    assert bad == [], "add a public, tested API in the room that owns the name"
 
 
 # ----------------------------------------------------------------------------- public API
