@@ -22,9 +22,11 @@ the same thing:
 * Data loading: the first load of each run and of each segment is synchronous
   badput; later loads are ``DATA_LOADING_ASYNC`` (reported, not subtracted).
 * When a stream records ``STEP_DEVICE_END``, a step is the device's busy
-  interval: from ``max(start_N, device_end_{N-1})`` to ``device_end_N``; the
-  device's idle time goes to the open badput span (data loading is then
-  synchronous) or ``OTHER``.
+  interval: from ``max(start_N, device_end_{N-1})`` to ``device_end_N``. One
+  rule for every span kind: while the device still runs a step, that time is
+  the step's, whatever badput span is open (a data load, a checkpoint save or
+  restore waiting for the device, a custom span); only the device's idle time
+  goes to the open badput span (data loading is then synchronous) or ``OTHER``.
 * Within a stream the time between two consecutive events goes to the
   innermost open badput span, else the device's open step, else ``OTHER``; so
   goodput plus all badput buckets is 100 %.
@@ -448,8 +450,9 @@ class Engine:
                     # (exclusions remove time from recorded activities only, as in the
                     # reference: unattributed time stays OTHER)
                     spans = self.spans
-                    if spans and not (self.dev_mode and spans[-1][2] == B_DATA
-                                      and self.open_step >= 0):
+                    if spans and not (self.dev_mode and self.open_step >= 0):
+                        # (device mode: while the device runs a step, that step owns the
+                        # time, whatever span is open; a span only gets the idle device)
                         top = spans[-1]
                         if self.reinit_open and top[2] in _REINIT_ABSORBS:
                             top = (top[0], top[1], B_REINIT)
@@ -858,8 +861,8 @@ class Engine:
     def _tail_top(self):
         """The span the live tail goes to (None: OTHER)."""
         top = self.spans[-1] if self.spans else None
-        if top is None or (self.dev_mode and top[2] == B_DATA and self.open_step >= 0):
-            return None
+        if top is None or (self.dev_mode and self.open_step >= 0):
+            return None  # (device mode: the device's open step owns the time, see feed)
         if self.reinit_open and top[2] in _REINIT_ABSORBS:
             return (top[0], top[1], B_REINIT)
         return top

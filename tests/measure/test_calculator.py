@@ -317,7 +317,16 @@ def long_timelines(draw):
     rows = []  # (kind, stream, t, step, label)
     t, stream, step = 0.0, 0, 0
     rows.append((K.JOB_START, stream, t, -1, None))
+    # from this step on, device ends (runtime capture), sometimes a few steps late (queued
+    # steps, inside the next spans): the row loop's device mode next to the vectorised path
+    dev_from = draw(st.sampled_from([None, 0, n_steps // 2]))
+    queued: list[int] = []
     while step < n_steps:
+        if dev_from is not None and step >= dev_from and queued and rng.random() < 0.6:
+            for q in queued:
+                t += rng.uniform(0.0, 0.3)
+                rows.append((K.STEP_DEVICE_END, stream, t, q, None))
+            queued = []
         r = rng.random()
         if r < 0.005:  # crash + restart in a new stream, rolled back a few steps
             stream += 1
@@ -327,6 +336,7 @@ def long_timelines(draw):
         elif r < 0.01:  # in-stream rollback
             step = max(0, step - int(rng.integers(0, 5)))
         rows.append((K.STEP_START, stream, t, step, None))
+        queued.append(step)
         t += rng.uniform(0.0, 0.2)
         if rng.random() < 0.9:
             rows.append((K.DATA_LOADING_START, stream, t, -1, None))

@@ -399,3 +399,73 @@ def test_row24_exclusions_remove_recorded_activity_time():
     assert b[B.TRAINING_PREP] == pytest.approx(25.0) and b[B.OTHER] == pytest.approx(50.0)
     with pytest.raises(TypeError, match=r"exclusion_intervals\[0\]"):
         calc.get_job_goodput_with_exclusions([5.0])
+
+
+_SPAN_PAIRS = {
+    "save": (K.CHECKPOINT_SAVE_START, K.CHECKPOINT_SAVE_END, "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"),
+    "restore": (K.CHECKPOINT_RESTORE_START, K.CHECKPOINT_RESTORE_END,
+                "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME"),
+    "custom": (K.CUSTOM_BADPUT_START, K.CUSTOM_BADPUT_END, "CUSTOM_BADPUT_EVENTS"),
+    "data": (K.DATA_LOADING_START, K.DATA_LOADING_END, "DATA_LOADING"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_SPAN_PAIRS))
+def test_row25_a_span_waiting_for_queued_steps_gives_way_to_them(kind):
+    # step 0 [0,1) (device end at 1: device mode). The host queues steps 1-3 at 1.0, 1.1,
+    # 1.2, then opens a span at 1.3 that blocks on the device (np.asarray(w) in a save)
+    # and closes at 5. The device finishes steps 1-3 at 2, 3, 4: [1.3, 4) is step time,
+    # only the idle [4, 5) is the span's. Step 4 [5, 6). total 6: productive 5, span 1.
+    # (The old rule, data loading only, gave the span 3.7 s and steps 2-3 0 s each.)
+    start, end, bucket = _SPAN_PAIRS[kind]
+    label = "eval" if kind == "custom" else None
+    step = None if kind in ("custom", "data") else 3
+    g, b, _, d = measure([("r", 0, [
+        (K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_DEVICE_END, 1, 0),
+        (K.STEP_START, 1.0, 1), (K.STEP_START, 1.1, 2), (K.STEP_START, 1.2, 3),
+        (start, 1.3, step, label), (K.STEP_DEVICE_END, 2, 1), (K.STEP_DEVICE_END, 3, 2),
+        (K.STEP_DEVICE_END, 4, 3), (end, 5, step, label), (K.STEP_START, 5, 4),
+        (K.STEP_DEVICE_END, 6, 4), (K.JOB_END, 6)])])
+    assert g == pytest.approx(500 / 6, abs=TOL)
+    # (a load: 3.7 s long, 1 s of it synchronous, 2.7 s asynchronous)
+    only(b, **{bucket: 100 / 6}, DATA_LOADING_ASYNC=270 / 6 if kind == "data" else 0.0)
+    if kind == "custom":
+        assert d["custom_badput_time"] == {"eval": pytest.approx(1.0)}
+
+
+def test_row25b_nested_spans_and_a_hang_inside_a_span_give_way_too():
+    # as row 25 with a custom span nested in a save (Orbax's save inside a custom
+    # "checkpointing" block): the device busy until 3 owns [1.3, 3); save then holds the
+    # idle [3, 4), the custom span [4, 4.5), the save again [4.5, 5). Steps: 1 [1,2), 2 [2,3).
+    # Job still running at now=7 with step 3 in flight from 5 and a custom span from 5.5:
+    # the in-flight step owns the device ([5, 7) is OTHER until it completes, rule 10),
+    # the span gets nothing while the device works.
+    store = new_store()
+    store.append(events("job", "r", [
+        (K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_DEVICE_END, 1, 0),
+        (K.STEP_START, 1.0, 1), (K.STEP_START, 1.1, 2),
+        (K.CHECKPOINT_SAVE_START, 1.3, 2), (K.CUSTOM_BADPUT_START, 1.4, None, "ckpt"),
+        (K.STEP_DEVICE_END, 2, 1), (K.CUSTOM_BADPUT_END, 2.5, None, "ckpt"),
+        (K.STEP_DEVICE_END, 3, 2), (K.CUSTOM_BADPUT_START, 4, None, "ckpt"),
+        (K.CUSTOM_BADPUT_END, 4.5, None, "ckpt"), (K.CHECKPOINT_SAVE_END, 5, 2),
+        (K.STEP_START, 5, 3), (K.CUSTOM_BADPUT_START, 5.5, None, "eval")]))
+    d = calc_for(store, now=7.0).get_job_goodput_details()
+    assert d["productive_time"] == pytest.approx(3.0, abs=TOL)
+    assert d["badput_time"][B.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME] == pytest.approx(1.5, abs=TOL)
+    assert d["custom_badput_time"] == {"ckpt": pytest.approx(0.5, abs=TOL)}
+    assert d["badput_time"][B.OTHER] == pytest.approx(2.0, abs=TOL)
+    assert d["total_time"] == pytest.approx(7.0, abs=TOL)
+
+
+def test_row25c_without_device_ends_a_save_keeps_google_s_rule():
+    # the same host events without STEP_DEVICE_END (the plain drop-in): Google's rule 1,
+    # the save [1.3, 5) is all checkpoint badput; steps by host starts: 0 [0,1), 1 [1,1.1),
+    # 2 [1.1,1.2), 3 [1.2,5) minus the save = 0.1, 4 [5,6). productive 2.3 of 6.
+    # Program startup inferred: first step 1 - mean(0.1, 0.1, 0.1) = 0.9 (step 4 is closed
+    # by the job end: excluded).
+    g, b, _, _ = measure([("r", 0, [
+        (K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_START, 1.0, 1), (K.STEP_START, 1.1, 2),
+        (K.STEP_START, 1.2, 3), (K.CHECKPOINT_SAVE_START, 1.3, 3),
+        (K.CHECKPOINT_SAVE_END, 5, 3), (K.STEP_START, 5, 4), (K.JOB_END, 6)])])
+    assert g == pytest.approx(100 * (2.3 - 0.9) / 6, abs=1e-4)
+    only(b, UNPRODUCTIVE_CHECKPOINT_SAVE_TIME=370 / 6, PROGRAM_STARTUP=90 / 6)
