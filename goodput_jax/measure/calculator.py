@@ -345,7 +345,9 @@ class GoodputCalculator:
         Returns:
             dict with ``productive_time``, ``badput_time`` ({BadputType: s}),
             ``custom_badput_time`` ({label: s}), ``total_time``,
-            ``last_productive_step``, ``num_runs``, ``num_disruptions``,
+            ``last_productive_step``, ``num_runs``, ``device_timed_runs`` (runs with
+            device step ends from ``goodput_jax.runtime``; the others are host-timed),
+            ``num_disruptions``,
             ``last_checkpointed_step``, ``ignored_events``, ``unmatched_events``,
             ``out_of_order_events``, ``num_events``.
 
@@ -366,6 +368,9 @@ class GoodputCalculator:
                 "total_time": productive + sum(acc),
                 "last_productive_step": eng.live_steps[-1] if eng.live_steps else 0,
                 "num_runs": eng.runs,
+                # runs timed by the device (STEP_DEVICE_END from goodput_jax.runtime); the
+                # others are host-timed (Google's rules 1 and 17)
+                "device_timed_runs": eng.device_runs,
                 # a finished last run with a host that never recorded its job end: it died
                 "num_disruptions": eng.disruptions + (1 if eng.ended and eng.open_hosts() else 0),
                 "num_hosts": len(eng.run_hosts),

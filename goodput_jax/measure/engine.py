@@ -260,6 +260,7 @@ class Engine:
         self.out_of_order = 0
         self.events = 0
         self.compilations = 0
+        self.device_runs = 0  # runs whose leader recorded device step ends (runtime capture)
         self.hints: Any = None
         self.last_ckpt_step: int | None = None
         self.flat_save = 0.0  # Orbax checkpoint-manager statistics (flat seconds)
@@ -517,6 +518,7 @@ class Engine:
                     continue
                 if not self.dev_mode:
                     self.dev_mode = True
+                    self.device_runs += 1
                     if self.dl_open is not None and not any(sp[2] == B_DATA for sp in self.spans):
                         # a load the host rule saw as asynchronous is still running: from
                         # now on it is a span (synchronous where the device idles)

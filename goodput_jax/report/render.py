@@ -41,7 +41,13 @@ from goodput_jax.report.figures import (
     text_png,
 )
 from goodput_jax.report.labels import HINT_LABELS
-from goodput_jax.report.text import GOODPUT_ROW, badput_rows, format_report, job_details
+from goodput_jax.report.text import (
+    GOODPUT_ROW,
+    badput_rows,
+    format_report,
+    job_details,
+    measurement_note,
+)
 from goodput_jax.report.timeline import Timeline, build_timeline
 
 __all__ = [
@@ -348,6 +354,9 @@ replica.{ext}</figcaption></figure>
                       "(hover a name for its JSON key).</p>\n"
                       f'<div class="scroll"><table class="hints">\n{_hints_table(data.hints)}'
                       "\n</table></div>")
+    note = measurement_note(d)
+    timing_html = ("" if note is None else
+                   f'<p class="note" id="host-timed">{html.escape(note)}</p>')
     doc = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -373,6 +382,7 @@ disruption(s), {d['num_events']} events, last productive step {d['last_productiv
 <p class="explain">Every second of the job's wall-clock time, from its first event to its end
 (or now, for a running job), attributed to exactly one bucket; seconds and % of the total job
 time, summing to 100%.</p>
+{timing_html}
 <div class="scroll"><table class="buckets">
 {_buckets_table(d)}
 </table></div>

@@ -11,12 +11,14 @@ Example:
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any
 
 from goodput_jax.measure.badput import BUCKET_LABELS, BUCKET_NAMES, OPTIONAL_BUCKETS, BadputType
 from goodput_jax.measure.calculator import GoodputCalculator
 
-__all__ = ["BADPUT_LABELS", "badput_rows", "format_report", "format_seconds", "job_details"]
+__all__ = ["BADPUT_LABELS", "HOST_TIMED_NOTE", "badput_rows", "format_report", "format_seconds",
+           "job_details", "measurement_note"]
 
 #: Row order and labels of the badput table (every engine bucket).
 BADPUT_LABELS: tuple[tuple[BadputType, str], ...] = tuple(
@@ -24,6 +26,43 @@ BADPUT_LABELS: tuple[tuple[BadputType, str], ...] = tuple(
 
 #: what "goodput" means in this table (the model's goodput is another quantity)
 GOODPUT_ROW = "GOODPUT (productive step time)"
+
+
+#: what a job recorded without the runtime capture measures (the plain drop-in)
+HOST_TIMED_NOTE = (
+    "Step times are host-timed: this job was recorded without goodput_jax.runtime's device "
+    "step ends, so a step lasts from its host-side start to the next step's start (work the "
+    "device still does after a blocking save or load counts against that span), and every "
+    "data load after a run's first is assumed to overlap the device's previous step "
+    "(DATA_LOADING_ASYNC: reported, not subtracted), as in Google's library. To measure the "
+    "device's own step times and idle time, record the steps with "
+    "goodput_jax.runtime.StepRecorder (docs/semantics.md, rules 19 and 25)."
+)
+
+
+def measurement_note(details: dict[str, Any]) -> str | None:
+    """What the numbers measure, when some runs were recorded without the runtime capture.
+
+    Args:
+        details: ``GoodputCalculator.get_job_goodput_details()``.
+
+    Returns:
+        :data:`HOST_TIMED_NOTE` (prefixed with "k of n runs: " when only some runs
+        lack device step ends), or None when every run was timed by the device.
+
+    Example:
+        >>> measurement_note({"num_runs": 2, "device_timed_runs": 2}) is None
+        True
+        >>> measurement_note({"num_runs": 1, "device_timed_runs": 0})[:25]
+        'Step times are host-timed'
+    """
+    runs = int(details.get("num_runs", 0))
+    dev = int(details.get("device_timed_runs", 0))
+    if runs <= 0 or dev >= runs:
+        return None
+    if dev == 0:
+        return HOST_TIMED_NOTE
+    return f"{runs - dev} of {runs} runs: {HOST_TIMED_NOTE[0].lower()}{HOST_TIMED_NOTE[1:]}"
 
 
 def job_details(calculator: GoodputCalculator) -> dict[str, Any]:
@@ -114,6 +153,10 @@ def format_report(calculator: GoodputCalculator) -> str:
             notes.append(f"{d[key]} {what}")
     if notes:
         lines.append("; ".join(notes))
+    note = measurement_note(d)
+    if note is not None:
+        lines.append("")
+        lines.extend(textwrap.wrap("note: " + note, w + 22))
     return "\n".join(lines)
 
 

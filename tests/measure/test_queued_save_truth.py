@@ -93,6 +93,7 @@ def _check(tmp_path, name, save):
     truth_save = 100.0 * out["idle_in_save"] / total
     save_pct = b[BadputType.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME]
     dev = calc.get_step_deviation()
+    assert calc.get_job_goodput_details()["device_timed_runs"] == 1  # (no host-timed note)
     out["store"].close()
     assert last == out["steps"] - 1
     # the scenario discriminates: the saves waited for queued device work far beyond the
