@@ -51,3 +51,54 @@ def test_gitignore_keeps_build_artefacts_out():
     patterns = (ROOT / ".gitignore").read_text().split()
     for pattern in ("*.whl", "build/", "dist/", "*.egg-info/"):
         assert pattern in patterns, pattern
+
+
+# ----------------------------------------------------------------- the simulator's data
+DATA = ROOT / "goodput_jax" / "sched" / "sim" / "data"
+#: byte-identical copies still shipped twice, with the reason (the list only shrinks)
+KNOWN_COPIES = {
+    f"sia/traces/{app}/placements-aws.csv": "tests/sched/test_sim_hetero.py opens it by path"
+    for app in ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
+}
+
+
+def test_the_simulator_data_ships_each_file_once():
+    import hashlib
+
+    groups: dict[str, list[str]] = {}
+    for path in DATA.rglob("*.csv"):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        groups.setdefault(digest, []).append(path.relative_to(DATA).as_posix())
+    copies = set()
+    for paths in groups.values():  # the shortest path is the copy that is kept
+        copies |= set(sorted(paths, key=lambda p: (len(p), p))[1:])
+    assert sorted(k for k in copies if k not in KNOWN_COPIES) == []
+    assert sorted(k for k in KNOWN_COPIES if k not in copies) == []  # fixed: drop the entry
+
+
+def test_a_sia_root_inside_a_pollux_root_finds_the_shared_files(tmp_path):
+    """The Sia loader reads the aws type and the validation curves from the Pollux twin."""
+    pytest.importorskip("scipy")  # the simulator's extra
+    from goodput_jax.sched.sim.apps import Application, sia_trace_file
+
+    root = tmp_path / "data"
+    pollux, sia = root / "traces" / "cifar10", root / "sia" / "traces" / "cifar10"
+    pollux.mkdir(parents=True)
+    sia.mkdir(parents=True)
+    for f in (DATA / "traces" / "cifar10").iterdir():
+        (pollux / f.name).write_bytes(f.read_bytes())
+    for name in ("placements-rtx.csv", "scalability-rtx.csv"):  # only its own type
+        (sia / name).write_bytes((DATA / "sia" / "traces" / "cifar10" / name).read_bytes())
+    assert sia_trace_file("cifar10", "placements", "aws", data=root / "sia") \
+        == pollux / "placements.csv"
+    assert sia_trace_file("cifar10", "scalability", "rtx", data=root / "sia") \
+        == sia / "scalability-rtx.csv"
+    with pytest.raises(FileNotFoundError, match="dgx-ext"):
+        sia_trace_file("cifar10", "placements", "dgx-ext", data=root / "sia")
+    typed = Application.from_dir(sia, max_epochs=100, accelerator_type="aws")
+    plain = Application.from_dir(pollux, max_epochs=100)
+    assert sorted(typed.validation) == sorted(plain.validation) == [128, 256, 512, 1024, 2048,
+                                                                     4096]
+    assert typed.get_throughput((1, 3), 128.0) == plain.get_throughput((1, 3), 128.0)
+    rtx = Application.from_dir(sia, max_epochs=100, accelerator_type="rtx")
+    assert sorted(rtx.validation) == sorted(plain.validation)

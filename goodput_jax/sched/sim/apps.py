@@ -22,6 +22,12 @@ Interpolation rules (the authors'):
 Every interpolation result is cached: a simulation asks the same few thousand questions
 millions of times.
 
+The Sia data (``traces/APP/placements-TYPE.csv`` per accelerator type) shares files with the
+Pollux traces: its validation curves are the same runs, and its ``aws`` type (nodes of 4 T4)
+is the Pollux measurement. The packaged copy ships each such file once, under ``traces/``;
+a Sia root that sits inside a Pollux data root (``data/sia`` inside ``data/``) may leave
+them out, and :func:`sia_trace_file` finds them in the Pollux twin.
+
 Example:
     >>> from goodput_jax.sched.sim.apps import load_applications
     >>> apps = load_applications()                       # doctest: +SKIP
@@ -49,6 +55,7 @@ __all__ = [
     "find_workload",
     "load_applications",
     "load_typed_applications",
+    "sia_trace_file",
 ]
 
 # Per-application settings used by the authors: epochs to finish, and bounds that differ from
@@ -93,6 +100,10 @@ SIA_UNAWARE_REFERENCE_TYPE = "aws"
 #: Tie-break of the artifact's unaware cluster when an allocation has as many GPUs of two
 #: types (``fix_allocations_by_dropping``: the faster type is kept).
 SIA_TYPE_PRIORITY = {"dgx-ext": 0, "azure": 1, "quad": 2, "rtx": 3, "aws": 4}
+#: The accelerator type the Pollux traces were measured on: Sia's ``aws`` nodes (4 x T4).
+#: The Sia artifact's ``placements-aws.csv`` / ``scalability-aws.csv`` are byte-identical to
+#: the Pollux ``placements.csv`` / ``scalability.csv``.
+POLLUX_TRACE_TYPE = "aws"
 #: Per-type overrides of the authors (deepspeech2 fits only 57 samples per RTX 2080Ti).
 SIA_TYPE_SETTINGS = {("deepspeech2", "rtx"): {"max_local_bsz": 57}}
 
@@ -256,16 +267,23 @@ class Application:
         if max_epochs < 1:
             raise ValueError(f"max_epochs must be >= 1, got {max_epochs}")
         validation: dict[int, _Curve] = {}
-        for path in sorted(d.glob("validation-*.csv")):
+        vdir = d
+        if accelerator_type is not None and not any(d.glob("validation-*.csv")):
+            vdir = _pollux_twin(d) or d  # a packaged Sia directory shares them
+        for path in sorted(vdir.glob("validation-*.csv")):
             bsz = int(path.stem.split("-")[-1])
             c = _read_csv(path)
             validation[bsz] = _Curve(c["progress"], c["iteration"], c["metric"],
                                      c["grad_sqr"], c["grad_var"])
         if not validation:
             raise FileNotFoundError(f"no validation-*.csv in {d}")
-        suffix = "" if accelerator_type is None else f"-{accelerator_type}"
-        pl = _read_csv(d / f"placements{suffix}.csv")
-        sc = _read_csv(d / f"scalability{suffix}.csv")
+        if accelerator_type is None:
+            pl_path, sc_path = d / "placements.csv", d / "scalability.csv"
+        else:
+            pl_path = _typed_file(d, "placements", accelerator_type)
+            sc_path = _typed_file(d, "scalability", accelerator_type)
+        pl = _read_csv(pl_path)
+        sc = _read_csv(sc_path)
         placements: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
         groups: dict[tuple[int, int, float], list[tuple[float, float]]] = {}
         for p, b, st, sy in zip(pl["placement"], pl["local_bsz"], pl["step_time"],
@@ -461,7 +479,54 @@ def load_applications(traces: str | os.PathLike[str] | None = None,
 
 
 def _is_sia_dir(path: Path) -> bool:
-    return (path / "traces" / "cifar10" / "placements-aws.csv").is_file()
+    return any((path / "traces" / "cifar10").glob("placements-*.csv"))
+
+
+def _pollux_twin(sia_app_dir: Path) -> Path | None:
+    """The same application's Pollux trace directory, when the Sia root sits inside a Pollux
+    data root (the packaged copy: ``data/sia/traces/APP`` -> ``data/traces/APP``)."""
+    twin = sia_app_dir.parent.parent.parent / "traces" / sia_app_dir.name
+    return twin if (twin / "placements.csv").is_file() else None
+
+
+def _typed_file(app_dir: Path, kind: str, accelerator_type: str) -> Path:
+    """``app_dir/KIND-TYPE.csv``, or its Pollux twin for the Pollux type (else the own path,
+    which then does not exist)."""
+    own = app_dir / f"{kind}-{accelerator_type}.csv"
+    if own.is_file() or accelerator_type != POLLUX_TRACE_TYPE:
+        return own
+    twin = _pollux_twin(app_dir)
+    return twin / f"{kind}.csv" if twin is not None and (twin / f"{kind}.csv").is_file() else own
+
+
+def sia_trace_file(app: str, kind: str, accelerator_type: str,
+                   data: str | os.PathLike[str] | None = None) -> Path:
+    """The Sia trace file of one application, kind and accelerator type, wherever it is kept.
+
+    A Sia root inside a Pollux data root (the packaged copy) keeps the files it shares with
+    the Pollux traces once, there: the ``aws`` type's files are the Pollux
+    ``placements.csv`` / ``scalability.csv``.
+
+    Args:
+        app: application name (``cifar10``, ...).
+        kind: ``placements`` or ``scalability``.
+        accelerator_type: ``aws``, ``rtx``, ``dgx-ext``, ...
+        data: the Sia data root (see :func:`find_sia_dir`), or None to search.
+
+    Raises:
+        ValueError: ``kind`` is not ``placements`` or ``scalability``.
+        FileNotFoundError: no such file.
+
+    Example:
+        >>> sia_trace_file("cifar10", "placements", "rtx").name
+        'placements-rtx.csv'
+    """
+    if kind not in ("placements", "scalability"):
+        raise ValueError(f"kind ({kind!r}) must be 'placements' or 'scalability'")
+    path = _typed_file(find_sia_dir(data) / "traces" / app, kind, accelerator_type)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {kind} trace of {app!r} on {accelerator_type!r}: {path}")
+    return path
 
 
 def find_sia_dir(data: str | os.PathLike[str] | None = None) -> Path:
@@ -511,7 +576,7 @@ def load_typed_applications(types: Sequence[str], data: str | os.PathLike[str] |
     out: dict[str, dict[str, Application]] = {}
     for name, kw in APP_SETTINGS.items():
         d = root / name
-        if not all((d / f"placements-{t}.csv").is_file() for t in types):
+        if not all(_typed_file(d, "placements", t).is_file() for t in types):
             continue
         # Local batch bounds come from each type's own measurements (an A100 holds more
         # than a T4), so the Pollux-on-T4 override of yolov3 does not apply here.
