@@ -203,7 +203,10 @@ def hetero_rounds(cluster_name: str, workload: str, rounds: int) -> dict:
 
 
 def gap_table(instances: int = 200) -> str:
-    from goodput_jax.sched.sia_check import exact_choice, random_problem, solve_problem
+    import sys
+
+    sys.path.insert(0, str(HERE.parent))  # the test support lives in tests/
+    from tests.sched.sia_check import exact_choice, random_problem, solve_problem
 
     gaps = []
     for seed in range(instances):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 __all__ = ["JobInfo", "NodeInfo", "timestamp_seconds"]
@@ -188,7 +188,3 @@ class NodeInfo:
                  else f", accelerator_type={self.accelerator_type!r}")
         return (f"NodeInfo(resources={self.resources!r}, preemptible={self.preemptible}"
                 f"{extra})")
-
-
-def _now_seconds() -> float:
-    return datetime.now(UTC).timestamp()

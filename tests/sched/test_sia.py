@@ -12,9 +12,9 @@ from goodput_jax.sched.sia import (
     sia_configs,
     solve_assignment,
 )
-from goodput_jax.sched.sia_check import exact_choice, random_problem, solve_problem
 from goodput_jax.sched.speedup import SpeedupFunction, goodput_matrix
 from goodput_jax.sched.types import JobInfo, NodeInfo
+from tests.sched.sia_check import exact_choice, random_problem, solve_problem
 
 SIA64 = {"aws": (6, 4), "rtx": (3, 8), "dgx-ext": (2, 8)}
 

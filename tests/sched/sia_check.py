@@ -1,8 +1,9 @@
 """Checking the Sia solver: random small instances and their exact optimum (scipy ``milp``).
 
-Used by the tests and by ``benchmarks/policy_bench.py --hetero`` to report the
-gap between :func:`~goodput_jax.sched.sia.solve_assignment` and the exact
-integer optimum. Needs scipy (a dependency of JAX).
+Test support (not shipped in the package): used by ``tests/sched/test_sia.py`` and by
+``benchmarks/policy_bench.py --hetero --gap`` to report the gap between
+:func:`~goodput_jax.sched.sia.solve_assignment` and the exact integer optimum. Needs
+scipy (a dependency of JAX).
 
 Example:
     >>> prob = random_problem(0)
@@ -52,6 +53,11 @@ class SiaProblem:
         return float(np.sum(np.where(choice >= 0, picked, self.lambda_n)))
 
 
+def _power_law(scale: float, exponent: float):
+    """A goodput function ``scale * replicas ** exponent`` (its own closure per job)."""
+    return lambda nodes, replicas: scale * np.asarray(replicas, float) ** exponent
+
+
 def random_problem(seed: int, max_jobs: int = 8, num_types: int = 2) -> SiaProblem:
     """A random Sia round: up to ``max_jobs`` jobs on ``num_types`` GPU types.
 
@@ -74,8 +80,7 @@ def random_problem(seed: int, max_jobs: int = 8, num_types: int = 2) -> SiaProbl
     for _ in range(num_jobs):
         a = float(rng.uniform(0.3, 1.0))
         affinity = {n: speed[n] * float(rng.uniform(0.6, 1.6)) for n in names}
-        fns = {n: (lambda s: (lambda nn, r: s * np.asarray(r, float) ** a))(affinity[n])
-               for n in names}
+        fns = {n: _power_law(affinity[n], a) for n in names}
         cap = int(rng.choice([1, 2, 4, 8, 16, 32]))
         jobs.append(JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 0, cap, goodput_fns=fns,
                             age=float(rng.uniform(0, 4000)),
