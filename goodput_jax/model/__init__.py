@@ -10,6 +10,8 @@ The curated API, importable from here (each name is loaded on first use, so
 Rooms, one job each:
 
 * :mod:`.types`: ``PerfParams`` and ``GradParams`` (NamedTuples of arrays);
+* :mod:`.formulas`: each Pollux formula written once (for numpy and jax.numpy) and
+  the float64 numpy twins of the kernels (``throughput_np``, ``efficiency_np``, ...);
 * :mod:`.perf`: the step-time model and its fit;
 * :mod:`.gradstats`: gradient-noise statistics inside the jitted step
   (a package: estimate, precondition, collect, transform, readers);
@@ -46,6 +48,12 @@ _EXPORTS: dict[str, str] = {
     "goodput_fn": "goodput_jax.model.goodput",
     "optimize_fn": "goodput_jax.model.goodput",
     "throughput_fn": "goodput_jax.model.goodput",
+    # numpy twins (host-side, float64)
+    "efficiency_np": "goodput_jax.model.formulas",
+    "gain_np": "goodput_jax.model.formulas",
+    "goodput_np": "goodput_jax.model.formulas",
+    "predict_optim_time_np": "goodput_jax.model.formulas",
+    "throughput_np": "goodput_jax.model.formulas",
     # gradient statistics
     "GradSqNorms": "goodput_jax.model.gradstats",
     "GradStatsState": "goodput_jax.model.gradstats",
@@ -72,6 +80,13 @@ __getattr__, __dir__ = lazy_exports("goodput_jax.model", _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.model.formulas import (  # noqa: F401
+        efficiency_np,
+        gain_np,
+        goodput_np,
+        predict_optim_time_np,
+        throughput_np,
+    )
     from goodput_jax.model.goodput import (  # noqa: F401
         GoodputFunction,
         efficiency_fn,

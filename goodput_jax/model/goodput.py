@@ -68,7 +68,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from goodput_jax.model.perf import _optim_from_parts, predict_accum_time, predict_network_time
+from goodput_jax.model import formulas
+from goodput_jax.model.perf import predict_accum_time, predict_network_time
 from goodput_jax.model.types import GradParams, PerfParams
 
 __all__ = [
@@ -123,10 +124,8 @@ def throughput_fn(
     r = jnp.asarray(num_replicas, dt)
     b = jnp.asarray(atomic_bsz, dt)
     s = jnp.asarray(accum_steps, dt)
-    accum = predict_accum_time(perf, b)
-    network = predict_network_time(perf, num_nodes, r)
-    optim = _optim_from_parts(perf.gamma, accum, network)
-    return r * b * (s + 1.0) / (s * accum + optim)
+    n = jnp.asarray(num_nodes, dt)
+    return formulas.throughput(jnp, perf, n, r, b, s)
 
 
 @jax.jit
@@ -142,11 +141,8 @@ def efficiency_fn(grad: GradParams, init_batch_size: Any, batch_size: Any) -> ja
     """
     grad = _tree_f(grad)
     dt = _fdt()
-    scale = jnp.asarray(batch_size, dt) / jnp.asarray(init_batch_size, dt)
-    denom = grad.var / scale + grad.sqr
-    ok = denom > 0
-    gain = jnp.where(ok, (grad.var + grad.sqr) / jnp.where(ok, denom, 1.0), 1.0)
-    return gain / scale
+    return formulas.efficiency(jnp, grad, jnp.asarray(init_batch_size, dt),
+                               jnp.asarray(batch_size, dt))
 
 
 @jax.jit
@@ -324,8 +320,6 @@ def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation):
     jitted kernel); used by :meth:`GoodputFunction.optimize` for scalar calls,
     where a jitted call's fixed dispatch cost dominates.
     """
-    alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma = perf
-    sqr, var = grad
     lo = max(lo, 1.0)
     if not math.isfinite(hi):
         hi = max_bs
@@ -346,20 +340,7 @@ def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation):
             if r == 1
             else np.ceil(local - 1e-8 * np.maximum(1.0, local))
         )
-    if n > 1:
-        net = alpha_n + beta_n * max(r - 2.0, 1e-8)
-    elif r > 1:
-        net = alpha_r + beta_r * max(r - 2.0, 1e-8)
-    else:
-        net = 1e-8 + 1e-8 * 1e-8
-    accum = alpha_c + beta_c * atomic
-    top = np.maximum(accum, net)
-    optim = top * ((accum / top) ** gamma + (net / top) ** gamma) ** (1.0 / gamma)
-    batch = r * atomic * (steps + 1.0)
-    scale = batch / m0
-    denom = var / scale + sqr
-    gain = np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)
-    good = batch / (steps * accum + optim) * gain / scale
+    good = formulas.goodput_np(perf, grad, m0, n, r, atomic, steps)
     good = np.where((lo <= atomic) & (atomic <= hi), good, 0.0)
     i = int(np.argmax(good))
     return float(good[i]), int(atomic[i]), int(steps[i])

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from goodput_jax.model import formulas
 from goodput_jax.model.buckets import bucket
 from goodput_jax.model.types import GradParams, PerfParams
 
@@ -58,7 +59,7 @@ class ProfileWarning(UserWarning):
 
 
 # Lower bound of every alpha/beta, value used for "absent" network links.
-_TINY = 1e-8
+_TINY = formulas.TINY
 
 
 def _float_dtype():
@@ -81,8 +82,7 @@ def predict_accum_time(perf: PerfParams, atomic_bsz: Any) -> jax.Array:
         >>> round(float(predict_accum_time(p, 10)), 6)
         0.2
     """
-    b = jnp.asarray(atomic_bsz, _float_dtype())
-    return perf.alpha_c + perf.beta_c * b
+    return formulas.accum_time(jnp, perf, jnp.asarray(atomic_bsz, _float_dtype()))
 
 
 @jax.jit
@@ -105,30 +105,7 @@ def predict_network_time(perf: PerfParams, num_nodes: Any, num_replicas: Any) ->
     dt = _float_dtype()
     n = jnp.asarray(num_nodes, dt)
     r = jnp.asarray(num_replicas, dt)
-    multi_node = n > 1
-    multi_replica = r > 1
-    alpha = jnp.where(multi_node, perf.alpha_n, jnp.where(multi_replica, perf.alpha_r, _TINY))
-    beta = jnp.where(multi_node, perf.beta_n, jnp.where(multi_replica, perf.beta_r, _TINY))
-    return alpha + beta * jnp.maximum(r - 2, _TINY)
-
-
-def _optim_parts(gamma: Any, accum_time: jax.Array, network_time: jax.Array):
-    # (a^g + n^g)^(1/g) = hi * (1 + (lo/hi)^g)^(1/g) with hi = max(a, n),
-    # lo = min(a, n): no overflow (gamma up to 10 and times of 1e3 s overflow
-    # float32 powers) and only three transcendentals per element.
-    hi = jnp.maximum(accum_time, network_time)
-    lo = jnp.minimum(accum_time, network_time)
-    return hi, jnp.log1p(jnp.exp(gamma * jnp.log(lo / hi))) / gamma
-
-
-def _log_optim_from_parts(gamma: Any, accum_time: jax.Array, network_time: jax.Array) -> jax.Array:
-    hi, log_ratio = _optim_parts(gamma, accum_time, network_time)
-    return jnp.log(hi) + log_ratio
-
-
-def _optim_from_parts(gamma: Any, accum_time: jax.Array, network_time: jax.Array) -> jax.Array:
-    hi, log_ratio = _optim_parts(gamma, accum_time, network_time)
-    return hi * jnp.exp(log_ratio)
+    return formulas.network_time(jnp, perf, n, r)
 
 
 @jax.jit
@@ -144,7 +121,7 @@ def predict_log_optim_time(
     """
     accum = predict_accum_time(perf, atomic_bsz)
     network = predict_network_time(perf, num_nodes, num_replicas)
-    return _log_optim_from_parts(perf.gamma, accum, network)
+    return formulas.log_optim_time(jnp, perf.gamma, accum, network)
 
 
 @jax.jit
@@ -251,7 +228,7 @@ def _loss_from_logs(perf, n, r, b, log_acc, log_opt, w, smooth=0.0):
     count = jnp.maximum(jnp.sum(w), 1.0)
     pred_acc = perf.alpha_c + perf.beta_c * b
     pred_net = predict_network_time(perf, n, r)
-    pred_log_opt = _log_optim_from_parts(perf.gamma, pred_acc, pred_net)
+    pred_log_opt = formulas.log_optim_time(jnp, perf.gamma, pred_acc, pred_net)
     e1 = w * (jnp.log(pred_acc) - log_acc) ** 2
     e2 = w * (pred_log_opt - log_opt) ** 2
     # sqrt'(0) is infinite: floor the mean square (irrelevant at any real noise).

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from goodput_jax.model import formulas
 from goodput_jax.model.types import GradParams
 
 __all__ = [
@@ -58,14 +59,17 @@ _MIN_VAR = 1e-6
 def adascale_gain(grad_params: GradParams, scale: Any) -> jax.Array:
     """AdaScale gain ``(var + sqr) / (var / scale + sqr)``, with ``var >= 1e-6``, ``sqr >= 0``.
 
+    The efficiency's gain (:func:`goodput_jax.model.formulas.gain`, the one formula) on
+    the clamped statistics: 1 where the denominator is not > 0 (NaN statistics
+    included).
+
     Example:
         >>> float(adascale_gain(GradParams(sqr=0.0, var=1.0), 8.0))
         8.0
     """
     var = jnp.maximum(jnp.asarray(grad_params.var, jnp.float32), _MIN_VAR)
     sqr = jnp.maximum(jnp.asarray(grad_params.sqr, jnp.float32), 0.0)
-    scale = jnp.asarray(scale, jnp.float32)
-    return (var + sqr) / (var / scale + sqr)
+    return formulas.gain(jnp, sqr, var, jnp.asarray(scale, jnp.float32))
 
 
 def adam_gain(grad_params: GradParams, scale: Any) -> jax.Array:

@@ -5,6 +5,7 @@ GPUs it advances by the simulated goodput::
 
     goodput = gain / (step_time + accum_steps * (step_time - sync_time)) * (1 - interference)
     gain    = (var + sqr) / (var / scale + sqr),   scale = batch_size / init_batch_size
+              (goodput_jax.model.formulas.gain_np, the model's own gain)
 
 with step and sync time interpolated from the traces at its placement and atomic batch size,
 and the gradient statistics of its current epoch at its batch size (an oracle, as in the
@@ -29,6 +30,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from goodput_jax.model.formulas import gain_np
+from goodput_jax.model.types import GradParams
 from goodput_jax.sched.sim.apps import Application
 
 __all__ = ["SimJob", "StepResult", "fixed_batch_config", "placement_of"]
@@ -211,9 +214,7 @@ class SimJob:
         step_time, sync_time = self.speed_app.get_throughput(self.placement, self.atomic_bsz)
         bsz = self.batch_size
         grad_sqr, grad_var = self.app.get_grad_stats(bsz, self.epoch)
-        scale = bsz / self.app.init_batch_size
-        denom = grad_var / scale + grad_sqr
-        gain = (grad_var + grad_sqr) / denom if denom > 0 else 1.0
+        gain = gain_np(GradParams(grad_sqr, grad_var), bsz / self.app.init_batch_size)
         total = step_time + (step_time - sync_time) * self.accum_steps
         return gain / total, step_time, sync_time, grad_sqr, grad_var
 
