@@ -33,16 +33,19 @@ MaxText flag                        where it goes
 
 Or hand the whole MaxText config (an object with attributes, or a mapping)
 to :func:`from_maxtext_config`, which applies the same mapping, names the job
-``config.run_name`` and the logger ``goodput_<run_name>``, records on process 0
+``config.goodput_job_name or config.run_name`` (as MaxText) and the logger
+``goodput_<job>``, records on process 0
 and monitors on process 0 only. MaxText's own wrapper helpers are here too
 (:func:`create_goodput_recorder`, :func:`maybe_record_goodput`,
 :func:`maybe_monitor_goodput`, :class:`GoodputEvent`), so a MaxText
 ``goodput_utils``-style module can switch by changing its import.
 
 Events go to the local SQLite store (``./goodput.db`` or ``$GOODPUT_JAX_STORE``)
-unless a ``store=`` is given. ``gcp_options`` (MaxText's Cloud Monitoring
-options) is accepted and ignored: pick the Cloud Logging store with
-``store="gcl://PROJECT/LOGGER"`` instead.
+unless a ``store=`` is given (the Cloud Logging store is
+``store="gcl://PROJECT/LOGGER"``). ``gcp_options`` (MaxText's Cloud Monitoring
+options) works as in Google's library: with monitoring enabled, empty fields are
+filled from the GCE metadata server and goodput, badput, step-time, rolling-window,
+slice-efficiency and hang metrics go to Cloud Monitoring (``docs/maxtext.md``).
 
 Example:
     >>> from goodput_jax import goodput
@@ -86,6 +89,8 @@ __all__ = [
     "create_goodput_monitor",
     "create_goodput_recorder",
     "from_maxtext_config",
+    "get_goodput_job_name",
+    "maybe_instrument_checkpoint_manager",
     "maybe_monitor_goodput",
     "maybe_record_goodput",
     "record_goodput",
@@ -504,9 +509,13 @@ class GoodputMonitor(_BaseMonitor):
         configured_ideal_step_time, step_deviation_interval_seconds: as in
             Google's library (same defaults). ``upload_interval`` may be omitted when
             ``goodput_upload_interval_seconds`` is given (default 30 s when neither is).
-        gcp_options: :class:`GCPOptions`; with a ``project_id`` and
-            ``monitoring_enabled``, goodput, badput and step deviation also go to
-            Cloud Monitoring (needs the ``gcp`` extra).
+        gcp_options: :class:`GCPOptions`. With ``monitoring_enabled`` and either
+            ``enable_gcp_*`` flag, an empty ``project_id``, ``location`` or
+            ``acc_type`` is filled from the GCE metadata server (as Google's
+            library; ``$GCE_METADATA_HOST`` names the server); with a project and a
+            location, goodput, badput, step deviation, rolling-window and hang metrics
+            also go to Cloud Monitoring (needs the ``gcp`` extra), else a warning
+            says why not.
         skip_final_flush: ``stop_*`` skips the final upload.
         final_flush_timeout_seconds: bound of each ``stop_*`` (s).
         gcs_sync_interval_seconds, cache_dir: accepted; no on-disk cache to sync.
@@ -515,8 +524,11 @@ class GoodputMonitor(_BaseMonitor):
         goodput_upload_interval_seconds: MaxText's name for ``upload_interval``.
         monitor_step_time_deviation: MaxText's name for ``include_step_deviation``;
             with it, :meth:`start` also starts the step-deviation uploader.
-        **kwargs: the base monitor's extras (``store``, ``clock``, ``tag_layout`` ...) and
-            ``gcm_client``: a ``monitoring_v3.MetricServiceClient`` to send with.
+        rolling_windows_seconds: MaxText's windows (s): :meth:`start` also starts the
+            rolling-window uploader, :meth:`stop` stops it first.
+        **kwargs: the base monitor's extras (``store``, ``clock``, ``tag_layout``,
+            ``hang_threshold_seconds`` ...) and ``gcm_client``: a
+            ``monitoring_v3.MetricServiceClient`` to send with.
 
     Raises:
         ValueError: ``upload_interval`` and ``goodput_upload_interval_seconds``
@@ -551,9 +563,14 @@ class GoodputMonitor(_BaseMonitor):
         monitor_goodput: bool | None = None,
         goodput_upload_interval_seconds: float | None = None,
         monitor_step_time_deviation: bool | None = None,
+        rolling_windows_seconds: Any = None,
         **kwargs: Any,
     ):
         gcm_client = kwargs.pop("gcm_client", None)
+        from goodput_jax.measure.monitor import check_windows
+
+        self.rolling_windows_seconds = (None if rolling_windows_seconds is None
+                                        else check_windows(rolling_windows_seconds))
         if upload_interval is None:
             upload_interval = 30.0 if goodput_upload_interval_seconds is None \
                 else goodput_upload_interval_seconds
@@ -593,17 +610,86 @@ class GoodputMonitor(_BaseMonitor):
             configured_ideal_step_time, step_deviation_interval_seconds, **kwargs,
         )
         self._gcm = None
+        self._google_calc = None
+        #: what the GCE metadata server said (None when it was not asked)
+        self.gce_metadata = None
         opts = self.gcp_options
-        if self.monitoring_enabled and opts.project_id and (
+        if self.monitoring_enabled and (
                 opts.enable_gcp_goodput_metrics or opts.enable_gcp_step_deviation_metrics):
-            from goodput_jax.measure.cloud_monitoring import CloudMonitoringExporter
+            from goodput_jax.measure.cloud_monitoring import (
+                CloudMonitoringExporter,
+                fill_gcp_options,
+            )
 
-            self._gcm = CloudMonitoringExporter(opts, job_name, client=gcm_client)
+            opts, self.gce_metadata = fill_gcp_options(opts)
+            self.gcp_options = opts
+            if opts.project_id and opts.location:
+                self._gcm = CloudMonitoringExporter(opts, job_name, client=gcm_client)
+                _log.info("goodput monitor: sending Cloud Monitoring metrics to project %r, "
+                          "location %r", opts.project_id, opts.location)
+            else:
+                missing = [n for n in ("project_id", "location") if not getattr(opts, n)]
+                _log.warning(
+                    "goodput monitor: Cloud Monitoring disabled: gcp_options.%s not given and "
+                    "not found on the GCE metadata server (%s)", " and ".join(missing),
+                    self.gce_metadata.error or "it had no such entry")
+
+    @property
+    def cloud_monitoring(self) -> Any:
+        """The :class:`~goodput_jax.measure.cloud_monitoring.CloudMonitoringExporter`
+        sending this monitor's metrics (None when Cloud Monitoring is off)."""
+        return self._gcm
 
     def upload_goodput(self) -> dict[str, float]:
         values = super().upload_goodput()
         if self._gcm is not None and values and self.gcp_options.enable_gcp_goodput_metrics:
-            self._gcm.send_goodput(self.calculator, self._now())
+            self._gcm.send_goodput(
+                self.calculator, self._now(),
+                include_slice_efficiency=bool(getattr(self, "include_slice_efficiency", False)))
+        return values
+
+    def upload_hang_status(self, last_step: int | None = None, *, flush: bool = True
+                           ) -> dict[str, float]:
+        values = super().upload_hang_status(last_step, flush=flush)
+        if self._gcm is not None and values and self.gcp_options.enable_gcp_goodput_metrics:
+            md = self.gce_metadata
+            self._gcm.send(self._gcm.hang_metrics(
+                values["hang/seconds_since_last_step"], bool(values.get("hang/hung", 0.0)),
+                instance_id=md.instance_id if md is not None else None), self._now())
+        return values
+
+    def _interval_calculator(self) -> Any:
+        calc = self.calculator
+        if hasattr(calc, "get_interval_metric_details"):
+            return calc
+        if self._google_calc is None:  # Google's interval rule on the same store
+            self._google_calc = GoodputCalculator(self.job_name, self.logger_name,
+                                                  store=calc.store, clock=self.clock)
+        return self._google_calc
+
+    def upload_rolling_window_goodput(self, window_seconds: Any = None) -> dict[str, float]:
+        """Write ``goodput/interval_<W>s`` for each window ending now (Google's interval
+        rule, :meth:`GoodputCalculator.get_interval_metric_details`) and, with Cloud
+        Monitoring on, send each window's ``interval_goodput`` / ``interval_badput``
+        (and slice efficiency for elastic monitors) as Google's rolling-window uploader."""
+        from goodput_jax.measure.monitor import check_windows
+
+        windows = self.rolling_windows if window_seconds is None else check_windows(
+            window_seconds)
+        now = self._now()
+        values: dict[str, float] = {}
+        slice_eff = bool(getattr(self, "include_slice_efficiency", False))
+        calc = self._interval_calculator()
+        send = self._gcm is not None and self.gcp_options.enable_gcp_goodput_metrics
+        for w in windows:
+            details = calc.get_interval_metric_details(now - w, now)
+            g = details.get(IntervalMetricType.INTERVAL_GOODPUT.value) or {}
+            if GoodputType.TOTAL in g:
+                values[self.window_tag(w)] = float(g[GoodputType.TOTAL])
+            if send:
+                self._gcm.send_interval(details, now, include_slice_efficiency=slice_eff)
+        if values:
+            self.write_scalars(self.last_step, values)
         return values
 
     def upload_step_deviation(self) -> dict[str, float]:
@@ -649,7 +735,8 @@ class GoodputMonitor(_BaseMonitor):
         return self._stop("rolling_window", timeout, self._final(skip_final_flush))
 
     def start(self) -> bool:
-        """Start the goodput uploader (and the step-deviation one when MaxText asked for it).
+        """Start the goodput uploader (and the step-deviation one when MaxText asked for it,
+        and the rolling-window one when ``rolling_windows_seconds`` was given).
 
         Returns:
             Whether the goodput uploader runs (False when monitoring is disabled).
@@ -657,10 +744,15 @@ class GoodputMonitor(_BaseMonitor):
         started = self.start_goodput_uploader()
         if started and self.monitor_step_time_deviation:
             self.start_step_deviation_uploader()
+        if started and self.rolling_windows_seconds:
+            self.start_rolling_window_goodput_uploader(self.rolling_windows_seconds)
         return started
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop every uploader, each after a final upload (idempotent)."""
+        """Stop every uploader, each after a final upload (idempotent); the rolling-window
+        one first, as MaxText does."""
+        if self.rolling_windows_seconds:
+            self.stop_rolling_window_goodput_uploader(timeout=timeout)
         self.stop_goodput_uploader(timeout=timeout)
         if self.monitor_step_time_deviation:
             self.stop_step_deviation_uploader(timeout=timeout)
@@ -688,12 +780,27 @@ def _process_index(process_index: int | None) -> int:
     return jax.process_index()
 
 
+def get_goodput_job_name(config: Any) -> str:
+    """MaxText's job name for goodput: ``config.goodput_job_name or config.run_name``.
+
+    Example:
+        >>> get_goodput_job_name({"run_name": "r", "goodput_job_name": ""})
+        'r'
+        >>> get_goodput_job_name({"run_name": "r", "goodput_job_name": "llama-pre-r"})
+        'llama-pre-r'
+    """
+    name = _get(config, "goodput_job_name", None)
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"config.goodput_job_name ({name!r}) must be a string")
+    return name or _get(config, "run_name")
+
+
 def create_goodput_recorder(config: Any, *, process_index: int | None = None,
                             **kwargs: Any) -> GoodputRecorder | None:
     """MaxText's ``create_goodput_recorder``: a recorder when ``enable_goodput_recording``.
 
-    Records on process 0 only. ``kwargs`` go to :class:`GoodputRecorder`
-    (e.g. ``store=``).
+    Records on process 0 only, for the job :func:`get_goodput_job_name` names.
+    ``kwargs`` go to :class:`GoodputRecorder` (e.g. ``store=``).
 
     Example:
         >>> create_goodput_recorder({"run_name": "r", "enable_goodput_recording": False}) is None
@@ -701,7 +808,7 @@ def create_goodput_recorder(config: Any, *, process_index: int | None = None,
     """
     if not _get(config, "enable_goodput_recording", False):
         return None
-    run = _get(config, "run_name")
+    run = get_goodput_job_name(config)
     return GoodputRecorder(run, f"goodput_{run}", _process_index(process_index) == 0,
                            enable_goodput_recording=True, **kwargs)
 
@@ -710,9 +817,16 @@ def create_goodput_monitor(config: Any, *, process_index: int | None = None,
                            **kwargs: Any) -> GoodputMonitor | None:
     """A :class:`GoodputMonitor` on process 0 when ``config.monitor_goodput``, else None.
 
-    Reads ``run_name``, ``tensorboard_dir``, ``goodput_upload_interval_seconds``,
+    As MaxText's ``maybe_monitor_goodput``: the job is :func:`get_goodput_job_name`;
+    reads ``tensorboard_dir``, ``goodput_upload_interval_seconds``,
     ``monitor_step_time_deviation``, ``step_deviation_interval_seconds`` and
-    (optionally) ``enable_pathways_goodput``.
+    (optionally) ``enable_pathways_goodput``; ``GCPOptions`` carry only
+    ``enable_gcp_goodput_metrics`` / ``enable_gcp_step_deviation_metrics`` (default
+    True; the latter off with ``report_performance_metric_for_gcp_monitoring``), so
+    the project, zone and accelerator come from the metadata server; with
+    ``enable_rolling_window_goodput`` the monitor also runs the rolling windows
+    ``rolling_windows_seconds``. goodput_jax's own key ``goodput_hang_threshold_seconds``
+    sets the hang threshold. ``kwargs`` go to :class:`GoodputMonitor` and win.
 
     Example:
         >>> create_goodput_monitor({"run_name": "r", "monitor_goodput": False}) is None
@@ -720,7 +834,22 @@ def create_goodput_monitor(config: Any, *, process_index: int | None = None,
     """
     if not _get(config, "monitor_goodput", False) or _process_index(process_index) != 0:
         return None
-    run = _get(config, "run_name")
+    run = get_goodput_job_name(config)
+    step_dev_gcp = bool(_get(config, "enable_gcp_step_deviation_metrics", True))
+    if _get(config, "report_performance_metric_for_gcp_monitoring", False):
+        step_dev_gcp = False  # MaxText sends its own performance metric then
+    kwargs.setdefault("gcp_options", GCPOptions(
+        enable_gcp_goodput_metrics=bool(_get(config, "enable_gcp_goodput_metrics", True)),
+        enable_gcp_step_deviation_metrics=step_dev_gcp))
+    if _get(config, "enable_rolling_window_goodput", False):
+        windows = _get(config, "rolling_windows_seconds", None)
+        if windows is None:
+            raise ValueError("config.rolling_windows_seconds is required with "
+                             "enable_rolling_window_goodput")
+        kwargs.setdefault("rolling_windows_seconds", windows)
+    hang = _get(config, "goodput_hang_threshold_seconds", None)
+    if hang is not None:
+        kwargs.setdefault("hang_threshold_seconds", hang)
     return GoodputMonitor(
         run, f"goodput_{run}", _get(config, "tensorboard_dir"),
         pathway_enabled=bool(_get(config, "enable_pathways_goodput", False)),
@@ -731,6 +860,39 @@ def create_goodput_monitor(config: Any, *, process_index: int | None = None,
         monitor_step_time_deviation=bool(_get(config, "monitor_step_time_deviation", False)),
         **kwargs,
     )
+
+
+def maybe_instrument_checkpoint_manager(checkpoint_manager: Any, recorder: Any) -> Any:
+    """Record a MaxText checkpoint manager's saves and restores as checkpoint badput.
+
+    MaxText no longer sets up Orbax's checkpoint cloud logger, so this is where its
+    checkpoint badput comes from: wrap the manager right where MaxText's
+    ``setup_train_loop`` creates it (it has the recorder at hand)::
+
+        checkpoint_manager = create_checkpoint_manager(config, mesh, init_state_fn)
+        checkpoint_manager = goodput.maybe_instrument_checkpoint_manager(
+            checkpoint_manager, recorder)
+
+    MaxText's ``save_checkpoint`` / ``maybe_save_checkpoint`` /
+    ``load_state_if_possible`` / ``wait_until_finished`` then go through
+    :func:`goodput_jax.integrations.orbax.instrument`: the blocking part of each
+    save, every wait for a background commit and each restore are recorded.
+
+    Returns:
+        The manager unchanged when it or the recorder is None or recording is off
+        (MaxText's "checkpointing disabled" and "recording disabled"); else a
+        :class:`~goodput_jax.integrations.orbax.RecordedCheckpointManager`.
+
+    Example:
+        >>> maybe_instrument_checkpoint_manager(None, None) is None
+        True
+    """
+    if checkpoint_manager is None or not recorder or not getattr(recorder, "logging_enabled",
+                                                                  False):
+        return checkpoint_manager
+    from goodput_jax.integrations.orbax import instrument
+
+    return instrument(checkpoint_manager, recorder)
 
 
 @dataclasses.dataclass
@@ -776,7 +938,7 @@ def from_maxtext_config(config: Any, *, process_index: int | None = None, store:
     kw = {} if store is None else {"store": store}
     rec = create_goodput_recorder(config, process_index=process_index, **kw)
     mon = create_goodput_monitor(config, process_index=process_index, **kw, **monitor_kwargs)
-    return MaxTextGoodput(rec, mon, _get(config, "run_name"))
+    return MaxTextGoodput(rec, mon, get_goodput_job_name(config))
 
 
 class GoodputEvent(enum.Enum):

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import datetime
+import logging
 from typing import Any
 
 from goodput_jax.goodput import (
@@ -26,7 +27,12 @@ __all__ = [
     "IntervalMetricType",
     "MetricType",
     "compute_ideal_step_time",
+    "get_accelerator_type",
+    "get_cluster_name",
     "get_extra_time_from_anomalous_steps",
+    "get_gcp_metadata",
+    "get_gcp_project_id",
+    "get_node_zone",
     "get_timestamp_from_log_entry",
 ]
 
@@ -78,3 +84,47 @@ def get_extra_time_from_anomalous_steps(step_times: list[float]) -> float:
     anomalous, normal = _split(step_times)
     mean = sum(normal) / len(normal) if normal else 0.0
     return sum(anomalous) - len(anomalous) * mean
+
+
+# ---------------------------------------------------------------- GCE metadata
+def get_gcp_metadata(category: str, attribute: str, timeout: float = 1.0) -> str | None:
+    """Google's ``get_gcp_metadata``: one metadata-server value, None when unavailable.
+
+    The server is ``$GCE_METADATA_HOST`` or, on a Google VM,
+    ``metadata.google.internal`` (:func:`goodput_jax.measure.cloud_monitoring.metadata_host`).
+
+    Example:
+        >>> get_gcp_metadata("project", "project-id")  # doctest: +SKIP
+        'my-project'
+    """
+    from goodput_jax.measure import cloud_monitoring as cm
+
+    try:
+        return cm.get_gcp_metadata(category, attribute, timeout=timeout)
+    except cm.MetadataUnavailable as e:
+        logging.getLogger(__name__).warning("Failed to retrieve metadata for %s/%s: %s",
+                                            category, attribute, e)
+        return None
+
+
+def get_gcp_project_id() -> str | None:
+    """The project of this VM, from the metadata server (None off GCP)."""
+    return get_gcp_metadata("project", "project-id")
+
+
+def get_node_zone() -> str | None:
+    """The zone of this VM (``us-central2-b``), from the metadata server (None off GCP)."""
+    zone = get_gcp_metadata("instance", "zone")
+    return zone.rsplit("/", 1)[-1] if zone else None
+
+
+def get_accelerator_type() -> str:
+    """Google's accelerator label of this VM's machine type (``"UNKNOWN"`` if none)."""
+    from goodput_jax.measure.cloud_monitoring import accelerator_from_machine_type
+
+    return accelerator_from_machine_type(get_gcp_metadata("instance", "machine-type"))
+
+
+def get_cluster_name() -> str | None:
+    """The ``cluster-name`` instance attribute (GKE nodes), or None."""
+    return get_gcp_metadata("instance", "attributes/cluster-name")

@@ -36,6 +36,9 @@ productive step unless noted:
 ``model/suggested_accumulation_steps`` ``model/suggested_atomic_batch_size``
 ``model/atomic_batch_size`` ``model/accumulation_steps`` ``model/num_replicas``
 ``model/num_nodes`` ``model/max_batch_size``
+``hang/seconds_since_last_step``       seconds since the last step started or ended
+                                       (or since the latest run started)
+``hang/hung``                          1 once past ``hang_threshold_seconds``, else 0
 =====================================  ==============================================
 
 Example:
@@ -162,6 +165,112 @@ def hint_scalars(hints: Mapping[str, Any] | None) -> dict[str, float]:
     return out
 
 
+#: protocols written through fsspec, and the package (and extra) each needs
+_REMOTE_PACKAGES = {"gs": ("gcsfs", "gcp"), "gcs": ("gcsfs", "gcp")}
+
+
+def _protocol(path: str) -> str | None:
+    head, sep, _ = path.partition("://")
+    return head.lower() if sep and head.lower() != "file" else None
+
+
+def check_tensorboard_dir(tensorboard_dir: str) -> str | None:
+    """Validate a remote ``tensorboard_dir`` (``gs://...``) before anything is written.
+
+    Returns:
+        The protocol (``"gs"``), or None for a local directory.
+
+    Raises:
+        ImportError: the file system's package is missing (e.g. ``gcsfs`` for
+            ``gs://``: ``pip install 'goodput-jax[gcp]'``).
+
+    Example:
+        >>> check_tensorboard_dir("/tmp/tb") is None
+        True
+    """
+    proto = _protocol(tensorboard_dir)
+    if proto is None:
+        return None
+    pkg, extra = _REMOTE_PACKAGES.get(proto, (None, None))
+    try:
+        if pkg is not None:
+            __import__(pkg)
+        import fsspec
+
+        fsspec.get_filesystem_class(proto)
+    except (ImportError, ValueError) as e:
+        need = f"{pkg} (pip install 'goodput-jax[{extra}]')" if pkg else "an fsspec file system"
+        raise ImportError(f"tensorboard_dir ({tensorboard_dir!r}) needs {need} to write "
+                          f"{proto}:// event files: {e}") from None
+    return proto
+
+
+class _RemoteEventFile:
+    """An event file on an object store (``gs://``), written through fsspec.
+
+    Objects there cannot be appended to, so the records are kept in a local spool
+    file and each flush uploads the whole file again (what TensorFlow's GCS file
+    system does); past ``max_bytes`` the next record starts a new event file, so an
+    upload stays bounded.
+    """
+
+    def __init__(self, logdir: str, suffix: str, max_bytes: int = 8 << 20):
+        import socket
+        import tempfile
+
+        import fsspec
+
+        self.logdir = logdir.rstrip("/")
+        self._suffix = suffix
+        self._max_bytes = max_bytes
+        self._fs, _ = fsspec.core.url_to_fs(self.logdir)
+        self._host = socket.gethostname()
+        self._tempfile = tempfile
+        self._seq = 0
+        self._spool = None
+        self._dirty = False
+        self.file_name = ""
+        self._new_file()
+
+    def _new_file(self) -> None:
+        from tensorboard.compat.proto import event_pb2
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        if self._spool is not None:
+            self.flush()
+            self._spool.close()
+        self._seq += 1
+        self.file_name = (f"{self.logdir}/events.out.tfevents.{int(time.time()):010d}."
+                          f"{self._host}.{os.getpid()}.{self._seq}{self._suffix}")
+        self._spool = self._tempfile.TemporaryFile(prefix="goodput_jax_tb_")
+        self._records = RecordWriter(self._spool)
+        self._records.write(event_pb2.Event(wall_time=time.time(),
+                                            file_version="brain.Event:2").SerializeToString())
+        self._dirty = True
+        self.flush()
+
+    def add_event(self, event) -> None:
+        if self._spool.tell() >= self._max_bytes:
+            self._new_file()
+        self._records.write(event.SerializeToString())
+        self._dirty = True
+
+    def flush(self) -> None:
+        if not self._dirty:
+            return
+        self._spool.flush()
+        self._spool.seek(0)
+        data = self._spool.read()
+        self._fs.pipe_file(self.file_name, data)
+        self._dirty = False
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self.flush()
+            self._spool.close()
+            self._spool = None
+
+
 class _TBWriter:
     """Thread-safe scalar writer on one TensorBoard event file (opened lazily)."""
 
@@ -208,6 +317,9 @@ class _TBWriter:
         return n
 
     def _open(self) -> None:
+        if self._writer is None and _protocol(self.logdir) is not None:
+            self._writer = _RemoteEventFile(self.logdir, ".goodput_jax")
+            self.file_name = self._writer.file_name
         if self._writer is None:
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -241,6 +353,57 @@ class _TBWriter:
                 self._writer.close()
 
 
+
+
+class _StepClock:
+    """The job's latest step time, read incrementally from the store (its own cursor)."""
+
+    _STEP_KINDS = ("STEP_START", "STEP_END", "STEP_DEVICE_END")
+
+    def __init__(self, store: Any, job_name: str):
+        from goodput_jax.measure.events import KIND_CODES, EventKind
+
+        self._store = store
+        self._job = job_name
+        self._cursor: Any = None
+        self._step_codes = [KIND_CODES[EventKind[k]] for k in self._STEP_KINDS]
+        self._start = KIND_CODES[EventKind.JOB_START]
+        self._end = KIND_CODES[EventKind.JOB_END]
+        self._lock = threading.Lock()
+        self.last_step_t: float | None = None
+        self.last_start_t: float | None = None
+        self.last_end_t: float | None = None
+        self.last_step = 0
+
+    def poll(self) -> tuple[float | None, bool]:
+        """``(time of the last step event or of the latest job start, ended)``."""
+        import numpy as np
+
+        with self._lock:
+            while True:
+                cols, self._cursor, done = self._store.read_columns(self._job, self._cursor,
+                                                                    100_000)
+                if cols is not None and cols["kind"].size:
+                    kind, ts = cols["kind"], cols["ts"]
+                    steps = np.isin(kind, self._step_codes)
+                    if steps.any():
+                        i = int(np.argmax(np.where(steps, ts, -np.inf)))
+                        if self.last_step_t is None or ts[i] >= self.last_step_t:
+                            self.last_step_t = float(ts[i])
+                            self.last_step = max(int(cols["step"][i]), 0)
+                    for code, attr in ((self._start, "last_start_t"), (self._end, "last_end_t")):
+                        sel = ts[kind == code]
+                        if sel.size:
+                            old = getattr(self, attr)
+                            setattr(self, attr, float(sel.max()) if old is None
+                                    else max(old, float(sel.max())))
+                if done:
+                    break
+            marks = [t for t in (self.last_step_t, self.last_start_t) if t is not None]
+            last = max(marks) if marks else None
+            ended = (self.last_end_t is not None
+                     and (self.last_start_t is None or self.last_end_t >= self.last_start_t))
+            return last, ended
 
 
 class _Uploader:
@@ -316,6 +479,15 @@ class GoodputMonitor:
             ``badput/tpu_initialization``, ``badput/data_loading_sync``,
             ``badput/custom_badput_events/<type>``, ``step_deviation``); our extra
             tags (``goodput/total_time``, ``step_time/*``, ``model/*``) sit beside them.
+        hang_threshold_seconds: with it, each goodput upload also checks for a hang:
+            once no step has started or ended for this long (and the job has not
+            ended) the job is reported hung (a warning, ``hang/hung`` = 1, and in
+            the drop-in the Cloud Monitoring ``hung`` metric) until a step comes;
+            so a hang is reported within the threshold plus one ``upload_interval``.
+            None = ``hang/seconds_since_last_step`` only.
+
+    ``tensorboard_dir`` may be a ``gs://`` URL (needs ``gcsfs``, the ``gcp`` extra):
+    event files are written through fsspec, no TensorFlow.
 
     Example:
         >>> m = GoodputMonitor("job", "goodput_job", "/tmp/tb", 30, True,
@@ -343,6 +515,7 @@ class GoodputMonitor:
         calculator: Any = None,
         max_deviation_points: int = 10_000,
         tag_layout: str = "goodput_jax",
+        hang_threshold_seconds: float | None = None,
     ) -> None:
         if tag_layout not in ("goodput_jax", "reference"):
             raise ValueError(
@@ -360,6 +533,9 @@ class GoodputMonitor:
             else _positive("step_deviation_interval_seconds", step_deviation_interval_seconds)
         )
         self.stop_timeout = _nonneg("stop_timeout", stop_timeout)
+        self.hang_threshold_seconds = (None if hang_threshold_seconds is None else
+                                       _positive("hang_threshold_seconds", hang_threshold_seconds))
+        check_tensorboard_dir(os.fspath(tensorboard_dir))
         if isinstance(max_deviation_points, bool) or not isinstance(max_deviation_points, int) \
                 or max_deviation_points < 0:
             raise ValueError(
@@ -401,6 +577,9 @@ class GoodputMonitor:
         self._last_dev_step = -1
         self._dev_token: Any = None
         self._dev_lock = threading.Lock()
+        self._step_clock = _StepClock(self.calculator.store, job_name)
+        #: Whether the last hang check found the job hung (see :meth:`upload_hang_status`).
+        self.hung = False
         #: Polls that raised (each is logged).
         self.poll_errors = 0
         self.last_error: str | None = None
@@ -459,8 +638,100 @@ class GoodputMonitor:
             values.update(self._step_summary())
         values.update(hint_scalars(calc.get_latest_hints()))
         self._writer.write(int(last_step), values, self._now())
+        values.update(self.upload_hang_status(last_step=int(last_step), flush=False))
         self._writer.flush()
         return values
+
+    # ----------------------------------------------------------------- hangs
+    def seconds_since_last_step(self, now: float | None = None) -> tuple[float | None, bool]:
+        """Seconds since the job's last step started or ended (or since its latest run
+        started, before that run's first step), and whether the job has ended.
+
+        Returns:
+            ``(seconds or None when the job has no events, ended)``.
+
+        Example:
+            >>> monitor.seconds_since_last_step()  # doctest: +SKIP
+            (0.8, False)
+        """
+        now = self._now() if now is None else float(now)
+        last, ended = self._step_clock.poll()
+        return (None if last is None else max(0.0, now - last)), ended
+
+    def upload_hang_status(self, last_step: int | None = None, *, flush: bool = True
+                           ) -> dict[str, float]:
+        """Check for a hang now: write ``hang/seconds_since_last_step`` (and with a
+        ``hang_threshold_seconds``, ``hang/hung`` 0/1); log when the job becomes hung
+        and when it steps again.
+
+        Runs in every goodput upload; call it directly for one check.
+
+        Returns:
+            The scalars written (empty when the job has no events).
+
+        Example:
+            >>> monitor.upload_hang_status()  # doctest: +SKIP
+            {'hang/seconds_since_last_step': 0.8, 'hang/hung': 0.0}
+        """
+        now = self._now()
+        secs, ended = self.seconds_since_last_step(now)
+        if secs is None:
+            return {}
+        values = {"hang/seconds_since_last_step": secs}
+        thr = self.hang_threshold_seconds
+        if thr is not None:
+            hung = not ended and secs >= thr
+            if hung and not self.hung:
+                _log.warning("goodput monitor: job %r is hung: no step for %.1fs "
+                             "(hang_threshold_seconds=%g)", self.job_name, secs, thr)
+            elif self.hung and not hung:
+                _log.info("goodput monitor: job %r %s", self.job_name,
+                          "ended" if ended else "is stepping again")
+            self.hung = hung
+            values["hang/hung"] = 1.0 if hung else 0.0
+        step = last_step if last_step is not None else self._step_clock.last_step
+        self._writer.write(int(step), values, now)
+        if flush:
+            self._writer.flush()
+        return values
+
+    # ----------------------------------------------------------------- writing
+    def write_scalars(self, step: int, values: Mapping[str, float]) -> int:
+        """Write scalars at ``step`` (wall time = the clock) into the monitor's event
+        file and flush; for subclasses and callers adding their own tags.
+
+        Returns:
+            How many were written (0 once the monitor is closed).
+        """
+        n = self._writer.write(int(step), values, self._now())
+        self._writer.flush()
+        return n
+
+    @staticmethod
+    def window_tag(window: float) -> str:
+        """The TensorBoard tag of a rolling window: ``goodput/interval_<W>s``.
+
+        Example:
+            >>> GoodputMonitor.window_tag(3600)
+            'goodput/interval_3600s'
+        """
+        return _window_tag(window)
+
+    @property
+    def clock(self) -> Callable[[], Any]:
+        """The monitor's clock ("now" as UTC seconds or an aware datetime)."""
+        return self._clock
+
+    @property
+    def last_step(self) -> int:
+        """The job's latest step number seen in the store (0 before any)."""
+        self._step_clock.poll()
+        return self._step_clock.last_step
+
+    @property
+    def rolling_windows(self) -> tuple[float, ...]:
+        """The windows (s) of the running rolling-window uploader (empty if none)."""
+        return self._rolling_windows
 
     def _step_stats(self):
         # the drop-in calculator's get_step_deviation() is Google's dict; the full
@@ -692,6 +963,19 @@ def _nonneg(name: str, value: Any) -> float:
     if not math.isfinite(v) or v < 0:
         raise ValueError(f"{name} ({value!r}) must be a finite number of seconds >= 0")
     return v
+
+
+def check_windows(window_seconds: Any) -> tuple[float, ...]:
+    """Rolling windows as sorted unique positive seconds (one number or a list).
+
+    Raises:
+        TypeError, ValueError: naming ``window_seconds`` and the value.
+
+    Example:
+        >>> check_windows([900, 60, 60])
+        (60.0, 900.0)
+    """
+    return _windows(window_seconds)
 
 
 def _windows(window_seconds: Any) -> tuple[float, ...]:

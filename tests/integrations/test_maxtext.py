@@ -34,6 +34,15 @@ GoodputEvent = goodput.GoodputEvent
 maybe_record_goodput = goodput.maybe_record_goodput
 
 
+@pytest.fixture(autouse=True)
+def _no_metadata_server(monkeypatch):
+    """MaxText's monitor asks the GCE metadata server for the project and zone: point it
+    at a closed loopback port, so no test here reaches beyond 127.0.0.1 (even on GCE)."""
+    from tests.measure._gce_metadata_server import closed_port
+
+    monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{closed_port()}")
+
+
 class _MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
