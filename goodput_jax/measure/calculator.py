@@ -56,6 +56,7 @@ from goodput_jax.measure.badput import BUCKET_NAMES, BadputType
 from goodput_jax.measure.engine import Engine, StreamKeys
 from goodput_jax.measure.events import check_job_name, to_timestamp
 from goodput_jax.measure.stores import EventStore, resolve_store
+from goodput_jax.measure.stragglers import Stragglers, step_stragglers
 
 
 class NoEventsError(ValueError):
@@ -452,6 +453,53 @@ class GoodputCalculator:
             step_times=times,
             deviations=times - ideal,
         )
+
+    def get_step_stragglers(self) -> Stragglers:
+        """Per step, which host held the step back and by how much; the slowest hosts.
+
+        Only meaningful when several hosts of a launch record (same run id, ``host`` =
+        process index); with one host there is nothing to compare (``num_hosts == 1``,
+        no steps). Definitions in :mod:`goodput_jax.measure.stragglers`: a step's
+        straggler is the host that arrived (``STEP_START``) or finished (device end, else
+        ``STEP_END``) last, by the largest margin over the median of the other hosts; that
+        margin is the step's lag, and a host's lost time is the sum of its steps' lags.
+        Reads the job's whole history (O(events), like :meth:`timeline`).
+
+        Returns:
+            :class:`~goodput_jax.measure.stragglers.Stragglers` (``job_share`` against the
+            job's total time).
+
+        Raises:
+            NoEventsError: the store holds no events for the job.
+
+        Example:
+            >>> st = calc.get_step_stragglers()                       # doctest: +SKIP
+            >>> [(h.host, round(h.lost_time, 3)) for h in st.slowest(3)]  # doctest: +SKIP
+            [(1, 1.204)]
+        """
+        total = self.get_job_goodput_details()["total_time"]
+        parts: list[tuple] = []
+        runs: dict[str, int] = {}
+        info: dict[int, tuple[int, int]] = {}
+        cursor = None
+        while True:
+            cols, cursor, done = self.store.read_columns(self.job_name, cursor, self._CHUNK)
+            if cols is not None and cols["kind"].size:
+                u, inv = np.unique(cols["stream"], return_inverse=True)
+                rh = np.empty((u.size, 2), dtype=np.int64)
+                for i, sid in enumerate(u.tolist()):
+                    if sid not in info:
+                        run_id, host = self.store.stream_info(sid)
+                        info[sid] = (runs.setdefault(run_id, len(runs)), int(host))
+                    rh[i] = info[sid]
+                parts.append((cols["kind"], rh[inv, 0], rh[inv, 1], cols["ts"], cols["step"]))
+            if done:
+                break
+        if not parts:
+            return step_stragglers(*(np.empty(0) for _ in range(5)), run_ids=(),
+                                   job_time=total)
+        k, r, h, t, st = (np.concatenate(c) for c in zip(*parts))
+        return step_stragglers(k, r, h, t, st, run_ids=tuple(runs), job_time=total)
 
     def get_latest_hints(self) -> dict | None:
         """Payload of the latest ``HINTS`` event (from ``record_hints``), or None."""

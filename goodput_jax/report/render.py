@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from goodput_jax.measure.calculator import GoodputCalculator
+from goodput_jax.measure.stragglers import Stragglers
 from goodput_jax.model.hints import Hints
 from goodput_jax.report.curves import ModelCurves, model_curves, parse_hints
 from goodput_jax.report.figures import (
@@ -83,6 +84,7 @@ class _Data:
     curves: ModelCurves | None
     hints: Hints | None
     no_model_reason: str
+    stragglers: Stragglers | None = None
 
 
 def _collect(calc: GoodputCalculator, now: float | None) -> _Data:
@@ -99,7 +101,8 @@ def _collect(calc: GoodputCalculator, now: float | None) -> _Data:
         reason = ("No model hints for this job: the modelled-goodput curves need the "
                   "step-time model and gradient statistics that GoodputHooks publishes "
                   "(perfParams, gradParams, initBatchSize).")
-    return _Data(calc, details, tl, curves, hints, reason)
+    st = GoodputCalculator.get_step_stragglers(calc)  # the base shape (see job_details)
+    return _Data(calc, details, tl, curves, hints, reason, st if st.num_hosts > 1 else None)
 
 
 def _pngs(data: _Data, dpi: int) -> dict[str, bytes]:
@@ -223,6 +226,31 @@ def _buckets_table(details: Mapping[str, Any]) -> str:
                 f'<td>{"100.00" if total > 0 else "n/a"}</td></tr>')
     return ("<tr><th>bucket</th><th>seconds</th><th>% of job time</th></tr>\n"
             + "\n".join(rows))
+
+
+def _stragglers_html(st: Stragglers | None, top: int = 5) -> str:
+    """The stragglers section (a job that several hosts recorded), or nothing."""
+    if st is None:
+        return ""
+    n = int(st.steps.size)
+    rows = [("<tr><th>host</th><th>steps it was last</th><th>lost time (s)</th>"
+            "<th>% of straggler time</th><th>% of job time</th><th>worst step lag (s)</th></tr>")]
+    for h in st.slowest(top):
+        worst = float(st.lag[st.last_host == h.host].max())
+        job = f"{100 * h.job_share:.2f}" if h.job_share == h.job_share else "n/a"
+        rows.append(f"<tr><td>host {h.host}</td><td>{h.steps_last} of {n}</td>"
+                    f"<td>{h.lost_time:.3f}</td><td>{100 * h.share:.1f}</td><td>{job}</td>"
+                    f"<td>{worst:.3f}</td></tr>")
+    body = ("<p>No host held a step back.</p>" if not st.hosts else
+            f'<div class="scroll"><table class="buckets" id="stragglers-table">\n'
+            f'{chr(10).join(rows)}\n</table></div>')
+    return f"""<h2 id="stragglers">Stragglers ({st.num_hosts} hosts)</h2>
+<p class="explain">Per step, the host that started it (<code>STEP_START</code>) or finished it
+(device end, else <code>STEP_END</code>) last, by how much later than the median of the other
+hosts; that lag is the time the others waited for it. Lost time: the sum of those lags over
+the steps the host was last ({n} steps compared); the slowest hosts first. The hosts' clocks
+are compared directly (they must be synchronised).</p>
+{body}"""
 
 
 def _concepts_link() -> str:
@@ -399,6 +427,7 @@ a cross marks the last event of a run that crashed.</figcaption></figure>
 <figcaption id="caption-breakdown">Seconds per bucket (bar length, x axis in seconds), each
 labelled with its share in % of the total job time; the green bar is measured goodput
 ({g:.1f}%).</figcaption></figure>
+{_stragglers_html(data.stragglers)}
 <h2 id="model">Modelled goodput: batch size and replicas</h2>
 {model_html}
 {hints_html}

@@ -16,9 +16,10 @@ from typing import Any
 
 from goodput_jax.measure.badput import BUCKET_LABELS, BUCKET_NAMES, OPTIONAL_BUCKETS, BadputType
 from goodput_jax.measure.calculator import GoodputCalculator
+from goodput_jax.measure.stragglers import Stragglers
 
 __all__ = ["BADPUT_LABELS", "HOST_TIMED_NOTE", "badput_rows", "format_report", "format_seconds",
-           "job_details", "measurement_note"]
+           "job_details", "measurement_note", "straggler_lines"]
 
 #: Row order and labels of the badput table (every engine bucket).
 BADPUT_LABELS: tuple[tuple[BadputType, str], ...] = tuple(
@@ -153,11 +154,52 @@ def format_report(calculator: GoodputCalculator) -> str:
             notes.append(f"{d[key]} {what}")
     if notes:
         lines.append("; ".join(notes))
+    st = GoodputCalculator.get_step_stragglers(calculator)  # the base shape
+    if st.num_hosts > 1:
+        lines.append("")
+        lines.extend(straggler_lines(st))
     note = measurement_note(d)
     if note is not None:
         lines.append("")
-        lines.extend(textwrap.wrap("note: " + note, w + 22))
+        lines.extend(textwrap.wrap("note: " + note, 96))
     return "\n".join(lines)
+
+
+def straggler_lines(st: Stragglers, top: int = 3) -> list[str]:
+    """The stragglers section of the text report (a job that several hosts recorded).
+
+    Args:
+        st: :meth:`GoodputCalculator.get_step_stragglers`.
+        top: how many of the slowest hosts to list.
+
+    Returns:
+        Lines: a heading with the definition, then one line per slowest host (host index,
+        steps it held back, lost time, share of all straggler time and of the job time).
+
+    Example:
+        >>> straggler_lines(calc.get_step_stragglers())[1]        # doctest: +SKIP
+        '  host 1: last in 40 of 40 steps, lost 1.204 s (100.0 % of straggler time, ...)'
+    """
+    n = int(st.steps.size)
+    lines = [(f"stragglers ({st.num_hosts} hosts, {n} steps compared; per step, the host that "
+             "started or finished it last, against the median of the others):")]
+    if not st.hosts:
+        lines.append("  no host held a step back")
+        return lines
+    for h in st.slowest(top):
+        job = f", {100 * h.job_share:.1f} % of job time" if math.isfinite(h.job_share) else ""
+        lines.append(f"  host {h.host}: last in {h.steps_last} of {n} steps, lost "
+                     f"{format_seconds(h.lost_time)} ({100 * h.share:.1f} % of straggler "
+                     f"time{job}), worst step {format_seconds(_worst(st, h.host))}")
+    if len(st.hosts) > top:
+        rest = sum(h.lost_time for h in st.hosts[top:])
+        lines.append(f"  {len(st.hosts) - top} more hosts: {format_seconds(rest)}")
+    return lines
+
+
+def _worst(st: Stragglers, host: int) -> float:
+    mine = st.lag[st.last_host == host]
+    return float(mine.max()) if mine.size else 0.0
 
 
 def format_seconds(x: float) -> str:

@@ -1,12 +1,14 @@
 """One process of a real 2-process JAX job (jax.distributed on 127.0.0.1, CPU) that records.
 
 Used by tests/measure/test_multihost.py:
-    python -m tests.measure._multihost_worker PID PORT STORE FIRST LAST DIE_AT
+    python -m tests.measure._multihost_worker PID PORT STORE FIRST LAST DIE_AT [SLOW_S]
 
 Process 0 draws the launch's run id and broadcasts it (a real cross-process collective);
 every process records with it and its process index as host. Each step runs a jitted
 step and a barrier (sync_global_devices). Process 1 kills itself with SIGKILL right
-after recording step DIE_AT (-1: never).
+after recording step DIE_AT (-1: never). With SLOW_S > 0, both meet at a barrier before the
+first step and process 1 is a straggler: it sleeps SLOW_S before each step's start (a slow
+input pipeline), so process 0 waits for it in every step's barrier.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 
 def main() -> None:
     pid, port, store, first, last, die_at = sys.argv[1:7]
     pid, first, last, die_at = int(pid), int(first), int(last), int(die_at)
+    slow = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
     import jax
 
     jax.config.update("jax_platforms", "cpu")
@@ -40,7 +44,12 @@ def main() -> None:
     rec.record_job_start_time()
     step_fn = jax.jit(lambda x: jnp.tanh(x) * 0.5)
     x = jnp.ones((8,))
+    if slow > 0:
+        x = step_fn(x).block_until_ready()  # compiled before the steps
+        multihost_utils.sync_global_devices("first-step")
     for step in range(first, last):
+        if pid == 1 and slow > 0:
+            time.sleep(slow)  # this host's own work for the step takes longer
         rec.record_step_start_time(step)
         x = step_fn(x).block_until_ready()
         if pid == 1 and step == die_at:

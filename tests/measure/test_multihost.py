@@ -10,14 +10,18 @@ launch are one timeline, the host that died is a disruption.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
 
+import pytest
+
 from goodput_jax.measure.calculator import BadputType as B
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.stores.sqlite import SQLiteStore
+from goodput_jax.report.text import format_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,11 +32,12 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(store: str, first: int, last: int, die_at: int) -> list[subprocess.Popen]:
+def _launch(store: str, first: int, last: int, die_at: int,
+            slow: float = 0.0) -> list[subprocess.Popen]:
     port = _port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
     return [subprocess.Popen([sys.executable, "-m", "tests.measure._multihost_worker", str(pid),
-                              str(port), store, str(first), str(last), str(die_at)],
+                              str(port), store, str(first), str(last), str(die_at), str(slow)],
                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
             for pid in (0, 1)]
@@ -69,4 +74,35 @@ def test_two_process_jax_job_one_timeline_and_a_dead_host(tmp_path):
     assert d["last_productive_step"] == 5
     g, _, _ = calc.get_job_goodput()
     assert 0 < g < 100
+    store.close()
+
+
+SLOW_S = 0.08  # process 1's extra work per step
+STEPS = 25
+
+
+def test_a_slowed_host_is_named_with_its_lost_time(tmp_path):
+    """Two real processes meet at a barrier every step; process 1 sleeps SLOW_S before each
+    step's start. The other host waits SLOW_S per step for it: the calculator and the text
+    report name host 1, with STEPS x SLOW_S of lost time (within 10 %)."""
+    path = str(tmp_path / "goodput.db")
+    procs = _launch("sqlite:///" + path, 0, STEPS, die_at=-1, slow=SLOW_S)
+    for q in procs:
+        out, err = q.communicate(timeout=120)
+        assert q.returncode == 0 and "done" in out, err[-3000:]
+    store = SQLiteStore(path)
+    calc = GoodputCalculator("multihost", None, store=store)
+    st = calc.get_step_stragglers()
+    expected = STEPS * SLOW_S
+    assert st.num_hosts == 2 and st.steps.size == STEPS
+    slowest = st.slowest(1)[0]
+    assert slowest.host == 1 and slowest.steps_last >= STEPS - 1, st.hosts
+    assert slowest.lost_time == pytest.approx(expected, rel=0.10), st.lag.tolist()
+    assert slowest.share > 0.9
+    text = " ".join(format_report(calc).split())
+    m = re.search(r"stragglers \(2 hosts, (\d+) steps compared.*?: host (\d+): last in (\d+) of "
+                  r"\d+ steps, lost ([\d.]+) s", text)
+    assert m is not None, text
+    assert (int(m[1]), int(m[2])) == (STEPS, 1)
+    assert float(m[4]) == pytest.approx(expected, rel=0.10)
     store.close()

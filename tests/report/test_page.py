@@ -284,3 +284,26 @@ def test_drop_in_calculator_reports_like_the_base_one(tmp_path):
     assert format_report(drop_in) == format_report(calc_for(store, "j", now=NOW))
     done = render.render_reports(drop_in, tmp_path / "d.html", now=NOW)
     assert done["has_model"] and "eval" in (tmp_path / "d.html").read_text(encoding="utf-8")
+
+
+def test_a_multi_host_job_shows_its_stragglers(tmp_path):
+    # hosts 0 and 1 of run "m"; host 1 starts each of 4 steps 0.25 s late: 1 s lost of 4.25
+    store = new_store()
+    evs = []
+    for host, late in ((0, 0.0), (1, 0.25)):
+        evs += events("m", "m", [(K.JOB_START, 0)]
+                      + [(K.STEP_START, i + late, i) for i in range(4)] + [(K.JOB_END, 4.25)],
+                      host=host)
+    store.append(sorted(evs, key=lambda e: e.timestamp))
+    calc = calc_for(store, "m", now=NOW)
+    path = tmp_path / "m.html"
+    render.render_html(calc, path, now=NOW)
+    p = _parse(path.read_text(encoding="utf-8"))
+    section = " ".join(p.by_id["stragglers"].split())
+    assert section == "Stragglers (2 hosts)"
+    i = p.cells.index("host 1")
+    assert p.cells[i:i + 6] == ["host 1", "4 of 4", "1.000", "100.0", "23.53", "0.250"]
+    # a one-host job has no such section
+    one = calc_for(_store(), "j", now=NOW)
+    render.render_html(one, tmp_path / "one.html", now=NOW)
+    assert 'id="stragglers"' not in (tmp_path / "one.html").read_text(encoding="utf-8")
