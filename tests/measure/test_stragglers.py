@@ -106,3 +106,14 @@ def test_bad_input_names_the_argument():
     st = step_stragglers([2], [0], [0], [0.0], [0])
     with pytest.raises(ValueError, match=r"n \(-1\)"):
         st.slowest(-1)
+
+
+def test_drop_in_calculator_gives_the_same_stragglers():
+    from goodput_jax import goodput
+
+    spec = [(K.JOB_START, 0), *_steps(0, 1, 3), (K.JOB_END, 3.1)]
+    late = [(K.JOB_START, 0), *_steps(0, 1, 3, late=0.1), (K.JOB_END, 3.1)]
+    base = _calc(("r", 0, spec), ("r", 1, late))
+    drop = goodput.GoodputCalculator("job", "log", store=base.store, clock=lambda: 1e3)
+    a, b = base.get_step_stragglers(), drop.get_step_stragglers()
+    assert a.as_dict() == b.as_dict() and a.hosts[0].lost_time == pytest.approx(0.3)
