@@ -8,6 +8,8 @@
   (AdaScale, Adam's sqrt rule, linear, sqrt, LEGW).
 * :mod:`goodput_jax.adaptive.checkpoint`: Orbax save / restore onto another
   device count (elastic replicas).
+* :class:`StopRequest` (:mod:`goodput_jax.adaptive.stop`): a cooperative
+  "checkpoint and stop at the next step boundary" request a scheduler sends.
 
 See ``docs/adaptive.md``.
 
@@ -24,11 +26,13 @@ from goodput_jax.adaptive.step import (
     progress_of,
     slots_for,
 )
+from goodput_jax.adaptive.stop import StopRequest
 
 __all__ = [
     "AdaptiveBatchSize",
     "ArraySource",
     "IterableSource",
+    "StopRequest",
     "adaptive_optimizer",
     "as_source",
     "data_mesh",

@@ -7,6 +7,7 @@ subcommand     what it does                                    module
 ``report``     goodput / badput table, HTML or PNG report      :mod:`.report`
 ``monitor``    upload goodput to TensorBoard                   :mod:`.monitor`
 ``simulate``   trace-driven cluster simulation                 :mod:`.simulate`
+``cluster``    cluster runtime on Ray: submit, status, demo    :mod:`.cluster`
 =============  ==============================================  =====================
 
 Each subcommand module has ``add_parser(subparsers)`` (its options, with help
@@ -26,7 +27,7 @@ from __future__ import annotations
 import sys
 
 from goodput_jax import __version__
-from goodput_jax.cli import demo, monitor, report, simulate
+from goodput_jax.cli import cluster, demo, monitor, report, simulate
 from goodput_jax.cli._common import HelpFormatter, Parser, run_command
 
 __all__ = ["build_parser", "main"]
@@ -65,7 +66,7 @@ def build_parser() -> Parser:
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 title="commands")
-    for module in (demo, report, monitor, simulate):
+    for module in (demo, report, monitor, simulate, cluster):
         module.add_parser(sub)
     return parser
 

@@ -1,0 +1,256 @@
+"""``goodput-jax cluster``: the cluster runtime on Ray (needs the 'cluster' extra).
+
+Subcommands::
+
+    up      start a local cluster (a head + worker raylets, in a loopback-only
+            network and PID namespace) or attach to --address, and run the
+            controller until 'down' (or Ctrl-C)
+    down    ask a cluster started by 'up' to stop
+    submit  submit a job (a JSON spec file, or --name/--entry-point ...)
+    status  jobs and their allocations, restarts, errors
+    cancel  stop a job
+    logs    one process's output of a job's launch
+    demo    a local two-type cluster, small real Flax jobs arriving under Sia
+
+Every subcommand but 'up --address' and 'demo' works on the cluster's state
+directory (--state-dir) and needs no Ray connection.
+
+Example:
+    $ goodput-jax cluster up --state-dir /tmp/gjc --nodes a:2,a:2,b:2 &
+    $ goodput-jax cluster submit --state-dir /tmp/gjc --name j1 \\
+          --entry-point goodput_jax.cluster.examples:regression --max-replicas 4
+    $ goodput-jax cluster status --state-dir /tmp/gjc
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from goodput_jax.cli._common import HelpFormatter, UserError, positive_float, positive_int
+
+HELP = "run jobs on a Ray cluster scheduled by goodput (Pollux / Sia; 'cluster' extra)"
+
+
+def _state(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state-dir", required=True,
+                   help="the cluster's state directory (jobs, logs, checkpoints, controller state)")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``cluster`` and its subcommands."""
+    p = subparsers.add_parser("cluster", help=HELP, description=__doc__.split("Example:")[0],
+                              formatter_class=HelpFormatter)
+    sub = p.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
+
+    up = sub.add_parser("up", help="start a local cluster (or attach) and run the controller",
+                        formatter_class=HelpFormatter)
+    _state(up)
+    up.add_argument("--nodes", default="a:2,a:2,b:2",
+                    help="local worker nodes, TYPE:DEVICES,... (fake CPU devices)")
+    up.add_argument("--address", default=None,
+                    help="an existing Ray cluster to attach to instead of a local one")
+    up.add_argument("--policy", choices=("auto", "sia", "pollux"), default="auto",
+                    help="auto: Pollux on one accelerator type, Sia on several")
+    up.add_argument("--interval", type=positive_float, default=60.0,
+                    help="seconds between scheduling rounds")
+    up.add_argument("--in-sandbox", action="store_true", help=argparse.SUPPRESS)
+    up.set_defaults(run=run_up)
+
+    down = sub.add_parser("down", help="stop a cluster started by 'up'",
+                          formatter_class=HelpFormatter)
+    _state(down)
+    down.set_defaults(run=run_down)
+
+    s = sub.add_parser("submit", help="submit a job", formatter_class=HelpFormatter)
+    _state(s)
+    s.add_argument("spec", nargs="?", default=None, help="a JSON job spec file")
+    s.add_argument("--name", help="job name")
+    s.add_argument("--entry-point", help="'module:function' or a script.py")
+    s.add_argument("--min-replicas", type=positive_int, default=1, help="fewest devices")
+    s.add_argument("--max-replicas", type=positive_int, default=1, help="most devices")
+    s.add_argument("--accelerator-types", default="",
+                   help="comma-separated types it may run on (empty: any)")
+    s.add_argument("--not-preemptible", action="store_true", help="never move it once running")
+    s.add_argument("--max-retries", type=int, default=2, help="crashes retried before 'failed'")
+    s.add_argument("args", nargs=argparse.REMAINDER, help="after --: the job's arguments")
+    s.set_defaults(run=run_submit)
+
+    st = sub.add_parser("status", help="jobs and allocations", formatter_class=HelpFormatter)
+    _state(st)
+    st.add_argument("job", nargs="?", default=None, help="one job (default: all)")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.set_defaults(run=run_status)
+
+    c = sub.add_parser("cancel", help="stop a job", formatter_class=HelpFormatter)
+    _state(c)
+    c.add_argument("job")
+    c.set_defaults(run=run_cancel)
+
+    lg = sub.add_parser("logs", help="a job process's output", formatter_class=HelpFormatter)
+    _state(lg)
+    lg.add_argument("job")
+    lg.add_argument("--attempt", type=int, default=None, help="launch number (default: latest)")
+    lg.add_argument("--rank", type=int, default=0, help="process rank")
+    lg.set_defaults(run=run_logs)
+
+    d = sub.add_parser("demo", help="local two-type cluster, real Flax jobs under Sia",
+                       formatter_class=HelpFormatter)
+    d.add_argument("--out", default="goodput-cluster-demo",
+                   help="directory for the state, checkpoints, logs and report")
+    d.add_argument("--in-sandbox", action="store_true", help=argparse.SUPPRESS)
+    d.set_defaults(run=run_demo)
+    return p
+
+
+def _client(args: argparse.Namespace):
+    from goodput_jax.cluster.api import ClusterClient
+
+    return ClusterClient(args.state_dir)
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    from goodput_jax.cluster.spec import JobSpec
+
+    if args.spec:
+        try:
+            with open(args.spec) as fh:
+                data = json.load(fh)
+        except json.JSONDecodeError as e:
+            raise UserError(f"spec ({args.spec!r}) is not JSON: {e}") from None
+        spec = JobSpec.from_json(data)
+    else:
+        if not args.name or not args.entry_point:
+            raise UserError("submit needs a spec file or --name and --entry-point")
+        rest = list(args.args)
+        if rest and rest[0] == "--":
+            rest = rest[1:]
+        types = tuple(t for t in args.accelerator_types.split(",") if t)
+        spec = JobSpec(args.name, args.entry_point, args=tuple(rest),
+                       min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+                       accelerator_types=types, preemptible=not args.not_preemptible,
+                       max_retries=args.max_retries)
+    print(_client(args).submit(spec))
+    return 0
+
+
+def format_status(jobs: dict) -> str:
+    """A table of jobs: status, devices, nodes, attempt, restarts, error."""
+    lines = [(f"{'job':<16} {'status':<10} {'devices':>7} {'nodes':<14} {'attempt':>7} "
+             f"{'restarts':>8}  error")]
+    for name in sorted(jobs):
+        j = jobs[name]
+        alloc = j.get("allocation") or []
+        nodes = ",".join(sorted(set(alloc))) or "-"
+        lines.append(f"{name:<16} {j['status']:<10} {len(alloc):>7} {nodes:<14} "
+                     f"{j.get('attempt', -1):>7} {j.get('restarts', 0):>8}  {j.get('error') or ''}")
+    return "\n".join(lines)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    client = _client(args)
+    try:
+        jobs = client.status(args.job) if args.job else client.status()
+    except KeyError as e:
+        raise UserError(str(e.args[0])) from None
+    if args.job:
+        jobs = {args.job: jobs}
+    print(json.dumps(jobs, indent=1, default=str) if args.json else format_status(jobs))
+    return 0
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    try:
+        _client(args).cancel(args.job)
+    except KeyError as e:
+        raise UserError(str(e.args[0])) from None
+    print(f"cancel requested: {args.job}")
+    return 0
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    try:
+        sys.stdout.write(_client(args).logs(args.job, args.attempt, args.rank))
+    except KeyError as e:
+        raise UserError(str(e.args[0])) from None
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    _client(args).request_down()
+    print("down requested")
+    return 0
+
+
+def _require() -> None:
+    from goodput_jax.cli._common import require_extra
+
+    require_extra("cluster", ("ray", "jax", "flax", "optax", "orbax"), "goodput-jax cluster")
+
+
+def _reexec_sandboxed(argv: list[str]) -> int:
+    from goodput_jax.cluster.local import run_sandboxed
+
+    return run_sandboxed(["-m", "goodput_jax.cli", *argv, "--in-sandbox"]).returncode
+
+
+def run_up(args: argparse.Namespace) -> int:
+    _require()
+    from goodput_jax.cluster.local import parse_nodes
+
+    nodes = parse_nodes(args.nodes)
+    if args.address is None and not args.in_sandbox:
+        argv = ["cluster", "up", "--state-dir", os.path.abspath(args.state_dir), "--nodes",
+                args.nodes, "--policy", args.policy, "--interval", str(args.interval)]
+        return _reexec_sandboxed(argv)
+    from goodput_jax.cluster.api import ClusterClient
+    from goodput_jax.cluster.controller import start_controller
+
+    cluster = None
+    if args.address is None:
+        from goodput_jax.cluster.local import LocalCluster
+
+        cluster = LocalCluster(nodes)
+    else:
+        import ray
+
+        ray.init(address=args.address)
+    client = ClusterClient(args.state_dir)
+    if os.path.exists(client.sd.down_path()):
+        os.remove(client.sd.down_path())
+    actor = start_controller(args.state_dir, policy=args.policy, interval=args.interval,
+                             fake_devices=args.address is None)
+    print(f"cluster up: state in {client.sd.root}; 'goodput-jax cluster down --state-dir "
+          f"{args.state_dir}' stops it", flush=True)
+    import ray
+
+    try:
+        while not os.path.exists(client.sd.down_path()):
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ray.get(actor.shutdown.remote())
+        if cluster is not None:
+            cluster.shutdown()
+        else:
+            ray.shutdown()
+    print("cluster down")
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    _require()
+    if not args.in_sandbox:
+        return _reexec_sandboxed(["cluster", "demo", "--out", os.path.abspath(args.out)])
+    from goodput_jax.cluster.demo import run_demo as demo
+
+    demo(args.out)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:  # pragma: no cover - each subcommand sets its own
+    return args.run(args)

@@ -1,0 +1,133 @@
+"""What a job's process knows about its launch: :class:`JobContext`.
+
+The runtime starts one process per allocated node; each gets a JobContext
+(its rank, the process count, the JAX coordinator, its devices, where to
+checkpoint and record, the stop request, the hooks' and controller's settings).
+A ``module:function`` entry point receives it as its argument; a script reads it
+with :func:`job_context` (from ``$GOODPUT_JAX_CLUSTER_CONTEXT``).
+
+Example:
+    >>> ctx = JobContext(job="j", attempt=0, rank=0, num_processes=1, coordinator=None,
+    ...                  local_devices=2, accelerator_type="a", nodes=("n0",),
+    ...                  checkpoint_dir="/tmp/ckpt", store="sqlite:////tmp/g.db",
+    ...                  stop_path="/tmp/stop", progress_path="/tmp/p.jsonl")
+    >>> JobContext.from_json(ctx.to_json()) == ctx
+    True
+    >>> ctx.total_devices
+    2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CONTEXT_ENV", "JobContext", "job_context"]
+
+#: Environment variable holding a process's JobContext as JSON.
+CONTEXT_ENV = "GOODPUT_JAX_CLUSTER_CONTEXT"
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """One process of one launch of a job.
+
+    Attributes:
+        job: the job name (also its goodput job name).
+        attempt: the launch number (0 first; each restart adds one).
+        rank: this process's index (``jax.process_index()`` once initialised).
+        num_processes: processes of this launch (one per allocated node).
+        coordinator: ``host:port`` of the ``jax.distributed`` coordinator (None: one process).
+        local_devices: devices of this process.
+        accelerator_type: the type of the nodes it runs on.
+        nodes: the node labels of the launch, rank order.
+        devices_per_process: devices of every process, rank order (default: all
+            ``local_devices``).
+        checkpoint_dir, store, stop_path, progress_path: where it checkpoints,
+            records goodput, polls the stop request, logs progress.
+        hooks, adaptive: keyword arguments of its GoodputHooks / AdaptiveBatchSize.
+        args: the spec's arguments.
+    """
+
+    job: str
+    attempt: int
+    rank: int
+    num_processes: int
+    coordinator: str | None
+    local_devices: int
+    accelerator_type: str | None
+    nodes: tuple[str, ...]
+    checkpoint_dir: str
+    store: str
+    stop_path: str
+    progress_path: str
+    devices_per_process: tuple[int, ...] = ()
+    hooks: Mapping[str, Any] = field(default_factory=dict)
+    adaptive: Mapping[str, Any] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "args", tuple(self.args))
+        dpp = tuple(self.devices_per_process) or (self.local_devices,) * self.num_processes
+        object.__setattr__(self, "devices_per_process", dpp)
+
+    @property
+    def total_devices(self) -> int:
+        """Devices of the whole launch."""
+        return int(sum(self.devices_per_process))
+
+    @property
+    def is_primary(self) -> bool:
+        """Whether this is rank 0 (it fits, publishes hints and logs progress)."""
+        return self.rank == 0
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        out = dataclasses.asdict(self)
+        for k in ("nodes", "args", "devices_per_process"):
+            out[k] = list(out[k])
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobContext:
+        """Inverse of :meth:`to_json`."""
+        return cls(**dict(data))
+
+    def stop_request(self, check_every: int = 1) -> Any:
+        """The launch's :class:`goodput_jax.adaptive.stop.StopRequest`."""
+        from goodput_jax.adaptive.stop import StopRequest
+
+        return StopRequest(self.stop_path, check_every=check_every,
+                           multiprocess=self.num_processes > 1)
+
+    def log_progress(self, **record: Any) -> None:
+        """Append one JSON line (rank 0 only) to the job's progress log, flushed.
+
+        The attempt, device and process counts and a wall time are added.
+        """
+        if not self.is_primary:
+            return
+        line = {"attempt": self.attempt, "devices": self.total_devices,
+                "processes": self.num_processes, "t": time.time(), **record}
+        with open(self.progress_path, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+            fh.flush()
+
+
+def job_context() -> JobContext:
+    """The current process's JobContext (from ``$GOODPUT_JAX_CLUSTER_CONTEXT``).
+
+    Raises:
+        RuntimeError: not started by the cluster runtime.
+    """
+    raw = os.environ.get(CONTEXT_ENV)
+    if not raw:
+        raise RuntimeError(f"${CONTEXT_ENV} is not set: this process was not started by "
+                           f"the goodput_jax cluster runtime")
+    return JobContext.from_json(json.loads(raw))

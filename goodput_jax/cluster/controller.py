@@ -1,0 +1,595 @@
+"""The controller: every round, hints -> policy -> the jobs whose allocation changed.
+
+:class:`Controller` is the logic, driven by :meth:`Controller.tick` (called
+every ``poll`` seconds by :class:`ControllerActor`, a Ray actor on the head
+node). A tick
+
+1. takes in submitted specs and cancel requests from the state directory;
+2. reads Ray's node table; a node that disappeared takes its jobs down: they
+   are stopped and restart from their last checkpoint on what is left;
+3. looks at each launch: finished, stopped on request (relaunch on the new
+   allocation), crashed (retry with exponential backoff, ``failed`` with the
+   error after ``spec.max_retries``), or a stop past its deadline (forced);
+4. runs a round (:func:`goodput_jax.cluster.plan.plan_round`) every
+   ``interval`` seconds (60 by default, as Pollux and Sia) and after an
+   arrival, a finish or a node change: the latest hints of every job from its
+   goodput store, JobInfo/NodeInfo with AdaptDL's rules, Pollux on one type or
+   Sia on several; only jobs whose allocation changed are touched: a running
+   one gets a cooperative stop request (it checkpoints at its next step
+   boundary) and is relaunched on its new allocation;
+5. persists its state (``controller.json``); a new controller rebuilds from it,
+   relaunching the jobs that were running from their checkpoints.
+
+Launching is delegated to a launcher (:class:`RayLauncher`: one placement group
+per launch, one bundle per allocated node, one process per node); tests of the
+logic may pass another object with the same four methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from goodput_jax.cluster.plan import (
+    ACCEL,
+    NODE_PREFIX,
+    NodeRecord,
+    capacity_of,
+    job_info,
+    node_infos,
+    nodes_from_ray,
+    plan_round,
+)
+from goodput_jax.cluster.spec import JobSpec, validate
+from goodput_jax.cluster.state import StateDir
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ACTIVE", "Controller", "ControllerActor", "RayLauncher", "make_policy"]
+
+#: Job states the scheduler allocates for.
+ACTIVE = ("queued", "running", "stopping", "retrying")
+
+
+def make_policy(name: str, **kwargs: Any) -> Any:
+    """``"sia"`` -> SiaPolicy(resource=ACCEL), ``"pollux"`` -> PolluxPolicy(autoscale=False).
+
+    Example:
+        >>> type(make_policy("sia")).__name__
+        'SiaPolicy'
+    """
+    from goodput_jax.sched import PolluxPolicy, SiaPolicy
+
+    if name == "sia":
+        return SiaPolicy(resource=ACCEL, **kwargs)
+    if name == "pollux":
+        return PolluxPolicy(autoscale=False, **kwargs)
+    raise ValueError(f"policy ({name!r}) must be 'sia' or 'pollux'")
+
+
+def _one_line(e: BaseException | str) -> str:
+    text = str(e).strip().splitlines()
+    last = [ln for ln in text if ln.strip()]
+    msg = last[-1].strip() if last else type(e).__name__
+    return msg[:300]
+
+
+def group_allocation(allocation: Sequence[str]) -> list[tuple[str, int]]:
+    """Replicas per node, the first replica's node first (it hosts rank 0).
+
+    Example:
+        >>> group_allocation(["n1", "n0", "n1"])
+        [('n1', 2), ('n0', 1)]
+    """
+    counts: dict[str, int] = {}
+    for n in allocation:
+        counts[n] = counts.get(n, 0) + 1
+    first = allocation[0] if allocation else None
+    return sorted(counts.items(), key=lambda kv: (kv[0] != first, -kv[1], kv[0]))
+
+
+class RayLauncher:
+    """Launches a job's processes on Ray: one placement group, one bundle per node.
+
+    Bundle ``i`` holds ``{gj_node_<label>: 0.001, gj_accel: devices}`` (it can
+    only land on that node); the process of rank ``i`` is a Ray task in it
+    (``max_calls=1``: a fresh process, so JAX starts with its own device count,
+    set through ``XLA_FLAGS`` in the task's runtime environment).
+
+    Args:
+        fake_devices: the accelerators are fake CPU devices (local clusters, CI).
+    """
+
+    def __init__(self, fake_devices: bool = True):
+        import ray
+
+        from goodput_jax.cluster.runner import run_replica
+
+        self._ray = ray
+        self.fake_devices = fake_devices
+        self._task = ray.remote(max_calls=1, num_cpus=0, max_retries=0)(run_replica)
+
+    def launch(self, spec: JobSpec, groups: list[tuple[str, int]], contexts: list[dict],
+               log_paths: list[str]) -> dict:
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundles = [{f"{NODE_PREFIX}{label}": 0.001, ACCEL: float(k)} for label, k in groups]
+        pg = placement_group(bundles, strategy="SPREAD" if len(bundles) > 1 else "PACK")
+        refs = []
+        for i, ((_, k), ctx, log) in enumerate(zip(groups, contexts, log_paths)):
+            env = dict(spec.env)
+            if self.fake_devices:
+                env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                                    f" --xla_force_host_platform_device_count={k}").strip()
+                env["JAX_PLATFORMS"] = "cpu"
+            refs.append(self._task.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=i),
+                runtime_env={"env_vars": env}).remote(ctx, spec.entry_point, log))
+        return {"pg": pg, "refs": refs}
+
+    def poll(self, handle: dict) -> tuple[str, Any] | None:
+        """None: running; ``("ok", [results])``; ``("error", (message, system))``."""
+        ray = self._ray
+        refs = handle["refs"]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        results = []
+        for ref in ready:
+            try:
+                results.append(ray.get(ref, timeout=5))
+            except ray.exceptions.RayTaskError as e:
+                return "error", (_one_line(str(e.cause) if e.cause else str(e)), False)
+            except ray.exceptions.RayError as e:
+                return "error", (_one_line(f"{type(e).__name__}: {e}"), True)
+        if len(ready) < len(refs):
+            return None
+        return "ok", results
+
+    def kill(self, handle: dict) -> None:
+        ray = self._ray
+        for ref in handle["refs"]:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception as e:  # noqa: BLE001 - already finished or its node is gone
+                logger.debug("cancel: %s", e)
+        self.release(handle)
+
+    def release(self, handle: dict) -> None:
+        try:
+            self._ray.util.remove_placement_group(handle["pg"])
+        except Exception as e:  # noqa: BLE001 - its node is gone
+            logger.debug("remove_placement_group: %s", e)
+
+
+def ray_nodes() -> list[NodeRecord]:
+    """The runtime's live nodes from Ray's node table."""
+    import ray
+
+    return nodes_from_ray(ray.nodes())
+
+
+class Controller:
+    """The scheduling and lifecycle logic of the cluster runtime (see the module doc).
+
+    Args:
+        state_dir: the cluster's state directory.
+        policy: ``"sia"``, ``"pollux"`` or a policy object; ``"auto"``: Pollux on
+            a one-type cluster, Sia on a mixed one.
+        interval: seconds between periodic rounds (60).
+        launcher: starts and stops launches (default :class:`RayLauncher`).
+        nodes: returns the live :class:`NodeRecord` list (default: Ray's table).
+        clock: POSIX seconds.
+        round_on_events: also run a round right after an arrival, a finish or a
+            node change (default True; AdaptDL allocates new jobs at once too).
+        node_grace: seconds a launch that died of a system error waits for the
+            node table to show a dead node before counting as a crash.
+        coordinator_port: returns a port for a launch's ``jax.distributed``
+            coordinator (default: a random one in 20000-40000).
+    """
+
+    def __init__(self, state_dir: str, *, policy: Any = "auto", interval: float = 60.0,
+                 launcher: Any = None, nodes: Callable[[], list[NodeRecord]] | None = None,
+                 clock: Callable[[], float] = time.time, round_on_events: bool = True,
+                 node_grace: float = 15.0, coordinator_port: Callable[[], int] | None = None):
+        if not (isinstance(interval, (int, float)) and interval > 0):
+            raise ValueError(f"interval ({interval!r}) must be > 0 seconds")
+        self.sd = StateDir(state_dir)
+        self.interval = float(interval)
+        self._policy_arg = policy
+        self.policy: Any = None if isinstance(policy, str) else policy
+        self.launcher = launcher
+        self._nodes = nodes or ray_nodes
+        self.clock = clock
+        self.round_on_events = bool(round_on_events)
+        self.node_grace = float(node_grace)
+        self._port = coordinator_port or (lambda: random.randint(20000, 40000))
+        self.handles: dict[str, Any] = {}
+        self._calcs: dict[str, Any] = {}
+        self.alive: list[NodeRecord] = []
+        self.last_round = -float("inf")
+        self.trigger = True
+        self._taken: list[str] = []
+        saved = self.sd.read_json(self.sd.controller_path, {}) or {}
+        self.jobs: dict[str, dict] = saved.get("jobs", {})
+        self.rounds: list[dict] = saved.get("rounds", [])
+        self.round_seconds: list[float] = saved.get("round_seconds", [])
+        self.restored = bool(self.jobs)
+        now = self.clock()
+        for name, job in self.jobs.items():  # rebuild: what ran restarts from its checkpoint
+            if job["status"] in ("running", "stopping"):
+                alloc = job.get("next_allocation") if job["status"] == "stopping" else None
+                job["allocation"] = alloc if alloc is not None else job["allocation"]
+                job["status"] = "retrying" if job["allocation"] else "queued"
+                job["retry_at"] = now
+                job["restarts"] += 1
+                self._event(job, now, "controller restarted")
+                logger.info("job %s: relaunching from its checkpoint", name)
+
+    # ------------------------------------------------------------------ helpers
+    def _event(self, job: dict, now: float, what: str, **extra: Any) -> None:
+        job["events"].append({"t": now, "what": what, **extra})
+
+    def _policy(self, types: set) -> Any:
+        if self.policy is None or self._policy_arg == "auto":
+            want = self._policy_arg if self._policy_arg != "auto" else (
+                "sia" if len(types) > 1 else "pollux")
+            if self.policy is None or getattr(self, "_policy_name", None) != want:
+                self.policy = make_policy(want)
+                self._policy_name = want
+        return self.policy
+
+    def _hints(self, name: str) -> Any:
+        store = self.jobs[name]["spec"]["store"]
+        if store.startswith("sqlite:///") and not os.path.exists(store[len("sqlite:///"):]):
+            return None
+        calc = self._calcs.get(name)
+        if calc is None:
+            from goodput_jax.measure.calculator import GoodputCalculator
+
+            calc = self._calcs[name] = GoodputCalculator(name, store=store)
+        try:
+            raw = calc.get_latest_hints()
+        except Exception as e:  # noqa: BLE001 - a store mid-write: next round
+            logger.warning("job %s: hints not readable: %s", name, e)
+            return None
+        if raw is None:
+            return None
+        from goodput_jax.model.hints import Hints
+
+        try:
+            return Hints.from_json(raw)
+        except (TypeError, ValueError) as e:
+            logger.warning("job %s: malformed hints ignored: %s", name, e)
+            return None
+
+    def persist(self) -> None:
+        self.sd.write_json(self.sd.controller_path, {
+            "jobs": self.jobs, "rounds": self.rounds[-200:],
+            "round_seconds": self.round_seconds[-200:], "updated": self.clock()})
+
+    # ------------------------------------------------------------------ inputs
+    def _ingest(self, now: float) -> None:
+        cap = capacity_of(self.alive)
+        for path in sorted(glob.glob(os.path.join(self.sd.inbox, "*.json"))):
+            data = self.sd.read_json(path)
+            self._taken.append(path)  # removed once the job is in controller.json
+            try:
+                spec = validate(JobSpec.from_json(data), cap if self.alive else None)
+                spec = dataclasses.replace(
+                    spec, store=spec.store or self.sd.default_store(spec.name),
+                    checkpoint_dir=spec.checkpoint_dir or self.sd.default_checkpoint_dir(spec.name))
+                error = None
+            except (TypeError, ValueError) as e:
+                spec, error = None, _one_line(e)
+            name = (data or {}).get("name", os.path.basename(path)[:-5])
+            if name in self.jobs:
+                logger.warning("job %s submitted twice; the second is ignored", name)
+                continue
+            self.jobs[name] = {
+                "spec": spec.to_json() if spec else data, "status": "failed" if error else "queued",
+                "error": error, "allocation": [], "next_allocation": None, "attempt": -1,
+                "restarts": 0, "failures": 0, "submitted": now, "started": None,
+                "finished": None, "retry_at": None, "deadline": None, "suspect_since": None,
+                "events": [], "launches": [],
+            }
+            self._event(self.jobs[name], now, "submitted" if not error else "refused",
+                        error=error)
+            self.trigger = True
+        for path in sorted(glob.glob(os.path.join(self.sd.requests, "cancel-*"))):
+            name = os.path.basename(path)[len("cancel-"):]
+            os.remove(path)
+            job = self.jobs.get(name)
+            if job and job["status"] in ACTIVE:
+                self._kill(name)
+                job["status"], job["allocation"], job["finished"] = "cancelled", [], now
+                self._event(job, now, "cancelled")
+                self.trigger = True
+
+    def _kill(self, name: str) -> None:
+        handle = self.handles.pop(name, None)
+        if handle is not None:
+            self.launcher.kill(handle)
+
+    # ------------------------------------------------------------------ the tick
+    def tick(self) -> None:
+        """One pass: inputs, nodes, launches, (maybe) a round, persist."""
+        now = self.clock()
+        alive = self._nodes()
+        if [(n.label, n.devices, n.accelerator_type) for n in alive] != [
+                (n.label, n.devices, n.accelerator_type) for n in self.alive]:
+            self.trigger = True
+            self.sd.write_json(self.sd.cluster_path, {
+                "nodes": [n.__dict__ for n in alive],
+                "capacity": {t: list(v) for t, v in capacity_of(alive).by_type.items()},
+                "updated": now})
+        self.alive = alive
+        labels = {n.label for n in alive}
+        self._ingest(now)
+        for name, job in self.jobs.items():
+            if job["status"] not in ACTIVE:
+                continue
+            lost = [n for n in job["allocation"] if n not in labels]
+            if lost:
+                self._lose(name, job, now, sorted(set(lost)))
+                continue
+            handle = self.handles.get(name)
+            if handle is None:
+                continue
+            res = self.launcher.poll(handle)
+            if res is None:
+                if job["status"] == "stopping" and now > job["deadline"]:
+                    self._kill(name)
+                    self._event(job, now, "stop forced")
+                    self._stopped(name, job, now, forced=True)
+                continue
+            kind, value = res
+            if kind == "ok":
+                self.launcher.release(self.handles.pop(name))
+                if all(r["status"] == "finished" for r in value):
+                    job["status"], job["allocation"], job["finished"] = "finished", [], now
+                    self._event(job, now, "finished")
+                    self.trigger = True
+                else:
+                    self._stopped(name, job, now, forced=False)
+            else:
+                message, system = value
+                if system and job["suspect_since"] is None:
+                    job["suspect_since"] = now  # wait for the node table to tell
+                    job["suspect_error"] = message
+                    continue
+                if system and now - job["suspect_since"] < self.node_grace:
+                    continue
+                self._crash(name, job, now, job.get("suspect_error") or message)
+        for name, job in self.jobs.items():
+            if job["status"] == "retrying" and now >= job["retry_at"]:
+                if job["allocation"] and all(n in labels for n in job["allocation"]):
+                    self._launch(name, job, now, "retry")
+                else:
+                    job["status"], job["allocation"] = "queued", []
+                    self.trigger = True
+        if self.alive and (now - self.last_round >= self.interval
+                           or (self.trigger and self.round_on_events)):
+            self.run_round(now)
+        self.persist()
+        for path in self._taken:
+            os.remove(path)
+        self._taken.clear()
+
+    def _lose(self, name: str, job: dict, now: float, lost: list) -> None:
+        self._kill(name)
+        job["restarts"] += 1
+        job["status"], job["allocation"], job["next_allocation"] = "queued", [], None
+        job["suspect_since"] = None
+        self._event(job, now, "node lost", nodes=lost)
+        self.trigger = True
+
+    def _stopped(self, name: str, job: dict, now: float, forced: bool) -> None:
+        nxt = job["next_allocation"] or []
+        job["next_allocation"] = None
+        self._event(job, now, "stopped", forced=forced)
+        if nxt and all(n in {a.label for a in self.alive} for n in nxt):
+            job["allocation"] = list(nxt)
+            self._launch(name, job, now, "reallocation")
+        else:
+            job["status"], job["allocation"] = "queued", []
+            self.trigger = True
+
+    def _crash(self, name: str, job: dict, now: float, message: str) -> None:
+        self._kill(name)
+        job["failures"] += 1
+        job["suspect_since"] = None
+        job["error"] = message
+        spec = job["spec"]
+        self._event(job, now, "crashed", error=message)
+        if job["failures"] > spec["max_retries"]:
+            job["status"], job["allocation"], job["finished"] = "failed", [], now
+            self._event(job, now, "failed", error=message)
+            self.trigger = True
+        else:
+            job["status"] = "retrying"
+            job["retry_at"] = now + spec["retry_backoff"] * 2 ** (job["failures"] - 1)
+
+    # ------------------------------------------------------------------ launches
+    def _launch(self, name: str, job: dict, now: float, reason: str) -> None:
+        spec = JobSpec.from_json(job["spec"])
+        groups = group_allocation(job["allocation"])
+        by_label = {n.label: n for n in self.alive}
+        job["attempt"] += 1
+        coord = (f"{by_label[groups[0][0]].address}:{self._port()}" if len(groups) > 1
+                 else None)
+        jd = self.sd.job_dir(name)
+        os.makedirs(jd, exist_ok=True)
+        contexts, logs = [], []
+        for rank, (label, k) in enumerate(groups):
+            from goodput_jax.cluster.context import JobContext
+
+            ctx = JobContext(
+                job=name, attempt=job["attempt"], rank=rank, num_processes=len(groups),
+                coordinator=coord, local_devices=k,
+                accelerator_type=by_label[label].accelerator_type,
+                nodes=tuple(g[0] for g in groups), devices_per_process=tuple(g[1] for g in groups),
+                checkpoint_dir=spec.checkpoint_dir or self.sd.default_checkpoint_dir(name),
+                store=spec.store or self.sd.default_store(name),
+                stop_path=self.sd.stop_path(name), progress_path=self.sd.progress_path(name),
+                hooks=spec.hooks, adaptive=spec.adaptive, args=spec.args)
+            contexts.append(ctx.to_json())
+            logs.append(self.sd.log_path(name, job["attempt"], rank))
+        self.handles[name] = self.launcher.launch(spec, groups, contexts, logs)
+        job["status"] = "running"
+        job["started"] = job["started"] or now
+        job["launches"].append({"t": now, "attempt": job["attempt"], "reason": reason,
+                                "allocation": list(job["allocation"]),
+                                "devices": len(job["allocation"]),
+                                "nodes": [g[0] for g in groups],
+                                "type": by_label[groups[0][0]].accelerator_type})
+        self._event(job, now, "launched", attempt=job["attempt"], reason=reason,
+                    allocation=list(job["allocation"]))
+
+    # ------------------------------------------------------------------ rounds
+    def job_infos(self, now: float) -> dict:
+        """The JobInfo of every active job (reads each job's latest hints)."""
+        types = sorted({n.accelerator_type for n in self.alive})
+        infos = {}
+        for name, job in self.jobs.items():
+            if job["status"] not in ACTIVE:
+                continue
+            spec = JobSpec.from_json(job["spec"])
+            infos[name] = job_info(spec, self._hints(name), job["submitted"], types=types,
+                                   num_restarts=job["restarts"],
+                                   restarting=job["status"] == "stopping",
+                                   age=now - job["submitted"])
+        return infos
+
+    def current_allocations(self) -> dict:
+        """What each active job holds (a stopping job: where it goes next)."""
+        out = {}
+        for name, job in self.jobs.items():
+            if job["status"] not in ACTIVE:
+                continue
+            nxt = job["next_allocation"]
+            out[name] = list(nxt) if (job["status"] == "stopping" and nxt is not None) \
+                else list(job["allocation"])
+        return out
+
+    def run_round(self, now: float | None = None) -> Any:
+        """Hints -> JobInfo/NodeInfo -> policy -> apply the changes; returns the RoundPlan."""
+        now = self.clock() if now is None else now
+        t0 = time.perf_counter()
+        self.trigger = False
+        self.last_round = now
+        infos = self.job_infos(now)
+        nodes = node_infos(self.alive)
+        policy = self._policy({n.accelerator_type for n in self.alive})
+        plan = plan_round(policy, infos, nodes, self.current_allocations())
+        for name in plan.changed:
+            self._apply(name, self.jobs[name], list(plan.allocations[name]), now)
+        self.round_seconds.append(time.perf_counter() - t0)
+        self.rounds.append({"t": now, "policy": plan.policy, "changed": list(plan.changed),
+                            "allocations": {k: list(v) for k, v in plan.allocations.items()}})
+        return plan
+
+    def _apply(self, name: str, job: dict, new: list, now: float) -> None:
+        status = job["status"]
+        if status == "queued":
+            if new:
+                job["allocation"] = new
+                self._launch(name, job, now, "allocated" if job["attempt"] < 0 else "resumed")
+        elif status == "running":
+            job["next_allocation"] = new
+            job["status"] = "stopping"
+            job["deadline"] = now + float(job["spec"]["stop_timeout"])
+            job["restarts"] += 1
+            from goodput_jax.adaptive.stop import StopRequest
+
+            StopRequest(self.sd.stop_path(name)).request(
+                f"reallocation to {len(new)} devices" if new else "preempted")
+            self._event(job, now, "stop requested", to=new)
+        elif status == "stopping":
+            job["next_allocation"] = new
+        elif status == "retrying":
+            job["allocation"] = new
+            if not new:
+                job["status"] = "queued"
+
+    # ------------------------------------------------------------------ reading
+    def status(self) -> dict:
+        """Jobs (status, allocation, attempts, restarts, error) and the nodes."""
+        return {"jobs": self.jobs, "nodes": [n.__dict__ for n in self.alive],
+                "rounds": len(self.rounds)}
+
+    def shutdown(self) -> None:
+        """Force-stop every launch (the jobs keep their checkpoints) and persist."""
+        for name in list(self.handles):
+            self._kill(name)
+        self.persist()
+
+
+class ControllerActor:
+    """A Ray actor running :class:`Controller` every ``poll`` seconds on its own thread.
+
+    Create it with :func:`start_controller`; ``status()``, ``round_now()`` and
+    ``shutdown()`` are its remote methods.
+    """
+
+    def __init__(self, state_dir: str, policy: str = "auto", interval: float = 60.0,
+                 poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0):
+        logging.basicConfig(level=logging.INFO)
+        self.controller = Controller(state_dir, policy=policy, interval=interval,
+                                     launcher=RayLauncher(fake_devices), node_grace=node_grace)
+        self.poll = float(poll)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._loop, name="gj-controller", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    self.controller.tick()
+            except Exception as e:
+                logger.exception("controller tick failed")
+                self.errors.append(_one_line(e))
+            self._stop.wait(self.poll)
+
+    def status(self) -> dict:
+        with self._lock:
+            out = self.controller.status()
+            out["errors"] = list(self.errors[-20:])
+            out["restored"] = self.controller.restored
+            return out
+
+    def round_now(self) -> list:
+        with self._lock:
+            return list(self.controller.run_round().changed)
+
+    def shutdown(self) -> bool:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        with self._lock:
+            self.controller.shutdown()
+        return True
+
+
+def start_controller(state_dir: str, *, policy: str = "auto", interval: float = 60.0,
+                     poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0,
+                     name: str = "goodput_jax_controller") -> Any:
+    """Start the controller actor on this driver's node (the head); returns its handle."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    actor = ray.remote(num_cpus=0, max_concurrency=4)(ControllerActor).options(
+        name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+    ).remote(os.path.abspath(state_dir), policy, interval, poll, fake_devices, node_grace)
+    ray.get(actor.status.remote())
+    return actor

@@ -1,0 +1,151 @@
+"""A small real elastic job for the cluster runtime: a Flax MLP with the adaptive trainer.
+
+``goodput_jax.cluster.examples:regression`` is an entry point (the tests, the
+benchmark and ``goodput-jax cluster demo`` run it): it restores the latest
+Orbax checkpoint onto this launch's devices with :mod:`goodput_jax.adaptive.checkpoint`
+(parameters, optimizer state, the goodput model and the AdaptiveBatchSize
+state, step), trains with :class:`~goodput_jax.adaptive.AdaptiveBatchSize`
+and :class:`~goodput_jax.integrations.hooks.GoodputHooks` (which record to the
+job's goodput store and publish hints there), polls the cooperative
+:class:`~goodput_jax.adaptive.stop.StopRequest` at every step boundary, and
+checkpoints every ``--ckpt-every`` steps and when asked to stop.
+
+Arguments (``ctx.args``)::
+
+    --steps N         total optimizer steps (default 60)
+    --ckpt-every K    checkpoint period in steps (default 20)
+    --step-sleep S    seconds of host work per step (default 0: as fast as it goes)
+    --crash-at STEP   raise at this step on attempts < --crash-attempts (fault tests)
+    --crash-attempts A
+    --width W         hidden width (default 16)
+
+Each step's loss, each save and restore (with the eval loss) and the stop go to
+the job's progress log (``ctx.log_progress``), with the attempt and device count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from goodput_jax.cluster.context import JobContext
+from goodput_jax.cluster.runner import STOPPED
+
+__all__ = ["parse_args", "regression"]
+
+
+def parse_args(args: Any) -> argparse.Namespace:
+    """The example's arguments.
+
+    Example:
+        >>> parse_args(["--steps", "5"]).steps
+        5
+    """
+    p = argparse.ArgumentParser(prog="regression", exit_on_error=False)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--ckpt-every", type=int, default=20)
+    p.add_argument("--step-sleep", type=float, default=0.0)
+    p.add_argument("--crash-at", type=int, default=-1)
+    p.add_argument("--crash-attempts", type=int, default=1)
+    p.add_argument("--width", type=int, default=16)
+    return p.parse_args(list(args))
+
+
+def regression(ctx: JobContext) -> str | None:
+    """Train (or continue) the example job; returns :data:`STOPPED` when stopped on request."""
+    t_launch = time.time()
+    opts = parse_args(ctx.args)
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from goodput_jax.adaptive import AdaptiveBatchSize, adaptive_optimizer, make_train_step
+    from goodput_jax.adaptive import checkpoint as ckpt
+    from goodput_jax.integrations.hooks import GoodputHooks
+
+    width = opts.width
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(1)(nn.tanh(nn.Dense(width)(x)))[..., 0]
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2048, 8)).astype(np.float32)
+    y = (np.sin(x @ rng.normal(size=8)) + 0.3 * rng.normal(size=2048)).astype(np.float32)
+    model = MLP()
+
+    def loss_fn(p, b):
+        return jnp.mean((model.apply(p, b["x"]) - b["y"]) ** 2)
+
+    eval_loss = jax.jit(lambda p: loss_fn(p, {"x": x[:512], "y": y[:512]}))
+    hk = {"init_batch_size": 32, "max_batch_size": 256, "refit_interval": 1e9,
+          "warmup_steps": 1, "job_warmup_steps": 2, **dict(ctx.hooks)}
+    m0 = int(hk["init_batch_size"])
+    tx = adaptive_optimizer(optax.sgd(0.05), m0, rule="adascale")
+    step_fn = make_train_step(loss_fn, tx)
+    params = jax.device_put(model.init(jax.random.key(0), jnp.ones((1, 8))), step_fn.replicated)
+    opt_state = jax.device_put(tx.init(params), step_fn.replicated)
+    r = jax.device_count()
+    hooks = GoodputHooks(ctx.job, num_replicas=r, num_nodes=ctx.num_processes,
+                         atomic_bsz=max(1, m0 // r), is_primary=ctx.is_primary,
+                         background=False, store=ctx.store, **hk)
+    rec = hooks.recorder
+    ad = {"adaptive": False, **dict(ctx.adaptive)}
+    adaptive = AdaptiveBatchSize(hooks, {"x": x, "y": y},
+                                 batch_sharding=step_fn.batch_sharding, **ad)
+    stop = ctx.stop_request()
+    rec.record_job_start_time(t_launch)
+    mngr = ckpt.manager(ctx.checkpoint_dir)
+    start = 0
+    t0 = time.time()
+    with rec.checkpoint_restore():
+        restored = ckpt.restore(mngr, params, opt_state, adaptive, step_fn.mesh)
+    if restored is not None:
+        start, params, opt_state = restored
+        ctx.log_progress(event="restore", step=start, eval=float(eval_loss(params)),
+                         seconds=time.time() - t0)
+    stop.clear() if ctx.is_primary else None  # a request served by the previous launch
+    ctx.log_progress(event="launch", step=start, startup=t0 - t_launch)
+
+    def save(step: int, reason: str) -> None:
+        t = time.time()
+        hooks.flush()
+        with rec.checkpoint_save(step):
+            ckpt.save(mngr, step, params, opt_state, adaptive)
+        if ctx.is_primary:
+            if reason != "periodic" or hooks.perf_params is None:
+                hooks.refit()
+            hooks.publish()
+            rec.flush()
+        ctx.log_progress(event="save", step=step, eval=float(eval_loss(params)),
+                         reason=reason, seconds=time.time() - t)
+
+    step = start
+    try:
+        while step < opts.steps:
+            if step > start and stop.should_stop(step):
+                save(step, "stop")
+                ctx.log_progress(event="stopped", step=step, reason=stop.reason())
+                return STOPPED
+            if step == opts.crash_at and ctx.attempt < opts.crash_attempts:
+                raise RuntimeError(f"injected crash at step {step} (attempt {ctx.attempt})")
+            t = time.time()
+            params, opt_state, loss = adaptive.step(step, step_fn, params, opt_state)
+            ctx.log_progress(event="step", step=step, loss=float(loss),
+                             seconds=time.time() - t)
+            if opts.step_sleep:
+                time.sleep(opts.step_sleep)
+            step += 1
+            if step % opts.ckpt_every == 0 and step < opts.steps:
+                save(step, "periodic")
+        save(step, "final")
+        rec.record_job_end_time()
+        ctx.log_progress(event="finished", step=step)
+        return None
+    finally:
+        hooks.close()
+        rec.close()

@@ -1,0 +1,229 @@
+"""One controller round as plain functions: node table + hints -> policy -> changes.
+
+No Ray here: the controller (:mod:`goodput_jax.cluster.controller`) feeds these
+functions Ray's node table and the hints it read from each job's goodput store,
+and so do the tests and the benchmark.
+
+* :func:`nodes_from_ray`: Ray's ``ray.nodes()`` -> :class:`NodeRecord` per live
+  node that carries the runtime's resources (``gj_accel``: devices,
+  ``gj_type_<T>``: its accelerator type, ``gj_node_<label>``: its label; nodes
+  are addressed by label, never by IP).
+* :func:`node_infos`: the policy's :class:`~goodput_jax.sched.NodeInfo` per node.
+* :func:`job_info`: a job's :class:`~goodput_jax.sched.JobInfo` from its spec and
+  latest :class:`~goodput_jax.model.hints.Hints`, with AdaptDL's rules
+  (:func:`goodput_jax.sched.hints.job_info_from_hints`: ``max_replicas`` from the
+  replicas profiled so far, linear speedup without a model) and, for Sia, one
+  goodput function per accelerator type
+  (:func:`~goodput_jax.sched.hints.speedup_fns_by_type`). Where the hints carry
+  no per-type profile, the job's one model (or the linear speedup) stands for
+  every allowed type; a type the job may not use gets a goodput of 0 (Sia
+  never picks it).
+* :func:`plan_round`: runs the policy (Pollux on one type, Sia on several) and
+  returns the new allocations and which jobs changed.
+
+Example:
+    >>> from goodput_jax.cluster.spec import JobSpec
+    >>> from goodput_jax.sched import SiaPolicy
+    >>> recs = [NodeRecord("n0", "a", 2), NodeRecord("n1", "b", 2)]
+    >>> spec = JobSpec("j", "m:f", min_replicas=1, max_replicas=2)
+    >>> jobs = {"j": job_info(spec, None, 0.0, types=("a", "b"))}
+    >>> plan = plan_round(SiaPolicy(resource=ACCEL), jobs, node_infos(recs), {})
+    >>> len(plan.allocations["j"]), plan.changed
+    (1, ('j',))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from goodput_jax.cluster.spec import Capacity, JobSpec
+from goodput_jax.model.hints import Hints
+
+__all__ = [
+    "ACCEL",
+    "NODE_PREFIX",
+    "TYPE_PREFIX",
+    "NodeRecord",
+    "RoundPlan",
+    "capacity_of",
+    "job_info",
+    "node_infos",
+    "nodes_from_ray",
+    "plan_round",
+]
+
+#: Ray custom resource: accelerator devices of a node (one per replica).
+ACCEL = "gj_accel"
+#: Ray custom resource prefix naming a node's accelerator type.
+TYPE_PREFIX = "gj_type_"
+#: Ray custom resource prefix naming a node's label (1 per node).
+NODE_PREFIX = "gj_node_"
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One node of the cluster as the runtime sees it.
+
+    Attributes:
+        label: its stable name (the ``gj_node_<label>`` resource).
+        accelerator_type: its type (the ``gj_type_<T>`` resource).
+        devices: its accelerator devices (``gj_accel``).
+        node_id: Ray's NodeID (hex), when known.
+        address: Ray's node manager address (for the JAX coordinator).
+        preemptible: whether it may disappear (spot).
+    """
+
+    label: str
+    accelerator_type: str
+    devices: int
+    node_id: str | None = None
+    address: str = "127.0.0.1"
+    preemptible: bool = False
+
+
+def nodes_from_ray(table: Sequence[Mapping[str, Any]]) -> list[NodeRecord]:
+    """Live runtime nodes from ``ray.nodes()`` (nodes without ``gj_accel`` are skipped).
+
+    Example:
+        >>> nodes_from_ray([{"Alive": True, "NodeID": "ab", "NodeManagerAddress": "127.0.0.1",
+        ...     "Resources": {"CPU": 2.0, "gj_accel": 2.0, "gj_type_t4": 2.0, "gj_node_n0": 1.0}}])
+        [NodeRecord(label='n0', accelerator_type='t4', devices=2, node_id='ab', \
+address='127.0.0.1', preemptible=False)]
+    """
+    out = []
+    for node in table:
+        if not node.get("Alive", False):
+            continue
+        res = node.get("Resources") or {}
+        devices = int(res.get(ACCEL, 0))
+        if devices < 1:
+            continue
+        types = [k[len(TYPE_PREFIX):] for k in res if k.startswith(TYPE_PREFIX)]
+        labels = [k[len(NODE_PREFIX):] for k in res if k.startswith(NODE_PREFIX)]
+        if len(types) != 1 or len(labels) != 1:
+            raise ValueError(f"node {node.get('NodeID')!r} must carry exactly one "
+                             f"{TYPE_PREFIX}* and one {NODE_PREFIX}* resource, got "
+                             f"{sorted(res)}")
+        out.append(NodeRecord(labels[0], types[0], devices, node.get("NodeID"),
+                              node.get("NodeManagerAddress") or "127.0.0.1",
+                              bool(res.get("gj_preemptible", 0))))
+    return sorted(out, key=lambda r: r.label)
+
+
+def capacity_of(records: Sequence[NodeRecord]) -> Capacity:
+    """The :class:`Capacity` (``{type: (nodes, devices of its largest node)}``) of records.
+
+    Example:
+        >>> capacity_of([NodeRecord("n0", "a", 2), NodeRecord("n1", "a", 2)]).by_type
+        {'a': (2, 2)}
+    """
+    by: dict[str, list[int]] = {}
+    for r in records:
+        by.setdefault(r.accelerator_type, []).append(r.devices)
+    return Capacity({t: (len(d), max(d)) for t, d in sorted(by.items())})
+
+
+def node_infos(records: Sequence[NodeRecord]) -> dict:
+    """``{label: NodeInfo({ACCEL: devices}, preemptible, accelerator_type)}``."""
+    from goodput_jax.sched import NodeInfo
+
+    return {r.label: NodeInfo({ACCEL: r.devices}, r.preemptible, r.accelerator_type)
+            for r in records}
+
+
+def _zero(num_nodes: Any, num_replicas: Any) -> Any:
+    return np.zeros(np.shape(num_replicas))
+
+
+def job_info(spec: JobSpec, hints: Hints | Mapping | None, created: float, *,
+             types: Sequence[str] = (), num_restarts: int = 0, restarting: bool = False,
+             age: float | None = None) -> Any:
+    """The policy's JobInfo of one job (AdaptDL's rules; Sia's goodput per type).
+
+    Args:
+        spec: the job's spec (min/max replicas, preemptible, allowed types).
+        hints: its latest published hints (None before the first publish).
+        created: submission time (POSIX seconds).
+        types: the cluster's accelerator types (for ``goodput_fns``).
+        num_restarts: restarts so far (the policies' restart penalty).
+        restarting: it is between a stop and its relaunch (Sia keeps it in place).
+        age: seconds since submission (None: the policy's clock decides).
+
+    Example:
+        >>> from goodput_jax.cluster.spec import JobSpec
+        >>> info = job_info(JobSpec("j", "m:f", min_replicas=2, max_replicas=8), None, 0.0)
+        >>> info.min_replicas, info.max_replicas, info.speedup_fn(1, 3)
+        (2, 2, 3)
+    """
+    from goodput_jax.sched import JobInfo, job_info_from_hints, speedup_fns_by_type
+
+    h = Hints() if hints is None else Hints.from_json(hints)
+    job = {"metadata": {"creationTimestamp": datetime.fromtimestamp(created, UTC).isoformat()},
+           "spec": {"template": {"spec": {}}, "minReplicas": spec.min_replicas,
+                    "maxReplicas": spec.max_replicas, "preemptible": spec.preemptible},
+           "status": {"train": h.to_json()}}
+    base = job_info_from_hints(job, {ACCEL: 1})
+    allowed = [t for t in types if not spec.accelerator_types or t in spec.accelerator_types]
+    fns: dict = {}
+    if types:
+        fitted = speedup_fns_by_type(h, allowed) if h.perf_params_by_type else {}
+        for t in types:
+            if t not in allowed:
+                fns[t] = _zero
+            else:
+                fns[t] = fitted.get(t, base.speedup_fn)
+    return JobInfo(base.resources, base.speedup_fn, created, base.min_replicas,
+                   base.max_replicas, base.preemptible, age=age, num_restarts=num_restarts,
+                   goodput_fns=fns or None, restarting=restarting)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """A round's outcome.
+
+    Attributes:
+        allocations: job -> node labels, one per replica (sorted), every job present.
+        changed: jobs whose allocation differs from the current one (sorted).
+        policy: ``"pollux"`` or ``"sia"``.
+    """
+
+    allocations: Mapping[str, tuple[str, ...]]
+    changed: tuple[str, ...]
+    policy: str
+
+
+def plan_round(policy: Any, jobs: Mapping[str, Any], nodes: Mapping[str, Any],
+               current: Mapping[str, Sequence[str]]) -> RoundPlan:
+    """Run ``policy`` (a PolluxPolicy or SiaPolicy) once and diff against ``current``.
+
+    ``allocations`` are exactly the policy's own output (sorted per job), so a
+    test can compare them with a direct ``policy.optimize`` call.
+    """
+    from goodput_jax.sched import NodeInfo, PolluxPolicy, SiaPolicy
+
+    if not jobs:
+        return RoundPlan({}, (), "none")
+    cur = {k: list(current.get(k, ()) or ()) for k in jobs}
+    if isinstance(policy, PolluxPolicy):
+        types = {n.accelerator_type for n in nodes.values()}
+        if len(types) > 1:
+            raise ValueError(f"policy: PolluxPolicy schedules one accelerator type, the "
+                             f"cluster has {sorted(map(str, types))}; use SiaPolicy")
+        big = max(nodes.values(), key=lambda n: n.resources.get(ACCEL, 0))
+        template = NodeInfo(dict(big.resources), False, big.accelerator_type)
+        alloc, _ = policy.optimize(jobs, nodes, cur, template)
+        name = "pollux"
+    elif isinstance(policy, SiaPolicy):
+        alloc = policy.optimize(jobs, nodes, cur)
+        name = "sia"
+    else:
+        raise TypeError(f"policy must be a PolluxPolicy or SiaPolicy, got "
+                        f"{type(policy).__name__}")
+    out = {k: tuple(sorted(alloc.get(k, ()) or ())) for k in jobs}
+    changed = tuple(sorted(k for k in jobs if out[k] != tuple(sorted(cur[k]))))
+    return RoundPlan(out, changed, name)
