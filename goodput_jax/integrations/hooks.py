@@ -69,7 +69,8 @@ import numpy as np
 from goodput_jax.model import gradstats
 from goodput_jax.model.types import GradParams, PerfParams
 
-__all__ = ["GoodputHooks", "OneStepLateTimer", "ProfileEntry", "Suggestion", "max_replicas_allowed"]
+__all__ = ["GoodputHooks", "OneStepLateTimer", "ProfileEntry", "Suggestion", "max_replicas_allowed",
+           "precompile_fit_once"]
 
 _log = logging.getLogger(__name__)
 
@@ -77,6 +78,49 @@ _log = logging.getLogger(__name__)
 PROFILE_WINDOW = 64
 #: Timed steps folded into the profile at once when nothing read it sooner.
 _RAW_BATCH = 32
+
+
+#: Longest the interpreter's exit waits for the fit's background compile, in seconds.
+PRECOMPILE_EXIT_WAIT = 60.0
+_precompile_lock = threading.Lock()
+_precompile_waiter: threading.Thread | None = None
+
+
+def precompile_fit_once() -> threading.Thread:
+    """Start compiling the step-time fit in the background, once per process; exit waits for it.
+
+    :func:`goodput_jax.model.perf.precompile_fit` compiles on a daemon thread. An
+    interpreter that exits while XLA is still compiling there aborts
+    (``terminate called after throwing an instance of ''``, status 134): the
+    finalising interpreter kills the thread when the compiler hands back the GIL.
+    This starts that compile once per process and a NON-daemon thread that waits
+    for it, at most :data:`PRECOMPILE_EXIT_WAIT` seconds; the interpreter joins
+    non-daemon threads before its exit handlers (JAX's backend teardown among
+    them) and before killing daemon threads, so a short script that ends during
+    the compile waits for it (about two seconds) and exits cleanly. Later calls
+    return the same waiter. :class:`GoodputHooks` calls it on the primary process.
+
+    Returns:
+        The waiter thread (``join()`` it to wait for the compile).
+
+    Example:
+        >>> precompile_fit_once() is precompile_fit_once()
+        True
+    """
+    global _precompile_waiter
+    with _precompile_lock:
+        if _precompile_waiter is None:
+            from goodput_jax.model.perf import precompile_fit
+
+            compiling = precompile_fit()
+
+            def wait() -> None:
+                compiling.join(PRECOMPILE_EXIT_WAIT)
+
+            _precompile_waiter = threading.Thread(
+                target=wait, name="goodput-fit-compile-wait", daemon=False)
+            _precompile_waiter.start()
+        return _precompile_waiter
 
 
 def max_replicas_allowed(max_profiled_replicas: int) -> int:
@@ -293,7 +337,7 @@ class OneStepLateTimer:
         begin = t_start if last is None or t_start >= last else last
         self._last_ready = t_end
         d = t_end - begin
-        return step, (d if d > 0.0 else 0.0), _wall(), tag
+        return step, max(0.0, d), _wall(), tag
 
     def before_dispatch(self, t_start: float) -> list[tuple[int, float, float, Any]]:
         """Called right before the next dispatch: completes the pending step if it is ready."""
@@ -595,10 +639,9 @@ class GoodputHooks:
         #: Seconds of refits + publishing run inline (``background=False``) by :meth:`maybe_refit`.
         self.inline_refit_seconds = 0.0
         if self.is_primary:
-            # the fit's program is compiled while the first steps run, not in the first refit
-            from goodput_jax.model.perf import precompile_fit
-
-            precompile_fit()
+            # the fit's program is compiled while the first steps run, not in the first
+            # refit; once per process, and the interpreter's exit waits for it
+            precompile_fit_once()
 
     # ------------------------------------------------------------------ configuration
     def _key(self) -> tuple[int, int, int, int]:
