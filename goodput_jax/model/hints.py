@@ -40,7 +40,7 @@ from typing import Any
 
 from goodput_jax.model.types import GradParams, PerfParams
 
-__all__ = ["PERF_PARAM_KEYS", "Hints", "bootstrap_perf_params"]
+__all__ = ["PERF_PARAM_KEYS", "Hints", "bootstrap_perf_params", "max_replicas_allowed"]
 
 #: Keys of ``perfParams``, in PerfParams order.
 PERF_PARAM_KEYS = PerfParams._fields
@@ -69,7 +69,7 @@ def _perf(key: str, value: Any) -> PerfParams:
                         f"got {value!r}")
     extra = set(value) - set(PERF_PARAM_KEYS)
     if extra:
-        raise ValueError(f"hint {key!r} has unknown key {sorted(extra)[0]!r}")
+        raise ValueError(f"hint {key!r} has unknown key {min(extra)!r}")
     out = []
     for name in PERF_PARAM_KEYS:
         if name not in value:
@@ -86,7 +86,7 @@ def _grad(key: str, value: Any) -> GradParams:
         raise TypeError(f"hint {key!r} must be a mapping with 'norm' and 'var', got {value!r}")
     extra = set(value) - {"norm", "var"}
     if extra:
-        raise ValueError(f"hint {key!r} has unknown key {sorted(extra)[0]!r}")
+        raise ValueError(f"hint {key!r} has unknown key {min(extra)!r}")
     for name in ("norm", "var"):
         if name not in value:
             raise ValueError(f"hint {key!r} is missing key {name!r}")
@@ -147,7 +147,7 @@ _FIELD_TO_KEY = {f: k for k, (f, _) in _SPEC.items()}
 
 
 def _parse(key: str, value: Any) -> Any:
-    name, kind = _SPEC[key]
+    _name, kind = _SPEC[key]
     if value is None:
         if kind in ("perf_map", "thr_map"):
             return _EMPTY
@@ -171,6 +171,29 @@ def _parse(key: str, value: Any) -> Any:
     if isinstance(kind, dict):
         return _number(key, value, **kind)
     return kind(key, value)
+
+
+def max_replicas_allowed(max_profiled_replicas: int) -> int:
+    """Most replicas a job may be given or asked about: AdaptDL's allocator rule.
+
+    ``max(2 * max_profiled_replicas, 1)``: at most twice the largest replica count the
+    step-time model was fitted on (``adaptdl_sched/allocator.py``), one before any
+    profile. The one home of the rule: the scheduler's hints, the simulator's policies and
+    the training hooks' search all call it.
+
+    Raises:
+        ValueError: ``max_profiled_replicas`` is not a non-negative integer.
+
+    Example:
+        >>> max_replicas_allowed(0), max_replicas_allowed(2)
+        (1, 4)
+    """
+    if (isinstance(max_profiled_replicas, bool)
+            or not isinstance(max_profiled_replicas, numbers.Integral)
+            or max_profiled_replicas < 0):
+        raise ValueError(f"max_profiled_replicas must be an integer >= 0, "
+                         f"got {max_profiled_replicas!r}")
+    return max(2 * int(max_profiled_replicas), 1)
 
 
 def bootstrap_perf_params(observed: PerfParams, throughput_observed: float,

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from goodput_jax.model.hints import PERF_PARAM_KEYS, Hints
+from goodput_jax.model.hints import PERF_PARAM_KEYS, Hints, max_replicas_allowed
 from goodput_jax.model.types import GradParams, PerfParams
 from goodput_jax.sched.speedup import SpeedupFunction
 from goodput_jax.sched.types import JobInfo
@@ -228,7 +228,7 @@ def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = No
         raise TypeError(f"job 'status.train' (hints) must be a mapping, got {hints!r}")
 
     h = Hints.from_json(hints)
-    max_replicas = max(2 * h.max_profiled_replicas, 1)
+    max_replicas = max_replicas_allowed(h.max_profiled_replicas)
     spec_max = _spec_int(spec, "maxReplicas", None)
     if spec_max:
         max_replicas = min(max_replicas, spec_max)

@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from goodput_jax.model.buckets import bucket
+from goodput_jax.sched import pollux
 from goodput_jax.sched.speedup import goodput_matrix
 from goodput_jax.sched.types import JobInfo, NodeInfo
 
@@ -75,15 +76,14 @@ _NEG = -1e30
 
 
 def realloc_factor(age: float, num_restarts: int, penalty: float) -> float:
-    """Pollux's re-allocation factor, 1 for jobs younger than one restart penalty.
+    """Sia's re-allocation factor: Pollux's (:func:`goodput_jax.sched.pollux.realloc_factor`),
+    1 for jobs younger than one restart penalty.
 
     Example:
         >>> realloc_factor(600.0, 2, 30.0), realloc_factor(10.0, 0, 30.0)
         (0.8571428571428571, 1.0)
     """
-    if age < penalty:
-        return 1.0
-    return max(age - num_restarts * penalty, 0.0) / (age + penalty)
+    return pollux.realloc_factor(age, num_restarts, penalty, exempt_young=True)
 
 
 @dataclass(frozen=True)
@@ -268,7 +268,7 @@ def _parallel_fill(choice, gain, use, cap, movable, weight, max_rounds):
     """Greedy in parallel: every job proposes its best move (by gain per extra weighted
     GPU); moves are taken best first while the per-type cumulative extra GPUs fit (the
     best one always). Few rounds instead of one round per move on large problems."""
-    J, K1 = gain.shape
+    J, _K1 = gain.shape
 
     def cond(state):
         _, _, it, moved = state
@@ -309,7 +309,7 @@ def _solve(gain, use, cap, fixed_choice, prev_choice, dual_steps: int = 24,
            max_moves: int = 256, pair_rounds: int = 0, parallel_rounds: int = 0,
            few_starts: bool = False):
     """Best choice per job (index into configs; the last column is "none")."""
-    J, K1 = gain.shape
+    _J, K1 = gain.shape
     none = K1 - 1
     fixed = fixed_choice >= 0
     movable = ~fixed

@@ -89,3 +89,12 @@ def test_bucket_rules():
         bucket(-1)
     with pytest.raises(ValueError, match="minimum"):
         bucket(3, 0)
+
+
+def test_max_replicas_allowed_is_adaptdls_cap():
+    from goodput_jax.model.hints import max_replicas_allowed
+
+    assert [max_replicas_allowed(n) for n in (0, 1, 2, 3, 64)] == [1, 2, 4, 6, 128]
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="max_profiled_replicas"):
+            max_replicas_allowed(bad)

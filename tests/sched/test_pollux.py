@@ -318,3 +318,18 @@ def test_genetic_search_improves_on_its_seeds():
     stats = policy.last_stats
     best_seed = max(stats.greedy_objective, stats.grown_objective, stats.previous_objective)
     assert stats.objective > best_seed * 1.02, stats
+
+
+def test_realloc_factor_is_one_rule_for_pollux_and_sia():
+    """One home (sched.pollux.realloc_factor); Sia's variant spares jobs younger than a penalty."""
+    from goodput_jax.sched import sia
+    from goodput_jax.sched.pollux import realloc_factor
+
+    assert sia.realloc_factor(10.0, 0, 30.0) == realloc_factor(10.0, 0, 30.0, exempt_young=True)
+    assert realloc_factor(90.0, 1, 30.0) == pytest.approx(60.0 / 120.0)  # (90 - 30) / (90 + 30)
+    assert realloc_factor(10.0, 0, 30.0) == pytest.approx(10.0 / 40.0)  # AdaptDL: young pays too
+    assert realloc_factor(10.0, 0, 30.0, exempt_young=True) == 1.0  # Sia's artifact
+    assert realloc_factor(300.0, 1, 30.0, exempt_young=True) == pytest.approx(270.0 / 330.0)
+    assert realloc_factor(30.0, 5, 30.0) == 0.0  # more restarts than life: no credit
+    assert realloc_factor(0.0, 0, 0.0) == 1.0  # no age and no penalty: nothing lost
+    assert realloc_factor(0.0, 0, 0.0, exempt_young=True) == 1.0

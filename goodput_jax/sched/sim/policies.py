@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from goodput_jax.model.hints import max_replicas_allowed
 from goodput_jax.sched.sim.job import SimJob, fixed_batch_config
 
 __all__ = ["OptimusPolicy", "SimPolicy", "TiresiasPolicy", "place_replicas"]
@@ -172,7 +173,7 @@ class OptimusPolicy:
             raise ValueError(f"Optimus needs target_batch_size for job {job.name!r}")
         cap = min(64, job.target_batch_size // job.app.min_local_bsz)
         if self.ramp_up:
-            cap = min(cap, max(2 * job.max_profiled_replicas, 1))
+            cap = min(cap, max_replicas_allowed(job.max_profiled_replicas))
         return max(cap, 1)
 
     def predict_step_time(self, job: SimJob, num_replicas: int) -> float:

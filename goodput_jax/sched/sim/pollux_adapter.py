@@ -36,6 +36,7 @@ import numpy as np
 
 from goodput_jax.model.buckets import bucket as _bucket
 from goodput_jax.model.goodput import optimize_fn
+from goodput_jax.model.hints import max_replicas_allowed
 from goodput_jax.model.perf import fit_perf_params_batched
 from goodput_jax.model.types import GradParams, PerfParams
 from goodput_jax.sched.sim.job import SimJob
@@ -266,7 +267,7 @@ class PolluxAdapter:
         if not job.adaptive:
             return 1
         app = job.app
-        return max(1, min(max(2 * job.max_profiled_replicas, 1), MAX_REPLICAS,
+        return max(1, min(max_replicas_allowed(job.max_profiled_replicas), MAX_REPLICAS,
                           app.max_batch_size // app.min_local_bsz))
 
     def optimize(self, jobs: Mapping[str, SimJob], nodes: Mapping[int, int],
@@ -367,7 +368,7 @@ class UnawarePolluxAdapter(PolluxAdapter):
         if not job.adaptive:
             return 1
         app = job.type_apps[self.reference_type] if job.type_apps else job.app
-        return max(1, min(max(2 * job.max_profiled_replicas, 1), self.cap,
+        return max(1, min(max_replicas_allowed(job.max_profiled_replicas), self.cap,
                           app.max_batch_size // app.min_local_bsz))
 
     def _virtual_prev(self, prev: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
