@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from goodput_jax.model.hints import Hints
@@ -41,6 +41,10 @@ class ModelCurves:
         current: ``(batch_size, replicas, goodput)`` of the running configuration.
         suggested: ``(batch_size, replicas, goodput)`` of the suggestion, or None.
         hints: the :class:`Hints` they came from.
+        profiled_replica_counts: the replica counts known to have been profiled,
+            ascending: those given to :func:`model_curves`, else the two the hints
+            prove (``maxProfiledReplicas`` and the running ``numReplicas``). The
+            counts in between were not necessarily measured.
     """
 
     batch_sizes: list[float]
@@ -52,6 +56,7 @@ class ModelCurves:
     current: tuple[int, int, float]
     suggested: tuple[int, int, float] | None
     hints: Hints
+    profiled_replica_counts: tuple[int, ...] = ()
 
     @property
     def extrapolated_replicas(self) -> list[int]:
@@ -77,13 +82,17 @@ def parse_hints(raw: Hints | Mapping[str, Any] | None) -> Hints | None:
     return Hints.from_json(raw)
 
 
-def model_curves(hints: Hints | Mapping[str, Any] | None, points: int = 48) -> ModelCurves | None:
+def model_curves(hints: Hints | Mapping[str, Any] | None, points: int = 48, *,
+                 profiled_replicas: Iterable[int] | None = None) -> ModelCurves | None:
     """The goodput-vs-batch-size and goodput-vs-replicas curves from a job's hints.
 
     Args:
         hints: the job's latest hints (``GoodputCalculator.get_latest_hints()``
             or a :class:`Hints`).
         points: number of batch sizes on the curve.
+        profiled_replicas: the replica counts the step-time model was profiled on,
+            when the caller knows them (the hints carry only the largest); None: the
+            largest and the running count.
 
     Returns:
         :class:`ModelCurves`, or None when the hints lack a fitted model
@@ -134,6 +143,13 @@ def model_curves(hints: Hints | Mapping[str, Any] | None, points: int = 48) -> M
         ss = h.suggested_accum_steps or 0
         sug = (r * sa * (ss + 1), r, float(fn.evaluate(n, r, sa, ss)))
     profiled = max(h.max_profiled_replicas or 0, r)
+    if profiled_replicas is None:
+        counts = {r} | ({h.max_profiled_replicas} if h.max_profiled_replicas else set())
+    else:
+        counts = {int(c) for c in profiled_replicas}
+        if any(c < 1 for c in counts):
+            raise ValueError(f"profiled_replicas ({sorted(counts)!r}) must be counts >= 1")
+        profiled = max([profiled, *counts])
     max_r = max(8, 2 * r, 2 * profiled)
     reps = list(range(1, max_r + 1))
     gvr = []
@@ -141,4 +157,5 @@ def model_curves(hints: Hints | Mapping[str, Any] | None, points: int = 48) -> M
         g, _b, _s = fn.optimize(min(n, rr), rr, max_batch_size=max(max_bs, rr * (lo or 1)),
                                 atomic_bsz_range=(lo, hi), accumulation=accumulation)
         gvr.append(float(g))
-    return ModelCurves(keep, gvb, evb, reps, gvr, profiled, cur, sug, h)
+    return ModelCurves(keep, gvb, evb, reps, gvr, profiled, cur, sug, h,
+                       profiled_replica_counts=tuple(sorted(counts)))

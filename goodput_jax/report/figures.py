@@ -35,6 +35,7 @@ __all__ = [
     "figure",
     "figure_pngs",
     "png_bytes",
+    "profiled_label",
     "text_png",
 ]
 
@@ -209,18 +210,34 @@ def draw_batch_curve(ax: Any, mc: ModelCurves) -> None:
     _legend_below(ax, h1 + h2)
 
 
+def profiled_label(counts: tuple[int, ...]) -> str:
+    """The legend entry of the profiled replica counts.
+
+    Example:
+        >>> profiled_label((2, 4))
+        'profiled: 2, 4 replicas'
+    """
+    return f"profiled: {', '.join(map(str, counts))} replica{'s' if counts != (1,) else ''}"
+
+
 def draw_replica_curve(ax: Any, mc: ModelCurves) -> None:
-    """Best modelled goodput per replica count; extrapolation beyond the profiled count marked."""
+    """Best modelled goodput per replica count: the model as a line, a marker at each replica
+    count actually profiled, the extrapolation beyond the largest one shaded."""
     p = mc.profiled_replicas
-    inside = [(r, g) for r, g in zip(mc.replicas, mc.goodput_vs_replicas, strict=True) if r <= p]
-    beyond = [(r, g) for r, g in zip(mc.replicas, mc.goodput_vs_replicas, strict=True) if r >= p]
+    curve = dict(zip(mc.replicas, mc.goodput_vs_replicas, strict=True))
+    inside = [(r, g) for r, g in curve.items() if r <= p]
+    beyond = [(r, g) for r, g in curve.items() if r >= p]
     handles = []
     if inside:
-        handles += ax.plot(*zip(*inside, strict=True), "-o", color="#1f77b4", markersize=4,
-                           label=f"profiled (1-{p} replicas)")
+        handles += ax.plot(*zip(*inside, strict=True), "-", color="#1f77b4", linewidth=1.5,
+                           label=f"model, within the profiled range (up to {p})")
+    marked = tuple(r for r in mc.profiled_replica_counts if r in curve)
+    if marked:
+        handles += ax.plot(list(marked), [curve[r] for r in marked], "o", color="#1f77b4",
+                           markersize=6, linestyle="none", label=profiled_label(marked))
     if len(beyond) > 1:
-        handles += ax.plot(*zip(*beyond, strict=True), "--o", color="#1f77b4", markersize=4,
-                           markerfacecolor="white", label="model only")
+        handles += ax.plot(*zip(*beyond, strict=True), "--", color="#1f77b4", linewidth=1.5,
+                           label="model only")
         handles.append(ax.axvspan(p, mc.replicas[-1] + 0.5, color="#999999", alpha=0.18,
                                   linewidth=0, label=f"{EXTRAPOLATED_LABEL} (> {p} replicas)"))
     b, r, g = mc.current

@@ -66,7 +66,9 @@ HINT_LABELS: dict[str, HintLabel] = {
     "efficiency": HintLabel("statistical efficiency", "0-1", "progress per sample at the "
                             "current batch, relative to batch M0"),
     "suggested_batch_size": HintLabel("suggested batch size", "samples",
-                                      "the model's best total batch on the current replicas"),
+                                      "the smallest total batch whose modelled goodput is "
+                                      "within the tolerance (default 5%) of the best, on the "
+                                      "current replicas"),
     "suggested_atomic_bsz": HintLabel("suggested per-replica batch", "samples",
                                       "per-replica micro-batch of the suggestion"),
     "suggested_accum_steps": HintLabel("suggested accumulation steps", "micro-steps",

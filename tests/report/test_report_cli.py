@@ -244,3 +244,38 @@ def test_timeline_draws_one_collection_per_run_and_category():
     draw_timeline(ax, tl)
     assert len(ax.collections) <= len(CATEGORY_NAMES)
     plt.close(fig)
+
+
+def test_replica_plot_marks_only_the_replica_counts_profiled():
+    """Markers only where the step-time model was profiled (issue 28: 'profiled (1-4
+    replicas)' with markers at 1-4 when only 2 and 4 were)."""
+    from goodput_jax.report import figures
+
+    plt = figures._plt()
+    known = model_curves(HINTS)  # the hints prove 4 (the most profiled, and the running count)
+    given = model_curves(HINTS, profiled_replicas=[2, 4])
+    assert known.profiled_replica_counts == (4,) and given.profiled_replica_counts == (2, 4)
+    with pytest.raises(ValueError, match="profiled_replicas"):
+        model_curves(HINTS, profiled_replicas=[0, 4])
+    for curves, marked in ((known, [4]), (given, [2, 4])):
+        fig, ax = plt.subplots()
+        figures.draw_replica_curve(ax, curves)
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert not any("1-" in t for t in legend), legend
+        assert figures.profiled_label(tuple(marked)) in legend
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        profiled = [ln for label, ln in lines.items() if label.startswith("profiled")]
+        assert len(profiled) == 1 and list(profiled[0].get_xdata()) == marked
+        others = [label for label, ln in lines.items() if ln.get_marker() not in ("None", "")
+                  and not label.startswith(("profiled", "current", "suggested"))]
+        assert others == []  # the model lines themselves carry no markers
+        plt.close(fig)
+
+
+def test_the_suggestion_is_worded_as_what_it_is():
+    """The suggestion is the smallest batch within the tolerance of the best, not the best
+    (issue 28: 844 best, 524 suggested)."""
+    from goodput_jax.report.labels import HINT_LABELS
+
+    meaning = HINT_LABELS["suggested_batch_size"].meaning
+    assert "smallest" in meaning and "5%" in meaning and "best total batch" not in meaning
