@@ -58,7 +58,13 @@ from goodput_jax.measure.recorder import GoodputRecorder
 from goodput_jax.measure.stores.sqlite import SQLiteStore
 from goodput_jax.report.text import format_report
 
-__all__ = ["DemoConfig", "ProgressBar", "configure_devices", "main"]
+__all__ = ["MAX_DEVICES", "DemoConfig", "ProgressBar", "configure_devices", "main"]
+
+#: The most fake CPU devices the demo runs on: run 2 profiles total batches up to 8 x the
+#: per-replica batch on every device, which must fit its 16384-sample data pool (at the
+#: default per-replica batch of 64: 32 devices); beyond a few dozen, fake devices on a
+#: handful of cores only measure the host's thread scheduling.
+MAX_DEVICES = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -603,7 +609,8 @@ def main(*, directory: str = "goodput-demo", steps: int | None = None, job: str 
         directory: output directory (created; previous demo files in it are replaced).
         steps: optimizer steps of the whole job (>= 8), or None for the default.
         job: job name recorded in the store.
-        devices: fake CPU devices (only effective if JAX has not started yet).
+        devices: fake CPU devices, 1 to :data:`MAX_DEVICES` (only effective if JAX has
+            not started yet).
         quick: tiny sizes (a few seconds).
         progress: draw a progress bar on a terminal.
 
@@ -615,6 +622,12 @@ def main(*, directory: str = "goodput-demo", steps: int | None = None, job: str 
         0
     """
     cfg = DemoConfig.from_args(quick=quick, steps=steps)
+    if isinstance(devices, bool) or not isinstance(devices, int) \
+            or not 1 <= devices <= MAX_DEVICES:
+        raise ValueError(f"devices ({devices!r}) must be an integer from 1 to {MAX_DEVICES} "
+                         "(the demo's largest profiled batch must fit its data pool)")
+    if not isinstance(job, str) or not job.strip():
+        raise ValueError(f"job ({job!r}) must be a non-empty name")
     configure_devices(devices)
     if not isinstance(directory, (str, os.PathLike)) or not str(directory):
         raise ValueError(f"directory ({directory!r}) must be a non-empty path")

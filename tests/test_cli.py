@@ -78,9 +78,13 @@ def test_version(capsys):
     (["monitor", "--job", "j", "--tensorboard-dir", "tb", "--interval", "0"], "monitor",
      ["--interval", "> 0"]),
     (["monitor", "--job", "j", "--tensorboard-dir", "tb", "--duration", "-1"], "monitor",
-     ["--duration", ">= 0"]),
+     ["--duration", "> 0"]),
+    (["monitor", "--job", "j", "--tensorboard-dir", "tb", "--duration", "0"], "monitor",
+     ["--duration", "> 0"]),
     (["monitor", "--job", "j"], "monitor", ["--tensorboard-dir"]),
-    (["demo", "--devices", "0"], "demo", ["--devices", ">= 1"]),
+    (["demo", "--devices", "0"], "demo", ["--devices", "from 1 to 32"]),
+    (["demo", "--devices", "100000"], "demo", ["--devices", "from 1 to 32"]),
+    (["report", "--store", ""], "report", ["--store", "empty"]),
     (["report", "--ideal-step-time", "-2"], "report", ["--ideal-step-time"]),
     (["report", "--bogus"], None, ["--bogus"]),
     (["nosuchcommand"], None, ["nosuchcommand"]),
@@ -216,7 +220,7 @@ def test_missing_extras_name_the_extra_in_one_line(two_jobs, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.run(
         [sys.executable, "-c", _BLOCKED_RUNNER, json.dumps([argv for argv, _ in cases.values()])],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True, text=True, timeout=120, env=env, check=False,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -235,7 +239,7 @@ def test_missing_extras_name_the_extra_in_one_line(two_jobs, tmp_path):
 def test_python_dash_m_runs_the_same_command(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "goodput_jax.cli", "report", "--store",
                            f"sqlite:///{tmp_path / 'none.db'}"], capture_output=True, text=True,
-                          timeout=60, cwd=os.getcwd())
+                          timeout=60, cwd=os.getcwd(), check=False)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "does not exist" in proc.stderr

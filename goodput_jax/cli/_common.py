@@ -12,27 +12,28 @@ Example:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sqlite3
 import sys
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
+
+from goodput_jax._lazy import (
+    EXTRA_OF_MODULE,
+    extra_of,
+    first_missing,
+    has_module,
+    missing_extra_message,
+)
 
 #: Exit code of every user error (as argparse uses for bad arguments).
 USAGE_ERROR = 2
 
-#: The optional-dependency group (``pip install "goodput-jax[EXTRA]"``) that brings a module.
-EXTRA_OF_MODULE: dict[str, str] = {
-    "flax": "demo",
-    "orbax": "demo",
-    "matplotlib": "report",
-    "scipy": "sim",
-    "google": "gcp",
-    "jax": "model",
-    "jaxlib": "model",
-    "optax": "model",
-}
+__all__ = ["EXTRA_OF_MODULE", "USAGE_ERROR", "HelpFormatter", "MissingExtraError", "Parser",
+           "UserError", "check_output_file", "default_store_url", "has_module",
+           "nonnegative_float", "one_line", "open_store_for_reading", "positive_float",
+           "positive_int", "require_extra", "resolve_job", "run_command", "store_url"]
 
 
 class UserError(Exception):
@@ -43,10 +44,7 @@ class MissingExtraError(UserError):
     """A command needs an optional dependency group that is not installed."""
 
     def __init__(self, extra: str, module: str, what: str):
-        super().__init__(
-            f"{what} needs the {extra!r} extra ({module} is not installed): "
-            f"pip install \"goodput-jax[{extra}]\""
-        )
+        super().__init__(missing_extra_message(extra, module, what))
         self.extra, self.module = extra, module
 
 
@@ -67,7 +65,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (``prog: error: ...``), exit code 2."""
 
-    def error(self, message: str) -> Any:  # noqa: D102 - argparse API
+    def error(self, message: str) -> Any:
         self.exit(USAGE_ERROR, f"{self.prog}: error: {one_line(message)} "
                                f"(see {self.prog} --help)\n")
 
@@ -82,30 +80,15 @@ def one_line(message: Any) -> str:
     return " ".join(str(message).split())
 
 
-def has_module(name: str) -> bool:
-    """Whether ``name`` can be imported, without importing it (a missing parent counts).
-
-    Example:
-        >>> has_module("json"), has_module("no_such_module_xyz")
-        (True, False)
-    """
-    if name in sys.modules:
-        return sys.modules[name] is not None
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a parent package is missing or blocked
-        return False
-
-
 def require_extra(extra: str, modules: tuple[str, ...], what: str) -> None:
     """Raise :class:`MissingExtraError` naming ``extra`` unless all ``modules`` import.
 
     Example:
         >>> require_extra("test", ("json",), "this doctest")
     """
-    for module in modules:
-        if not has_module(module):
-            raise MissingExtraError(extra, module, what)
+    missing = first_missing(modules)
+    if missing is not None:
+        raise MissingExtraError(extra, missing, what)
 
 
 def _finite_float(text: str, ok, what: str) -> float:
@@ -155,6 +138,44 @@ def positive_int(text: str) -> int:
     return value
 
 
+def store_url(text: str) -> str:
+    """argparse type: a non-empty store URL (an empty one would silently mean the default).
+
+    Example:
+        >>> store_url("sqlite:///goodput.db")
+        'sqlite:///goodput.db'
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is empty; give sqlite:///PATH or gcl://PROJECT/LOGGER, or leave the "
+            "option out for $GOODPUT_JAX_STORE / sqlite:///goodput.db")
+    return text
+
+
+def check_output_file(flag: str, path: str) -> None:
+    """Refuse an output ``path`` that cannot be written as a file, before anything is written.
+
+    Raises:
+        UserError: ``path`` is empty, a directory, or in a directory that does not exist.
+
+    Example:
+        >>> try:
+        ...     check_output_file("--html", "/")
+        ... except UserError as e:
+        ...     print(e)
+        --html ('/') is a directory; give a file path such as '/report.html'
+    """
+    if not path.strip():
+        raise UserError(f"{flag} ({path!r}) must be a file path")
+    if os.path.isdir(path):
+        suffix = ".png" if "png" in flag else ".html"
+        raise UserError(f"{flag} ({path!r}) is a directory; give a file path such as "
+                        f"{os.path.join(path, 'report' + suffix)!r}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UserError(f"{flag} ({path!r}): directory {parent!r} does not exist")
+
+
 def default_store_url() -> str:
     """``$GOODPUT_JAX_STORE`` or the embedded default ``sqlite:///goodput.db``.
 
@@ -188,11 +209,44 @@ def open_store_for_reading(url: str | None):
     """
     from goodput_jax.measure.stores import open_store
 
+    if url is not None and not url.strip():
+        raise UserError(f"--store ({url!r}) is empty; give sqlite:///PATH or gcl://PROJECT/LOGGER")
     url = url or default_store_url()
     if url.startswith("gcl://"):
         require_extra("gcp", ("google.cloud.logging",), f"store {url!r}")
         return open_store(url)
+    _refuse_empty_sqlite(url)
     return open_store(url, create=False)
+
+
+def _refuse_empty_sqlite(url: str) -> None:
+    """A reader must not initialise a store: refuse an existing SQLite file with no tables.
+
+    Opening such a file (0 bytes, or an empty database) as a store would write the schema
+    into it; it is probed read-only here (``mode=ro``) and left untouched.
+    """
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+    elif "://" in url:
+        return  # open_store names the unknown scheme
+    else:
+        path = url
+    if not path or not os.path.isfile(path):
+        return  # open_store reports the missing file
+    if os.path.getsize(path) > 0:
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True)
+            try:
+                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError:
+            return  # not SQLite at all: the store's own error names it
+        if tables:
+            return
+    raise UserError(f"store file {path!r} is empty (no goodput_jax events, no schema); "
+                    "the store is only read, so it was left as it is")
 
 
 def resolve_job(store: Any, job: str | None) -> str:
@@ -238,10 +292,10 @@ def run_command(command: str, fn: Callable[[], int]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except ModuleNotFoundError as e:
-        top = (e.name or "").split(".")[0]
-        if top not in EXTRA_OF_MODULE:
+        extra = extra_of(e.name)
+        if extra is None:
             raise
-        message = str(MissingExtraError(EXTRA_OF_MODULE[top], e.name, f"goodput-jax {command}"))
+        message = str(MissingExtraError(extra, e.name, f"goodput-jax {command}"))
     except ImportError as e:
         # A store that needs an extra raises ImportError("... pip install ..."); any other
         # ImportError is a bug and keeps its traceback.
@@ -249,7 +303,8 @@ def run_command(command: str, fn: Callable[[], int]) -> int:
             raise
         message = str(e)
     except (UserError, StoreError, ValueError, LookupError, FileNotFoundError,
-            NotADirectoryError, PermissionError, sqlite3.DatabaseError) as e:
+            NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError,
+            sqlite3.DatabaseError) as e:
         message = str(e) or type(e).__name__
     print(f"goodput-jax {command}: error: {one_line(message)}", file=sys.stderr)
     return USAGE_ERROR

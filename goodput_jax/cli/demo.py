@@ -9,7 +9,30 @@ from __future__ import annotations
 import argparse
 import os
 
-from goodput_jax.cli._common import positive_int, require_extra
+from goodput_jax.cli._common import UserError, require_extra
+from goodput_jax.demo import MAX_DEVICES  # imports no JAX (that starts in demo.main)
+
+
+def device_count(text: str) -> int:
+    """argparse type: fake CPU devices, an integer from 1 to :data:`MAX_DEVICES`.
+
+    Example:
+        >>> device_count("4")
+        4
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer from 1 to {MAX_DEVICES}")
+    return value
+
+
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty")
+    return text
 
 HELP = "run a small real Flax training job with goodput recording (needs the 'demo' extra)"
 
@@ -35,14 +58,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
     p = subparsers.add_parser("demo", help=HELP, description=DESCRIPTION,
                               formatter_class=HelpFormatter)
-    p.add_argument("--dir", default="goodput-demo",
+    p.add_argument("--dir", default="goodput-demo", type=_nonempty,
                    help="output directory: store, checkpoints and TensorBoard logs")
     p.add_argument("--steps", type=int, default=None,
                    help="optimizer steps of the whole job (>= 8; default: 1200, or 120 with "
                         "--quick); the crash and checkpoints scale with it")
-    p.add_argument("--job", default="demo", help="job name recorded in the store")
-    p.add_argument("--devices", type=positive_int, default=4,
-                   help="fake CPU devices for data parallelism")
+    p.add_argument("--job", default="demo", type=_nonempty, help="job name recorded in the store")
+    p.add_argument("--devices", type=device_count, default=4,
+                   help=f"fake CPU devices for data parallelism, 1 to {MAX_DEVICES}")
     p.add_argument("--quick", action="store_true", help="tiny sizes (a few seconds; for tests)")
     p.add_argument("--no-progress", action="store_true", help="do not draw the progress bar")
     p.set_defaults(run=run)
@@ -52,7 +75,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Adapter: the parsed arguments -> :func:`demo`."""
     if os.path.exists(args.dir) and not os.path.isdir(args.dir):
-        raise ValueError(f"--dir ({args.dir!r}) exists and is not a directory")
+        raise UserError(f"--dir ({args.dir!r}) exists and is not a directory")
+    if args.steps is not None and args.steps < 8:
+        raise UserError(f"--steps ({args.steps!r}) must be an integer >= 8")
     return demo(directory=args.dir, steps=args.steps, job=args.job, devices=args.devices,
                 quick=args.quick, progress=not args.no_progress)
 

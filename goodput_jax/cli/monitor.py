@@ -7,15 +7,16 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from goodput_jax.cli._common import (
     HelpFormatter,
     UserError,
-    nonnegative_float,
     open_store_for_reading,
     positive_float,
     resolve_job,
+    store_url,
 )
 
 HELP = "upload a job's goodput, badput and step times to TensorBoard"
@@ -35,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = subparsers.add_parser("monitor", help=HELP, description=DESCRIPTION,
                               formatter_class=HelpFormatter)
     p.add_argument("--job", required=True, help="job name")
-    p.add_argument("--store", default=None,
+    p.add_argument("--store", default=None, type=store_url,
                    help="store URL: sqlite:///PATH or gcl://PROJECT/LOGGER (default: "
                         "$GOODPUT_JAX_STORE, else sqlite:///goodput.db)")
     p.add_argument("--tensorboard-dir", required=True, metavar="DIR",
@@ -43,8 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--interval", type=positive_float, default=30.0, metavar="SECONDS",
                    help="seconds between uploads")
     p.add_argument("--once", action="store_true", help="upload once and exit")
-    p.add_argument("--duration", type=nonnegative_float, default=None, metavar="SECONDS",
-                   help="stop after this many seconds (default: run until Ctrl-C)")
+    p.add_argument("--duration", type=positive_float, default=None, metavar="SECONDS",
+                   help="stop after this many seconds, > 0 (default: run until Ctrl-C; "
+                        "for a single upload use --once)")
     p.set_defaults(run=run)
     return p
 
@@ -72,6 +74,15 @@ def monitor(*, job: str, store: str | None, tensorboard_dir: str, interval: floa
         ...         once=True)  # doctest: +SKIP
         0
     """
+    if duration is not None and not duration > 0:
+        raise UserError(f"--duration ({duration!r}) must be > 0 seconds; for a single upload "
+                        "use --once")
+    if not interval > 0:
+        raise UserError(f"--interval ({interval!r}) must be > 0 seconds")
+    if not tensorboard_dir.strip():
+        raise UserError(f"--tensorboard-dir ({tensorboard_dir!r}) must be a directory path")
+    if os.path.exists(tensorboard_dir) and not os.path.isdir(tensorboard_dir):
+        raise UserError(f"--tensorboard-dir ({tensorboard_dir!r}) exists and is not a directory")
     from goodput_jax.measure.monitor import GoodputMonitor
 
     event_store = open_store_for_reading(store)

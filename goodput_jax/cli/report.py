@@ -7,15 +7,15 @@ Example:
 from __future__ import annotations
 
 import argparse
-import os
 
 from goodput_jax.cli._common import (
     HelpFormatter,
-    UserError,
+    check_output_file,
     open_store_for_reading,
     positive_float,
     require_extra,
     resolve_job,
+    store_url,
 )
 
 HELP = "print a job's goodput / badput table (optionally an HTML or PNG report)"
@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--job", default=None,
                    help="job name (default: the store's only job; an unknown name lists the "
                         "jobs in the store)")
-    p.add_argument("--store", default=None,
+    p.add_argument("--store", default=None, type=store_url,
                    help="store URL: sqlite:///PATH or gcl://PROJECT/LOGGER (default: "
                         "$GOODPUT_JAX_STORE, else sqlite:///goodput.db)")
     p.add_argument("--html", default=None, metavar="FILE",
@@ -76,10 +76,8 @@ def report(*, job: str | None, store: str | None, html: str | None = None,
         0
     """
     for flag, path in (("--html", html), ("--png", png)):
-        if path is not None:
-            parent = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(parent):
-                raise UserError(f"{flag} ({path!r}): directory {parent!r} does not exist")
+        if path is not None:  # before the table is printed or anything is written
+            check_output_file(flag, path)
     if html or png:
         require_extra("report", ("matplotlib", "jax"), "goodput-jax report --html/--png")
     from goodput_jax.measure.calculator import GoodputCalculator

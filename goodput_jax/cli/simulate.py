@@ -16,12 +16,13 @@ from goodput_jax.sched.sim import cli as sim_cli
 
 HELP = "trace-driven cluster simulation of Pollux and baseline policies (needs the 'sim' extra)"
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Replay a workload of training jobs on a simulated 64-GPU cluster under a
-scheduling policy (pollux, optimus or tiresias) and print the average and p99
-job completion time (JCT) and the makespan. Logs, a JSON summary and plots go to
---out (see docs/simulator.md). Needs the 'sim' extra:
-pip install "goodput-jax[sim]"."""
+scheduling policy ({", ".join(sim_cli.POLICIES)}; with --cluster, a heterogeneous
+cluster of the Sia paper: {", ".join(sim_cli.HETERO_POLICIES)}) and print the average
+and p99 job completion time (JCT) and the makespan. Logs, a JSON summary and plots
+go to --out, created only once the options are valid (see docs/simulator.md). Needs
+the '{sim_cli.SIM_EXTRA}' extra: pip install "goodput-jax[{sim_cli.SIM_EXTRA}]"."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -35,5 +36,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """Run the simulator with its parsed options (its ``main`` takes them as they are)."""
-    require_extra("sim", ("scipy", "matplotlib", "jax"), "goodput-jax simulate")
+    require_extra(sim_cli.SIM_EXTRA, sim_cli.SIM_MODULES, "goodput-jax simulate")
     return int(sim_cli.main(args) or 0)

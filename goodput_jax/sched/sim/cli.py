@@ -37,6 +37,7 @@ import json
 import math
 from pathlib import Path
 
+from goodput_jax._lazy import extra_of, first_missing, missing_extra_message
 from goodput_jax._progress import ProgressBar
 from goodput_jax.sched.sim.apps import CLUSTERS, find_traces_dir, find_workload, load_applications
 from goodput_jax.sched.sim.cluster import SimResult
@@ -50,7 +51,13 @@ from goodput_jax.sched.sim.runner import (
     run_workload,
 )
 
-__all__ = ["add_arguments", "format_table", "main", "run"]
+__all__ = ["POLICY_CHOICES", "add_arguments", "check_arguments", "format_table", "main", "run"]
+
+#: Every ``--policy`` the simulator accepts: the homogeneous ones, then those of a
+#: heterogeneous ``--cluster`` (sia, and pollux-typed: the stronger unaware variant).
+POLICY_CHOICES: tuple[str, ...] = (*POLICIES, *(p for p in HETERO_POLICIES if p not in POLICIES))
+#: The extra the simulator needs, and the modules that stand for it.
+SIM_EXTRA, SIM_MODULES = "sim", ("scipy", "matplotlib", "jax")
 
 
 def _stem(path: Path) -> str:
@@ -133,8 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """
     parser.add_argument("workload", nargs="?", default=None,
                         help="workload CSV path or name (6, workload-6, workloads-1.5/workload-6)")
-    parser.add_argument("--policy", default=None,
-                        choices=list(POLICIES) + ["sia", "pollux-typed"],
+    parser.add_argument("--policy", default=None, choices=list(POLICY_CHOICES),
                         help="scheduling policy (default: pollux; with --cluster, sia and "
                              "heterogeneity-unaware pollux side by side; pollux-typed: the "
                              "stronger unaware variant, see docs/simulator.md)")
@@ -147,11 +153,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="with --cluster: restarts cost Sia's restart penalty and no "
                              "calibration slowdown (default: the Sia artifact's restore times "
                              "and slowdowns)")
-    parser.add_argument("--interval", type=float, default=60.0,
-                        help="scheduling interval in simulated seconds (default: 60)")
+    parser.add_argument("--interval", type=float, default=60.0, metavar="SECONDS",
+                        help="scheduling interval in simulated seconds, > 0 (default: 60)")
     parser.add_argument("--interference", type=float, default=0.0,
-                        help="slowdown of distributed jobs sharing a node, 0..1 (default: 0)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed of the policy search")
+                        help="slowdown of distributed jobs sharing a node, from 0 up to but "
+                             "not including 1 (default: 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="random seed of the policy search (default: 0)")
     parser.add_argument("--traces", default=None,
                         help="directory of application traces (default: the bundled data)")
     parser.add_argument("--out", default="sim-out",
@@ -161,8 +169,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "and print the table; with --cluster, every workload of the "
                              "family given as the workload (philly, saturn, newtrace) under "
                              "sia and pollux")
-    parser.add_argument("--max-jobs", type=int, default=None,
-                        help="simulate only the first N jobs of the workload")
+    parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
+                        help="simulate only the first N jobs of the workload, N >= 1 "
+                             "(default: all)")
     parser.add_argument("--no-progress", action="store_true",
                         help="do not draw the progress bar (it is never drawn when stderr "
                              "is not a terminal)")
@@ -181,17 +190,76 @@ def run(argv: list[str] | None = None) -> int:
     """
     import sys
 
-    parser = add_arguments(argparse.ArgumentParser(
+    # Every help text states its own default, so the formatter adds none.
+    parser = argparse.ArgumentParser(
         prog="goodput-jax-sim",
         description="Trace-driven cluster simulator: Pollux, its baselines, and Sia on "
-                    "heterogeneous clusters (same options as 'goodput-jax simulate').",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter))
-    args = parser.parse_args(argv)
+                    "heterogeneous clusters (same options as 'goodput-jax simulate'). Needs "
+                    f"the '{SIM_EXTRA}' extra: pip install \"goodput-jax[{SIM_EXTRA}]\".",
+        formatter_class=argparse.HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}",
+                        help="print the version and exit")
+    args = add_arguments(parser).parse_args(argv)
     try:
+        missing = first_missing(SIM_MODULES)
+        if missing is not None:  # before anything is read or written
+            raise _MissingExtra(missing_extra_message(SIM_EXTRA, missing, "goodput-jax-sim"))
         return int(main(args) or 0)
-    except (ValueError, FileNotFoundError, LookupError) as e:
-        print(f"goodput-jax-sim: error: {e}", file=sys.stderr)
-        return 2
+    except ModuleNotFoundError as e:
+        extra = extra_of(e.name)
+        if extra is None:
+            raise
+        message = missing_extra_message(extra, e.name, "goodput-jax-sim")
+    except (_MissingExtra, ValueError, LookupError, OSError) as e:
+        message = str(e) or type(e).__name__
+    except KeyboardInterrupt:
+        print("goodput-jax-sim: interrupted", file=sys.stderr)
+        return 130
+    print(f"goodput-jax-sim: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+class _MissingExtra(Exception):
+    """The simulator's extra is not installed (the message says how to install it)."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("goodput-jax")
+    except PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "(not installed)"
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Validate the options of :func:`add_arguments`, before anything is read or written.
+
+    Raises:
+        ValueError: naming the option and its value (``--interval (-1.0) must be ...``).
+
+    Example:
+        >>> check_arguments(add_arguments(argparse.ArgumentParser()).parse_args(
+        ...     ["6", "--interval", "-1"]))
+        Traceback (most recent call last):
+        ...
+        ValueError: --interval (-1.0) must be a finite number of simulated seconds > 0
+    """
+    interval = float(args.interval)
+    if not (math.isfinite(interval) and interval > 0):
+        raise ValueError(f"--interval ({args.interval!r}) must be a finite number of "
+                         "simulated seconds > 0")
+    interference = float(getattr(args, "interference", 0.0))
+    if not (math.isfinite(interference) and 0.0 <= interference < 1.0):
+        raise ValueError(f"--interference ({args.interference!r}) must be a number from 0 up "
+                         "to but not including 1")
+    if args.max_jobs is not None and args.max_jobs < 1:
+        raise ValueError(f"--max-jobs ({args.max_jobs!r}) must be an integer >= 1")
+    out = Path(args.out)
+    if not str(args.out).strip():
+        raise ValueError(f"--out ({args.out!r}) must be a directory path")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out ({args.out!r}) exists and is not a directory")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -207,22 +275,18 @@ def main(args: argparse.Namespace) -> int:
     """
     from goodput_jax.sched.sim.plots import plot_run, plot_table
 
+    check_arguments(args)
     if getattr(args, "cluster", None):
         return _main_hetero(args)
     if args.policy is None:
         args.policy = "pollux"
-    if args.policy in ("sia", "pollux-typed"):
+    if args.policy not in POLICIES:
         raise ValueError(f"policy {args.policy!r} needs a heterogeneous cluster: add "
                          "--cluster sia-64")
     if not args.all and args.workload is None:
         raise ValueError("workload is required (a CSV path or a name such as 6), or use --all")
     path = None if args.all else find_workload(args.workload, args.traces)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    apps = load_applications(args.traces)
-    common = {"apps": apps, "traces": args.traces, "interval": args.interval,
-              "interference": args.interference, "seed": args.seed, "max_jobs": args.max_jobs}
-    show = not args.no_progress
+    files: list[Path] = []
     if args.all:
         root = find_traces_dir(args.traces).parent
         wdir = Path(args.workload) if args.workload else root / "workloads"
@@ -231,6 +295,13 @@ def main(args: argparse.Namespace) -> int:
         files = sorted(wdir.glob("workload-*.csv"), key=lambda p: int(p.stem.split("-")[-1]))
         if not files:
             raise FileNotFoundError(f"no workload-*.csv in {wdir}")
+    apps = load_applications(args.traces)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # only once every argument has been checked
+    common = {"apps": apps, "traces": args.traces, "interval": args.interval,
+              "interference": args.interference, "seed": args.seed, "max_jobs": args.max_jobs}
+    show = not args.no_progress
+    if args.all:
         results: dict[str, dict[str, SimResult]] = {}
         for f in files:
             stem = _stem(f)
@@ -272,8 +343,8 @@ def format_hetero_table(results: dict[str, dict[str, SimResult]]) -> str:
         >>> print(format_hetero_table({}))   # doctest: +ELLIPSIS
         | workload | policy | ...
     """
-    lines = ["| workload | policy | avg JCT (h) | p99 JCT (h) | makespan (h) | GPU h / job "
-             "| unfinished | round median (ms) | round p95 (ms) |", "|" + "---|" * 9]
+    lines = [("| workload | policy | avg JCT (h) | p99 JCT (h) | makespan (h) | GPU h / job "
+              "| unfinished | round median (ms) | round p95 (ms) |"), "|" + "---|" * 9]
     for w, runs in results.items():
         for pol, r in runs.items():
             d = r.summary()
@@ -321,9 +392,9 @@ def _main_hetero(args: argparse.Namespace) -> int:
                          "or a family with --all")
     files = _family_files(args.workload) if args.all else [
         find_sia_workload(args.workload, args.traces)]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     apps = load_typed_applications(list(cluster), args.traces)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # only once every argument has been checked
     results: dict[str, dict[str, SimResult]] = {}
     for f in files:
         stem = f"{args.cluster}-{f.parent.name}-{f.stem}"
