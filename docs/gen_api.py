@@ -30,6 +30,7 @@ MODULES: list[tuple[str, str]] = [
     ("goodput_jax.measure.monitor", "Background upload to TensorBoard."),
     ("goodput_jax.measure.cloud_monitoring", "Background upload to Cloud Monitoring."),
     ("goodput_jax.measure.events", "The event vocabulary."),
+    ("goodput_jax.measure.badput", "The badput vocabulary: BadputType and the bucket labels."),
     ("goodput_jax.measure.stores", "Event stores: URLs and the protocol."),
     ("goodput_jax.measure.stores.sqlite", "The embedded SQLite store (default)."),
     ("goodput_jax.measure.stores.cloud_logging", "The Google Cloud Logging store."),
@@ -39,8 +40,9 @@ MODULES: list[tuple[str, str]] = [
     ("goodput_jax.model.types", "PerfParams and GradParams."),
     ("goodput_jax.model.hints", "The typed hints a job publishes (strict JSON)."),
     ("goodput_jax.model.perf", "The step-time model and its fit."),
-    ("goodput_jax.model.gradstats", "Gradient noise statistics inside the jitted step "
-     "(package: estimate, precondition, collect, transform, readers)."),
+    ("goodput_jax.model.gradstats", ("Gradient noise statistics inside the jitted step "
+                                     "(package: estimate, precondition, collect, transform, "
+                                     "readers).")),
     ("goodput_jax.model.goodput", "GoodputFunction: throughput x efficiency, optimize."),
     ("goodput_jax.model.scaling", "Learning-rate scaling rules."),
     ("goodput_jax.integrations.hooks", "Drop-in hooks for Flax / MaxText-style loops."),
@@ -62,6 +64,17 @@ MODULES: list[tuple[str, str]] = [
 ]
 
 _ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _anchor(module: str) -> str:
+    """The link to ``module``'s section, or to its nearest documented package's (a name
+    defined in ``model.gradstats.readers`` is documented under ``model.gradstats``)."""
+    documented = {name for name, _ in MODULES}
+    parts = module.split(".")
+    while parts and ".".join(parts) not in documented:
+        parts.pop()
+    target = ".".join(parts) or module
+    return f"[`{module}`](#{target.replace('.', '')})" if parts else f"`{module}`"
 
 
 def _public_names(mod) -> list[str]:
@@ -160,7 +173,7 @@ def generate() -> str:
             for pub in _public_names(mod):
                 obj = getattr(mod, pub)
                 home = obj.__name__ if inspect.ismodule(obj) else obj.__module__
-                out.append(f"| `{pub}` | [`{home}`](#{home.replace('.', '')}) |")
+                out.append(f"| `{pub}` | {_anchor(home)} |")
             out.append("")
             continue
         for pub in _public_names(mod):
@@ -170,7 +183,7 @@ def generate() -> str:
                 continue
             if inspect.ismodule(obj):
                 out.append(f"### module `{name}.{pub}`\n")
-                out.append(f"See [`{obj.__name__}`](#{obj.__name__.replace('.', '')}).\n")
+                out.append(f"See {_anchor(obj.__name__)}.\n")
                 continue
             out.extend(_render_object(f"{name}.{pub}", obj))
     return "\n".join(out).rstrip() + "\n"
