@@ -3,7 +3,9 @@
 It answers ``/computeMetadata/v1/<path>`` from a dict, only to requests carrying
 ``Metadata-Flavor: Google`` (403 otherwise, as the real server), with that header
 on every answer; unknown paths are 404. ``stall=True`` accepts connections and
-never answers (a server that hangs).
+never answers (a server that hangs); ``flavor=False`` answers 404 to everything
+without the header (a web server that is not a metadata server: Google's auth
+library's probe says "not on GCE" at once, without retrying).
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ DEFAULT_VALUES = {
 class FakeMetadataServer:
     """``with FakeMetadataServer() as md: os.environ["GCE_METADATA_HOST"] = md.host``."""
 
-    def __init__(self, values: dict[str, str] | None = None, *, stall: bool = False):
+    def __init__(self, values: dict[str, str] | None = None, *, stall: bool = False,
+                 flavor: bool = True):
         self.values = dict(DEFAULT_VALUES if values is None else values)
         self.stall = stall
+        self.flavor = flavor
         self.requests: list[tuple[str, str | None]] = []  # (path, Metadata-Flavor header)
 
     def __enter__(self) -> Self:
@@ -44,7 +48,9 @@ class FakeMetadataServer:
                 flavor = self.headers.get("Metadata-Flavor")
                 outer.requests.append((self.path, flavor))
                 prefix = "/computeMetadata/v1/"
-                if flavor != "Google":
+                if not outer.flavor:
+                    self._answer(404, "not found")
+                elif flavor != "Google":
                     self._answer(403, "Missing Metadata-Flavor:Google header.")
                 elif self.path.startswith(prefix) and self.path[len(prefix):] in outer.values:
                     self._answer(200, outer.values[self.path[len(prefix):]])
@@ -54,7 +60,8 @@ class FakeMetadataServer:
             def _answer(self, code: int, body: str) -> None:
                 data = body.encode()
                 self.send_response(code)
-                self.send_header("Metadata-Flavor", "Google")
+                if outer.flavor:
+                    self.send_header("Metadata-Flavor", "Google")
                 self.send_header("Content-Type", "application/text")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
