@@ -1,8 +1,76 @@
-"""Test-wide setup: 8 fake CPU devices (before JAX starts), and shared fixtures."""
+"""Test-wide setup: 8 fake CPU devices (before JAX starts), a temporary default store, and a
+guard that the suite writes nothing in the repository root.
 
+* ``$GOODPUT_JAX_STORE`` (the store of a recorder, hooks, calculator or CLI given none) points
+  at a file in a temporary directory of this session, so a test that passes no store writes
+  there and not to ``./goodput.db``; a test of the default itself ``monkeypatch.delenv``s it
+  and ``chdir``s to its ``tmp_path``. Subprocesses inherit it.
+* Hypothesis keeps its example database in the same temporary directory (not ``.hypothesis``).
+* After each test the repository root is listed again (one ``os.listdir``, ~20 us): an entry
+  that appeared during the test is noted against it, and the session ends with an error
+  naming each entry and the test it appeared in. pytest's own ``.pytest_cache`` and the tools'
+  caches are allowed. Another process writing in the same checkout while the suite runs
+  shows up here too: the message says so.
+"""
+
+import atexit
 import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: Entries tools create in the root by design (all gitignored caches).
+ROOT_CACHES = frozenset({".pytest_cache", ".hypothesis", ".ruff_cache", "__pycache__"})
+
+#: This session's scratch directory: the default store, Hypothesis's database.
+SESSION_DIR = tempfile.mkdtemp(prefix="goodput-jax-tests-")
+# removed at interpreter exit, after the recorders' own exit handlers (registered later, run
+# earlier) have flushed into it
+atexit.register(shutil.rmtree, SESSION_DIR, True)
+os.environ["GOODPUT_JAX_STORE"] = "sqlite:///" + os.path.join(SESSION_DIR, "goodput.db")
+try:
+    from hypothesis.configuration import set_hypothesis_home_dir
+except ImportError:  # hypothesis is in the test extra; without it nothing writes .hypothesis
+    pass
+else:
+    set_hypothesis_home_dir(os.path.join(SESSION_DIR, "hypothesis"))
+
+
+def _root_entries() -> set[str]:
+    try:
+        return set(os.listdir(REPO_ROOT))
+    except OSError:
+        return set()
+
+
+_AT_START = _root_entries()
+#: root entry -> the test during which it appeared
+_LEFT: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_in_the_repo_root(request):
+    before = _root_entries()
+    yield
+    for name in sorted(_root_entries() - before - ROOT_CACHES):
+        _LEFT.setdefault(name, request.node.nodeid)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _repo_root_unchanged_by_the_session():
+    yield
+    new = _root_entries() - _AT_START - ROOT_CACHES
+    if new:
+        where = ", ".join(f"{n!r} (during {_LEFT.get(n, 'collection or a fixture')})"
+                          for n in sorted(new))
+        pytest.fail(f"the tests wrote in the repository root {REPO_ROOT}: {where}; write under "
+                    f"tmp_path and pass explicit stores (or another process wrote in this "
+                    f"checkout meanwhile)", pytrace=False)

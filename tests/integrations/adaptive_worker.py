@@ -5,12 +5,13 @@
 Device count comes from XLA_FLAGS (set by the parent). Restores the latest
 checkpoint (if any) onto this run's mesh, trains STEPS steps, saves, and writes
 the eval loss before/after, the per-step losses, the hints and the restored
-state to OUT_JSON.
+state to OUT_JSON; the recorder's events go to ``goodput.db`` beside OUT_JSON.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -46,9 +47,13 @@ def main(ckpt_dir: str, steps: int, out_path: str, refit: bool) -> None:
     params = jax.device_put(model.init(jax.random.key(0), jnp.ones((1, 8))), step_fn.replicated)
     opt_state = jax.device_put(tx.init(params), step_fn.replicated)
     r = jax.device_count()
+    # the events go next to OUT_JSON (the test's temporary directory), never ./goodput.db
+    store_url = "sqlite:///" + os.path.join(os.path.dirname(os.path.abspath(out_path)),
+                                            "goodput.db")
     hooks = GoodputHooks("elastic", init_batch_size=m0, num_replicas=r, num_nodes=1,
                          atomic_bsz=m0 // r, max_batch_size=256, is_primary=True,
-                         background=False, refit_interval=1e9, warmup_steps=1)
+                         background=False, refit_interval=1e9, warmup_steps=1,
+                         store=store_url)
     adaptive = AdaptiveBatchSize(hooks, {"x": x, "y": y}, batch_sharding=step_fn.batch_sharding,
                                  adaptive=False)
     mngr = ckpt.manager(ckpt_dir)

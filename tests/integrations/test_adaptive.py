@@ -131,6 +131,12 @@ def test_sources_positions_restore():
         ArraySource({"x": np.zeros(3), "y": np.zeros(4)})
 
 
+def _store(tmp_path, *tag) -> str:
+    """A store URL inside the test's temporary directory (never ./goodput.db), one per run."""
+    name = "-".join(str(t) for t in tag) or "goodput"
+    return "sqlite:///" + str(tmp_path / f"{name}.db")
+
+
 class FakeClock:
     def __init__(self):
         self.t = 0.0
@@ -139,7 +145,7 @@ class FakeClock:
         return self.t
 
 
-def test_controller_explores_step_by_step_with_hysteresis():
+def test_controller_explores_step_by_step_with_hysteresis(tmp_path):
     """A noisy job whose step time is 0.01 + 0.001 * b per replica: bigger batches pay off.
 
     The controller must climb at most ``explore_factor`` x the largest profiled
@@ -151,7 +157,8 @@ def test_controller_explores_step_by_step_with_hysteresis():
         hooks = GoodputHooks("ctl", init_batch_size=16, atomic_bsz=16, num_nodes=1,
                              num_replicas=1, max_batch_size=512, local_bsz_bounds=(8, 128),
                              gradient_accumulation=True, clock=clock, is_primary=True,
-                             refit_interval=1e9, warmup_steps=1, background=False)
+                             refit_interval=1e9, warmup_steps=1, background=False,
+                             store=_store(tmp_path, immediate_gain))
         # Gradient noise scale ~ 16 * 1.0 / 0.002 = 8000 samples: large batches stay efficient.
         hooks.update_grad_params(GradParams(sqr=0.002, var=1.0))
         ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((4096, 1), np.float32)}, adapt_every=5,
@@ -243,7 +250,7 @@ def test_switch_waits_for_a_background_compile_then_costs_no_trace():
     del clock
 
 
-def test_no_decision_on_the_first_steps_gradient_statistics():
+def test_no_decision_on_the_first_steps_gradient_statistics(tmp_path):
     """The first statistics (read at step 0) hold one step: their noise scale can be off by
     100x (adaptive_bench saw 29956 at step 0, ~500 later). The controller decides only once
     ``min_grad_steps`` steps are behind them; the hooks read them every 10 steps until then."""
@@ -252,7 +259,8 @@ def test_no_decision_on_the_first_steps_gradient_statistics():
     clock = FakeClock()
     hooks = GoodputHooks("early", init_batch_size=16, atomic_bsz=16, num_nodes=1,
                          num_replicas=1, max_batch_size=256, clock=clock, is_primary=True,
-                         refit_interval=1e9, warmup_steps=1, background=False, stats_every=50)
+                         refit_interval=1e9, warmup_steps=1, background=False, stats_every=50,
+                         store=_store(tmp_path))
     ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((4096, 1), np.float32)}, adapt_every=2,
                             min_samples=2, min_grad_steps=10)
     counts = []
@@ -279,7 +287,7 @@ def test_no_decision_on_the_first_steps_gradient_statistics():
         AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, min_grad_steps=0)
 
 
-def test_settled_checks_are_adapt_interval_apart_on_the_hooks_clock():
+def test_settled_checks_are_adapt_interval_apart_on_the_hooks_clock(tmp_path):
     """Every ``adapt_every`` steps, but after a check that found nothing better the next
     waits ``adapt_interval`` seconds of the hooks' (injected) clock: the checks' share of a
     job with short steps is bounded, and exploring is not slowed."""
@@ -288,7 +296,8 @@ def test_settled_checks_are_adapt_interval_apart_on_the_hooks_clock():
         hooks = GoodputHooks("interval", init_batch_size=16, atomic_bsz=16, num_nodes=1,
                              num_replicas=1, max_batch_size=256, local_bsz_bounds=(8, 256),
                              clock=clock, is_primary=True, refit_interval=1e9, warmup_steps=0,
-                             job_warmup_steps=0, background=False)
+                             job_warmup_steps=0, background=False,
+                             store=_store(tmp_path, interval, sqr, var))
         hooks.update_grad_params(GradParams(sqr=sqr, var=var))
         ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)}, adapt_every=2,
                                 adapt_interval=interval, min_samples=2, patience=1)
@@ -324,7 +333,7 @@ def test_settled_checks_are_adapt_interval_apart_on_the_hooks_clock():
             AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, adapt_interval=bad)
 
 
-def test_an_unprofiled_larger_batch_is_tried_on_any_predicted_gain_once():
+def test_an_unprofiled_larger_batch_is_tried_on_any_predicted_gain_once(tmp_path):
     """The fit predicts the next, never-profiled batch 3% faster: below the 5% threshold,
     so only ``explore_threshold`` (1.0) tries it; once measured (slower than predicted)
     the way back takes the full threshold and the batch is not tried again."""
@@ -333,7 +342,8 @@ def test_an_unprofiled_larger_batch_is_tried_on_any_predicted_gain_once():
         hooks = GoodputHooks("explore", init_batch_size=8, atomic_bsz=8, num_nodes=1,
                              num_replicas=1, max_batch_size=32, clock=clock, is_primary=True,
                              refit_interval=1e9, warmup_steps=0, job_warmup_steps=0,
-                             background=False)
+                             background=False,
+                             store=_store(tmp_path, explore_threshold, slow32, steps))
         hooks.update_grad_params(GradParams(sqr=1.0, var=8.0))
         ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)},
                                 atomic_sizes=[8, 16, 32], adapt_every=2, adapt_interval=0.0,
@@ -376,14 +386,14 @@ def test_an_unprofiled_larger_batch_is_tried_on_any_predicted_gain_once():
         AdaptiveBatchSize(held.hooks, {"x": np.zeros(4)}, explore_threshold=1.1)
 
 
-def _eight_or_sixteen(name: str, slow16: int, **kw):
+def _eight_or_sixteen(name: str, slow16: int, store: str, **kw):
     """A controller choosing batch 8 or 16 (1 replica, noise scale 24) on a fake clock, and
     its step: ``0.02 + 0.0005 * b`` s, plus 0.016 s on batch 16's first ``slow16`` steps."""
     clock = FakeClock()
     hooks = GoodputHooks(name, init_batch_size=8, atomic_bsz=8, num_nodes=1,
                          num_replicas=1, max_batch_size=16, clock=clock, is_primary=True,
                          refit_interval=1e9, warmup_steps=0, job_warmup_steps=0,
-                         background=False)
+                         background=False, store=store)
     hooks.update_grad_params(GradParams(sqr=1.0, var=3.0))  # noise scale 8 * 3 = 24
     ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((8192, 1), np.float32)},
                             atomic_sizes=[8, 16], adapt_every=2, adapt_interval=0.0,
@@ -400,15 +410,19 @@ def _eight_or_sixteen(name: str, slow16: int, **kw):
     return hooks, ctl, fake_step
 
 
-def test_a_fresh_configuration_is_not_left_while_its_step_time_still_falls(monkeypatch):
+def test_a_fresh_configuration_is_not_left_while_its_step_time_still_falls(monkeypatch,
+                                                                           tmp_path):
     """Batch 16 settles at 0.028 s a step against batch 8's 0.024 s (16 is the better
     goodput at a noise scale of 24), but its first 12 steps take 0.044 s, and on them the
     fit puts 8 ahead by 15%. Without the settling rule the controller goes back to 8 and,
     8 being profiled, never measures 16 again. With it, it holds 16 until 16 has
     ``settle_samples`` steps and its time stops falling, refreshes the fit before
     leaving, and stays."""
+    runs = []
+
     def run():
-        hooks, ctl, fake_step = _eight_or_sixteen("settle", 12)
+        hooks, ctl, fake_step = _eight_or_sixteen("settle", 12, _store(tmp_path, len(runs)))
+        runs.append(ctl)
         checks = []
         for i in range(200):
             ctl.step(i, fake_step, None, None)
@@ -431,7 +445,7 @@ def test_a_fresh_configuration_is_not_left_while_its_step_time_still_falls(monke
         AdaptiveBatchSize(hooks, {"x": np.zeros(4)}, settle_samples=0)
 
 
-def test_a_configuration_left_long_ago_is_probed_again_and_measured_afresh():
+def test_a_configuration_left_long_ago_is_probed_again_and_measured_afresh(tmp_path):
     """Batch 16 settles at 0.028 s a step against batch 8's 0.024 s, but its first 60 steps
     take 0.044 s (a transient). At a noise scale of 24 the controller leaves 16 for 8 on
     them. The noise scale then grows to 120: on 16's stale time the fit puts it only 2.6%
@@ -439,7 +453,8 @@ def test_a_configuration_left_long_ago_is_probed_again_and_measured_afresh():
     ``reprobe_steps`` it tries 16 again (at ``explore_threshold``), drops 16's old times,
     measures 0.028 s and stays."""
     def run(reprobe_steps):
-        hooks, ctl, fake_step = _eight_or_sixteen("reprobe", 60, reprobe_steps=reprobe_steps)
+        hooks, ctl, fake_step = _eight_or_sixteen("reprobe", 60, _store(tmp_path, reprobe_steps),
+                                                  reprobe_steps=reprobe_steps)
         for i in range(400):
             if i == 150:
                 hooks.update_grad_params(GradParams(sqr=1.0, var=15.0))  # noise scale 120

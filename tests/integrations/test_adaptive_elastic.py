@@ -26,7 +26,7 @@ def _run(devices: int, ckpt: Path, out: Path, steps: int, refit: bool) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", "tests.integrations.adaptive_worker", str(ckpt), str(steps),
          str(out), "1" if refit else "0"],
-        check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        check=False, cwd=out.parent, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
 

@@ -37,6 +37,11 @@ class FakeClock:
         return fn
 
 
+def _store(tmp_path):
+    """A store URL inside the test's temporary directory (never ./goodput.db)."""
+    return "sqlite:///" + str(tmp_path / "goodput.db")
+
+
 def _events(store, job):
     return store.read_events(job)[0]
 
@@ -195,10 +200,11 @@ def test_suggest_on_listed_micro_batch_sizes_is_the_best_of_that_grid():
         hooks.suggest(atomic_sizes=[8], max_accum_steps=-1)
 
 
-def test_periodic_refits_only_when_the_profile_changed_materially():
+def test_periodic_refits_only_when_the_profile_changed_materially(tmp_path):
     clock = FakeClock()
     hooks = GoodputHooks("mat", job_warmup_steps=0, init_batch_size=8, atomic_bsz=8, num_nodes=1, num_replicas=1,
                          max_batch_size=64, clock=clock, is_primary=True, refit_interval=0.5,
+                         store=_store(tmp_path),
                          warmup_steps=0, background=False, refit_tolerance=0.05)
     step = 0
 
@@ -341,10 +347,11 @@ def test_one_step_late_timer_overlaps_and_measures_device_intervals():
     assert e.optim_count == 2 and all(v > 0 for v in e.optim_samples)
 
 
-def test_warmup_robust_stats_weighted_fit_model_error_and_replica_limit():
+def test_warmup_robust_stats_weighted_fit_model_error_and_replica_limit(tmp_path):
     clock = FakeClock()
     hooks = GoodputHooks("w", job_warmup_steps=0, init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
                          max_batch_size=256, clock=clock, is_primary=True, refit_interval=1e9,
+                         store=_store(tmp_path),
                          warmup_steps=2, background=False)
     step = 0
     rng = np.random.default_rng(0)
@@ -383,13 +390,14 @@ def test_warmup_robust_stats_weighted_fit_model_error_and_replica_limit():
     assert other.model_error == pytest.approx(hooks.model_error)
 
 
-def test_job_warmup_drops_the_process_first_steps_once():
+def test_job_warmup_drops_the_process_first_steps_once(tmp_path):
     """A process's first steps are slow (cold caches, thread pools): beyond each
     configuration's ``warmup_steps``, the first ``job_warmup_steps`` of the process are
     dropped, once; a configuration that is not revisited does not keep them."""
     clock = FakeClock()
     hooks = GoodputHooks("jw", init_batch_size=16, atomic_bsz=16, num_nodes=1, num_replicas=1,
                          max_batch_size=256, clock=clock, is_primary=True, refit_interval=1e9,
+                         store=_store(tmp_path),
                          warmup_steps=2, job_warmup_steps=8, background=False)
     assert hooks.job_warmup_steps == 8
     step = 0
@@ -509,7 +517,7 @@ def test_profile_window_keeps_the_newest_samples_and_survives_a_checkpoint():
                          profile_window=bad)
 
 
-def test_timed_steps_are_folded_in_batches_without_loss_or_reordering():
+def test_timed_steps_are_folded_in_batches_without_loss_or_reordering(tmp_path):
     """The training thread only appends each timed step; any reader of the profile (the
     property, profile_table, a refit, another thread) folds them in first, with the same
     warm-up drops and refit trigger as one step at a time."""
@@ -518,6 +526,7 @@ def test_timed_steps_are_folded_in_batches_without_loss_or_reordering():
     clock = FakeClock()
     hooks = GoodputHooks("fold", init_batch_size=8, atomic_bsz=8, num_nodes=1, num_replicas=1,
                          clock=clock, is_primary=True, refit_interval=0.35, warmup_steps=2,
+                         store=_store(tmp_path),
                          job_warmup_steps=1, background=False)
     for i in range(4):  # 2 + 1 warm-up steps dropped, 0.1 s each: no refit on them
         hooks.step(i, clock.work(0.1))
