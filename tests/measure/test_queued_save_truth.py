@@ -35,6 +35,11 @@ IDLE_S = 0.1  # the save's own (device-idle) part: writing the array, then waiti
 #: the watcher thread for milliseconds; a wrong rule is off by the whole queue, ~20-40 pp)
 PP = 3.0
 ATTEMPTS = 3
+#: Orbax's save runs Python on the training thread while the device finishes the queue, so the
+#: StepRecorder's watcher can stamp the last device ends late (it waits for the GIL: issue 27,
+#: item 2, the runtime's); seen 4-6 pp on a loaded 2-core machine. Google's rule is off by the
+#: whole wait (the test checks it is over 3x this margin).
+PP_ORBAX = 8.0
 
 
 @jax.jit
@@ -84,7 +89,7 @@ def _np_save(rec, step, w, path):
     return t_ready, t_end
 
 
-def _check(tmp_path, name, save):
+def _check(tmp_path, name, save, pp=PP):
     out = _loop(tmp_path, name, save)
     calc = GoodputCalculator(out["name"], None, store=out["store"])
     g, b, last = calc.get_job_goodput(include_badput_breakdown=True)
@@ -98,22 +103,24 @@ def _check(tmp_path, name, save):
     assert last == out["steps"] - 1
     # the scenario discriminates: the saves waited for queued device work far beyond the
     # tolerance (Google's rule counts that wait as checkpoint badput)
-    assert 100.0 * out["waited"] / total > 3 * PP, out
-    assert g == pytest.approx(truth_g, abs=PP), (g, truth_g, save_pct, truth_save)
-    assert save_pct == pytest.approx(truth_save, abs=PP), (save_pct, truth_save, g, truth_g)
-    # the queued steps carry their device time (Google's rule: 0 s each)
-    assert np.count_nonzero(dev.step_times < 1e-4) <= 1, dev.step_times
+    assert 100.0 * out["waited"] / total > 3 * pp, out
+    assert g == pytest.approx(truth_g, abs=pp), (g, truth_g, save_pct, truth_save)
+    assert save_pct == pytest.approx(truth_save, abs=pp), (save_pct, truth_save, g, truth_g)
+    # the queued steps carry their device time (Google's rule: K - 1 of every K are 0 s; a
+    # device end stamped late, when the watcher waited for the GIL, can leave a few at 0 s)
+    zero = int(np.count_nonzero(dev.step_times < 1e-4))
+    assert zero <= out["steps"] // 4, dev.step_times.tolist()
     print(name, {k: round(v, 4) for k, v in out.items() if isinstance(v, float)})
     return g, truth_g, save_pct, truth_save
 
 
-def _attempts(tmp_path, name, save):
+def _attempts(tmp_path, name, save, pp=PP):
     errors = []
     for i in range(ATTEMPTS):
         d = tmp_path / f"try{i}"
         d.mkdir()
         try:
-            return _check(d, name, save)
+            return _check(d, name, save, pp)
         except AssertionError as e:
             errors.append(str(e).splitlines()[0][:200])
     pytest.fail(f"all {ATTEMPTS} attempts failed: {errors}")
@@ -155,7 +162,9 @@ def test_orbax_save_with_queued_steps(tmp_path):
         return box["ready"], t_end
 
     try:
-        _attempts(tmp_path, "orbax", orbax_save)
+        g, truth_g, save_pct, truth_save = _attempts(tmp_path, "orbax", orbax_save, PP_ORBAX)
+        print(f"orbax: goodput {g:.1f} % (truth {truth_g:.1f}), save {save_pct:.1f} % "
+              f"(truth {truth_save:.1f})")
     finally:
         for m in managers.values():
             m.manager.close()

@@ -469,3 +469,31 @@ def test_row25c_without_device_ends_a_save_keeps_google_s_rule():
         (K.CHECKPOINT_SAVE_END, 5, 3), (K.STEP_START, 5, 4), (K.JOB_END, 6)])])
     assert g == pytest.approx(100 * (2.3 - 0.9) / 6, abs=1e-4)
     only(b, UNPRODUCTIVE_CHECKPOINT_SAVE_TIME=370 / 6, PROGRAM_STARTUP=90 / 6)
+
+
+def test_row25d_orbax_instrument_events_give_way_to_queued_steps():
+    # the events goodput_jax.integrations.orbax.instrument() writes: save(step=3) records a
+    # save span from the call's start (1.3) to its return (2.5), then checkpoint progress
+    # stamped at the call's start; wait_until_finished() a save span [2.6, 3.0) (step of the
+    # last save). The blocking save copies the arrays off the device, so it waits for the
+    # queued steps 1-3 (device ends 1.6, 2.0, 2.4): [1.3, 2.4) is step time, [2.4, 2.5) and
+    # [2.6, 3.0) are the save's (0.5 s), [2.5, 2.6) OTHER; step 4 [3, 4). total 4:
+    # step time 1 + 0.6 + 0.4 + 0.4 + 1 = 3.4, save 0.5, other 0.1; program startup inferred
+    # (no compile events): first step 1 - mean(0.6, 0.4, 0.4, 1) = 0.4, so productive 3.0.
+    store = new_store()
+    store.append(events("job", "r", [
+        (K.JOB_START, 0), (K.STEP_START, 0, 0), (K.STEP_DEVICE_END, 1, 0),
+        (K.STEP_START, 1.0, 1), (K.STEP_START, 1.1, 2), (K.STEP_START, 1.2, 3),
+        (K.CHECKPOINT_SAVE_START, 1.3, 3), (K.STEP_DEVICE_END, 1.6, 1),
+        (K.STEP_DEVICE_END, 2.0, 2), (K.STEP_DEVICE_END, 2.4, 3),
+        (K.CHECKPOINT_SAVE_END, 2.5, 3), (K.CHECKPOINT_PROGRESS, 1.3, 3),
+        (K.CHECKPOINT_SAVE_START, 2.6, 3), (K.CHECKPOINT_SAVE_END, 3.0, 3),
+        (K.STEP_START, 3, 4), (K.STEP_DEVICE_END, 4, 4), (K.JOB_END, 4)]))
+    calc = calc_for(store)
+    g, b, _ = calc.get_job_goodput(include_badput_breakdown=True)
+    assert g == pytest.approx(75.0, abs=TOL)
+    only(b, UNPRODUCTIVE_CHECKPOINT_SAVE_TIME=12.5, OTHER=2.5, PROGRAM_STARTUP=10.0)
+    d = calc.get_job_goodput_details()
+    assert d["last_checkpointed_step"] == 3
+    np_steps = calc.get_step_deviation()
+    assert np_steps.step_times.tolist() == pytest.approx([1.0, 0.6, 0.4, 0.4, 1.0])
