@@ -146,7 +146,9 @@ class RayLauncher:
             try:
                 results.append(ray.get(ref, timeout=5))
             except ray.exceptions.RayTaskError as e:
-                return "error", (_one_line(str(e.cause) if e.cause else str(e)), False)
+                cause = e.cause
+                text = f"{type(cause).__name__}: {cause}" if cause is not None else str(e)
+                return "error", (_one_line(text), False)
             except ray.exceptions.RayError as e:
                 return "error", (_one_line(f"{type(e).__name__}: {e}"), True)
         if len(ready) < len(refs):
@@ -454,15 +456,16 @@ class Controller:
                     allocation=list(job["allocation"]))
 
     # ------------------------------------------------------------------ rounds
-    def job_infos(self, now: float) -> dict:
-        """The JobInfo of every active job (reads each job's latest hints)."""
+    def job_infos(self, now: float, hints: dict | None = None) -> dict:
+        """The JobInfo of every active job (``hints``: by job; default: read them now)."""
         types = sorted({n.accelerator_type for n in self.alive})
         infos = {}
         for name, job in self.jobs.items():
             if job["status"] not in ACTIVE:
                 continue
             spec = JobSpec.from_json(job["spec"])
-            infos[name] = job_info(spec, self._hints(name), job["submitted"], types=types,
+            h = hints[name] if hints is not None and name in hints else self._hints(name)
+            infos[name] = job_info(spec, h, job["submitted"], types=types,
                                    num_restarts=job["restarts"],
                                    restarting=job["status"] == "stopping",
                                    age=now - job["submitted"])
@@ -479,22 +482,53 @@ class Controller:
                 else list(job["allocation"])
         return out
 
+    def plan(self, now: float | None = None) -> tuple[Any, dict]:
+        """One round's decision without acting on it: ``(RoundPlan, seconds per part)``.
+
+        The parts: ``hints`` (read every active job's latest hints from its store),
+        ``infos`` (JobInfo/NodeInfo), ``policy`` (the policy's optimize and the diff).
+        """
+        now = self.clock() if now is None else now
+        t0 = time.perf_counter()
+        hints = {name: self._hints(name) for name, job in self.jobs.items()
+                 if job["status"] in ACTIVE}
+        t1 = time.perf_counter()
+        infos = self.job_infos(now, hints)
+        nodes = node_infos(self.alive)
+        t2 = time.perf_counter()
+        policy = self._policy({n.accelerator_type for n in self.alive})
+        plan = plan_round(policy, infos, nodes, self.current_allocations())
+        t3 = time.perf_counter()
+        return plan, {"hints": t1 - t0, "infos": t2 - t1, "policy": t3 - t2, "total": t3 - t0}
+
     def run_round(self, now: float | None = None) -> Any:
         """Hints -> JobInfo/NodeInfo -> policy -> apply the changes; returns the RoundPlan."""
         now = self.clock() if now is None else now
-        t0 = time.perf_counter()
         self.trigger = False
         self.last_round = now
-        infos = self.job_infos(now)
-        nodes = node_infos(self.alive)
-        policy = self._policy({n.accelerator_type for n in self.alive})
-        plan = plan_round(policy, infos, nodes, self.current_allocations())
+        plan, seconds = self.plan(now)
         for name in plan.changed:
             self._apply(name, self.jobs[name], list(plan.allocations[name]), now)
-        self.round_seconds.append(time.perf_counter() - t0)
+        self.round_seconds.append(seconds["total"])
         self.rounds.append({"t": now, "policy": plan.policy, "changed": list(plan.changed),
                             "allocations": {k: list(v) for k, v in plan.allocations.items()}})
         return plan
+
+    def reallocate(self, name: str, allocation: Sequence[str]) -> None:
+        """Move a job to ``allocation`` (node labels, one per replica) by hand, as a
+        round would: a running job checkpoints, stops and is relaunched there.
+
+        Raises:
+            KeyError / ValueError: an unknown job, an inactive one or an unknown node.
+        """
+        job = self.jobs[name]
+        if job["status"] not in ACTIVE:
+            raise ValueError(f"job ({name!r}) is {job['status']}, not active")
+        labels = {n.label for n in self.alive}
+        bad = [n for n in allocation if n not in labels]
+        if bad:
+            raise ValueError(f"allocation: unknown node {bad[0]!r}")
+        self._apply(name, job, list(allocation), self.clock())
 
     def _apply(self, name: str, job: dict, new: list, now: float) -> None:
         status = job["status"]
@@ -540,8 +574,11 @@ class ControllerActor:
     """
 
     def __init__(self, state_dir: str, policy: str = "auto", interval: float = 60.0,
-                 poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0):
+                 poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0,
+                 policy_kwargs: dict | None = None):
         logging.basicConfig(level=logging.INFO)
+        if policy != "auto" and policy_kwargs:
+            policy = make_policy(policy, **policy_kwargs)
         self.controller = Controller(state_dir, policy=policy, interval=interval,
                                      launcher=RayLauncher(fake_devices), node_grace=node_grace)
         self.poll = float(poll)
@@ -572,6 +609,10 @@ class ControllerActor:
         with self._lock:
             return list(self.controller.run_round().changed)
 
+    def reallocate(self, name: str, allocation: list) -> None:
+        with self._lock:
+            self.controller.reallocate(name, allocation)
+
     def shutdown(self) -> bool:
         self._stop.set()
         self._thread.join(timeout=30)
@@ -582,14 +623,19 @@ class ControllerActor:
 
 def start_controller(state_dir: str, *, policy: str = "auto", interval: float = 60.0,
                      poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0,
+                     policy_kwargs: dict | None = None,
                      name: str = "goodput_jax_controller") -> Any:
-    """Start the controller actor on this driver's node (the head); returns its handle."""
+    """Start the controller actor on this driver's node (the head); returns its handle.
+
+    ``policy_kwargs`` go to the policy's constructor (with ``policy`` "sia" or "pollux").
+    """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = ray.get_runtime_context().get_node_id()
     actor = ray.remote(num_cpus=0, max_concurrency=4)(ControllerActor).options(
         name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-    ).remote(os.path.abspath(state_dir), policy, interval, poll, fake_devices, node_grace)
+    ).remote(os.path.abspath(state_dir), policy, interval, poll, fake_devices, node_grace,
+             policy_kwargs)
     ray.get(actor.status.remote())
     return actor

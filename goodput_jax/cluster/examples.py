@@ -32,7 +32,12 @@ from typing import Any
 from goodput_jax.cluster.context import JobContext
 from goodput_jax.cluster.runner import STOPPED
 
-__all__ = ["parse_args", "regression"]
+__all__ = ["always_crash", "parse_args", "regression"]
+
+
+def always_crash(ctx: JobContext) -> None:
+    """An entry point that fails at once (no JAX): the retry-then-fail path of the tests."""
+    raise RuntimeError(f"injected failure of {ctx.job} (attempt {ctx.attempt})")
 
 
 def parse_args(args: Any) -> argparse.Namespace:

@@ -162,6 +162,7 @@ class LocalCluster:
             "num_cpus": 1, "include_dashboard": False, "resources": {"gj_head": 1},
             "object_store_memory": object_store_memory})
         self.nodes: dict[str, Any] = {}
+        self._added = 0
         self._cpus = cpus_per_node
         self._osm = object_store_memory
         for t, d in nodes:
@@ -177,7 +178,8 @@ class LocalCluster:
 
     def add_node(self, accelerator_type: str, devices: int) -> str:
         """Start one more worker raylet; returns its label."""
-        label = f"n{len(self.nodes)}"
+        label = f"n{self._added}"
+        self._added += 1
         self.nodes[label] = self._cluster.add_node(
             num_cpus=self._cpus, object_store_memory=self._osm,
             resources={ACCEL: devices, f"{TYPE_PREFIX}{accelerator_type}": devices,

@@ -1,0 +1,124 @@
+"""The Ray side of tests/cluster/test_cluster.py: runs INSIDE a loopback-only sandbox.
+
+    python -m goodput_jax.cluster.local tests/cluster/_driver.py STATE_DIR OUT_JSON
+
+Starts a three-node local cluster (n0, n1: type "a" with 2 fake CPU devices
+each; n2: type "b" with 2), the controller actor (Sia, 3 s rounds and a round
+after every arrival, finish or node change), and real small JAX jobs:
+
+* ``span``: type a only, exactly 4 devices: one launch over n0 + n1, two processes
+  (jax.distributed);
+* ``flex``: any type, 1-2 devices; lands on n2 while span holds type a;
+* ``late``: any type, 1 device, submitted once flex has checkpointed; its first
+  attempt crashes at step 5 (retried with backoff);
+* ``doomed``: fails at once on every attempt; marked failed after its retries.
+
+Once a job on n2 has checkpointed on it, n2's raylet is killed; its jobs restart
+from their checkpoints elsewhere. The driver waits for every job, then shuts the
+controller and the cluster down and writes what it saw (the controller's state,
+each job's progress log, the kill, listening sockets left in the namespace) to
+OUT_JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from goodput_jax.cluster import ClusterClient, JobSpec, LocalCluster, start_controller
+
+EX = "goodput_jax.cluster.examples:regression"
+
+
+def listening_sockets() -> list[str]:
+    out = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as fh:
+                rows = fh.read().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        out += [r.split()[1] for r in rows if r.split()[3] == "0A"]
+    return out
+
+
+def wait_for(pred, timeout: float, what: str, poll: float = 0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(poll)
+    raise TimeoutError(what)
+
+
+def main(state_dir: str, out_path: str) -> None:
+    t0 = time.time()
+    info: dict = {"phases": {}}
+    cluster = LocalCluster([("a", 2), ("a", 2), ("b", 2)])
+    info["phases"]["cluster_up"] = time.time() - t0
+    import ray
+
+    ctl = start_controller(state_dir, policy="sia", interval=3.0, poll=0.25, node_grace=8.0,
+                           policy_kwargs={"restart_penalty": 2.0})
+    client = ClusterClient(state_dir)
+    wait_for(client.capacity, 30, "controller wrote the capacity")
+    info["phases"]["controller_up"] = time.time() - t0
+    common = {"hooks": {"init_batch_size": 32, "max_batch_size": 128}}
+    client.submit(JobSpec("span", EX, args=("--steps", "30", "--ckpt-every", "10"),
+                          min_replicas=4, max_replicas=4, accelerator_types=("a",), **common))
+    client.submit(JobSpec("flex", EX, args=("--steps", "90", "--ckpt-every", "10",
+                                            "--step-sleep", "0.1"),
+                          min_replicas=1, max_replicas=2, stop_timeout=60.0, **common))
+    client.submit(JobSpec("doomed", "goodput_jax.cluster.examples:always_crash",
+                          max_retries=1, retry_backoff=0.5))
+
+    def saved(name: str, node: str | None = None) -> bool:
+        job = client.status().get(name, {})
+        launches = job.get("launches") or []
+        if not launches or job.get("status") != "running":
+            return False
+        last = launches[-1]
+        if node is not None and node not in last["nodes"]:
+            return False
+        return any(p.get("event") == "save" and p.get("attempt") == last["attempt"]
+                   for p in client.progress(name))
+
+    wait_for(lambda: saved("flex"), 150, "flex checkpointed")
+    info["phases"]["flex_saved"] = time.time() - t0
+    client.submit(JobSpec("late", EX, args=("--steps", "40", "--ckpt-every", "10",
+                                            "--step-sleep", "0.1", "--crash-at", "5"),
+                          min_replicas=1, max_replicas=1, retry_backoff=0.5, **common))
+    victim = wait_for(lambda: next((n for n in ("flex", "late") if saved(n, "n2")), None),
+                      150, "a job checkpointed on n2")
+    info["killed"] = {"node": "n2", "t": time.time(), "victim": victim,
+                      "jobs_on_node": sorted(n for n, j in client.status().items()
+                                             if "n2" in (j.get("allocation") or []))}
+    cluster.kill_node("n2")
+    info["phases"]["killed"] = time.time() - t0
+    names = ["span", "flex", "late", "doomed"]
+    try:
+        client.wait(names, timeout=200)
+        info["timeout"] = None
+    except TimeoutError as e:
+        info["timeout"] = str(e)
+    info["phases"]["all_done"] = time.time() - t0
+    info["controller"] = ray.get(ctl.status.remote())
+    ray.get(ctl.shutdown.remote())
+    info["jobs"] = client.status()
+    info["progress"] = {n: client.progress(n) for n in names}
+    info["logs_tail"] = {n: client.logs(n)[-1500:] for n in names}
+    cluster.shutdown()
+    time.sleep(1.0)
+    info["listening_after_teardown"] = listening_sockets()
+    info["phases"]["down"] = time.time() - t0
+    with open(out_path, "w") as fh:
+        json.dump(info, fh, default=str)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
+    sys.stdout.flush()
+    os._exit(0)

@@ -1,0 +1,177 @@
+"""The cluster runtime end to end: a real three-node Ray cluster, two accelerator types,
+real small JAX jobs under Sia (arrivals, a finish, a two-node job, a crash retried,
+a job failed after its retries, a raylet killed mid-run).
+
+Ray runs only inside a loopback-only network + PID namespace
+(:func:`goodput_jax.cluster.local.run_sandboxed`): the whole scenario is one
+driver process (``tests/cluster/_driver.py``) started once per session; these
+tests read what it recorded. Skipped (with the reason) where ``unshare`` is not
+permitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from goodput_jax.cluster.local import run_sandboxed, sandbox_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def scenario(tmp_path_factory):
+    pytest.importorskip("ray")
+    problem = sandbox_problem()
+    if problem:
+        pytest.skip(f"no loopback-only sandbox for Ray here: {problem}")
+    base = tmp_path_factory.mktemp("cluster")
+    ray_tmp = Path("/tmp") / f"gjray-test-{os.getpid()}"  # short: Unix socket paths <= 107 B
+    ray_tmp.mkdir(exist_ok=True)
+    out = base / "out.json"
+    log = base / "driver.log"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        with open(log, "w") as fh:
+            proc = run_sandboxed([str(ROOT / "tests" / "cluster" / "_driver.py"),
+                                  str(base / "state"), str(out)], ray_tmpdir=str(ray_tmp),
+                                 env=env, timeout=420, stdout=fh, stderr=fh, cwd=ROOT)
+        # the PID namespace is gone with its first process: nothing of Ray may remain
+        leftovers = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if str(ray_tmp).encode() in fh.read():
+                        leftovers.append(pid)
+            except OSError:
+                continue
+    finally:
+        import shutil
+
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, log.read_text()[-4000:]
+    data = json.loads(out.read_text())
+    data["leftover_pids"] = leftovers
+    data["state_dir"] = str(base / "state")
+    return data
+
+
+def _launches(data, name):
+    return data["jobs"][name]["launches"]
+
+
+def _steps(progress, attempt):
+    return [p["step"] for p in progress if p["event"] == "step" and p["attempt"] == attempt]
+
+
+def test_every_job_finishes_and_the_doomed_one_fails_with_its_error(scenario):
+    assert scenario["timeout"] is None, scenario["timeout"]
+    jobs = scenario["jobs"]
+    for name in ("span", "flex", "late"):
+        assert jobs[name]["status"] == "finished", (name, jobs[name])
+    doomed = jobs["doomed"]
+    assert doomed["status"] == "failed"
+    assert doomed["failures"] == 2  # max_retries=1: the first try and one retry
+    assert doomed["error"] == "RuntimeError: injected failure of doomed (attempt 1)"
+    assert not scenario["controller"]["errors"]
+
+
+def test_a_job_spans_two_nodes_as_one_multiprocess_jax_job(scenario):
+    first = _launches(scenario, "span")[0]
+    assert first["devices"] == 4 and sorted(first["nodes"]) == ["n0", "n1"]
+    steps = [p for p in scenario["progress"]["span"] if p["event"] == "step"]
+    assert steps and all(p["processes"] == 2 and p["devices"] == 4 for p in steps
+                         if p["attempt"] == first["attempt"])
+
+
+def test_a_crash_is_retried_from_the_checkpoint_with_backoff(scenario):
+    late = scenario["jobs"]["late"]
+    assert late["failures"] == 1
+    crashed = [e for e in late["events"] if e["what"] == "crashed"]
+    assert crashed and "injected crash at step 5 (attempt 0)" in crashed[0]["error"]
+    retry = [la for la in late["launches"] if la["reason"] == "retry"]
+    assert retry and retry[0]["t"] >= crashed[0]["t"] + 0.5  # the backoff
+
+
+def test_every_restart_resumes_from_its_checkpoint_and_the_loss_continues(scenario):
+    restarts = 0
+    for name in ("span", "flex", "late"):
+        prog = scenario["progress"][name]
+        attempts = sorted({p["attempt"] for p in prog})
+        first_loss = next(p["loss"] for p in prog if p["event"] == "step")
+        for a in attempts:
+            launch = next(p for p in prog if p["event"] == "launch" and p["attempt"] == a)
+            saved_before = [p for p in prog if p["event"] == "save" and p["attempt"] < a]
+            restore = [p for p in prog if p["event"] == "restore" and p["attempt"] == a]
+            if not saved_before:
+                assert launch["step"] == 0 and not restore
+                continue
+            restarts += 1
+            # it restored the newest checkpoint written before it, exactly
+            newest = max(saved_before, key=lambda p: p["step"])
+            assert restore and restore[0]["step"] == newest["step"] == launch["step"], name
+            assert restore[0]["eval"] == pytest.approx(newest["eval"], rel=1e-5, abs=1e-6)
+            steps = _steps(prog, a)
+            assert steps[0] == newest["step"] and steps == list(range(steps[0],
+                                                                      steps[0] + len(steps)))
+            # the loss goes on from where it was, not from the start
+            assert restore[0]["eval"] < first_loss
+            prev = [p for p in prog if p["attempt"] == a - 1]
+            stopped = [p for p in prev if p["event"] == "stopped"]
+            if stopped:  # a cooperative stop: it checkpointed at its last step, nothing lost
+                assert stopped[0]["step"] == newest["step"] == max(_steps(prog, a - 1)) + 1
+        done = _steps(prog, attempts[-1])
+        assert done[-1] + 1 == next(p["step"] for p in prog if p["event"] == "finished")
+    assert restarts >= 2
+
+
+def test_the_dead_nodes_jobs_finish_elsewhere(scenario):
+    killed = scenario["killed"]
+    assert killed["victim"] in killed["jobs_on_node"]
+    for name in killed["jobs_on_node"]:
+        job = scenario["jobs"][name]
+        lost = [e for e in job["events"] if e["what"] == "node lost"]
+        assert lost and lost[0]["nodes"] == ["n2"]
+        after = [la for la in job["launches"] if la["t"] >= lost[0]["t"]]
+        assert after and all("n2" not in la["nodes"] for la in after)
+        assert job["status"] == "finished"
+    assert all(n["label"] != "n2" for n in scenario["controller"]["nodes"])
+
+
+def test_a_reallocation_changes_a_jobs_device_count(scenario):
+    counts = {n: {la["devices"] for la in _launches(scenario, n)} for n in ("flex", "late")}
+    assert any(len(c) > 1 for c in counts.values()), counts
+
+
+def test_restarts_show_in_the_goodput_timeline(scenario):
+    from goodput_jax.measure.calculator import GoodputCalculator
+
+    for name in ("span", "flex", "late"):
+        job = scenario["jobs"][name]
+        calc = GoodputCalculator(name, store=job["spec"]["store"])
+        goodput, badput, last_step = calc.get_job_goodput(include_badput_breakdown=True)
+        assert 0 < goodput < 100
+        assert last_step == int(job["spec"]["args"][1]) - 1
+        if len(job["launches"]) > 1:
+            lost = {str(k): v for k, v in badput.items() if v > 0}
+            assert any("DISRUPTION" in k for k in lost), (name, lost)
+
+
+def test_the_controller_persisted_its_rounds_and_hints_reached_it(scenario):
+    state = json.loads((Path(scenario["state_dir"]) / "controller.json").read_text())
+    rounds = [r for r in state["rounds"] if r["allocations"]]
+    assert rounds and all(r["policy"] == "sia" for r in rounds)
+    assert all(set(r["changed"]) <= set(r["allocations"]) for r in rounds)
+    assert set(state["jobs"]) == {"span", "flex", "late", "doomed"}
+    # a job that published hints was given more than the unprofiled maximum of 1
+    assert any(la["devices"] == 2 for la in _launches(scenario, "flex")), \
+        _launches(scenario, "flex")
+
+
+def test_teardown_leaves_no_ray_process_and_no_listening_socket(scenario):
+    assert scenario["listening_after_teardown"] == []
+    assert scenario["leftover_pids"] == []
