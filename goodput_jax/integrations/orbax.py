@@ -15,6 +15,11 @@ the manager's own. The spans time exactly what blocks the training loop:
   blocks the loop, so it counts as checkpoint save time too.
 * ``restore(step, ...)``: the call (the step, or the latest one when None).
 
+The proxy passes ``isinstance`` checks for the manager's own class, so a
+training loop that dispatches on the manager's type (MaxText's ``save_checkpoint``
+does) behaves as before. In MaxText, wrap the manager where ``setup_train_loop``
+creates it, with :func:`goodput_jax.goodput.maybe_instrument_checkpoint_manager`.
+
 Requires ``orbax-checkpoint`` (``pip install "goodput-jax[orbax]"``); this module
 imports it only through the manager it is given.
 
@@ -60,6 +65,14 @@ class RecordedCheckpointManager:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.manager, name)
+
+    @property
+    def __class__(self) -> type:  # type: ignore[override]
+        # isinstance(proxy, type(manager)) holds, so code that dispatches on the
+        # manager's class (MaxText's save_checkpoint tells emergency managers apart
+        # that way) takes the same branch; isinstance(proxy, RecordedCheckpointManager)
+        # holds too (isinstance looks at type() first).
+        return type(self.manager)
 
     def __repr__(self) -> str:
         return f"RecordedCheckpointManager({self.manager!r})"

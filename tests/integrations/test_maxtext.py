@@ -374,3 +374,116 @@ def test_maxtext_elastic_path_runs(tmp_path):
     assert acc.Scalars("badput/elastic_slice_down")[-1].value == pytest.approx(100 * 10 / 51,
                                                                                rel=1e-5)
     store.close()
+
+
+# ------------------------------------------------ checkpoints in MaxText's path (real Orbax)
+def _maxtext_checkpoint_manager(path, period, use_async):
+    """MaxText 0.2.5's create_orbax_checkpoint_manager: one "items" PyTree handler, a
+    fixed-interval save policy, and no Orbax logger (MaxText no longer sets one up)."""
+    import orbax.checkpoint as ocp
+
+    return ocp.CheckpointManager(
+        path, item_names=("items",),
+        item_handlers={"items": ocp.PyTreeCheckpointHandler(use_ocdbt=True, use_zarr3=True)},
+        options=ocp.CheckpointManagerOptions(
+            create=True, enable_async_checkpointing=use_async,
+            save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(interval=period),
+            preservation_policy=ocp.checkpoint_managers.LatestN(3)),
+        logger=None)
+
+
+def _maxtext_train_with_checkpoints(config, recorder, ckpt_dir, use_async):
+    """MaxText's setup_train_loop / train_loop checkpoint sites: the manager is created
+    during accelerator init (and wrapped there, the one added line), restored during training
+    preparation, saved through save_checkpoint's call after each due step (the state made
+    ready first, as MaxText does), waited for at the end."""
+    import orbax.checkpoint as ocp
+
+    with maybe_record_goodput(recorder, GoodputEvent.TPU_INIT):
+        mngr = _maxtext_checkpoint_manager(ckpt_dir, config.checkpoint_period, use_async)
+        mngr = goodput.maybe_instrument_checkpoint_manager(mngr, recorder)
+    with maybe_record_goodput(recorder, GoodputEvent.TRAINING_PREPARATION):
+        params = _MODEL.init(jax.random.key(0), jnp.ones((1, 4)))
+        state = {"params": params, "opt": _TX.init(params), "step": 0}
+        start = 0
+        latest = mngr.latest_step()
+        if latest is not None:  # load_state_if_possible
+            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+            restored = mngr.restore(latest, args=ocp.args.Composite(
+                items=ocp.args.PyTreeRestore(item=abstract)))
+            state, start = restored["items"], int(restored["items"]["step"]) + 1
+    rng = np.random.default_rng(0)
+    for step in range(start, config.steps):
+        with maybe_record_goodput(recorder, GoodputEvent.DATA_LOADING):
+            x = rng.normal(size=(8, 4)).astype(np.float32)
+            batch = {"x": x, "y": x.sum(axis=1, keepdims=True)}
+        with maybe_record_goodput(recorder, GoodputEvent.STEP, step):
+            (p, o), _ = _train_step((state["params"], state["opt"]), batch)
+            state = {"params": p, "opt": o, "step": step}
+        if step % config.checkpoint_period == 0 and step not in mngr.all_steps():
+            jax.block_until_ready(state)  # MaxText waits for the step before saving
+            mngr.save(step, args=ocp.args.Composite(items=ocp.args.PyTreeSave(item=state)),
+                      force=False)
+    mngr.wait_until_finished()
+    mngr.close()
+    return mngr
+
+
+@pytest.mark.filterwarnings("ignore:Sharding info not provided")
+@pytest.mark.parametrize("use_async", [False, True])
+def test_maxtext_checkpoints_are_checkpoint_badput_through_the_orbax_instrumentation(
+        tmp_path, use_async):
+    store = SQLiteStore(str(tmp_path / "goodput.db"))
+    config = _config(tmp_path, goodput_job_name="ck-job", monitor_goodput=False, steps=7,
+                     checkpoint_period=3)
+    ckpt = tmp_path / "ckpt"
+    rec = goodput.create_goodput_recorder(config, process_index=0, store=store)
+    assert rec.job_name == "ck-job"  # MaxText's goodput_job_name
+    rec.record_job_start_time()
+    first = _maxtext_train_with_checkpoints(config, rec, ckpt, use_async)
+    rec.record_job_end_time()
+    rec.close()
+    # the restart restores step 6 and records the restore
+    config2 = _config(tmp_path, goodput_job_name="ck-job", monitor_goodput=False, steps=9,
+                      checkpoint_period=3)
+    rec2 = goodput.create_goodput_recorder(config2, process_index=0, store=store)
+    rec2.record_job_start_time()
+    second = _maxtext_train_with_checkpoints(config2, rec2, ckpt, use_async)
+    rec2.record_job_end_time()
+    rec2.close()
+    assert sorted(first.manager.all_steps()) == [0, 3, 6] and second.restore_seconds > 0
+    events, _ = store.read_events("ck-job")
+    assert [e.step for e in events if e.kind is EventKind.CHECKPOINT_PROGRESS] == [0, 3, 6]
+    assert sum(e.kind is EventKind.CHECKPOINT_RESTORE_START for e in events) == 1
+    d = goodput.GoodputCalculator("ck-job", None, store=store).get_job_goodput_details()
+    save_b = d["badput_time"][goodput.BadputType.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME]
+    restore_b = d["badput_time"][goodput.BadputType.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME]
+    # what the wrapper timed around the blocking calls is what the calculator attributes
+    assert save_b == pytest.approx(first.save_seconds + second.save_seconds, rel=0.02, abs=2e-3)
+    assert restore_b == pytest.approx(second.restore_seconds, rel=0.02, abs=2e-3)
+    assert save_b > 0 and restore_b > 0
+    store.close()
+
+
+def test_maybe_instrument_checkpoint_manager_passes_through_when_off(tmp_path):
+    import orbax.checkpoint as ocp
+
+    from goodput_jax.integrations.orbax import RecordedCheckpointManager
+
+    mngr = _maxtext_checkpoint_manager(tmp_path / "c", 1, False)
+    on = goodput.GoodputRecorder("j", "goodput_j", True, store=":memory:")
+    wrapped = goodput.maybe_instrument_checkpoint_manager(mngr, on)
+    # MaxText's save_checkpoint dispatches on the manager's class: the proxy keeps it
+    assert isinstance(wrapped, ocp.CheckpointManager)
+    assert isinstance(wrapped, RecordedCheckpointManager) and wrapped.manager is mngr
+    assert not isinstance(wrapped, ocp.checkpoint_managers.CheckpointManagerOptions)
+    on.close()
+    assert goodput.maybe_instrument_checkpoint_manager(mngr, None) is mngr  # recording off
+    off = goodput.GoodputRecorder("j", "goodput_j", False)
+    assert goodput.maybe_instrument_checkpoint_manager(mngr, off) is mngr
+    assert goodput.maybe_instrument_checkpoint_manager(None, off) is None  # checkpointing off
+    mngr.close()
+    assert goodput.get_goodput_job_name(_config(tmp_path)) == "maxtext-run"
+    assert goodput.get_goodput_job_name(_config(tmp_path, goodput_job_name="g")) == "g"
+    with pytest.raises(ValueError, match=r"config.goodput_job_name \(3\)"):
+        goodput.get_goodput_job_name(_config(tmp_path, goodput_job_name=3))
