@@ -292,6 +292,78 @@ def per_call_cost(batches: int, calls: int) -> dict:
     return {"median_us": statistics.median(per) * 1e6, "p90_us": sorted(per)[int(0.9 * len(per))] * 1e6}
 
 
+def python_heavy_truth(size: int, steps: int, load_s: float, recorder_cls=None) -> dict:
+    """A Python-heavy loader (``load_s`` of Python holding the GIL) and a host sync every step
+    (``float(loss)``), recorded with a StepRecorder, against the device's truth from a
+    ``jax.profiler`` trace of the same run (not from goodput_jax): goodput = the steps'
+    device time (dispatch, timed by this loop, to the last device event of the step) over
+    the job's time; device idle in loading = the loading spans (timed by this loop) minus
+    the device's busy time inside them; step time = mean device time of a step."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.measure.calculator import BadputType, GoodputCalculator
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+    from tests.runtime._helpers import device_busy, overlap, py_load
+
+    cls = recorder_cls or runtime.StepRecorder
+    train_step = _make_step(size)
+    w = jnp.eye(size, dtype=jnp.float32) * 0.5
+    x = np.random.default_rng(0).normal(size=(size, size)).astype("float32")
+    jax.block_until_ready(train_step(w, x))
+    tmp = tempfile.mkdtemp()
+    store = SQLiteStore(os.path.join(tmp, "truth.db"))
+    rec = goodput.GoodputRecorder("truth", "truth", logging_enabled=True, store=store)
+    steps_rec = cls(rec, compile_times=False)
+    recorded = steps_rec.wrap(train_step)
+    trace_dir = os.path.join(tmp, "trace")
+    now = time.time
+    jax.profiler.start_trace(trace_dir)
+    rec.record_job_start_time()
+    t_start = now()
+    dispatch, synced, loads = [], [], []
+    for i in range(steps):
+        a = now()
+        with rec.data_loading():
+            py_load(load_s)
+            batch = x
+        b = now()
+        w, m = recorded(i, w, batch)
+        float(m["loss"])  # the host syncs every step
+        dispatch.append(b)
+        synced.append(now())
+        loads.append((a, b))
+    steps_rec.close()
+    rec.record_job_end_time()
+    t_end = now()
+    jax.profiler.stop_trace()
+    rec.close()
+    busy = device_busy(trace_dir)
+    # the device end of step i: the end of the last busy interval that starts before the
+    # host saw it synced
+    dev_end = []
+    for b, e in zip(dispatch, synced, strict=True):
+        ends = [hi for lo, hi in busy if b <= hi and lo <= e]
+        dev_end.append(min(max(ends), e) if ends else e)
+    total = t_end - t_start
+    truth_steps = [e - b for b, e in zip(dispatch, dev_end, strict=True)]
+    idle = sum((b - a) - overlap(busy, a, b) for a, b in loads)
+    calc = GoodputCalculator("truth", "truth", store=store)
+    det = calc.get_job_goodput_details()
+    dev = calc.get_step_deviation()
+    later = dev.step_times[dev.steps >= 1]
+    store.close()
+    return {"truth_goodput": 100 * sum(truth_steps) / total,
+            "truth_idle_loading": 100 * idle / total,
+            "truth_step_ms": 1e3 * float(np.mean(truth_steps[1:])),
+            "goodput": 100 * det["productive_time"] / det["total_time"],
+            "data_loading": 100 * det["badput_time"][BadputType.DATA_LOADING] / det["total_time"],
+            "step_ms": 1e3 * float(np.mean(later)), "load_ms": 1e3 * load_s,
+            "hook_claims": getattr(steps_rec, "hook_claims", 0), "observed": steps_rec.observed}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds (a few seconds)")

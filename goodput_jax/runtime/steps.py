@@ -30,8 +30,10 @@ Example:
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +52,13 @@ _time = time.time
 _OVERDUE = 1.5
 _WAITS_KEPT = 15
 _INF = float("inf")
+#: the readiness hook (see ``StepRecorder``) gives up after this many profile events of the
+#: training thread without seeing its step ready (a loop that runs ahead of the device)
+_HOOK_EVENTS = 2048
+#: after a step the hook did not see ready before the next start, it skips 1, 2, 4, ... up to
+#: this many steps before it tries again (an asynchronous loop pays for one try in this many)
+_HOOK_BACKOFF_MAX = 512
+_getprofile, _setprofile = sys.getprofile, sys.setprofile
 
 
 class _Marker:
@@ -109,17 +118,37 @@ class StepRecorder:
     """Records step starts on the host and step ends on the device, without blocking.
 
     A step's device end is the first moment its outputs are seen ready, by
-    whichever comes first: the watcher thread, which waits on the step's probe
-    array (the last leaf of the outputs, e.g. the loss: one program's outputs
-    are ready together; every live array when there is no such leaf), prompt
-    while the training thread waits (loading, blocking, a full dispatch queue);
-    or the training thread itself, which polls the probe of the step the
-    watcher waits on at a ``start`` once that step is overdue (waited on for
-    more than 1.5x the median of the last 15 waits: prompt while the training
-    thread runs Python and the watcher waits for the GIL, and no readiness
-    query on the usual step). The first tracked step is waited for at the second
-    ``start`` (once, usually hidden behind loading the next batch), so the store
-    shows device ends before the host runs ahead.
+    whichever comes first:
+
+    * the training thread, right after its own blocking call returns: when the
+      loop waits for its steps (``float(loss)`` each step, a loader slower than
+      the device), a readiness hook (``sys.setprofile`` on the training thread,
+      installed at the step's dispatch) polls the step's probe at the first
+      Python function return after each blocking call, records the end and
+      removes itself. This is the observation that does not depend on which
+      thread holds the GIL or gets a CPU: the thread that waited for the device
+      is the one running when the wait ends. A loop that runs ahead of the
+      device (the step is not ready at the next ``start``, or within 2048 profile
+      events) skips the hook for 1, 2, 4, ... up to 512 steps, so it pays for
+      one try in that many; a thread that already has a profile function
+      (cProfile) is left alone;
+    * the watcher thread, which waits on the step's probe array (the last leaf
+      of the outputs, e.g. the loss: one program's outputs are ready together;
+      every live array when there is no such leaf), prompt while the training
+      thread waits (loading, blocking, a full dispatch queue);
+    * or the training thread's poll at a ``start``, of the step the watcher
+      waits on once that step is overdue (waited on for more than 1.5x the
+      median of the last 15 waits: a loop that runs Python while the watcher
+      waits for the GIL, and no readiness query on the usual step).
+
+    The first tracked step is waited for at the second ``start`` (once, usually
+    hidden behind loading the next batch), so the store shows device ends before
+    the host runs ahead.
+
+    Where no thread observes readiness promptly (a loader that holds the GIL
+    while the device finishes, and a loop that never waits for its steps), a
+    device end is recorded when the watcher next gets the GIL, or at the next
+    ``start``: late by up to the Python work in between.
 
     Args:
         recorder: the :class:`~goodput_jax.measure.recorder.GoodputRecorder`
@@ -136,6 +165,7 @@ class StepRecorder:
         unobserved: steps whose outputs could not be watched (every array was
             donated to a later step before it was seen ready, or none was a
             JAX array).
+        hook_claims: device ends recorded by the training thread's readiness hook.
 
     Example:
         >>> from goodput_jax import goodput, runtime
@@ -148,10 +178,11 @@ class StepRecorder:
 
     # Slots: the per-step path reads its fields from the object itself (fewer cache lines
     # on a training thread whose caches the device's compute or the input pipeline evicted).
-    __slots__ = ("__weakref__", "_att", "_due", "_enabled", "_first", "_handed", "_head", "_idle",
-                 "_live", "_lock", "_pending", "_record_end", "_seen", "_sem", "_sink",
-                 "_sink_ready", "_slow_starts", "_start_step", "_thread", "_warned", "observed",
-                 "recorder", "unobserved")
+    __slots__ = ("__weakref__", "_att", "_due", "_enabled", "_first", "_handed", "_head",
+                 "_hook_backoff", "_hook_skip", "_hooked", "_idle", "_live", "_lock", "_pending",
+                 "_record_end", "_seen", "_sem", "_sink", "_sink_ready", "_slow_starts",
+                 "_start_step", "_thread", "_warned", "hook_claims", "observed", "recorder",
+                 "unobserved")
 
     def __init__(self, recorder: Any, *, compile_times: bool = True):
         if not callable(getattr(recorder, "record_step_device_end_time", None)):
@@ -183,6 +214,12 @@ class StepRecorder:
         self.observed = 0
         self.unobserved = 0
         self._warned = False
+        # the readiness hook: the installed profile function (None: none), steps to skip
+        # before the next try, and the next skip after a miss
+        self._hooked: Callable | None = None
+        self._hook_skip = 0
+        self._hook_backoff = 1
+        self.hook_claims = 0
 
     # ------------------------------------------------------------ hot path
     def _poll(self) -> None:
@@ -238,6 +275,8 @@ class StepRecorder:
         """
         sink = self._sink
         if sink is not None and type(step) is int and step >= 0:
+            if self._hooked is not None:
+                self._hook_missed()
             t = _time()
             if t >= self._due:
                 self._poll()
@@ -264,6 +303,8 @@ class StepRecorder:
     def _start_full(self, step: int) -> None:
         if not self._enabled:
             return
+        if self._hooked is not None:
+            self._hook_missed()
         if self._first is not None:
             self._wait_first()
         if _time() >= self._due:
@@ -298,10 +339,14 @@ class StepRecorder:
             >>> runtime.StepRecorder(goodput.GoodputRecorder("j", "l")).track(0, None)
         """
         if self._live:
-            self._pending.append((step, outputs))  # the watcher builds the _Item
-            if self._idle:
-                self._idle = False
-                self._sem.put(None)
+            if self._hook_skip:
+                self._hook_skip -= 1
+                self._pending.append((step, outputs))  # the watcher builds the _Item
+                if self._idle:
+                    self._idle = False
+                    self._sem.put(None)
+            else:
+                self._track_hooked(step, outputs)
             return
         if not self._enabled:
             return
@@ -312,6 +357,8 @@ class StepRecorder:
         else:
             self._first = item = _Item(step, outputs)
             self._handover(item)
+            if item.probe is not None and _getprofile() is None:
+                self._install_hook(item)
         self._handed += 1
         self._live = True
 
@@ -337,6 +384,8 @@ class StepRecorder:
             out = fn(*args, **kwargs)
             self.track(step, out)
             return out
+        if self._hooked is not None:
+            self._hook_missed()
         t = _time()
         if t >= self._due:
             self._poll()
@@ -347,10 +396,14 @@ class StepRecorder:
         else:
             self._append_start(t, step)
         out = fn(*args, **kwargs)
-        self._pending.append((step, out))
-        if self._idle:
-            self._idle = False
-            self._sem.put(None)
+        if self._hook_skip:
+            self._hook_skip -= 1
+            self._pending.append((step, out))
+            if self._idle:
+                self._idle = False
+                self._sem.put(None)
+        else:
+            self._track_hooked(step, out)
         return out
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -391,6 +444,8 @@ class StepRecorder:
             sink = rec._sink
             if sink is None or type(step) is not int or step < 0:
                 return rec(step, fn, *args)
+            if rec._hooked is not None:
+                rec._hook_missed()
             t = _time()
             if t >= rec._due:
                 rec._poll()
@@ -401,16 +456,100 @@ class StepRecorder:
             else:
                 rec._append_start(t, step)
             out = fn(*args)
-            pending_append((step, out))
-            if rec._idle:
-                rec._idle = False
-                wake(None)
+            if rec._hook_skip:
+                rec._hook_skip -= 1
+                pending_append((step, out))
+                if rec._idle:
+                    rec._idle = False
+                    wake(None)
+            else:
+                rec._track_hooked(step, out)
             return out
 
         recorded.__wrapped__ = fn  # type: ignore[attr-defined]
         recorded.__name__ = recorded.__qualname__ = f"recorded_{getattr(fn, '__name__', 'step')}"
         recorded.__doc__ = f"``{recorded.__name__}(step, *args)``: {fn!r} recorded by a StepRecorder."
         return recorded
+
+    # ------------------------------------------------------ readiness hook
+    def _track_hooked(self, step: int, outputs: Any) -> None:
+        """track()'s short path with the readiness hook (training thread): the item is built
+        here, so the hook and the watcher share it (whoever sees it ready first records)."""
+        item = _Item(step, outputs)
+        self._pending.append(item)
+        if self._idle:
+            self._idle = False
+            self._sem.put(None)
+        if item.probe is None:
+            return
+        if _getprofile() is not None:  # the user's profiler (or a debugger's): leave it alone
+            self._hook_skip = _HOOK_BACKOFF_MAX
+            return
+        self._install_hook(item)
+
+    def _install_hook(self, item: _Item) -> None:
+        """Install a profile function on this (the training) thread that records ``item``'s
+        device end at the first function return after which its probe is ready, and then
+        removes itself; it gives up after ``_HOOK_EVENTS`` events."""
+        count = itertools.count(1).__next__
+        claim = self._claim
+        rec = self
+
+        def ready_hook(frame: Any, event: str, arg: Any) -> None:
+            # Called by the interpreter on every call and return of this thread while
+            # installed: a blocking call (the device's wait) ends in a return, so calls are
+            # only counted. Never raises (an exception here would surface in user code).
+            n = count()
+            if event == "call" or event == "c_call":
+                if n < _HOOK_EVENTS:
+                    return
+                ok: bool | None = False
+            elif rec._hooked is not ready_hook:
+                ok = None  # removed at a start on another thread, or by close()
+            elif item.t is not None:
+                ok = True  # the watcher saw it first
+            else:
+                try:
+                    ready = item.probe.is_ready()
+                except Exception:  # noqa: BLE001 - donated or dropped: the watcher decides
+                    ready = None
+                if ready:
+                    if claim(item):
+                        rec.hook_claims += 1
+                    ok = True
+                elif ready is None:
+                    ok = True
+                elif n < _HOOK_EVENTS:
+                    return
+                else:
+                    ok = False
+            _setprofile(None)
+            if ok is not None:
+                rec._hook_end(ready_hook, ok)
+
+        self._hooked = ready_hook
+        _setprofile(ready_hook)
+
+    def _hook_end(self, hook: Callable, ok: bool) -> None:
+        """The hook ``hook`` is done: seen ready (try again next step), or not (skip 1, 2,
+        4, ... steps)."""
+        if self._hooked is hook:
+            self._hooked = None
+        if ok:
+            self._hook_backoff = 1
+        else:
+            self._hook_skip = self._hook_backoff
+            self._hook_backoff = min(2 * self._hook_backoff, _HOOK_BACKOFF_MAX)
+
+    def _hook_missed(self) -> None:
+        """A step starts while the previous step's hook is still installed: the host ran
+        ahead of the device (the watcher, or the overdue poll, records that step)."""
+        hook = self._hooked
+        if hook is None:
+            return
+        if _getprofile() is hook:
+            _setprofile(None)
+        self._hook_end(hook, False)
 
     @property
     def tracked(self) -> int:
@@ -522,6 +661,9 @@ class StepRecorder:
         if self._thread is None:
             return
         self.finish(timeout)
+        hook, self._hooked = self._hooked, None
+        if hook is not None and _getprofile() is hook:
+            _setprofile(None)
         self._live = False
         self._sink = None
         self._handover(_STOP)

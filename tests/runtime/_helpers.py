@@ -58,3 +58,77 @@ def true_step_time(train_step, state, batch, reps: int = 5, k: int = 4) -> float
         jax.block_until_ready(s)
         ts.append((time.perf_counter() - t) / k)
     return statistics.median(ts)
+
+
+def device_busy(trace_dir) -> list[tuple[float, float]]:
+    """The device's busy intervals (UTC seconds, merged) from a ``jax.profiler`` trace written
+    to ``trace_dir``: device truth that does not come from goodput_jax. On a GPU/TPU the
+    events of the ``/device:*`` planes; on CPU the XLA runtime's threads' events (the
+    ``tf_XLA*`` lines of ``/host:CPU``: each execution's thunks, on the client's and the
+    intra-op threads; zero-length markers left out)."""
+    import glob
+    import os
+
+    from jax.profiler import ProfileData
+
+    paths = glob.glob(os.path.join(str(trace_dir), "**", "*.xplane.pb"), recursive=True)
+    if len(paths) != 1:
+        raise RuntimeError(f"expected one trace in {trace_dir}, found {paths}")
+    pd = ProfileData.from_file(paths[0])
+    t0 = None
+    spans = []
+    for plane in pd.planes:
+        if plane.name == "Task Environment":
+            t0 = dict(plane.stats)["profile_start_time"]  # ns since the epoch
+    devices = [p for p in pd.planes if p.name.startswith("/device:")]
+    for plane in devices or [p for p in pd.planes if p.name == "/host:CPU"]:
+        for line in plane.lines:
+            if not devices and not line.name.startswith("tf_XLA"):
+                continue
+            for e in line.events:
+                if e.duration_ns > 0 and not e.name.startswith("ThreadpoolListener"):
+                    spans.append((e.start_ns, e.start_ns + e.duration_ns))
+    if t0 is None or not spans:
+        raise RuntimeError(f"no device events in the trace {paths[0]}")
+    spans.sort()
+    merged = [list(spans[0])]
+    for a, b in spans[1:]:
+        if a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [((t0 + a) / 1e9, (t0 + b) / 1e9) for a, b in merged]
+
+
+def overlap(spans: list[tuple[float, float]], a: float, b: float) -> float:
+    """Seconds of ``spans`` (merged intervals) inside ``[a, b]``."""
+    return sum(max(0.0, min(e, b) - max(s, a)) for s, e in spans)
+
+
+def py_load(seconds: float) -> int:
+    """A Python-heavy loader: ``seconds`` of pure-Python work holding the GIL (a tokeniser-like
+    loop of dict updates), as tokenisers, augmentation and Python-side batching are."""
+    end = time.perf_counter() + seconds
+    words = [f"tok{j}" for j in range(64)]
+    acc = 0
+    while time.perf_counter() < end:
+        d: dict = {}
+        for w in words:
+            d[w] = d.get(w, 0) + len(w)
+        acc += len(d)
+    return acc
+
+
+class CpuBurner:
+    """A process that burns one CPU core while the ``with`` block runs (a loaded machine)."""
+
+    def __enter__(self):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()

@@ -3,6 +3,7 @@ step time and the device's idle time; a synchronous loop reports what the plain 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import time
@@ -15,7 +16,7 @@ import pytest
 from goodput_jax import goodput, runtime
 from goodput_jax.measure.calculator import BadputType, GoodputCalculator
 from goodput_jax.measure.stores.sqlite import SQLiteStore
-from tests.runtime._helpers import events, run_snippet, true_step_time
+from tests.runtime._helpers import CpuBurner, events, py_load, run_snippet, true_step_time
 
 SIZE = 320  # a ~5-10 ms step on a CPU core
 #: timing checks run up to this many times and pass on the first clean attempt: a shared
@@ -154,6 +155,110 @@ def _check_sync(tmp_path):
     assert db_["badput_time"][BadputType.DATA_LOADING] == pytest.approx(loading, rel=0.10)
 
 
+@pytest.mark.parametrize("burner", [False, True], ids=["quiet", "cpu-burner"])
+def test_python_heavy_loader_synced_every_step(tmp_path, burner):
+    """A loader that runs ~6 ms of Python holding the GIL, and ``float(loss)`` after every
+    step (issue 27, scenario 2), on a quiet machine and beside a process burning a core.
+
+    The host waited for each step before it loaded the next batch, so: each device end lies
+    before the next load starts; every load is device-idle time (data-loading badput = the
+    loads); and a step lasts at most what the host waited for it (dispatch to ``float``'s
+    return). These follow from the loop's order, whatever the machine's load. Without the
+    training thread's readiness hook, about half the device ends were stamped at the next
+    step's start (the watcher thread got the GIL or a CPU only then): a third to two thirds
+    of the loading counted as step time, steps +30-100 %."""
+    n, load = 30, 0.006
+    warm = run_snippet(tmp_path, size=SIZE, load_s=0.0, num_steps=2, name="warm")
+    train_step, state = warm["train_step"], warm["state"]
+    x = np.random.default_rng(2).normal(size=(SIZE, SIZE)).astype("float32")
+    store = SQLiteStore(str(tmp_path / "py.db"))
+    rec = goodput.GoodputRecorder("py", "py", logging_enabled=True, store=store)
+    host = []
+    with CpuBurner() if burner else contextlib.nullcontext():
+        rec.record_job_start_time()
+        steps = runtime.StepRecorder(rec, compile_times=False)
+        recorded = steps.wrap(train_step)
+        for i in range(n):
+            with rec.data_loading():
+                py_load(load)
+                batch = x
+            a = time.time()
+            state, metrics = recorded(i, state, batch)
+            float(metrics["loss"])  # the host syncs every step
+            host.append(time.time() - a)
+        steps.close()
+        rec.record_job_end_time()
+    rec.close()
+    evs, _ = store.read_events("py")
+    ends = {e.step: e.timestamp for e in evs if e.kind.value == "step_device_end"}
+    dl_starts = [e.timestamp for e in evs if e.kind.value == "data_loading_start"]
+    dl_ends = [e.timestamp for e in evs if e.kind.value == "data_loading_end"]
+    assert sorted(ends) == list(range(n)) and len(dl_starts) == n
+    # a step whose readiness hook was off (it backs off after a step it did not see ready
+    # before the next start) may be stamped late: allow one in ten
+    late = [i for i in range(n - 1) if ends[i] > dl_starts[i + 1]]
+    assert len(late) <= (n - 1) // 10, (late, steps.hook_claims)
+    loads = sum(e - s for s, e in zip(dl_starts, dl_ends, strict=True))
+    calc = GoodputCalculator("py", "py", store=store)
+    det = calc.get_job_goodput_details()
+    assert det["badput_time"][BadputType.DATA_LOADING] == pytest.approx(loads, rel=0.10)
+    dev = calc.get_step_deviation()
+    # 5 % over the host's waits for clock reads between the loop's timer and the recorder's
+    assert float(np.sum(dev.step_times)) <= 1.05 * sum(host), (dev.step_times, host)
+    # ... and most of each wait was the device's work (dispatch and wake-up are microseconds;
+    # a preempted host only makes the wait longer)
+    assert float(np.sum(dev.step_times)) >= 0.3 * sum(host)
+    store.close()
+
+
+def test_readiness_hook_backs_off_and_leaves_profilers_alone(tmp_path):
+    """The training thread's readiness hook removes itself once its step is seen ready; a loop
+    that runs ahead of the device tries it in fewer and fewer steps (1, 2, 4, ... skipped);
+    a profile function the user set is left in place; close() removes a pending hook."""
+    store = SQLiteStore(str(tmp_path / "h.db"))
+    rec = goodput.GoodputRecorder("h", "h", logging_enabled=True, store=store)
+    warm = run_snippet(tmp_path, size=SIZE, load_s=0.0, num_steps=2, name="warm")
+    train_step, state = warm["train_step"], warm["state"]
+    x = np.random.default_rng(3).normal(size=(SIZE, SIZE)).astype("float32")
+    import sys
+
+    with runtime.StepRecorder(rec, compile_times=False) as steps:
+        step_fn = steps.wrap(train_step)
+        for i in range(5):  # waits for every step: each hook ends at the sync
+            state, m = step_fn(i, state, x)
+            float(m["loss"])
+            assert sys.getprofile() is None
+        installs = 0
+        for i in range(5, 45):  # dispatches ahead, never waits: the hook backs off
+            state, m = step_fn(i, state, x)
+            installs += steps._hooked is not None
+        jax.block_until_ready(state)
+        # tries at most at steps 5, 7, 10, 15, 24, 41 (and one more if a step happened to be
+        # ready at the next start on a stalled machine)
+        assert installs <= 8, installs
+        seen: list = []
+
+        def user_profiler(frame, event, arg):
+            seen.append(event)
+
+        sys.setprofile(user_profiler)
+        try:
+            for i in range(45, 48):
+                state, m = step_fn(i, state, x)
+                float(m["loss"])
+                assert sys.getprofile() is user_profiler
+        finally:
+            sys.setprofile(None)
+        assert seen
+        state, m = step_fn(48, state, x)
+        if steps._hooked is not None:
+            assert sys.getprofile() is steps._hooked
+    assert sys.getprofile() is None  # close() removed it
+    assert steps.observed == 49
+    rec.close()
+    store.close()
+
+
 def test_donated_state_and_disabled_recorder(tmp_path, caplog):
     store = SQLiteStore(str(tmp_path / "d.db"))
     rec = goodput.GoodputRecorder("d", "d", logging_enabled=True, store=store)
@@ -224,11 +329,14 @@ def test_short_path_keeps_event_order_drops_and_errors(tmp_path):
     steps = runtime.StepRecorder(full, compile_times=False)
     steps._short_path()  # as after the first steps
     full._q.append((0, 0.0, None, None, None))  # the writer has not drained: the queue is full
+    # the step start is dropped (and the device end too, when the training thread's readiness
+    # hook sees the step ready before the queue drained)
     before = full.dropped_count
     steps(7, fn, v)
-    assert full.dropped_count == before + 1
+    assert before + 1 <= full.dropped_count <= before + 2
+    before = full.dropped_count
     steps.wrap(fn)(8, v)  # the wrapper's short path too
-    assert full.dropped_count == before + 2
+    assert before + 1 <= full.dropped_count <= before + 2
     full._q.clear()
     steps.close()
     full.close()
