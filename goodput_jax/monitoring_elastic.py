@@ -80,7 +80,6 @@ class ElasticGoodputMonitor(GoodputMonitor):
             extra = {f"goodput/{k}": float(d[k]) for k in
                      ("stepping_slice_efficiency", "available_slice_efficiency") if k in d}
             if extra:
-                self._writer.write(int(d.get("last_productive_step", 0)), extra, self._now())
-                self._writer.flush()
+                self.write_scalars(int(d.get("last_productive_step", 0)), extra)
                 values.update(extra)
         return values
