@@ -54,7 +54,7 @@ import numpy as np
 
 from goodput_jax.measure.badput import BUCKET_NAMES, BadputType
 from goodput_jax.measure.engine import Engine, StreamKeys
-from goodput_jax.measure.events import check_job_name, to_timestamp
+from goodput_jax.measure.events import KIND_CODES, EventKind, check_job_name, to_timestamp
 from goodput_jax.measure.stores import EventStore, resolve_store
 from goodput_jax.measure.stragglers import Stragglers, step_stragglers
 
@@ -167,6 +167,7 @@ class GoodputCalculator:
         self._cursor: Any = None
         self._keys = StreamKeys()  # (run_id, host) -> engine stream key
         self._sid_keys: dict[int, int] = {}  # store stream id -> engine stream key
+        self._marks = _StepMarks()  # step marks of every host, for get_step_stragglers
 
     # ----------------------------------------------------------------- reading
     def _now(self) -> float:
@@ -454,7 +455,7 @@ class GoodputCalculator:
             deviations=times - ideal,
         )
 
-    def get_step_stragglers(self) -> Stragglers:
+    def get_step_stragglers(self, since: Any = None) -> Stragglers:
         """Per step, which host held the step back and by how much; the slowest hosts.
 
         Only meaningful when several hosts of a launch record (same run id, ``host`` =
@@ -463,7 +464,12 @@ class GoodputCalculator:
         straggler is the host that arrived (``STEP_START``) or finished (device end, else
         ``STEP_END``) last, by the largest margin over the median of the other hosts; that
         margin is the step's lag, and a host's lost time is the sum of its steps' lags.
-        Reads the job's whole history (O(events), like :meth:`timeline`).
+        The step marks are read incrementally (a query reads only the events appended
+        since the last one); the comparison costs O(steps compared).
+
+        Args:
+            since: only marks at or after this time (UTC seconds or an aware datetime),
+                e.g. a monitor's rolling window; None: the whole job.
 
         Returns:
             :class:`~goodput_jax.measure.stragglers.Stragglers` (``job_share`` against the
@@ -477,30 +483,35 @@ class GoodputCalculator:
             >>> [(h.host, round(h.lost_time, 3)) for h in st.slowest(3)]  # doctest: +SKIP
             [(1, 1.204)]
         """
-        # (the base shape: the drop-ins override get_job_goodput_details with Google's)
-        total = GoodputCalculator.get_job_goodput_details(self)["total_time"]
-        parts: list[tuple] = []
-        runs: dict[str, int] = {}
-        info: dict[int, tuple[int, int]] = {}
-        cursor = None
-        while True:
-            cols, cursor, done = self.store.read_columns(self.job_name, cursor, self._CHUNK)
-            if cols is not None and cols["kind"].size:
-                u, inv = np.unique(cols["stream"], return_inverse=True)
-                rh = np.empty((u.size, 2), dtype=np.int64)
-                for i, sid in enumerate(u.tolist()):
-                    if sid not in info:
-                        run_id, host = self.store.stream_info(sid)
-                        info[sid] = (runs.setdefault(run_id, len(runs)), int(host))
-                    rh[i] = info[sid]
-                parts.append((cols["kind"], rh[inv, 0], rh[inv, 1], cols["ts"], cols["step"]))
-            if done:
-                break
-        if not parts:
-            return step_stragglers(*(np.empty(0) for _ in range(5)), run_ids=(),
-                                   job_time=total)
-        k, r, h, t, st = (np.concatenate(c) for c in zip(*parts))
-        return step_stragglers(k, r, h, t, st, run_ids=tuple(runs), job_time=total)
+        t0 = None if since is None else to_timestamp(since, name="since")
+        with self._lock:
+            # (the base shape: the drop-ins override get_job_goodput_details with Google's)
+            total = GoodputCalculator.get_job_goodput_details(self)["total_time"]
+            m = self._marks
+            while True:
+                cols, cur, done = self.store.read_columns(self.job_name, m.cursor, self._CHUNK)
+                if cols is not None and cols["kind"].size:
+                    keep = np.isin(cols["kind"], _MARK_CODES)
+                    stream = cols["stream"][keep]
+                    u, inv = np.unique(stream, return_inverse=True)
+                    rh = np.empty((u.size, 2), dtype=np.int64)
+                    for i, sid in enumerate(u.tolist()):
+                        if sid not in m.info:
+                            run_id, host = self.store.stream_info(sid)
+                            m.info[sid] = (m.runs.setdefault(run_id, len(m.runs)), int(host))
+                        rh[i] = m.info[sid]
+                    new = (cols["kind"][keep].astype(np.int64), rh[inv, 0], rh[inv, 1],
+                           cols["ts"][keep], cols["step"][keep].astype(np.int64))
+                    m.cols = tuple(np.concatenate((a, b)) for a, b in zip(m.cols, new))
+                m.cursor = cur  # advanced chunk by chunk: a failed read resumes here
+                if done:
+                    break
+            k, r, h, t, st = m.cols
+            names = tuple(m.runs)
+        if t0 is not None:
+            sel = t >= t0
+            k, r, h, t, st = k[sel], r[sel], h[sel], t[sel], st[sel]
+        return step_stragglers(k, r, h, t, st, run_ids=names, job_time=total)
 
     def get_latest_hints(self) -> dict | None:
         """Payload of the latest ``HINTS`` event (from ``record_hints``), or None."""
@@ -510,6 +521,21 @@ class GoodputCalculator:
         if isinstance(h, str):
             return json.loads(h)
         return None if h is None else dict(h)
+
+
+_MARK_CODES = np.array([KIND_CODES[EventKind.STEP_START], KIND_CODES[EventKind.STEP_END],
+                        KIND_CODES[EventKind.STEP_DEVICE_END]], dtype=np.int64)
+
+
+class _StepMarks:
+    """Every host's step marks read so far (columns), with the store cursor they end at."""
+
+    def __init__(self) -> None:
+        self.cursor: Any = None
+        self.runs: dict[str, int] = {}  # run id -> run index
+        self.info: dict[int, tuple[int, int]] = {}  # store stream id -> (run index, host)
+        e = np.empty(0, dtype=np.int64)
+        self.cols: tuple = (e, e, e, np.empty(0, dtype=np.float64), e)
 
 
 def _select(cols: dict, mask: np.ndarray) -> dict:

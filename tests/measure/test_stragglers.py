@@ -117,3 +117,23 @@ def test_drop_in_calculator_gives_the_same_stragglers():
     drop = goodput.GoodputCalculator("job", "log", store=base.store, clock=lambda: 1e3)
     a, b = base.get_step_stragglers(), drop.get_step_stragglers()
     assert a.as_dict() == b.as_dict() and a.hosts[0].lost_time == pytest.approx(0.3)
+
+
+def test_incremental_equals_from_scratch_and_since_limits_the_window():
+    store = new_store()
+    h0 = events("job", "r", [(K.JOB_START, 0), *_steps(0, 1, 6)], host=0)
+    h1 = events("job", "r", [(K.JOB_START, 0), *[(K.STEP_START, i + (0.5 if i >= 3 else 0.1), i)
+                                                   for i in range(6)]], host=1)
+    evs = sorted(h0 + h1, key=lambda e: e.timestamp)
+    calc = calc_for(store, "job", now=10.0)
+    for a in range(0, len(evs), 3):  # query after every append
+        store.append(evs[a:a + 3])
+        inc = calc.get_step_stragglers()
+        fresh = calc_for(store, "job", now=10.0).get_step_stragglers()
+        assert inc.as_dict() == fresh.as_dict()
+        np.testing.assert_array_equal(inc.lag, fresh.lag)
+    assert inc.hosts[0].lost_time == pytest.approx(3 * 0.1 + 3 * 0.5)
+    late = calc.get_step_stragglers(since=3.0)  # steps 3-5 only
+    assert late.steps.tolist() == [3, 4, 5] and late.hosts[0].lost_time == pytest.approx(1.5)
+    with pytest.raises(ValueError, match=r"since \(nan\)"):
+        calc.get_step_stragglers(since=float("nan"))
