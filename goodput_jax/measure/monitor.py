@@ -265,8 +265,14 @@ class _RemoteEventFile:
         self._dirty = False
 
     def close(self) -> None:
-        if self._spool is not None:
+        if self._spool is None:
+            return
+        try:
             self.flush()
+        except Exception as e:  # noqa: BLE001 - a failed last upload must not fail close()
+            _log.warning("goodput monitor: last upload of %s failed: %s: %s", self.file_name,
+                         type(e).__name__, e)
+        finally:
             self._spool.close()
             self._spool = None
 
@@ -296,6 +302,7 @@ class _TBWriter:
                 return 0  # a late poll of an uploader that outlived its stop timeout
             self._open()
             self._writer.add_event(event)
+            self.file_name = getattr(self._writer, "file_name", self.file_name)
         return len(values)
 
     def write_series(self, tag: str, points: Iterable[tuple[int, float]], wall_time: float) -> int:
