@@ -67,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
     s = sub.add_parser("submit", help="submit a job", formatter_class=HelpFormatter)
     _state(s)
-    s.add_argument("spec", nargs="?", default=None, help="a JSON job spec file")
+    s.add_argument("--spec", default=None, help="a JSON job spec file (instead of the options)")
     s.add_argument("--name", help="job name")
     s.add_argument("--entry-point", help="'module:function' or a script.py")
     s.add_argument("--min-replicas", type=positive_int, default=1, help="fewest devices")

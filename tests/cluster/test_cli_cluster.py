@@ -1,0 +1,52 @@
+"""``goodput-jax cluster`` client subcommands on a state directory (no Ray needed)."""
+
+from __future__ import annotations
+
+import json
+
+from goodput_jax.cli import main
+from goodput_jax.cluster.state import StateDir
+
+EX = "goodput_jax.cluster.examples:regression"
+
+
+def _cluster(tmp_path):
+    sd = StateDir(tmp_path / "state")
+    sd.write_json(sd.cluster_path, {"capacity": {"a": [2, 2], "b": [1, 2]}})
+    return str(tmp_path / "state")
+
+
+def test_submit_status_cancel_logs(tmp_path, capsys):
+    state = _cluster(tmp_path)
+    assert main(["cluster", "submit", "--state-dir", state, "--name", "j1", "--entry-point", EX,
+                 "--max-replicas", "2", "--accelerator-types", "a", "--", "--steps", "5"]) == 0
+    assert capsys.readouterr().out.strip() == "j1"
+    spec = json.loads((tmp_path / "state" / "inbox" / "j1.json").read_text())
+    assert spec["args"] == ["--steps", "5"] and spec["accelerator_types"] == ["a"]
+    assert main(["cluster", "status", "--state-dir", state]) == 0
+    out = capsys.readouterr().out
+    assert "j1" in out and "submitted" in out
+    assert main(["cluster", "cancel", "--state-dir", state, "j1"]) == 0
+    assert main(["cluster", "logs", "--state-dir", state, "j1"]) == 0
+
+
+def test_refusals_are_one_line_errors(tmp_path, capsys):
+    state = _cluster(tmp_path)
+    rc = main(["cluster", "submit", "--state-dir", state, "--name", "j", "--entry-point", EX,
+               "--min-replicas", "9", "--max-replicas", "9"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err == "goodput-jax cluster: error: min_replicas (9) > the 6 devices of all types\n"
+    rc = main(["cluster", "submit", "--state-dir", state, "--name", "j", "--entry-point", EX,
+               "--accelerator-types", "h100"])
+    assert rc == 2 and "unknown accelerator type 'h100'" in capsys.readouterr().err
+    assert main(["cluster", "status", "--state-dir", state, "nope"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "state" / "inbox").exists()
+
+
+def test_help_lists_the_subcommands(capsys):
+    assert main(["cluster", "--help"]) == 0
+    out = capsys.readouterr().out
+    for word in ("up", "submit", "status", "cancel", "logs", "demo", "down"):
+        assert word in out
