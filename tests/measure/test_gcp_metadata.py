@@ -75,11 +75,41 @@ def test_metadata_lookup_sends_the_flavor_header_and_reads_project_zone_accelera
                                                                "TPU-v5e")
 
 
+def _maxtext_0_2_5_monitor(config, **extra):
+    """maxtext/common/goodput.py's maybe_monitor_goodput, line for line in what it passes
+    (``monitoring`` being goodput_jax's), plus the test's store, clock and client."""
+    from goodput_jax import monitoring
+
+    gcp_options = monitoring.GCPOptions(
+        enable_gcp_goodput_metrics=config.enable_gcp_goodput_metrics,
+        enable_gcp_step_deviation_metrics=config.enable_gcp_step_deviation_metrics)
+    common_kwargs = {
+        "job_name": goodput.get_goodput_job_name(config),
+        "logger_name": f"goodput_{goodput.get_goodput_job_name(config)}",
+        "tensorboard_dir": config.tensorboard_dir,
+        "upload_interval": config.goodput_upload_interval_seconds,
+        "monitoring_enabled": True,
+        "include_badput_breakdown": True,
+        "include_step_deviation": config.monitor_step_time_deviation,
+        "step_deviation_interval_seconds": config.step_deviation_interval_seconds,
+        "gcp_options": gcp_options,
+    }
+    mon = monitoring.GoodputMonitor(pathway_enabled=config.enable_pathways_goodput,
+                                    **common_kwargs, **extra)
+    mon.start_goodput_uploader()
+    mon.start_rolling_window_goodput_uploader(config.rolling_windows_seconds)
+    mon.stop_rolling_window_goodput_uploader()
+    mon.stop_goodput_uploader()
+    return mon
+
+
+@pytest.mark.parametrize("wrapper", ["goodput_jax_helper", "maxtext_module"])
 def test_maxtext_wrapper_with_default_gcp_options_sends_metrics_with_metadata_defaults(
-        tmp_path, metadata):
+        tmp_path, metadata, wrapper):
     """Acceptance: MaxText's maybe_monitor_goodput passes GCPOptions with only the two
     enable flags; the project and zone come from the metadata server, and goodput, badput,
-    rolling-window (interval) and step-time metrics reach Cloud Monitoring."""
+    rolling-window (interval) and step-time metrics reach Cloud Monitoring. Through
+    goodput_jax's copy of the wrapper and through the calls MaxText's module makes."""
     store = SQLiteStore(str(tmp_path / "g.db"))
     now = [T0]
     _record_job(store, "mt", now)
@@ -91,12 +121,18 @@ def test_maxtext_wrapper_with_default_gcp_options_sends_metrics_with_metadata_de
         enable_gcp_goodput_metrics=True, enable_gcp_step_deviation_metrics=True,
         enable_rolling_window_goodput=True, rolling_windows_seconds=[30])
     with LoopbackMetricService() as srv:
-        with goodput.maybe_monitor_goodput(config, process_index=0, store=store,
-                                           clock=lambda: now[0],
-                                           gcm_client=srv.client()) as mon:
-            assert mon.job_name == "mt"  # goodput_job_name wins over run_name
-            assert (mon.gcp_options.project_id, mon.gcp_options.location) == (
-                "fake-proj", "us-central2-b")
+        if wrapper == "maxtext_module":
+            mon = _maxtext_0_2_5_monitor(config, store=store, clock=lambda: now[0],
+                                         gcm_client=srv.client())
+            mon.close()
+        else:
+            with goodput.maybe_monitor_goodput(config, process_index=0, store=store,
+                                               clock=lambda: now[0],
+                                               gcm_client=srv.client()) as mon:
+                pass
+        assert mon.job_name == "mt"  # goodput_job_name wins over run_name
+        assert (mon.gcp_options.project_id, mon.gcp_options.location) == (
+            "fake-proj", "us-central2-b")
         got = srv.series()
     assert {r.name for r in srv.requests} == {"projects/fake-proj"}
     types_sent = {k[0] for k in got}
