@@ -175,6 +175,10 @@ def test_no_metadata_server_logs_and_disables_cloud_monitoring(tmp_path, monkeyp
         took = time.monotonic() - t
     assert md.project_id is None and md.error
     assert took < 30.0  # generous: the bound is 2 s; the point is that it returns
+    # a web server that is not a metadata server (no Metadata-Flavor answer) is not believed
+    with FakeMetadataServer(flavor=False) as impostor:
+        md = cm.read_gce_metadata(host=impostor.host, cached=False)
+    assert md.project_id is None and "without Metadata-Flavor: Google" in md.error
     # not on GCP and no GCE_METADATA_HOST: nothing is asked
     monkeypatch.delenv(cm.METADATA_HOST_ENV)
     if not cm.on_gce():
@@ -235,3 +239,18 @@ def test_elastic_slice_efficiency_and_hang_metrics_reach_cloud_monitoring(tmp_pa
             if ts.metric.type == cm.CUSTOM_PREFIX + "seconds_since_last_step"]
     assert secs == pytest.approx([1.0, 159.0])
     store.close()
+
+
+@pytest.mark.parametrize("machine_type,acc", [
+    ("projects/1/machineTypes/ct5lp-hightpu-4t", "TPU-v5e"),
+    ("projects/1/machineTypes/ct6e-standard-4t", "TPU-v6e"),
+    ("projects/1/machineTypes/ct5p-hightpu-4t", "TPU-v5p"),
+    ("projects/1/machineTypes/tpu7x-standard-4t", "TPU-7x"),
+    ("projects/1/machineTypes/a3-highgpu-8g", "NVIDIA-H100"),
+    ("projects/1/machineTypes/a3-ultragpu-8g", "NVIDIA-H200"),
+    ("projects/1/machineTypes/a2-highgpu-1g", "NVIDIA-A100"),
+    ("projects/1/machineTypes/n2-standard-8", "UNKNOWN"),
+    (None, "UNKNOWN"),
+])
+def test_accelerator_labels_from_machine_types(machine_type, acc):
+    assert cm.accelerator_from_machine_type(machine_type) == acc
