@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ACTIVE", "Controller", "ControllerActor", "RayLauncher", "make_policy"]
 
+#: Name prefix of the runtime's placement groups.
+PG_PREFIX = "gj-"
+
 #: Job states the scheduler allocates for.
 ACTIVE = ("queued", "running", "stopping", "retrying")
 
@@ -122,7 +125,8 @@ class RayLauncher:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         bundles = [{f"{NODE_PREFIX}{label}": 0.001, ACCEL: float(k)} for label, k in groups]
-        pg = placement_group(bundles, strategy="SPREAD" if len(bundles) > 1 else "PACK")
+        pg = placement_group(bundles, strategy="SPREAD" if len(bundles) > 1 else "PACK",
+                             name=f"{PG_PREFIX}{spec.name}-{contexts[0]['attempt']}")
         refs = []
         for i, ((_, k), ctx, log) in enumerate(zip(groups, contexts, log_paths)):
             env = dict(spec.env)
@@ -135,6 +139,22 @@ class RayLauncher:
                     pg, placement_group_bundle_index=i),
                 runtime_env={"env_vars": env}).remote(ctx, spec.entry_point, log))
         return {"pg": pg, "refs": refs}
+
+    def remove_stale(self) -> list[str]:
+        """Remove the runtime's placement groups left by a dead controller (their tasks
+        died with it, their reservations did not); returns their names."""
+        from ray.util import get_placement_group, placement_group_table
+
+        gone = []
+        for info in placement_group_table().values():
+            name = info.get("name") or ""
+            if name.startswith(PG_PREFIX) and info.get("state") != "REMOVED":
+                try:
+                    self._ray.util.remove_placement_group(get_placement_group(name))
+                    gone.append(name)
+                except Exception as e:  # noqa: BLE001 - removed meanwhile
+                    logger.debug("stale placement group %s: %s", name, e)
+        return gone
 
     def poll(self, handle: dict) -> tuple[str, Any] | None:
         """None: running; ``("ok", [results])``; ``("error", (message, system))``."""
@@ -231,6 +251,7 @@ class Controller:
                 job["allocation"] = alloc if alloc is not None else job["allocation"]
                 job["status"] = "retrying" if job["allocation"] else "queued"
                 job["retry_at"] = now
+                job["relaunch_reason"] = "rebuilt"
                 job["restarts"] += 1
                 self._event(job, now, "controller restarted")
                 logger.info("job %s: relaunching from its checkpoint", name)
@@ -372,8 +393,9 @@ class Controller:
                 self._crash(name, job, now, job.get("suspect_error") or message)
         for name, job in self.jobs.items():
             if job["status"] == "retrying" and now >= job["retry_at"]:
+                reason = job.pop("relaunch_reason", None) or "retry"
                 if job["allocation"] and all(n in labels for n in job["allocation"]):
-                    self._launch(name, job, now, "retry")
+                    self._launch(name, job, now, reason)
                 else:
                     job["status"], job["allocation"] = "queued", []
                     self.trigger = True
@@ -579,8 +601,11 @@ class ControllerActor:
         logging.basicConfig(level=logging.INFO)
         if policy != "auto" and policy_kwargs:
             policy = make_policy(policy, **policy_kwargs)
+        launcher = RayLauncher(fake_devices)
+        #: Placement groups of a previous controller, removed at start.
+        self.stale_removed = launcher.remove_stale()
         self.controller = Controller(state_dir, policy=policy, interval=interval,
-                                     launcher=RayLauncher(fake_devices), node_grace=node_grace)
+                                     launcher=launcher, node_grace=node_grace)
         self.poll = float(poll)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -603,6 +628,7 @@ class ControllerActor:
             out = self.controller.status()
             out["errors"] = list(self.errors[-20:])
             out["restored"] = self.controller.restored
+            out["stale_removed"] = list(self.stale_removed)
             return out
 
     def round_now(self) -> list:

@@ -15,8 +15,8 @@ Arguments (``ctx.args``)::
     --steps N         total optimizer steps (default 60)
     --ckpt-every K    checkpoint period in steps (default 20)
     --step-sleep S    seconds of host work per step (default 0: as fast as it goes)
-    --crash-at STEP   raise at this step on attempts < --crash-attempts (fault tests)
-    --crash-attempts A
+    --crash-at STEP   raise at this step, the first --crash-attempts times (default 1) a
+    --crash-attempts A  launch reaches it (fault tests)
     --width W         hidden width (default 16)
 
 Each step's loss, each save and restore (with the eval loss) and the stop go to
@@ -26,13 +26,15 @@ the job's progress log (``ctx.log_progress``), with the attempt and device count
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from dataclasses import dataclass, fields
 from typing import Any
 
 from goodput_jax.cluster.context import JobContext
 from goodput_jax.cluster.runner import STOPPED
 
-__all__ = ["always_crash", "parse_args", "regression"]
+__all__ = ["Options", "always_crash", "parse_args", "regression"]
 
 
 def always_crash(ctx: JobContext) -> None:
@@ -40,21 +42,29 @@ def always_crash(ctx: JobContext) -> None:
     raise RuntimeError(f"injected failure of {ctx.job} (attempt {ctx.attempt})")
 
 
-def parse_args(args: Any) -> argparse.Namespace:
-    """The example's arguments.
+@dataclass(frozen=True)
+class Options:
+    """The example's arguments (see the module docstring)."""
+
+    steps: int = 60
+    ckpt_every: int = 20
+    step_sleep: float = 0.0
+    crash_at: int = -1
+    crash_attempts: int = 1
+    width: int = 16
+
+
+def parse_args(args: Any) -> Options:
+    """The example's arguments from ``ctx.args``.
 
     Example:
         >>> parse_args(["--steps", "5"]).steps
         5
     """
     p = argparse.ArgumentParser(prog="regression", exit_on_error=False)
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--ckpt-every", type=int, default=20)
-    p.add_argument("--step-sleep", type=float, default=0.0)
-    p.add_argument("--crash-at", type=int, default=-1)
-    p.add_argument("--crash-attempts", type=int, default=1)
-    p.add_argument("--width", type=int, default=16)
-    return p.parse_args(list(args))
+    for f in fields(Options):
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+    return Options(**vars(p.parse_args(list(args))))
 
 
 def regression(ctx: JobContext) -> str | None:
@@ -136,8 +146,13 @@ def regression(ctx: JobContext) -> str | None:
                 save(step, "stop")
                 ctx.log_progress(event="stopped", step=step, reason=stop.reason())
                 return STOPPED
-            if step == opts.crash_at and ctx.attempt < opts.crash_attempts:
-                raise RuntimeError(f"injected crash at step {step} (attempt {ctx.attempt})")
+            if step == opts.crash_at:
+                marker = os.path.join(os.path.dirname(ctx.progress_path), f"crashes-at-{step}")
+                done = os.path.getsize(marker) if os.path.exists(marker) else 0
+                if done < opts.crash_attempts:  # the first crash_attempts times it gets here
+                    with open(marker, "a") as fh:
+                        fh.write("x")
+                    raise RuntimeError(f"injected crash at step {step} (attempt {ctx.attempt})")
             t = time.time()
             params, opt_state, loss = adaptive.step(step, step_fn, params, opt_state)
             ctx.log_progress(event="step", step=step, loss=float(loss),

@@ -100,8 +100,10 @@ def sandbox_env(ray_tmpdir: str, env: dict | None = None) -> dict:
     out = dict(os.environ if env is None else env)
     out.update({
         SANDBOX_ENV: "1", "RAY_TMPDIR": ray_tmpdir, "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
-        "RAY_health_check_failure_threshold": "3", "RAY_DEDUP_LOGS": "0",
+        # a dead raylet is seen in ~5-10 s (default ~30 s); a busy 2-core machine still
+        # answers within 2 s, so live nodes are not declared dead
+        "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "2000",
+        "RAY_health_check_failure_threshold": "5", "RAY_DEDUP_LOGS": "0",
     })
     return out
 

@@ -14,7 +14,8 @@ after every arrival, finish or node change), and real small JAX jobs:
 * ``doomed``: fails at once on every attempt; marked failed after its retries.
 
 Once a job on n2 has checkpointed on it, n2's raylet is killed; its jobs restart
-from their checkpoints elsewhere. The driver waits for every job, then shuts the
+from their checkpoints elsewhere. Once the victim runs again, the controller actor is
+killed and a new one started on the same state directory. The driver waits for every job, then shuts the
 controller and the cluster down and writes what it saw (the controller's state,
 each job's progress log, the kill, listening sockets left in the namespace) to
 OUT_JSON.
@@ -98,6 +99,18 @@ def main(state_dir: str, out_path: str) -> None:
                                              if "n2" in (j.get("allocation") or []))}
     cluster.kill_node("n2")
     info["phases"]["killed"] = time.time() - t0
+    # the controller dies; a new one rebuilds from controller.json and relaunches what ran
+    wait_for(lambda: any(la["t"] > info["killed"]["t"] for la in
+                         client.status()[victim]["launches"]), 120, "victim relaunched")
+    running = sorted(n for n, j in client.status().items() if j["status"] == "running")
+    t_kill = time.time()
+    ray.kill(ctl)
+    time.sleep(1.0)
+    ctl = start_controller(state_dir, policy="sia", interval=3.0, poll=0.25, node_grace=8.0,
+                           policy_kwargs={"restart_penalty": 2.0})
+    info["controller_restart"] = {"t": t_kill, "running": running,
+                                  "status": ray.get(ctl.status.remote())}
+    info["phases"]["controller_restarted"] = time.time() - t0
     names = ["span", "flex", "late", "doomed"]
     try:
         client.wait(names, timeout=200)
