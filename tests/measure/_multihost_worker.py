@@ -8,7 +8,9 @@ every process records with it and its process index as host. Each step runs a ji
 step and a barrier (sync_global_devices). Process 1 kills itself with SIGKILL right
 after recording step DIE_AT (-1: never). With SLOW_S > 0, both meet at a barrier before the
 first step and process 1 is a straggler: it sleeps SLOW_S before each step's start (a slow
-input pipeline), so process 0 waits for it in every step's barrier.
+input pipeline), so process 0 waits for it in every step's barrier; each process then times
+its own waits in the per-step barriers (perf_counter, no goodput_jax) and prints
+``waited <seconds>``: process 0's waits minus process 1's are the time lost to process 1.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def main() -> None:
     if slow > 0:
         x = step_fn(x).block_until_ready()  # compiled before the steps
         multihost_utils.sync_global_devices("first-step")
+    waited = 0.0
     for step in range(first, last):
         if pid == 1 and slow > 0:
             time.sleep(slow)  # this host's own work for the step takes longer
@@ -54,9 +57,12 @@ def main() -> None:
         x = step_fn(x).block_until_ready()
         if pid == 1 and step == die_at:
             os.kill(os.getpid(), signal.SIGKILL)  # the host really dies
+        t = time.perf_counter()
         multihost_utils.sync_global_devices(f"step-{step}")
+        waited += time.perf_counter() - t
     rec.record_job_end_time()
     rec.close()
+    print(f"waited {waited!r}", flush=True)
     print("done", flush=True)
     os._exit(0)  # skip jax.distributed's shutdown barrier
 
