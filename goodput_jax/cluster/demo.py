@@ -67,6 +67,11 @@ def run_demo(out: str, *, jobs=DEMO_JOBS, interval: float = 5.0, timeout: float 
     t0 = time.time()
     print("starting a local cluster: n0, n1 = type a (2 devices each), n2 = type b (2)",
           flush=True)
+    # Ray's own processes write their warnings to stderr: keep them in OUT/ray.log
+    ray_log = os.open(os.path.join(out, "ray.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    saved_stderr = os.dup(2)
+    os.dup2(ray_log, 2)
+    os.close(ray_log)
     cluster = LocalCluster([("a", 2), ("a", 2), ("b", 2)])
     try:
         import ray
@@ -115,6 +120,8 @@ def run_demo(out: str, *, jobs=DEMO_JOBS, interval: float = 5.0, timeout: float 
         ray.get(ctl.shutdown.remote())
     finally:
         cluster.shutdown()
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
     table, report = _summary(client, names)
     print()
     print(table)
