@@ -13,16 +13,20 @@ number of accumulation steps within the same slot count does not recompile
 (slot counts are powers of two: :func:`slots_for`). Padded slots are never
 computed.
 
-Inside ``jax.shard_map`` each device accumulates its own microbatches' gradients;
-with several replicas it takes the squared norm ``S`` of its accumulated gradient
-(``R`` parts of ``n * b`` examples: a static part count, so the estimator needs no
-run-time branch), with one replica the squared norms of its micro-steps' gradients
-(``n`` parts of ``b`` examples, a traced count). One ``psum`` carries the gradients
-together with ``[loss, S]`` (as :func:`goodput_jax.model.gradstats.data_parallel_grads`),
-and ``T`` is the squared norm of the averaged gradient. The statistics go to
-:func:`goodput_jax.gradient_noise_scale` as a :class:`GradSqNorms`; the learning rate follows the scaling rule of
-:func:`goodput_jax.model.scaling.scale_by_rule`, with this step's total batch
-``R * b * num_micro`` passed as a traced value: a new batch size never
+The statistics are gradstats' own (one in-step statistics path): inside ``jax.shard_map``
+the step calls :func:`goodput_jax.model.gradstats.data_parallel_grads` with the traced
+microbatch count (``num_active``), the optimizer's Adam preconditioner
+(:func:`~goodput_jax.model.gradstats.auto_preconditioner`, so an Adam user gets the
+statistics of the preconditioned gradient, as in a hand-written gradstats step) and the
+sampling decision of ``gradient_noise_scale(every=k)`` (the norms are skipped inside a
+``lax.cond`` on unsampled steps). With several replicas the parts of ``S`` are the
+replicas' accumulated gradients (``parts="device"``: ``R`` parts of ``n * b`` examples, a
+static count, one norm per replica); with one replica the micro-steps (``n`` parts of
+``b`` examples, a traced count). One ``psum`` carries the gradients together with
+``[loss, S]``, and ``T`` is the squared norm of the averaged gradient, taken on every
+device (``slice_total=False``: no collective beyond the plain step's). The learning rate
+follows the scaling rule of :func:`goodput_jax.model.scaling.scale_by_rule`, with this
+step's total batch ``R * b * num_micro`` passed as a traced value: a new batch size never
 recompiles the optimizer.
 
 Example:
@@ -81,13 +85,15 @@ def adaptive_optimizer(
     smoothing: float = 0.999,
     base_warmup_epochs: float | None = None,
     data_size: int | None = None,
+    every: int = 1,
 ) -> optax.GradientTransformationExtraArgs:
-    """``chain(gradient_noise_scale(M0), base, scale_by_rule(rule, M0))``.
+    """``chain(gradient_noise_scale(M0, every=every), base, scale_by_rule(rule, M0))``.
 
     ``base`` is the optimizer tuned at ``init_batch_size``; the rule (one of
     ``adascale``, ``adam``, ``linear``, ``sqrt``, ``legw``) scales its updates
     for the step's batch size, and ``schedule`` (optional) is evaluated at the
-    scale-invariant progress.
+    scale-invariant progress. ``every``: take the gradient statistics on one step in
+    ``every`` (:func:`make_train_step` skips the norms on the others).
 
     Example:
         >>> tx = adaptive_optimizer(optax.sgd(0.1), 32)
@@ -96,7 +102,7 @@ def adaptive_optimizer(
         0.0
     """
     return optax.chain(
-        gradstats.gradient_noise_scale(init_batch_size, smoothing=smoothing),
+        gradstats.gradient_noise_scale(init_batch_size, smoothing=smoothing, every=every),
         base,
         scale_by_rule(rule, init_batch_size, schedule=schedule,
                       base_warmup_epochs=base_warmup_epochs, data_size=data_size),
@@ -117,10 +123,6 @@ def progress_of(opt_state: Any) -> jax.Array:
     return found[0].progress
 
 
-def _sqnorm(tree: Any) -> jax.Array:
-    return sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
-
-
 def make_train_step(
     loss_fn: Callable[[Any, Any], jax.Array],
     tx: optax.GradientTransformationExtraArgs,
@@ -128,16 +130,22 @@ def make_train_step(
     mesh: Mesh | None = None,
     axis_name: str = "data",
     donate: bool = True,
+    preconditioner: Callable[[Any], Any] | None = gradstats.auto_preconditioner,
 ) -> Callable:
     """The jitted adaptive step ``(params, opt_state, batch, num_micro) -> (params, opt_state, loss)``.
 
     Args:
         loss_fn: ``loss_fn(params, microbatch) -> mean loss`` over the microbatch.
         tx: from :func:`adaptive_optimizer` (takes ``grad_sqnorms``,
-            ``grad_params`` and ``batch_size`` extra arguments).
+            ``grad_params``, ``preconditioner`` and ``batch_size`` extra arguments).
         mesh: data-parallel mesh (default :func:`data_mesh`).
         axis_name: its data axis.
         donate: donate params and optimizer state.
+        preconditioner: ``opt_state -> Preconditioner | None``, the preconditioning of
+            the statistics (default :func:`~goodput_jax.model.gradstats.auto_preconditioner`:
+            Adam's second moment when the state has one, none for SGD; pass
+            ``functools.partial(auto_preconditioner, b2=..., eps=...)`` for an Adam with
+            other constants, or None for raw-gradient statistics).
 
     Returns:
         The jitted step. ``batch`` leaves have shape ``[S, R * b, ...]``
@@ -146,7 +154,8 @@ def make_train_step(
         ``stats_summary()`` the last step's ``[count, sqr, var]`` of the gradient statistics
         (a device array computed in the step; :class:`GoodputHooks` reads it),
         ``precompile(params, opt_state, batch_like)`` compiles another batch
-        shape on a background thread (ahead of a switch), ``is_compiled(batch_like)``.
+        shape on a background thread (ahead of a switch), ``is_compiled(batch_like)``,
+        ``lower(params, opt_state, batch, num_micro)`` the ``jax.stages.Lowered`` step.
 
     Example:
         >>> tx = adaptive_optimizer(optax.sgd(0.1), 4)
@@ -159,57 +168,58 @@ def make_train_step(
     """
     mesh = data_mesh(axis_name=axis_name) if mesh is None else mesh
     replicas = int(mesh.shape[axis_name])
-    vg = jax.value_and_grad(loss_fn)
+    if preconditioner is not None and not callable(preconditioner):
+        raise TypeError(f"preconditioner ({preconditioner!r}) must be a callable "
+                        "opt_state -> Preconditioner | None, or None")
     counter = {"traces": 0}
+    # ``every`` of the statistics: read once from the first concrete optimizer state
+    # (None until then: a traced sampling decision, always correct).
+    every: list = [None]
 
-    # Several replicas: each replica's squared norm is taken once, of its accumulated
-    # gradient (R * 1 local parts of n * b examples: a static part count, so the
-    # statistics need no run-time choice of estimator and no norm per micro-step). One
-    # replica: the micro-steps are the parts (a traced count, n * 1 parts of b examples).
-    per_replica = replicas > 1
+    # Several replicas: the parts of S are the replicas' accumulated gradients (R parts of
+    # n * b examples: a static part count, one norm per replica). One replica: the
+    # micro-steps are the parts (a traced count, n parts of b examples).
+    parts = "device" if replicas > 1 else "microbatch"
 
-    def local(params, batch, num_micro):
-        zero = jnp.zeros_like(jax.lax.axis_index(axis_name), dtype=jnp.float32)
-        pv = jax.tree.map(lambda p: p + zero.astype(p.dtype), params)
+    def grads_and_stats(params, pre, sample, batch, num_micro):
+        """``(loss, grads, GradSqNorms)`` from gradstats inside the shard_map; the
+        GradSqNorms' static fields (a Python part count or validity) travel by closure,
+        its arrays as outputs."""
+        static: dict = {}
 
-        def body(i, carry):
-            acc, sq, ls = carry
-            mb = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, 0, keepdims=False),
-                              batch)
-            loss, g = vg(pv, mb)
-            acc = jax.tree.map(lambda a, x: a + x.astype(a.dtype), acc, g)
-            if not per_replica:
-                sq = sq + _sqnorm(g)
-            return acc, sq, ls + loss.astype(jnp.float32)
+        def local(params, pre, sample, batch, num_micro):
+            slots = jax.tree.leaves(batch)[0].shape[0]
+            flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+            loss, grads, sq = gradstats.data_parallel_grads(
+                loss_fn, params, flat, axis_name, num_microbatches=slots, num_active=num_micro,
+                preconditioner=pre, sample=True if sample is None else sample, parts=parts,
+                slice_total=False)
+            arrays = {}
+            for name, value in sq._asdict().items():
+                if isinstance(value, (bool, int)):
+                    static[name] = value
+                else:
+                    arrays[name] = value
+            return loss, grads, arrays
 
-        acc0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32) + zero, pv)
-        acc, sq, ls = jax.lax.fori_loop(0, num_micro, body, (acc0, zero, zero))
-        inv_n = 1.0 / num_micro.astype(jnp.float32)
-        inv_r = 1.0 / replicas
-        grads = jax.tree.map(lambda a: a * inv_n, acc)
-        if per_replica:  # mean squared norm of the replicas' gradients (times n, undone below)
-            sq = _sqnorm(grads) * num_micro.astype(jnp.float32)
-        summed, head = jax.lax.psum(
-            (grads, jnp.stack([ls * inv_n * inv_r, sq * inv_n * inv_r])), axis_name)
-        grads = jax.tree.map(lambda x, p: (x * inv_r).astype(p.dtype), summed, params)
-        return head[0], grads, head[1]
-
-    sharded = jax.shard_map(
-        local, mesh=mesh, in_specs=(P(), P(None, axis_name), P()), out_specs=(P(), P(), P()),
-    )
+        loss, grads, arrays = jax.shard_map(
+            local, mesh=mesh, in_specs=(P(), P(), P(), P(None, axis_name), P()),
+            out_specs=(P(), P(), P()))(params, pre, sample, batch, num_micro)
+        return loss, grads, gradstats.GradSqNorms(**arrays, **static)
 
     def step(params, opt_state, batch, num_micro):
         counter["traces"] += 1
         num_micro = jnp.asarray(num_micro, jnp.int32)
-        loss, grads, local_sqr = sharded(params, batch, num_micro)
-        total_sqr = _sqnorm(grads)
-        per_slot = jax.tree.leaves(batch)[0].shape[1]
-        batch_size = (num_micro * per_slot).astype(jnp.float32)
-        parts = replicas if per_replica else num_micro  # static with several replicas
-        sq = gradstats.GradSqNorms(local_sqr, total_sqr, parts, batch_size)
+        pre = None if preconditioner is None else preconditioner(opt_state)
+        # every > 1 (or not known yet): the norms run on sampled steps only (a lax.cond)
+        sample = None if every[0] == 1 else gradstats.sample_now(opt_state)
+        loss, grads, sq = grads_and_stats(params, pre, sample, batch, num_micro)
+        batch_size = jnp.asarray(sq.batch_size, jnp.float32)
+        sq = sq._replace(batch_size=batch_size)
         gp = gradstats.get_grad_params(opt_state)
         updates, opt_state = tx.update(grads, opt_state, params, grad_sqnorms=sq,
-                                       grad_params=gp, batch_size=batch_size)
+                                       grad_params=gp, preconditioner=pre,
+                                       batch_size=batch_size)
         # ``[count, sqr, var]`` of the smoothed statistics, a fourth output that is never
         # donated: the hooks keep a reference to it instead of dispatching a copy of the
         # (donated) optimizer state from the training thread
@@ -240,8 +250,14 @@ def make_train_step(
 
     last_summary: list = [None]
 
+    def learn_every(opt_state):
+        if every[0] is None:
+            every[0] = gradstats.sample_every(opt_state)
+
     @functools.wraps(step)
     def train_step(params, opt_state, batch, num_micro):
+        if every[0] is None:
+            learn_every(opt_state)
         exe = compiled.get(key_of(batch)) if compiled else None
         if exe is not None:
             p, o, loss, last_summary[0] = exe(place(params), place(opt_state), batch, num_micro)
@@ -263,6 +279,7 @@ def make_train_step(
         k = key_of(batch_like)
         if k in futures:
             return futures[k]
+        learn_every(opt_state)
         import concurrent.futures
 
         if not pool:
@@ -288,8 +305,14 @@ def make_train_step(
         f = futures.get(k)
         return k in compiled or (f is not None and f.done() and f.exception() is None and k in compiled)
 
+    def lower(params, opt_state, batch, num_micro):
+        """The step lowered for these arguments (``.compile().as_text()`` shows its HLO)."""
+        learn_every(opt_state)
+        return jitted.lower(place(params), place(opt_state), batch, num_micro)
+
     batch_sharding = NamedSharding(mesh, P(None, axis_name))
     train_step.stats_summary = stats_summary  # type: ignore[attr-defined]
+    train_step.lower = lower  # type: ignore[attr-defined]
     train_step.precompile = precompile  # type: ignore[attr-defined]
     train_step.is_compiled = is_compiled  # type: ignore[attr-defined]
 

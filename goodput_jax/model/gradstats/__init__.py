@@ -101,7 +101,12 @@ from goodput_jax.model.gradstats.precondition import (
     find_adam_state,
     sqnorm,
 )
-from goodput_jax.model.gradstats.readers import get_grad_params, get_grad_stats, sample_now
+from goodput_jax.model.gradstats.readers import (
+    get_grad_params,
+    get_grad_stats,
+    sample_every,
+    sample_now,
+)
 from goodput_jax.model.gradstats.transform import (
     GradientNoiseScaleState,
     MultiStepsGNSState,
@@ -133,6 +138,7 @@ __all__ = [
     "microbatch_grads",
     "multi_steps",
     "noise_scale",
+    "sample_every",
     "sample_now",
     "sqnorm",
     "stats_summary",

@@ -199,6 +199,66 @@ def _accumulate(
     return loss_sum * inv, (aux if has_aux else None), grads, sq * inv, norm
 
 
+def _accumulate_traced(
+    loss_fn: Callable,
+    params: Any,
+    batch: Any,
+    num_microbatches: int,
+    num_active: jax.Array,
+    preconditioner: Preconditioner | None,
+    micro_norms: bool,
+    sample: Any = True,
+) -> tuple[Any, Any, jax.Array]:
+    """Mean loss, mean gradient and mean per-microbatch squared norm (0 unless
+    ``micro_norms``) over the first ``num_active`` of ``num_microbatches`` microbatches.
+
+    A ``lax.fori_loop`` with the traced trip count ``num_active``: one compiled program
+    serves every count up to ``num_microbatches``, and the microbatches past
+    ``num_active`` are never read.
+    """
+    vg = _value_and_grad(loss_fn, False)
+    micro = _split(batch, num_microbatches, "num_microbatches")
+    if preconditioner is None:
+        norm = sqnorm
+    else:  # as in _accumulate: keep nu tied to each microbatch's gradient (no hoisting)
+        def norm(tree):
+            tree, nu = jax.lax.optimization_barrier((tree, preconditioner.nu))
+            return sqnorm(tree, preconditioner._replace(nu=nu))
+
+    def body(i, carry):
+        acc, sq, loss_sum = carry
+        mb = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, 0, keepdims=False), micro)
+        loss, g = vg(params, mb)
+        acc = jax.tree.map(lambda a, x: a + x.astype(a.dtype), acc, g)
+        if micro_norms:
+            sq = sq + _when(sample, lambda: norm(g), (g, preconditioner))
+        return acc, sq, loss_sum + loss.astype(jnp.float32)
+
+    zero = _zero_like((params, batch, preconditioner))
+    def zeros(p):
+        dt = jnp.promote_types(p.dtype, jnp.float32)
+        return jnp.zeros(p.shape, dt) + zero.astype(dt)
+
+    acc0 = jax.tree.map(zeros, params)
+    acc, sq, loss_sum = jax.lax.fori_loop(0, num_active, body, (acc0, zero, zero))
+    inv = 1.0 / num_active.astype(jnp.float32)
+    grads = jax.tree.map(lambda a, p: (a * inv.astype(a.dtype)).astype(p.dtype), acc, params)
+    return loss_sum * inv, grads, sq * inv
+
+
+def _check_num_active(num_active: Any, num_microbatches: int) -> jax.Array:
+    """``num_active`` as an int32 scalar (a clear error otherwise; a concrete value is
+    checked against ``num_microbatches``)."""
+    if isinstance(num_active, bool) or np.ndim(num_active) != 0 or not (
+            jnp.issubdtype(jnp.result_type(num_active), jnp.integer)):
+        raise TypeError(f"num_active ({num_active!r}) must be an integer scalar (int32 array "
+                        "or int)")
+    if isinstance(num_active, (int, np.integer)) and not 1 <= num_active <= num_microbatches:
+        raise ValueError(f"num_active ({num_active}) must be in [1, num_microbatches "
+                         f"({num_microbatches})]")
+    return jnp.asarray(num_active, jnp.int32)
+
+
 def microbatch_grads(
     loss_fn: Callable,
     params: Any,
@@ -283,6 +343,9 @@ def data_parallel_grads(
     preconditioner: Preconditioner | None = None,
     has_aux: bool = False,
     sample: Any = True,
+    num_active: Any = None,
+    parts: str = "microbatch",
+    slice_total: bool = True,
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (a): data-parallel gradient inside ``jax.shard_map`` with ``(S, T)``.
 
@@ -315,11 +378,26 @@ def data_parallel_grads(
             or a scalar bool array such as :func:`sample_now` ``(opt_state)``
             for ``gradient_noise_scale(..., every=k)``; on other steps the
             norms are skipped inside a ``lax.cond`` and cost nothing.
+        num_active: use only the first ``num_active`` microbatches (a traced int32
+            scalar, ``1 <= num_active <= num_microbatches``): the accumulation is a
+            ``lax.fori_loop`` with that trip count, so one compiled step serves every
+            count (the others are padding, never read). ``None``: all, in a ``lax.scan``.
+            Not with ``has_aux``.
+        parts: what the parts of ``S`` are. ``"microbatch"``: every device's
+            microbatches (``count = devices * microbatches``); ``"device"``: each
+            device's accumulated gradient, one norm per device instead of one per
+            microbatch (``count = devices``, static even when ``num_active`` is traced;
+            with one device that is the differenced estimator's ``count = 1``).
+        slice_total: ``T`` from a 1/devices slice per device plus one scalar
+            collective (True), or from the whole averaged gradient on every device
+            with no collective (False: the step keeps the plain step's collectives,
+            at one more read of the gradient).
 
     Returns:
         ``(loss, grads, sqnorms)``: mean loss over all devices, the gradient
         averaged over devices (replicated), and :class:`GradSqNorms` with
-        ``count = devices * num_microbatches`` and the global batch size.
+        ``count = devices * num_microbatches`` (see ``parts`` and ``num_active``)
+        and the global batch size (of the microbatches used).
 
     Example:
         >>> # inside jax.shard_map(step, mesh=mesh, in_specs=(P(), P("data")), out_specs=...)
@@ -332,25 +410,47 @@ def data_parallel_grads(
         devices *= int(jax.lax.axis_size(a))
     local_size = _leading_size(batch)
     sample = _check_sample(sample)
+    if parts not in ("microbatch", "device"):
+        raise ValueError(f"parts ({parts!r}) must be 'microbatch' or 'device'")
+    if not isinstance(slice_total, bool):
+        raise TypeError(f"slice_total ({slice_total!r}) must be a bool")
+    per_device = parts == "device"
     pv = _vary_over(params, axis_name)
-    loss, aux, grads, local, _ = _accumulate(loss_fn, pv, batch, n, preconditioner, has_aux,
-                                             sample)
+    if num_active is None:
+        loss, aux, grads, local, _ = _accumulate(loss_fn, pv, batch, n, preconditioner, has_aux,
+                                                 False if per_device else sample)
+        count, used = devices * n, local_size * devices
+    else:
+        if has_aux:
+            raise ValueError("has_aux is not supported with num_active (a traced microbatch "
+                             "count)")
+        active = _check_num_active(num_active, n)
+        loss, grads, local = _accumulate_traced(loss_fn, pv, batch, n, active, preconditioner,
+                                                not per_device, sample)
+        aux = None
+        count = devices * active if not per_device else devices
+        used = active * (local_size // n) * devices
+    if per_device:  # one part per device: the norm of its accumulated gradient
+        local = _when(sample, lambda: sqnorm(grads, preconditioner), (grads, preconditioner))
+        count = devices
     inv = 1.0 / devices
     # The loss and the local S ride in the gradients' own all-reduce (one tuple
     # collective, as the plain step's pmean of the gradients).
     summed, head = jax.lax.psum(
         (grads, jnp.stack([jnp.asarray(loss, jnp.float32) * inv, local * inv])), axis_name
     )
-    # T: each device reduces only its 1/devices slice of the summed gradient
-    # (scaled to the mean afterwards, a scalar); one scalar collective sums it.
-    total = _when(sample, lambda: jax.lax.psum(
-        _sliced_sqnorm(summed, preconditioner, axis_name, devices), axis_name) * (inv * inv))
     grads = jax.tree.map(lambda x: x * jnp.asarray(inv, x.dtype), summed)
+    if slice_total:
+        # T: each device reduces only its 1/devices slice of the summed gradient
+        # (scaled to the mean afterwards, a scalar); one scalar collective sums it.
+        total = _when(sample, lambda: jax.lax.psum(
+            _sliced_sqnorm(summed, preconditioner, axis_name, devices), axis_name) * (inv * inv))
+    else:  # T of the whole (replicated) mean gradient on every device: no collective
+        total = _when(sample, lambda: sqnorm(grads, preconditioner), (grads, preconditioner))
     if preconditioner is not None:
         grads = _ordered_after(grads, total)
     out = (head[0], aux) if has_aux else head[0]
-    sq = GradSqNorms(head[1], total, devices * n, local_size * devices,
-                     _pre_valid(preconditioner, sample))
+    sq = GradSqNorms(head[1], total, count, used, _pre_valid(preconditioner, sample))
     return out, grads, sq
 
 

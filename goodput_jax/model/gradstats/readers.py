@@ -14,12 +14,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp  # noqa: F401 - the docstring examples use it
+import numpy as np
 
 from goodput_jax.model.gradstats.estimate import GradStatsState, grad_params_from_stats
 from goodput_jax.model.gradstats.transform import GradientNoiseScaleState
 from goodput_jax.model.types import GradParams
 
-__all__ = ["get_grad_params", "get_grad_stats", "sample_now"]
+__all__ = ["get_grad_params", "get_grad_stats", "sample_every", "sample_now"]
 
 
 def get_grad_stats(opt_state: Any) -> GradStatsState:
@@ -42,6 +43,46 @@ def get_grad_stats(opt_state: Any) -> GradStatsState:
     return found[0]
 
 
+def _noise_scale_state(opt_state: Any) -> GradientNoiseScaleState:
+    found = [
+        x
+        for x in jax.tree.leaves(opt_state,
+                                 is_leaf=lambda x: isinstance(x, GradientNoiseScaleState))
+        if isinstance(x, GradientNoiseScaleState)
+    ]
+    if not found:
+        raise ValueError(
+            "opt_state holds no gradient_noise_scale state: put "
+            "goodput_jax.gradient_noise_scale(...) first in the optax chain"
+        )
+    return found[0]
+
+
+def sample_every(opt_state: Any) -> int | None:
+    """The ``every`` of the :func:`gradient_noise_scale` in ``opt_state``, as a Python int.
+
+    A train-step builder calls it on a concrete optimizer state (outside ``jit``) to
+    decide statically whether to pass ``sample=sample_now(opt_state)`` (``every > 1``)
+    or leave ``sample=True`` (no conditional). Reading it waits for that one scalar.
+    Returns None when the state is abstract (traced, or ``jax.ShapeDtypeStruct``).
+
+    Raises:
+        ValueError: when ``opt_state`` holds no :func:`gradient_noise_scale` state.
+
+    Example:
+        >>> import optax
+        >>> from goodput_jax.model.gradstats.transform import gradient_noise_scale
+        >>> sample_every(optax.chain(gradient_noise_scale(32, every=4), optax.sgd(0.1))
+        ...              .init({"w": jnp.ones(2)}))
+        4
+    """
+    every = _noise_scale_state(opt_state).every
+    if isinstance(every, jax.core.Tracer) or not isinstance(every, (int, np.integer, np.ndarray,
+                                                                    jax.Array)):
+        return None
+    return int(every)
+
+
 def sample_now(opt_state: Any) -> jax.Array:
     """Whether this step takes the statistics (scalar bool), for the helpers' ``sample=``.
 
@@ -61,18 +102,8 @@ def sample_now(opt_state: Any) -> jax.Array:
         >>> bool(sample_now(tx.init({"w": jnp.ones(2)})))
         True
     """
-    found = [
-        x
-        for x in jax.tree.leaves(opt_state,
-                                 is_leaf=lambda x: isinstance(x, GradientNoiseScaleState))
-        if isinstance(x, GradientNoiseScaleState)
-    ]
-    if not found:
-        raise ValueError(
-            "opt_state holds no gradient_noise_scale state: put "
-            "goodput_jax.gradient_noise_scale(...) first in the optax chain"
-        )
-    return (found[0].step % found[0].every) == 0
+    found = _noise_scale_state(opt_state)
+    return (found.step % found.every) == 0
 
 
 def get_grad_params(opt_state: Any) -> GradParams:

@@ -75,6 +75,19 @@ def _all_finite(tree: Any) -> jax.Array:
     return ok
 
 
+def _after_norms(updates: Any, state: GradientNoiseScaleState, preconditioner: Any) -> Any:
+    """``updates`` ordered after the differenced norms when they read Adam's ``nu``.
+
+    The preconditioned differenced norms read the optimizer's ``nu``, which the next
+    transformation (Adam) overwrites in place in a donated state; without a data path
+    from the norms to the updates XLA copies every ``nu`` leaf first (see
+    :func:`goodput_jax.model.gradstats.collect._ordered_after`).
+    """
+    if preconditioner is None:
+        return updates
+    return _ordered_after(updates, state.stats.var_ema)
+
+
 def gradient_noise_scale(
     init_batch_size: float,
     *,
@@ -173,11 +186,12 @@ def gradient_noise_scale(
             if count is None:  # a traced part count: pick the estimator at run time
                 if not differenced:
                     return updates, unbiased(state, grad_sqnorms, on, step)
-                return updates, jax.lax.cond(
+                new_state = jax.lax.cond(
                     jnp.asarray(grad_sqnorms.count) > 1,
                     lambda: unbiased(state, grad_sqnorms, on, step),
                     lambda: differenced_step(updates, state, bs, preconditioner, on, step),
                 )
+                return _after_norms(updates, new_state, preconditioner), new_state
         if not differenced:
             if grad_sqnorms is None:
                 raise ValueError(
@@ -185,7 +199,8 @@ def gradient_noise_scale(
                     "collection helper with count > 1 at every update"
                 )
             return updates, state._replace(step=step)
-        return updates, differenced_step(updates, state, bs, preconditioner, on, step)
+        new_state = differenced_step(updates, state, bs, preconditioner, on, step)
+        return _after_norms(updates, new_state, preconditioner), new_state
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
