@@ -14,8 +14,8 @@ job on another host through a shared filesystem), and optionally a signal.
   broadcast to all processes (one tiny cross-process collective per check).
 * :meth:`StopRequest.install_signal_handler` turns ``SIGTERM`` (or another
   signal) into the same request, for launchers that signal instead.
-* :meth:`StopRequest.clear` removes a served request (the relaunched job must not
-  stop again at its first step).
+* :meth:`StopRequest.clear` removes a served request before the job is relaunched
+  (the cluster runtime's controller does it), so the new launch does not stop again.
 
 Example:
     >>> import os, tempfile
@@ -88,7 +88,7 @@ class StopRequest:
         os.replace(tmp, self.path)
 
     def clear(self) -> None:
-        """Withdraw a request (a relaunched job clears the one it served)."""
+        """Withdraw a request (the launcher clears a served one before relaunching)."""
         self._signalled = None
         try:
             os.remove(self.path)

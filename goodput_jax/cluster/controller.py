@@ -466,6 +466,9 @@ class Controller:
                 hooks=spec.hooks, adaptive=spec.adaptive, args=spec.args)
             contexts.append(ctx.to_json())
             logs.append(self.sd.log_path(name, job["attempt"], rank))
+        from goodput_jax.adaptive.stop import StopRequest
+
+        StopRequest(self.sd.stop_path(name)).clear()  # served (or moot): the launch starts clean
         self.handles[name] = self.launcher.launch(spec, groups, contexts, logs)
         job["status"] = "running"
         job["started"] = job["started"] or now

@@ -123,7 +123,6 @@ def regression(ctx: JobContext) -> str | None:
         start, params, opt_state = restored
         ctx.log_progress(event="restore", step=start, eval=float(eval_loss(params)),
                          seconds=time.time() - t0)
-    stop.clear() if ctx.is_primary else None  # a request served by the previous launch
     ctx.log_progress(event="launch", step=start, startup=t0 - t_launch)
 
     def save(step: int, reason: str) -> None:

@@ -111,6 +111,20 @@ def main(state_dir: str, out_path: str) -> None:
     info["controller_restart"] = {"t": t_kill, "running": running,
                                   "status": ray.get(ctl.status.remote())}
     info["phases"]["controller_restarted"] = time.time() - t0
+
+    # a reallocation by hand (the path a round takes): flex from its devices to one of them
+    def flex_ready():
+        job = client.status()["flex"]
+        if job["status"] in ("finished", "failed"):
+            return "done"
+        return "ready" if saved("flex") and len(job["allocation"]) >= 2 else None
+
+    info["manual"] = None
+    if wait_for(flex_ready, 150, "flex running on 2 devices, or done") == "ready":
+        alloc = client.status()["flex"]["allocation"]
+        info["manual"] = {"t": time.time(), "from": alloc, "to": alloc[:1]}
+        ray.get(ctl.reallocate.remote("flex", alloc[:1]))
+    info["phases"]["manual"] = time.time() - t0
     names = ["span", "flex", "late", "doomed"]
     try:
         client.wait(names, timeout=200)
