@@ -19,9 +19,10 @@ The job has the incidents a real one has:
    :func:`goodput_jax.runtime.init_backend`), training prep, compilation
    (every compile timed by ``jax.monitoring`` through
    :func:`goodput_jax.runtime.start_job`), steps with a data-loading stall and
-   periodic Orbax checkpoints (asynchronous saves, recorded through
-   :func:`goodput_jax.integrations.orbax.instrument`; .npz files in explicit
-   spans without Orbax), then a simulated crash (no job end);
+   periodic checkpoints through :mod:`goodput_jax.adaptive.checkpoint` (Orbax,
+   asynchronous saves of the parameters, the optimizer state and the hooks'
+   profile, recorded by :func:`goodput_jax.integrations.orbax.instrument`),
+   then a simulated crash (no job end);
 2. a restart delay (infrastructure recovery);
 3. run 2 (a new run id): restores the last checkpoint inside training prep,
    compiles a few batch-size / replica configurations and takes turns over
@@ -43,7 +44,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import os
 import re
@@ -189,96 +189,6 @@ class SyntheticData:
                               sharding)
 
 
-# ---------------------------------------------------------------------- checkpoints
-def save_checkpoint(ckpt_dir: str, step: int, state: Any) -> str:
-    """Save a pytree after ``step`` as one .npz file (atomic rename; used without Orbax)."""
-    import jax
-    import numpy as np
-
-    leaves = jax.tree_util.tree_leaves(state)
-    path = os.path.join(ckpt_dir, f"step_{step:06d}.npz")
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, *[np.asarray(x) for x in leaves])
-    os.replace(tmp, path)
-    return path
-
-
-def latest_checkpoint(ckpt_dir: str) -> int | None:
-    """The newest step saved in ``ckpt_dir`` (Orbax step directories or .npz files), or None."""
-    steps = [int(f[5:11]) for f in os.listdir(ckpt_dir)
-             if f.startswith("step_") and f.endswith(".npz") and ".tmp" not in f]
-    steps += [int(f) for f in os.listdir(ckpt_dir)
-              if f.isdigit() and os.path.isdir(os.path.join(ckpt_dir, f))]
-    return max(steps) if steps else None
-
-
-def restore_checkpoint(ckpt_dir: str, step: int, like: Any) -> Any:
-    """Load the .npz checkpoint of ``step`` into the structure of ``like``."""
-    import jax
-    import numpy as np
-
-    treedef = jax.tree_util.tree_structure(like)
-    with np.load(os.path.join(ckpt_dir, f"step_{step:06d}.npz")) as z:
-        leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
-    return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
-def have_orbax() -> bool:
-    """Whether ``orbax-checkpoint`` is installed (the demo then checkpoints with it)."""
-    return importlib.util.find_spec("orbax") is not None \
-        and importlib.util.find_spec("orbax.checkpoint") is not None
-
-
-class Checkpoints:
-    """The demo's checkpoints: an Orbax ``CheckpointManager`` (asynchronous saves) recorded
-    through :func:`goodput_jax.integrations.orbax.instrument`, or .npz files inside
-    explicit recorder spans when Orbax is not installed."""
-
-    def __init__(self, ckpt_dir: str, rec: GoodputRecorder):
-        self.dir = ckpt_dir
-        self.rec = rec
-        self.mngr = None
-        if have_orbax():
-            import orbax.checkpoint as ocp
-
-            from goodput_jax.integrations.orbax import instrument
-
-            opts = ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=True)
-            self.mngr = instrument(ocp.CheckpointManager(ckpt_dir, options=opts), rec)
-
-    def latest(self) -> int | None:
-        return self.mngr.latest_step() if self.mngr is not None else latest_checkpoint(self.dir)
-
-    def save(self, step: int, state: Any) -> None:
-        if self.mngr is not None:
-            import orbax.checkpoint as ocp
-
-            self.mngr.save(step, args=ocp.args.StandardSave(state), force=True)
-            return
-        t0 = time.time()
-        with self.rec.checkpoint_save(step=step):
-            save_checkpoint(self.dir, step, state)
-        self.rec.record_checkpoint_progress(step, t0)
-
-    def restore(self, step: int, like: Any) -> Any:
-        if self.mngr is not None:
-            import orbax.checkpoint as ocp
-
-            return self.mngr.restore(step, args=ocp.args.StandardRestore(like))
-        with self.rec.checkpoint_restore(step=step):
-            return restore_checkpoint(self.dir, step, like)
-
-    def close(self, *, crashed: bool = False) -> None:
-        """End of the run. A crashed run records nothing more: Orbax just finishes the
-        background commit so that the restart finds it (a real crash could lose it)."""
-        if self.mngr is None:
-            return
-        if crashed:
-            self.mngr.manager.close()
-        else:
-            self.mngr.close()
-
-
 # ---------------------------------------------------------------------- model and step
 def _model_and_optimizer(cfg: DemoConfig, init_batch_size: int):
     import flax.linen as nn
@@ -323,15 +233,6 @@ def _make_train_step(model, tx, mesh):
     return jax.jit(sm, donate_argnums=(0, 1))
 
 
-@dataclasses.dataclass
-class _Setup:
-    devices: list
-    data: SyntheticData
-    model: Any
-    tx: Any
-    init_batch_size: int
-
-
 def _configurations(cfg: DemoConfig, num_devices: int) -> list[tuple[int, int]]:
     """(replicas, atomic_bsz) that run 2 profiles; the default configuration is last.
 
@@ -365,8 +266,10 @@ def _plan(configs: list[tuple[int, int]], per_config: int, steps: int) -> list[t
 
 # ---------------------------------------------------------------------- one run
 def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash: bool,
-                 bar: ProgressBar, setup: _Setup | None = None) -> dict:
+                 bar: ProgressBar, data: SyntheticData | None = None) -> dict:
     """One process launch: init, (restore), compile, train. Returns a summary dict.
+
+    ``data`` is run 1's :class:`SyntheticData` for run 2 (the same samples; None: new).
 
     Run 1 (``crash=True``) trains in the default configuration and stops at
     ``cfg.crash_at`` without a job end. Run 2 cycles through the profiled
@@ -382,7 +285,9 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
     from jax.sharding import PartitionSpec as P
 
     from goodput_jax import runtime
+    from goodput_jax.adaptive import checkpoint
     from goodput_jax.integrations.hooks import GoodputHooks
+    from goodput_jax.integrations.orbax import instrument
 
     # job start + the backend start-up measured by runtime.init_backend() in main() (recorded
     # once per process: run 2, a restart inside the same process, has no start-up to show);
@@ -392,16 +297,10 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
     num_devices = len(devices)
     init_bs = num_devices * cfg.atomic_bsz
     with rec.training_prep():
-        data = SyntheticData(cfg.features, cfg.noise) if setup is None else setup.data
+        data = SyntheticData(cfg.features, cfg.noise) if data is None else data
         model, tx = _model_and_optimizer(cfg, init_bs)
         params = model.init(jax.random.PRNGKey(0), data.x[:1])
         opt_state = tx.init(params)
-        start = 0
-        ckpts = Checkpoints(ckpt_dir, rec)
-        restored = ckpts.latest()
-        if restored is not None:
-            params, opt_state = ckpts.restore(restored, (params, opt_state))
-            start = restored + 1
         hooks = GoodputHooks(
             rec.job_name, init_batch_size=init_bs, atomic_bsz=cfg.atomic_bsz,
             max_batch_size=16 * init_bs, local_bsz_bounds=(8, 8 * cfg.atomic_bsz),
@@ -416,6 +315,19 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
             # run 2: a window of the newest samples would compare different stretches)
             profile_quantile=0.25, profile_window=4096,
         )
+        # the package's checkpoints (adaptive.checkpoint: Orbax, asynchronous saves) of the
+        # parameters, the optimizer state (with the gradient statistics) and the hooks' state
+        # (profile, fit), recorded as checkpoint badput by integrations.orbax.instrument
+        ckpts = instrument(checkpoint.manager(ckpt_dir, max_to_keep=2), rec)
+        restored = checkpoint.restore(ckpts, params, opt_state, hooks, Mesh(devices, ("data",)))
+        start = 0
+        if restored is not None:
+            last, params, opt_state = restored
+            start = last + 1
+            # the statistics and the hooks' state come back; run 2 re-measures run 1's
+            # configuration beside the others, over the same stretch of the job
+            for key in list(hooks.profile):
+                hooks.reset_profile(key)
     configs = [(num_devices, cfg.atomic_bsz)] if crash else _configurations(cfg, num_devices)
     compiled: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
     bar.update(0, note=f"run {run}: compiling {len(configs)} configuration(s)", force=True)
@@ -461,24 +373,27 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
                         f"{sum(1 for e in hooks.profile.values() if e.optim_count)} configurations,"
                         f" suggested batch {h.get('suggestedBatchSize')}, hints published")
         if (step + 1) % cfg.checkpoint_every == 0:
-            ckpts.save(step, (params, opt_state))  # async with Orbax: the blocking part counts
+            # asynchronous: only the blocking part counts as checkpoint save time
+            checkpoint.save(ckpts, step, params, opt_state, hooks, wait=False)
         bar.update(1, note=f"run {run} step {step} loss {loss:.3f}")
+    steps.close()  # the last step's device end
     if crash:
         # Simulated crash: the process dies in the next step; no job end is recorded.
-        steps.close()
         rec.record_step_start_time(stop)
-        ckpts.close(crashed=True)
+        # a crashed run records nothing more: Orbax just finishes the background commit
+        # so that the restart finds it (a real crash could lose it)
+        ckpts.manager.close()
     else:
         if any(e.optim_count for e in hooks.profile.values()):
             bar.update(0, note="run 2: final model refit", force=True)
             with rec.badput("model refit"):  # the final fit, as GoodputHooks.job() does
                 hooks.refit()
                 hooks.publish()
-        steps.close()
         ckpts.close()
         rec.record_job_end_time()
     return {"start": start, "stop": stop, "loss": loss, "devices": num_devices, "hooks": hooks,
-            "setup": _Setup(devices, data, model, tx, init_bs)}
+            "last_checkpoint": ckpts.latest_step(),
+            "data": data}
 
 
 # ---------------------------------------------------------------------- summary text
@@ -500,7 +415,9 @@ def format_model_summary(hooks: Any) -> str:
     if gp is None:
         lines.append("  gradient noise: no statistics collected")
     else:
-        scale = m0 * gp.var / gp.sqr if gp.sqr > 0 else float("inf")
+        from goodput_jax.model.gradstats import noise_scale
+
+        scale = float(noise_scale(gp, m0))  # inf when |G|^2 is 0
         lines.append(f"  gradient noise: |G|^2 = {gp.sqr:.4g}, tr(Sigma) = {gp.var:.4g} "
                      f"(at M0 = {m0})")
         lines.append(f"  gradient noise scale B_noise = M0 * tr(Sigma) / |G|^2 = {scale:.4g} samples")
@@ -580,9 +497,7 @@ def _clean_dir(out: str) -> tuple[str, str, str]:
     os.makedirs(tb_dir, exist_ok=True)
     for f in os.listdir(ckpt_dir):  # a fresh job every time the demo runs
         path = os.path.join(ckpt_dir, f)
-        if f.startswith("step_") and f.endswith(".npz"):
-            os.remove(path)
-        elif os.path.isdir(path) and (f.isdigit() or ".orbax-checkpoint-tmp" in f):
+        if os.path.isdir(path) and (f.isdigit() or ".orbax-checkpoint-tmp" in f):
             shutil.rmtree(path)
     for f in os.listdir(tb_dir):
         if f.startswith("events.out.tfevents."):
@@ -660,11 +575,11 @@ def main(*, directory: str = "goodput-demo", steps: int | None = None, job: str 
         s1 = run_training(rec1, cfg, ckpt_dir, crash=True, bar=bar)
         rec1.close()  # the "crashed" process's flushed events survive
         bar.message(f"run 1 crashed at step {s1['stop']} (last checkpoint: step "
-                    f"{latest_checkpoint(ckpt_dir)}); restarting after {cfg.restart_delay}s")
+                    f"{s1['last_checkpoint']}); restarting after {cfg.restart_delay}s")
         time.sleep(cfg.restart_delay)  # infrastructure recovery
         rec2 = GoodputRecorder(job, logger, logging_enabled=True, store=store)
         recorders.append(rec2)
-        s2 = run_training(rec2, cfg, ckpt_dir, crash=False, bar=bar, setup=s1["setup"])
+        s2 = run_training(rec2, cfg, ckpt_dir, crash=False, bar=bar, data=s1["data"])
         rec2.close()
         bar.close()
         monitor.close()  # stops the uploader after a final upload
@@ -672,10 +587,8 @@ def main(*, directory: str = "goodput-demo", steps: int | None = None, job: str 
               f"on {s2['devices']} devices, final loss {s2['loss']:.4f} "
               f"({time.time() - t0:.1f}s)\n")
         calc = GoodputCalculator(job, logger, store=store)
-        print(GOODPUT_DEFINITIONS)
-        print()
-        print(format_report(calc))
-        print()
+        # the goodput table is `goodput-jax report`'s own (report.text.format_report)
+        print(f"{GOODPUT_DEFINITIONS}\n\n{format_report(calc)}\n")
         print(format_model_summary(s2["hooks"]))
         print("  (fake CPU devices share the host's cores: the fitted times reflect dispatch "
               "overhead and contention, not an accelerator; the numbers show the mechanics)")

@@ -99,7 +99,7 @@ def demo(*, directory: str, steps: int | None, job: str, devices: int, quick: bo
         ...      progress=False)  # doctest: +SKIP
         0
     """
-    require_extra("demo", ("flax", "jax"), "goodput-jax demo")
+    require_extra("demo", ("flax", "jax", "optax", "orbax.checkpoint"), "goodput-jax demo")
     import goodput_jax.demo as demo_lib
 
     return int(demo_lib.main(directory=directory, steps=steps, job=job, devices=devices,
