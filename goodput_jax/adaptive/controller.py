@@ -60,7 +60,6 @@ import numpy as np
 
 from goodput_jax.adaptive.data import ArraySource, IterableSource, _tree_map, as_source
 from goodput_jax.adaptive.step import slots_for
-from goodput_jax.integrations.hooks import _efficiency_np, _throughput_np
 
 __all__ = ["AdaptiveBatchSize", "default_atomic_sizes"]
 
@@ -215,7 +214,7 @@ class AdaptiveBatchSize:
             raise ValueError(f"adapt_interval ({adapt_interval!r}) must be a number of seconds >= 0")
         self.adapt_interval = float(adapt_interval)
         # the hooks' step clock (injectable): no check runs before ``_next_adapt``
-        self._clock = getattr(hooks, "_clock", time.perf_counter)
+        self._clock = hooks.clock
         self._next_adapt = -math.inf
         if not (isinstance(explore_factor, numbers.Real) and explore_factor > 1.0):
             raise ValueError(f"explore_factor ({explore_factor!r}) must be > 1")
@@ -233,6 +232,19 @@ class AdaptiveBatchSize:
         self.reprobe_steps = int(reprobe_steps)
         #: ``(atomic_bsz, accum_steps)`` -> the step count when it was last left.
         self.left_at: dict[tuple[int, int], int] = {}
+        #: Step count when the running configuration was entered.
+        self.arrived_at = 0
+        #: ``(atomic_bsz, accum_steps)`` -> doublings of its re-probe interval: each probe of
+        #: it that the job left again within ``reprobe_steps`` doubles the wait for the next
+        #: (at most ``2 ** MAX_REPROBE_DOUBLINGS``); a stay of ``reprobe_steps`` clears it.
+        self.reprobe_backoff: dict[tuple[int, int], int] = {}
+        #: profile key -> the statistic (``profile_quantile`` of its kept step times) of the
+        #: configuration's previous window: what it measured before its times were last
+        #: dropped to be measured afresh. A step-down needs the running configuration's
+        #: current window to agree with it (see :meth:`confirmed`).
+        self.previous_window: dict[tuple[int, int, int, int], float] = {}
+        self._probing: set[tuple[int, int]] = set()
+        self._last_probe = -math.inf
         self.adaptive = bool(adaptive)
         if atomic_sizes is None:
             atomic_sizes = default_atomic_sizes(hooks)
@@ -272,13 +284,28 @@ class AdaptiveBatchSize:
         return self.hooks.batch_size
 
     def set_config(self, atomic_bsz: int, accum_steps: int) -> None:
-        """Switch to ``(atomic_bsz, accum_steps)`` now (also what :meth:`adapt` does)."""
+        """Switch to ``(atomic_bsz, accum_steps)`` now (also what :meth:`adapt` does).
+
+        The configuration's kept step times stay; a switch that :meth:`adapt` decides
+        also drops those of the configuration it returns to (measured afresh).
+        """
         if atomic_bsz not in self.atomic_sizes:
             self.atomic_sizes = sorted({*self.atomic_sizes, int(atomic_bsz)})
         old, new = (self.atomic_bsz, self.accum_steps), (int(atomic_bsz), int(accum_steps))
         self.hooks.set_config(atomic_bsz=new[0], accum_steps=new[1])
         if new != old:
+            stayed = self.steps - self.arrived_at
+            down = new[0] * (new[1] + 1) < old[0] * (old[1] + 1)
+            if old in self._probing and down and stayed < self.reprobe_steps:
+                # a probe the job left again soon for a smaller batch (the probe found
+                # the old time right): wait twice as long before the next one
+                self.reprobe_backoff[old] = min(self.reprobe_backoff.get(old, 0) + 1,
+                                                self.MAX_REPROBE_DOUBLINGS)
+            elif stayed >= self.reprobe_steps or not down:
+                self.reprobe_backoff.pop(old, None)
+            self._probing.discard(old)
             self.left_at[old] = self.steps
+            self.arrived_at = self.steps
         self.left_at.pop(new, None)
         self._votes = None
 
@@ -388,15 +415,14 @@ class AdaptiveBatchSize:
             when the model is not ready.
         """
         h = self.hooks
-        key = h._key()
+        key = h.config_key()
         n_now = self._profiled(key)
         if n_now < self.min_samples:
             return None
         if (key[0], key[1], key[2]) not in h.model_errors:
             # The running configuration is not in the fit yet: ask for a refit. An
             # inline refit (multi-device CPU) is done now: decide on it at once.
-            h._since_fit = max(h._since_fit, h.refit_interval)
-            h.maybe_refit()
+            h.request_refit()
             if (key[0], key[1], key[2]) not in h.model_errors:
                 return None
         gp = h.grad_params_nowait()  # statistics of a step still running: the previous ones
@@ -411,31 +437,26 @@ class AdaptiveBatchSize:
             cand = self.candidates()
             if not len(cand):
                 return None
-            r, n = h.num_replicas, h.num_nodes
+            r = h.num_replicas
             rows = np.concatenate([cand, [[h.atomic_bsz, h.accum_steps]]])
-            thr = _throughput_np(h.perf_params, n, r, rows[:, 0], rows[:, 1])
+            thr = h.predict_throughput(rows[:, 0], rows[:, 1])
             batch = r * rows[:, 0] * (rows[:, 1] + 1)
             self._cache = (sig, cand, thr, batch)
             self._good = None
         _, cand, thr, batch = self._cache
         if self._good is None or self._good[0] != gp:  # new statistics (every stats_every)
-            good = thr * _efficiency_np(gp, h.init_batch_size, batch)
+            good = thr * h.predict_efficiency(batch, gp)
             i = int(np.argmax(good[:-1]))
             # running below init_batch_size: no comparable goodput (any candidate wins)
             cur = float(good[-1]) if batch[-1] >= h.init_batch_size else 0.0
-            self._good = (gp, (int(cand[i, 0]), int(cand[i, 1])), float(good[i]), cur)
-        return self._decide(*self._good[1:])
+            self._good = (gp, (int(cand[i, 0]), int(cand[i, 1])), float(good[i]), cur, good)
+        return self._decide(*self._good[1:4])
 
     def _settling(self, key: tuple) -> bool:
         """Whether ``key``'s step time may still be falling: fewer than ``settle_samples``
         (and ``2 * min_samples``) kept samples, or the newer half's median more than
         ``speedup_threshold`` below the median of all of them."""
-        h = self.hooks
-        e = h.profile.get(key)
-        if e is None:
-            return True
-        with h._lock:
-            s = list(e.optim_samples)
+        s = self.hooks.step_samples(key)
         if len(s) < max(self.settle_samples, 2 * self.min_samples):
             return True
         return float(np.median(s[len(s) // 2:])) * self.speedup_threshold < float(np.median(s))
@@ -453,16 +474,15 @@ class AdaptiveBatchSize:
         # faster (``explore_threshold``); the way back, to a profiled configuration, has
         # the full threshold (hysteresis), so each configuration is tried once.
         best_key = (h.num_nodes, r, best[0], best[1])
+        cur_key = h.config_key()
         reprobe = up and self._stale(best)
         explore = up and (self._profiled(best_key) == 0 or reprobe)
         if explore:
             threshold = self.explore_threshold
         better = best != (h.atomic_bsz, h.accum_steps) and speedup > threshold
         # Leaving for a smaller batch waits while the running configuration's step time is
-        # still falling (its first steps after a switch run slower than it settles to): a
-        # configuration left is not measured again, so its early statistic would stand.
-        settling = better and not up and self._settling((h.num_nodes, r, h.atomic_bsz,
-                                                          h.accum_steps))
+        # still falling (its first steps after a switch run slower than it settles to).
+        settling = better and not up and self._settling(cur_key)
         if settling:
             better = False
         if better:
@@ -474,31 +494,114 @@ class AdaptiveBatchSize:
         # (exploring up, the profile behind it) switches at the first check.
         need = 1 if up and speedup >= max(self.immediate_gain, threshold) else self.patience
         switched = bool(better and self._votes[1] >= need)
+        confirm = False
         if switched and not up:
             # About to leave for a smaller batch: first make sure the fit holds the running
             # configuration's current statistic (a refit only if the profile moved
             # materially since the last one); on a new fit the next check decides again.
-            h._since_fit = max(h._since_fit, h.refit_interval)
-            if h.maybe_refit():
+            if h.request_refit():
                 switched, self._votes = False, None
+            elif not self.confirmed(cur_key):
+                # The evidence must survive a re-measurement: the running configuration's
+                # window may be a load spike. Measure it afresh (``settle_samples`` steps)
+                # and decide again on the new window.
+                self._remeasure(cur_key)
+                switched, self._votes, confirm = False, None, True
+        probe = False
+        if not switched and not confirm and self._votes is None:
+            # Re-probing by age, whatever the fit (which may rest on the stale time) predicts.
+            aged = self._aged_candidate()
+            if aged is not None:
+                best, probe, reprobe, explore = aged, True, True, True
+                best_key = (h.num_nodes, r, best[0], best[1])
+                speedup = float(self._good[4][self._row(best)]) / cur if cur > 0 else math.inf
+                switched = True
         if switched and not self._ready(best):
             switched = False  # compiling it in the background; switch at a later check
         rec = {"step": self.steps, "best": best, "speedup": speedup, "switched": switched,
                "batch_size": r * best[0] * (best[1] + 1), "model_error": h.model_error,
-               "explore": explore, "settling": settling, "reprobe": bool(reprobe)}
+               "explore": explore, "settling": settling, "reprobe": bool(reprobe),
+               "probe": probe, "confirm": confirm}
         self.last_check = rec
         if switched:
             self.switches.append(rec)
             if reprobe:
-                h.reset_profile(best_key)  # measured afresh: its old step times go
+                self._probing.add(best)
+                self._last_probe = self.steps
+            if h.step_samples(best_key):
+                self._remeasure(best_key)  # a configuration returned to is measured afresh
             self.set_config(*best)
         return rec
 
+    #: Most doublings of a configuration's re-probe interval (``reprobe_steps`` x 16).
+    MAX_REPROBE_DOUBLINGS = 4
+
+    def _window(self, key: tuple) -> float | None:
+        s = self.hooks.step_samples(key)
+        return float(np.quantile(s, self.hooks.profile_quantile)) if s else None
+
+    def _remeasure(self, key: tuple) -> None:
+        """Drop ``key``'s kept step times (remembering their statistic) to measure it afresh."""
+        now = self._window(key)
+        if now is not None:
+            self.previous_window[tuple(key)] = now
+        self.hooks.reset_profile(key)
+
+    def confirmed(self, key: tuple[int, int, int, int] | None = None) -> bool:
+        """Whether a step-down from ``key`` (default: the running configuration) is confirmed.
+
+        It is when the configuration's current window of step times is no more than
+        ``speedup_threshold`` slower than its previous window (:attr:`previous_window`,
+        taken before its times were last dropped): a slowdown seen on two windows, not
+        one load spike. Without a previous window, or against a faster one, the
+        controller measures the configuration afresh before deciding again.
+        """
+        key = self.hooks.config_key() if key is None else tuple(key)
+        prev, now = self.previous_window.get(key), self._window(key)
+        return prev is not None and now is not None and now <= prev * self.speedup_threshold
+
+    def _row(self, config: tuple[int, int]) -> int:
+        cand = self._cache[1]
+        return int(np.flatnonzero((cand[:, 0] == config[0]) & (cand[:, 1] == config[1]))[0])
+
+    def _aged_candidate(self) -> tuple[int, int] | None:
+        """The larger configuration to re-probe by age, or None.
+
+        One left at least its re-probe interval ago (:meth:`_stale`), once the job has
+        run ``reprobe_steps`` steps in the current configuration and since the last
+        probe: the smallest such total batch among the candidates (ties: the higher
+        predicted goodput). When the current configuration is itself a probe that the
+        job keeps (it has settled and no check wants to leave it: its old time was
+        wrong, and so may the larger ones' be), the next one is probed at once.
+        """
+        if not self.reprobe_steps or self._cache is None or self._good is None:
+            return None
+        h = self.hooks
+        kept = ((h.atomic_bsz, h.accum_steps) in self._probing
+                and not self._settling(h.config_key()))
+        if not kept and self.steps - max(self.arrived_at, self._last_probe) < self.reprobe_steps:
+            return None
+        cand, good = self._cache[1], self._good[4]
+        total = h.num_replicas * cand[:, 0] * (cand[:, 1] + 1)
+        pick = None
+        for i in np.argsort(total, kind="stable"):
+            config = (int(cand[i, 0]), int(cand[i, 1]))
+            if total[i] <= h.batch_size or not self._stale(config):
+                continue
+            if pick is None or total[i] == pick[0] and good[i] > pick[1]:
+                pick = (total[i], good[i], config)
+            elif total[i] > pick[0]:
+                break
+        return None if pick is None else pick[2]
+
     def _stale(self, config: tuple[int, int]) -> bool:
-        """Whether ``config`` was left at least ``reprobe_steps`` steps ago (re-probe it)."""
+        """Whether ``config`` was left at least its re-probe interval ago: ``reprobe_steps``,
+        doubled for each recent probe of it that the job left again soon."""
         left = self.left_at.get(config)
-        return bool(self.reprobe_steps and left is not None
-                    and self.steps - left >= self.reprobe_steps)
+        if not self.reprobe_steps or left is None:
+            return False
+        wait = self.reprobe_steps * 2 ** self.reprobe_backoff.get(config, 0)
+        return self.steps - left >= wait
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict:
@@ -515,6 +618,11 @@ class AdaptiveBatchSize:
             "hooks": self.hooks.state_dict(),
             "switches": [dict(s, best=list(s["best"])) for s in self.switches],
             "left_at": [[b, s, n] for (b, s), n in self.left_at.items()],
+            "arrived_at": self.arrived_at,
+            "reprobe_backoff": [[b, s, k] for (b, s), k in self.reprobe_backoff.items()],
+            "probing": [list(c) for c in sorted(self._probing)],
+            "last_probe": None if self._last_probe == -math.inf else self._last_probe,
+            "previous_window": [[*k, v] for k, v in self.previous_window.items()],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -536,5 +644,15 @@ class AdaptiveBatchSize:
         if not same:
             b = max(1, round(int(state["batch_size"]) / self.num_replicas / (s + 1)))
         self.set_config(b, s)
-        # when each configuration was left (on another replica count: other configurations)
+        # when each configuration was left, its re-probe backoff, the probes under way (on
+        # another replica count: other configurations); previous windows are keyed by
+        # replica count and all kept
         self.left_at = left if same else {}
+        self.arrived_at = int(state.get("arrived_at", self.steps)) if same else self.steps
+        self.reprobe_backoff = {(int(b), int(a)): int(k) for b, a, k in
+                                state.get("reprobe_backoff", [])} if same else {}
+        self._probing = {(int(b), int(a)) for b, a in state.get("probing", [])} if same else set()
+        last = state.get("last_probe")
+        self._last_probe = -math.inf if last is None or not same else int(last)
+        self.previous_window = {tuple(int(x) for x in row[:4]): float(row[4])
+                                for row in state.get("previous_window", [])}

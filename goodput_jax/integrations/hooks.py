@@ -647,6 +647,21 @@ class GoodputHooks:
     def _key(self) -> tuple[int, int, int, int]:
         return (self.num_nodes, self.num_replicas, self.atomic_bsz, self.accum_steps)
 
+    def config_key(self) -> tuple[int, int, int, int]:
+        """The running configuration as a profile key ``(nodes, replicas, atomic_bsz, accum_steps)``.
+
+        Example:
+            >>> GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1,
+            ...              num_nodes=1).config_key()
+            (1, 1, 8, 0)
+        """
+        return self._key()
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The monotonic clock that times the steps (injectable: ``clock=``)."""
+        return self._clock
+
     def set_config(
         self,
         *,
@@ -887,6 +902,28 @@ class GoodputHooks:
             self._seen.pop(key, None)
             self._seen_accum.pop(key, None)
             self.model_errors.pop(key[:3], None)
+            if self._fitted is not None:  # the next refit fits its new times, whatever they are
+                self._fitted[0].pop(key[:3], None)
+
+    def step_samples(self, key: tuple[int, int, int, int] | None = None) -> list[float]:
+        """The kept optimizer-step times of configuration ``key`` (default: the running one).
+
+        The newest ``profile_window`` of them, oldest first (every timed step folded in);
+        empty when the configuration has none.
+
+        Example:
+            >>> h = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1,
+            ...                  num_nodes=1, warmup_steps=0, job_warmup_steps=0)
+            >>> for t in (0.25, 0.5):
+            ...     h.observe_step_time(t)
+            >>> h.step_samples(), h.step_samples((1, 1, 16, 0))
+            ([0.25, 0.5], [])
+        """
+        key = self._key() if key is None else tuple(int(k) for k in key)
+        with self._lock:
+            self._drain_locked()
+            e = self._profile.get(key)
+            return [] if e is None else list(e.optim_samples)
 
     def _drain(self) -> None:
         """Fold the timed steps into the profile (any thread)."""
@@ -1099,6 +1136,70 @@ class GoodputHooks:
                 1, thread_name_prefix="goodput-refit")
         self._future = self._executor.submit(self._refit_and_publish)
         return True
+
+    def request_refit(self) -> bool:
+        """Make a periodic refit due now and start it (:meth:`maybe_refit`, same rules).
+
+        It still runs only on the primary process, only when the profile changed
+        materially since the last fit (``refit_tolerance``), and never two at once;
+        inline with ``background=False``. Returns whether it started one.
+        :class:`~goodput_jax.adaptive.AdaptiveBatchSize` asks for one when the running
+        configuration is not in the fit yet, and before leaving for a smaller batch.
+
+        Example:
+            >>> h = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1)
+            >>> h.request_refit()   # not the primary process: never fits
+            False
+        """
+        self._since_fit = max(self._since_fit, self.refit_interval)
+        return self.maybe_refit()
+
+    def predict_throughput(self, atomic_bsz: Any, accum_steps: Any = 0, *,
+                           num_nodes: int | None = None,
+                           num_replicas: int | None = None) -> np.ndarray:
+        """Samples per second the current fit predicts for these configurations (numpy, float64).
+
+        ``R * b * (s + 1) / (s * T_acc + T_opt)`` for ``atomic_bsz`` ``b`` and
+        ``accum_steps`` ``s`` (broadcast together), on ``num_replicas`` ``R`` and
+        ``num_nodes`` (default: the running ones). No device program runs.
+
+        Raises:
+            ValueError: before the first fit (``perf_params`` is None).
+
+        Example:
+            >>> h = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1)
+            >>> h.perf_params = PerfParams(0.01, 1e-3, 0.0, 0.0, 0.0, 0.0, 1.0)
+            >>> h.predict_throughput([8, 16]).round(1).tolist()
+            [444.4, 615.4]
+        """
+        if self.perf_params is None:
+            raise ValueError("perf_params (None): no step-time fit yet; profile some steps and "
+                             "refit() first")
+        n = self.num_nodes if num_nodes is None else _pos_int(num_nodes, "num_nodes")
+        r = self.num_replicas if num_replicas is None else _pos_int(num_replicas, "num_replicas")
+        return np.asarray(_throughput_np(self.perf_params, n, r, atomic_bsz, accum_steps),
+                          dtype=np.float64)
+
+    def predict_efficiency(self, batch_size: Any,
+                           grad_params: GradParams | None = None) -> np.ndarray:
+        """Statistical efficiency of total batch sizes (numpy, float64) against ``init_batch_size``.
+
+        Pollux's ``gain / scale`` with the given gradient statistics (default: the
+        current ones, :attr:`grad_params`).
+
+        Raises:
+            ValueError: no gradient statistics yet.
+
+        Example:
+            >>> h = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1)
+            >>> h.update_grad_params(GradParams(1.0, 1.0))
+            >>> h.predict_efficiency([8, 16]).round(3).tolist()
+            [1.0, 0.667]
+        """
+        gp = self.grad_params if grad_params is None else grad_params
+        if gp is None:
+            raise ValueError("grad_params (None): no gradient statistics yet")
+        return np.asarray(_efficiency_np(gp, self.init_batch_size, batch_size), dtype=np.float64)
 
     def _changed_materially(self) -> bool:
         """Whether a periodic refit would learn anything: a configuration is new or its median

@@ -334,7 +334,8 @@ def test_one_step_late_timer_overlaps_and_measures_device_intervals():
     assert (s0, s1) == (0, 1) and (d0, d1) == pytest.approx((0.5, 0.3))
     # Real JAX: a slow step is not waited for on its own call, only on the next one.
     f = jax.jit(lambda x: jnp.tanh(jnp.tanh(x @ x) @ x) @ x)
-    x = jnp.ones((768, 768)) / 768
+    # ~100 ms a step on 2 cores: still running when step() returns, even on a loaded host
+    x = jnp.ones((1280, 1280)) / 1280
     f(x).block_until_ready()
     hooks = GoodputHooks("late", job_warmup_steps=0, init_batch_size=8, num_replicas=1, num_nodes=1, is_primary=False,
                          warmup_steps=0)
