@@ -16,7 +16,15 @@ import pytest
 from goodput_jax import goodput, runtime
 from goodput_jax.measure.calculator import BadputType, GoodputCalculator
 from goodput_jax.measure.stores.sqlite import SQLiteStore
-from tests.runtime._helpers import CpuBurner, events, py_load, run_snippet, true_step_time
+from tests.runtime._helpers import (
+    CpuBurner,
+    device_busy,
+    events,
+    overlap,
+    py_load,
+    run_snippet,
+    true_step_time,
+)
 
 SIZE = 320  # a ~5-10 ms step on a CPU core
 #: timing checks run up to this many times and pass on the first clean attempt: a shared
@@ -51,70 +59,85 @@ def _device_gaps(ns) -> tuple[dict, dict]:
 def test_async_quickstart_loop_reports_device_step_time(tmp_path):
     """Loading overlaps the step (the host runs ahead): step time = device time.
 
-    The truth is measured the plain way (dispatch + block_until_ready) inside the loader every
-    10 batches, so it shares the recorded steps' conditions (the CPU is shared)."""
+    The truth is a ``jax.profiler`` trace of the same run (the XLA runtime's execution
+    events, not goodput_jax): the recorded steps 1..n-1 add up to the device's busy time
+    between step 0's device end and the last step's, and each step's share of it is the
+    device's step time (so a shared, loaded CPU slows both alike)."""
     _attempts(_check_async, tmp_path)
 
 
 def _check_async(tmp_path):
     n = 60
-    ns = run_snippet(tmp_path, size=SIZE, load_s=0.0, num_steps=n, name="async", truth_every=10)
-    truth = statistics.median(ns["truth"])
+    trace = tmp_path / "trace"
+    jax.profiler.start_trace(str(trace))
+    try:
+        ns = run_snippet(tmp_path, size=SIZE, load_s=0.0, num_steps=n, name="async")
+    finally:
+        jax.profiler.stop_trace()
+    busy = device_busy(trace)
     starts, ends = _device_gaps(ns)
     assert sorted(ends) == list(range(n)) and ns["steps"].observed == n
-    # the host did not wait for the device: inside each chunk of 10 steps (between two truth
-    # measurements), most steps were dispatched while the previous one was still running
-    ahead = [starts[i] < ends[i - 1] for c in range(10, n, 10) for i in range(c + 1, c + 10)]
+    # the host did not wait for the device: most steps were dispatched while the previous one
+    # was still running
+    ahead = [starts[i] < ends[i - 1] for i in range(2, n)]
     assert sum(ahead) > 0.6 * len(ahead), ahead
     calc = GoodputCalculator("run1", "goodput_run1", store=ns["_store"])
     dev = calc.get_step_deviation()
-    later = np.sort(dev.step_times[dev.steps >= 1])  # step 0 is the compile
+    recorded = float(np.sum(dev.step_times[dev.steps >= 1]))  # step 0 is the compile
+    device = overlap(busy, ends[0], ends[n - 1])
     # readiness is observed with some jitter, which moves time between neighbouring steps but
-    # not out of them: the mean is the honest estimate (trimmed by 10% on each side, against
-    # the odd preempted thread on a shared machine); the median stays close too
-    k = len(later) // 10
-    trimmed = float(later[k:len(later) - k].mean())
-    assert trimmed == pytest.approx(truth, rel=0.10), (trimmed, truth)
-    assert dev.median == pytest.approx(truth, rel=0.20), (dev.median, truth)
+    # not out of them; margin: 10 %, plus 0.2 ms a step for the runtime's hand-over from one
+    # execution to the next queued one (idle in the trace, the dispatched step's for the
+    # recorder). Host-timed steps (dispatch) would be a few percent of it.
+    assert recorded == pytest.approx(device, rel=0.10, abs=2e-4 * n), (recorded, device)
 
 
 @pytest.mark.parametrize("factor", [8.0, 0.5])
 def test_data_loading_badput_is_the_device_idle_time(tmp_path, factor):
-    """A loader that blocks 8x the step: the device idles ~7 steps per step, and that is the
-    data-loading badput. A loader at half the step overlaps it: near-zero badput."""
+    """Data-loading badput is the time the device sat idle in loading spans, as a
+    ``jax.profiler`` trace of the same run shows it (not goodput_jax: the XLA runtime's own
+    execution events). A loader that blocks 8x the step: the device idles ~7 steps per step.
+    A loader at half the step overlaps it: near-zero badput on a quiet machine; on a loaded
+    one the device idles whenever the host was held up, and the trace says how long."""
     _attempts(lambda d: _check_loading(d, factor), tmp_path)
 
 
 def _check_loading(tmp_path, factor):
     probe = run_snippet(tmp_path, size=SIZE, load_s=0.0, num_steps=3, name="probe")
-    t_step = _truth(probe)
-    load = factor * t_step
+    load = factor * _truth(probe)
     n = 25
-    ns = run_snippet(tmp_path, size=SIZE, load_s=load, num_steps=n, name=f"load{factor}")
-    truth = 0.5 * (t_step + _truth(ns))
-    starts, _ends = _device_gaps(ns)
+    trace = tmp_path / "trace"
+    jax.profiler.start_trace(str(trace))
+    try:
+        ns = run_snippet(tmp_path, size=SIZE, load_s=load, num_steps=n, name=f"load{factor}")
+    finally:
+        jax.profiler.stop_trace()
+    busy = device_busy(trace)
     calc = GoodputCalculator("run1", "goodput_run1", store=ns["_store"])
     bad = calc.get_job_goodput_details()["badput_time"]
     evs, _ = ns["_store"].read_events("run1")
-    dl = [(e.kind.value, e.timestamp) for e in evs if e.kind.value.startswith("data_loading")]
-    loads = [b[1] - a[1] for a, b in zip(dl[::2], dl[1::2], strict=True)]
-    # host time from step i's start to the next load's start (the device works on step i then)
-    lead = [dl[2 * (i + 1)][1] - starts[i] for i in range(n - 1)]
+    dl = [e.timestamp for e in evs if e.kind.value.startswith("data_loading")]
+    spans = list(zip(dl[::2], dl[1::2], strict=True))
+    loads = sum(b - a for a, b in spans[1:])
     # the first batch is loaded before step 0 (device idle): counted, but not part of the test
-    measured = bad[BadputType.DATA_LOADING] - loads[0]
+    measured = bad[BadputType.DATA_LOADING] - (spans[0][1] - spans[0][0])
+    idle = sum((b - a) - overlap(busy, a, b) for a, b in spans[1:])
     if factor > 1:
-        # injected idle: each load after step i's dispatch keeps the device idle for the load
-        # minus what was left of step i (at most one step: the host never ran ahead here)
-        idle = sum(max(0.0, load_i - max(0.0, truth - h)) for load_i, h in zip(loads[1:], lead))
-        assert idle > 0.5 * sum(loads[1:])  # the loader really blocked the device
-        assert measured == pytest.approx(idle, rel=0.10), (measured, idle)
-    else:
-        assert measured < 0.10 * sum(loads[1:]), (measured, sum(loads[1:]))
+        assert idle > 0.5 * loads  # the loader really kept the device idle
+    # margin: 20 % of the loading, plus 1 ms a step: a device end is seen when a host thread
+    # runs, and on a loaded machine a woken thread waits for a CPU (up to ~6 ms a step at a
+    # load average of 13 on 2 cores); the trace also counts the runtime's hand-over from one
+    # execution to the next queued one as idle. A wrong rule is off by most of the loading:
+    # all of it (0.5: loads taken as idle) or ~7/8 of it (8: loads taken as overlapped).
+    assert measured == pytest.approx(idle, abs=0.20 * loads + 1e-3 * n), (measured, idle, loads)
 
 
 def test_synchronous_loop_numbers_unchanged(tmp_path):
-    """A loop that syncs every step (the step returns when the device is done): the
-    StepRecorder's step times and loading badput are what the host saw around each call."""
+    """A loop that syncs every step (``float(loss)``): the StepRecorder's loading badput is the
+    host's loading time, and its step times lie between the device's busy time in each step
+    (a ``jax.profiler`` trace of the same run) and what the host measured around each call
+    (which adds the dispatch, the wake-up after the device finished, and on a loaded machine
+    any time the host thread waited for a CPU)."""
     _attempts(_check_sync, tmp_path)
 
 
@@ -129,14 +152,19 @@ def _check_sync(tmp_path):
     t = true_step_time(train_step, state, x)
     a.record_job_start_time()
     b.record_job_start_time()
-    for step in range(25):
-        with a.data_loading(), b.data_loading():
-            time.sleep(t)
-            batch = x
-        with a.step(step):  # host-side start and end around a synchronous step
-            state, metrics = steps(step, train_step, state, batch)
-            float(metrics["loss"])  # the loop synchronises every step
-    steps.finish()
+    jax.profiler.start_trace(str(tmp_path / "trace"))
+    try:
+        for step in range(25):
+            with a.data_loading(), b.data_loading():
+                time.sleep(t)
+                batch = x
+            with a.step(step):  # host-side start and end around a synchronous step
+                state, metrics = steps(step, train_step, state, batch)
+                float(metrics["loss"])  # the loop synchronises every step
+        steps.finish()
+    finally:
+        jax.profiler.stop_trace()
+    busy = device_busy(tmp_path / "trace")
     a.record_job_end_time()
     b.record_job_end_time()
     a.close()
@@ -148,10 +176,16 @@ def _check_sync(tmp_path):
     dl_starts = [e.timestamp for e in evs if e.kind.value == "data_loading_start"]
     dl_ends = [e.timestamp for e in evs if e.kind.value == "data_loading_end"]
     loading = sum(e - s for s, e in zip(dl_starts, dl_ends, strict=True))
+    device = sum(overlap(busy, st[i], en[i]) for i in range(25))
     cb = GoodputCalculator("s", "s", store=dev_store)
     db_ = cb.get_job_goodput_details()
-    assert cb.get_step_deviation().median == pytest.approx(statistics.median(host_steps), rel=0.10)
-    assert db_["productive_time"] == pytest.approx(sum(host_steps), rel=0.10)
+    # 5 % slack on the host side for the clock reads between the two recorders' events; 10 %
+    # on the device side for the hand-over from the dispatch to the execution
+    assert 0.9 * device <= db_["productive_time"] <= 1.05 * sum(host_steps), (
+        device, db_["productive_time"], sum(host_steps))
+    med = cb.get_step_deviation().median
+    assert med <= 1.05 * statistics.median(host_steps), (med, statistics.median(host_steps))
+    # the device was idle through every load (the host had waited for the step before it)
     assert db_["badput_time"][BadputType.DATA_LOADING] == pytest.approx(loading, rel=0.10)
 
 
