@@ -21,17 +21,30 @@ boundaries, switches configuration when the model predicts a worthwhile gain:
 * a configuration is left for a smaller batch only once it has
   ``settle_samples`` kept steps and its step time has stopped falling (the
   newer half of them no more than ``speedup_threshold`` faster than all of
-  them): the first steps after a
-  switch often run slower than the configuration settles to, and a
-  configuration left is not measured again (before leaving, the fit is
-  refreshed if the profile moved materially since it);
+  them): the first steps after a switch often run slower than the
+  configuration settles to (before leaving, the fit is refreshed if the
+  profile moved materially since it);
+* a step down needs evidence that survives a re-measurement: the running
+  configuration's window of step times must be no more than
+  ``speedup_threshold`` slower than its previous window (:meth:`confirmed`);
+  otherwise (a first visit, or a window slower than the last one: perhaps a
+  load spike) its times are dropped, it is measured afresh and the check
+  decides again on the new window;
+* a configuration the controller switches back to is measured afresh: its old
+  step times are dropped (their statistic kept as its previous window), so no
+  decision compares a time measured now with one measured under other
+  conditions long ago;
 * exploration is step by step as in AdaptDL: the total batch may grow to at
   most ``explore_factor`` times the largest batch profiled on this replica
   count, never further than the profile supports;
-* a larger configuration left at least ``reprobe_steps`` steps ago is tried
-  again at ``explore_threshold`` and measured afresh (its kept step times are
-  dropped): it was measured under other conditions, and the gradient noise
-  scale, which favours larger batches as it grows, has moved since;
+* re-probing by age: a larger configuration left at least ``reprobe_steps``
+  steps ago is tried again at ``explore_threshold`` when the fit predicts a
+  gain, and, whatever the fit predicts (it may rest on the stale time), once
+  the job has run ``reprobe_steps`` steps in its current configuration (the
+  smallest such larger batch). A probe the job keeps chains the next one; a
+  probe left again for a smaller batch within ``reprobe_steps`` doubles that
+  configuration's interval (up to 16x), so a configuration that is really
+  slower costs a few steps ever more rarely;
 * the learning rate follows the rule of the optimizer built by
   :func:`goodput_jax.adaptive.step.adaptive_optimizer`, in the step, with no
   recompile.
@@ -152,10 +165,13 @@ class AdaptiveBatchSize:
             first statistics hold one step: their noise scale can be off by 100x).
         explore_factor: growth limit of the total batch per exploration step.
         reprobe_steps: steps after leaving a configuration before a larger one
-            may be tried again at ``explore_threshold`` (0: never). Without it a
-            configuration left on an early, pessimistic measurement, or at an
-            early, small noise scale, is held to the full threshold against a
-            step time that is never measured again.
+            may be tried again: at ``explore_threshold`` when the fit predicts a
+            gain, and regardless of the fit once the job has also spent this many
+            steps in its current configuration (0: never). Without it a
+            configuration left on a pessimistic measurement (a load spike, the
+            first steps), or at an early, small noise scale, is judged for the rest
+            of the job on a step time that is never measured again. Each probe
+            that the job leaves again soon doubles the configuration's interval.
         adaptive: False keeps the initial configuration (the fixed arm of a benchmark).
 
     Example:

@@ -3,11 +3,10 @@
 Injected step times on the hooks' fake clock (nothing sleeps): ``0.002 + 1e-5 * b`` seconds
 for a total batch ``b`` on one replica, times ``load`` on the steps of a slow phase, whatever
 the batch (another job on the machine). At a noise scale of 300 the best batch is 256 (128
-and 512 are 10% and 12% behind). The controller before this change, timed 256 inside the
-phase against 64 and 128 timed before it, dropped to 32-64 and never tried 256 again (the
-fit, still holding the phase's time for 256, predicted no gain, and re-probing needed a
-predicted gain); it also did so here with the new rules switched off (the legacy case below).
-"""
+and 512 are 10% and 12% behind). The controller before this change (be87680) left 256
+inside the phase in each of 12 such runs (docs/adaptive.md, "Load spikes") and ended at
+32, 64, 128 or 512: the fit kept 256's phase time and predicted no gain, and re-probing
+needed a predicted gain. The legacy case below (no confirmation, no re-probing) shows it."""
 
 from __future__ import annotations
 
