@@ -120,6 +120,41 @@ def test_demo_quick_prints_the_model(demo_run):
     assert f"tensorboard --logdir {out / 'tensorboard'}" in text
 
 
+def test_demo_checkpoints_are_the_packages(demo_run):
+    """The demo's checkpoints are adaptive.checkpoint's (params, optimizer state with the
+    gradient statistics, the hooks' state), restorable onto another device count."""
+    import jax
+    from jax.sharding import Mesh
+
+    from goodput_jax.adaptive import checkpoint
+    from goodput_jax.demo import _model_and_optimizer
+    from goodput_jax.integrations.hooks import GoodputHooks
+    from goodput_jax.model import gradstats
+
+    r, out, _ = demo_run
+    assert r.returncode == 0, r.stderr
+    cfg = DemoConfig.from_args(quick=True)
+    model, tx = _model_and_optimizer(cfg, 2 * cfg.atomic_bsz)  # M0 of the 2-device run
+    params = model.init(jax.random.PRNGKey(0), jax.numpy.zeros((1, cfg.features)))
+    mngr = checkpoint.manager(out / "checkpoints")
+    try:
+        assert mngr.latest_step() == 99
+        hooks = GoodputHooks("demo", init_batch_size=2 * cfg.atomic_bsz, is_primary=False,
+                             num_replicas=1, num_nodes=1)
+        step, p, o = checkpoint.restore(mngr, params, tx.init(params), hooks,
+                                        Mesh(jax.devices()[:1], ("data",)))
+    finally:
+        mngr.close()
+    assert step == 99
+    assert jax.tree.structure(p) == jax.tree.structure(params)
+    gp = gradstats.get_grad_params(o)  # the in-step statistics travel in the optimizer state
+    assert float(gp.sqr) > 0 and float(gp.var) > 0
+    # the hooks' profile at step 99 holds the three configurations the summary lists
+    printed = {(int(a), int(b)) for a, b in re.findall(r"profiled r=(\d) b=(\d+)", r.stdout)}
+    assert {(k[1], k[2]) for k, e in hooks.profile.items() if e.optim_count} == printed
+    assert hooks.grad_params is not None
+
+
 def test_demo_tensorboard_logs(demo_run):
     r, out, _ = demo_run
     assert r.returncode == 0, r.stderr
