@@ -69,7 +69,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from goodput_jax.measure.calculator import BadputType, StepDeviation, _breakdown, _check_ideal
+from goodput_jax.measure.calculator import BadputType, StepDeviation, breakdown, check_ideal
 from goodput_jax.measure.calculator import GoodputCalculator as _BaseCalculator
 from goodput_jax.measure.monitor import GoodputMonitor as _BaseMonitor
 from goodput_jax.measure.recorder import GoodputRecorder as _BaseRecorder
@@ -342,7 +342,7 @@ class GoodputCalculator(_BaseCalculator):
         """
         with self._lock:
             if configured_ideal_step_time is not None:
-                self.configured_ideal_step_time = _check_ideal(configured_ideal_step_time)
+                self.configured_ideal_step_time = check_ideal(configured_ideal_step_time)
             g, flat, last = super().get_job_goodput(include_badput_breakdown)
             if not include_badput_breakdown:
                 return g, {}, last
@@ -489,7 +489,7 @@ class GoodputCalculator(_BaseCalculator):
         g = 100.0 * productive / total
         if not include_badput_breakdown:
             return g, {}, last, excluded
-        flat = _breakdown(acc, total, eng.async_data_loading())
+        flat = breakdown(acc, total, eng.async_data_loading())
         return g, _google_breakdown(flat, custom, 100.0 / total), last, excluded
 
 
@@ -703,7 +703,7 @@ class GoodputMonitor(_BaseMonitor):
         # recorders of the same job write what they hold (e.g. the job end just recorded).
         if final:
             for rec in list(_LIVE_RECORDERS):
-                if rec.job_name == self.job_name and not getattr(rec, "_closed", False):
+                if rec.job_name == self.job_name and not rec.closed:
                     rec.flush(self.stop_timeout if timeout is None else timeout)
         return super()._stop(name, timeout, final)
 

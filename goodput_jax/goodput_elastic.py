@@ -154,9 +154,9 @@ class ElasticGoodputCalculator(GoodputCalculator):
         eng = self._last_interval_engine
         p, acc, _ = eng.totals(eng.last_t)
         tot = p + sum(acc)
-        from goodput_jax.measure.calculator import _BUCKET_TYPES
+        from goodput_jax.measure.calculator import breakdown as percentages
 
-        flat = {t: 100.0 * acc[i] / tot for i, t in enumerate(_BUCKET_TYPES)} if tot else {}
+        flat = percentages(acc, tot) if tot else {}
         return g, self._with_elastic(breakdown, flat), last, total, disruptions
 
     def get_interval_metric_details(self, interval_start: Any, interval_end: Any) -> dict:

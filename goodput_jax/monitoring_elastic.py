@@ -32,6 +32,8 @@ class ElasticGoodputMonitor(GoodputMonitor):
         ...                           store=":memory:")            # doctest: +SKIP
     """
 
+    elastic_tags = True
+
     def __init__(
         self,
         job_name: str,
@@ -69,7 +71,6 @@ class ElasticGoodputMonitor(GoodputMonitor):
             step_deviation_interval_seconds, gcp_options, skip_final_flush,
             final_flush_timeout_seconds, gcs_sync_interval_seconds, cache_dir,
             max_logs_retention_period, **kwargs)
-        self._elastic_tags = True
         if getattr(self, "_owns_elastic_store", False):
             self._owns_store = True
 

@@ -73,12 +73,7 @@ ALLOWED_PRIVATE: dict[str, str] = {
     "goodput_jax.adaptive.controller:_lock": "issue 28",
     "goodput_jax.adaptive.controller:_since_fit": "issue 28",
     "goodput_jax.adaptive.controller:_throughput_np": "issue 28",
-    "goodput_jax.goodput:_breakdown": "issue 28",
-    "goodput_jax.goodput:_check_ideal": "issue 28",
-    "goodput_jax.goodput:_closed": "issue 28",
-    "goodput_jax.goodput_elastic:_BUCKET_TYPES": "issue 28",
     "goodput_jax.integrations.hooks:_step_start_sink": "issue 28",
-    "goodput_jax.measure.monitor:_elastic_tags": "issue 28",
     "goodput_jax.runtime.compile:_closed": "issue 28",
     "goodput_jax.runtime.steps:_step_start_sink": "issue 28",
 }

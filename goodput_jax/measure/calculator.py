@@ -63,7 +63,9 @@ class NoEventsError(ValueError):
     """The store holds no timeline events for the job (message names store and job)."""
 
 
-_BUCKET_TYPES = tuple(BadputType[name] for name in BUCKET_NAMES)
+#: The badput types of the engine's per-bucket seconds, in their order: ``acc[i]`` of
+#: ``Engine.totals()`` is ``BUCKET_TYPES[i]`` (the seam :func:`breakdown` and the drop-ins use).
+BUCKET_TYPES: tuple[BadputType, ...] = tuple(BadputType[name] for name in BUCKET_NAMES)
 
 
 
@@ -112,7 +114,16 @@ class StepDeviation:
         }
 
 
-def _check_ideal(value: Any) -> float | None:
+def check_ideal(value: Any) -> float | None:
+    """A ``configured_ideal_step_time``, validated: None, or a positive finite float.
+
+    Raises:
+        TypeError, ValueError: naming ``configured_ideal_step_time`` and the value.
+
+    Example:
+        >>> check_ideal(2), check_ideal(None)
+        (2.0, None)
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -161,7 +172,7 @@ class GoodputCalculator:
         self.logger_name = logger_name
         self.store = resolve_store(store)
         self._clock = clock or time.time
-        self.configured_ideal_step_time = _check_ideal(configured_ideal_step_time)
+        self.configured_ideal_step_time = check_ideal(configured_ideal_step_time)
         self._lock = threading.RLock()
         self._engine = Engine()
         self._cursor: Any = None
@@ -275,7 +286,7 @@ class GoodputCalculator:
         last = eng.live_steps[-1] if eng.live_steps else 0
         if not include:
             return goodput, {}, last
-        return goodput, _breakdown(acc, total, eng.async_data_loading()), last
+        return goodput, breakdown(acc, total, eng.async_data_loading()), last
 
     def get_job_goodput(
         self, include_badput_breakdown: bool = False
@@ -361,7 +372,7 @@ class GoodputCalculator:
             eng = self._engine
             self._require_events(eng)
             productive, acc, custom = eng.totals(self._now())
-            badput = {t: acc[i] for i, t in enumerate(_BUCKET_TYPES)}
+            badput = {t: acc[i] for i, t in enumerate(BUCKET_TYPES)}
             badput[BadputType.DATA_LOADING_ASYNC] = eng.async_data_loading()
             return {
                 "productive_time": productive,
@@ -426,7 +437,7 @@ class GoodputCalculator:
         Example:
             >>> calc.get_step_deviation().median  # doctest: +SKIP
         """
-        ideal_cfg = _check_ideal(configured_ideal_step_time) or self.configured_ideal_step_time
+        ideal_cfg = check_ideal(configured_ideal_step_time) or self.configured_ideal_step_time
         with self._lock:
             self.refresh()
             self._require_events(self._engine)
@@ -567,8 +578,33 @@ def estimate_ideal_step_time(step_times: Any) -> float:
     return float(np.median(normal)) if normal.size else float(med)
 
 
-def _breakdown(acc: list[float], total: float, async_s: float = 0.0) -> dict[BadputType, float]:
-    out = {t: 100.0 * acc[i] / total for i, t in enumerate(_BUCKET_TYPES)}
+def breakdown(acc: list[float], total: float, async_s: float = 0.0) -> dict[BadputType, float]:
+    """Badput percentages from the engine's per-bucket seconds (the calculator's rule).
+
+    Args:
+        acc: seconds per bucket in :data:`BUCKET_TYPES` order (``Engine.totals()[1]``).
+        total: the job seconds the percentages are of (productive + ``sum(acc)``), > 0.
+        async_s: asynchronous data-loading seconds: reported as ``DATA_LOADING_ASYNC``
+            beside the others, not part of the 100 % (it did not block training).
+
+    Returns:
+        ``{BadputType: %}`` for every bucket and ``DATA_LOADING_ASYNC``.
+
+    Raises:
+        ValueError: ``acc`` has not one entry per bucket, or ``total`` is not positive.
+
+    Example:
+        >>> acc = [0.0] * len(BUCKET_TYPES)
+        >>> acc[BUCKET_TYPES.index(BadputType.OTHER)] = 5.0
+        >>> breakdown(acc, 20.0)[BadputType.OTHER]
+        25.0
+    """
+    if len(acc) != len(BUCKET_TYPES):
+        raise ValueError(f"acc ({len(acc)} entries) must hold one entry per bucket "
+                         f"({len(BUCKET_TYPES)}, in BUCKET_TYPES order)")
+    if not total > 0:
+        raise ValueError(f"total ({total!r}) must be positive")
+    out = {t: 100.0 * acc[i] / total for i, t in enumerate(BUCKET_TYPES)}
     # reported beside the others, not part of the 100 % (it did not block training)
     out[BadputType.DATA_LOADING_ASYNC] = 100.0 * async_s / total
     return out

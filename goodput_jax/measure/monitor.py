@@ -503,6 +503,12 @@ class GoodputMonitor:
         {'goodput/total': 93.1, ...}
     """
 
+    #: In the ``"reference"`` tag layout, also write the ``ELASTIC_*`` badput buckets
+    #: (``badput/elastic_slice_down`` ...), as ml-goodput-measurement's elastic monitor
+    #: does; its drop-in (``goodput_jax.monitoring_elastic``) sets it. The
+    #: ``"goodput_jax"`` layout writes every bucket whatever it says.
+    elastic_tags: bool = False
+
     def __init__(
         self,
         job_name: str,
@@ -625,7 +631,7 @@ class GoodputMonitor:
                     name = GOOGLE_NAMES.get(kind.name, kind.name)
                     if kind.name == "CUSTOM_BADPUT_EVENTS" or isinstance(pct, dict):
                         continue
-                    if name.startswith("ELASTIC_") and not getattr(self, "_elastic_tags", False):
+                    if name.startswith("ELASTIC_") and not self.elastic_tags:
                         continue
                     if kind.name == "RECOMPILATION" and not pct:
                         continue

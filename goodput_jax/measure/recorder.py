@@ -204,6 +204,17 @@ class GoodputRecorder:
     def logging_enabled(self) -> bool:
         return self._enabled
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (read-only; nothing is recorded after it).
+
+        Example:
+            >>> rec = GoodputRecorder("job", "goodput_job", logging_enabled=False)
+            >>> rec.closed, (rec.close(), rec.closed)[1]
+            (False, True)
+        """
+        return self._closed
+
     # ----------------------------------------------------------- hot path
     def _now(self) -> float:
         t = self._clock()
