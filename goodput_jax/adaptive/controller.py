@@ -571,6 +571,18 @@ class AdaptiveBatchSize:
         taken before its times were last dropped): a slowdown seen on two windows, not
         one load spike. Without a previous window, or against a faster one, the
         controller measures the configuration afresh before deciding again.
+
+        Example:
+            >>> from goodput_jax.integrations.hooks import GoodputHooks
+            >>> h = GoodputHooks("doc", init_batch_size=8, num_replicas=1, num_nodes=1,
+            ...                  is_primary=False, warmup_steps=0, job_warmup_steps=0)
+            >>> a = AdaptiveBatchSize(h, {"x": np.arange(100.0)})
+            >>> h.observe_step_time(0.02)
+            >>> a.confirmed()  # one window only: measure it again first
+            False
+            >>> a.previous_window[h.config_key()] = 0.02  # as a re-measurement leaves it
+            >>> a.confirmed()
+            True
         """
         key = self.hooks.config_key() if key is None else tuple(key)
         prev, now = self.previous_window.get(key), self._window(key)
