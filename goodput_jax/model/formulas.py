@@ -107,8 +107,14 @@ def optim_time(xp: Any, gamma: Any, accum: Any, network: Any) -> Any:
 
 def throughput(xp: Any, perf: PerfParams, n: Any, r: Any, b: Any, s: Any) -> Any:
     """``R * b * (s + 1) / (s * T_acc + T_opt)``."""
+    return throughput_at(xp, perf, network_time(xp, perf, n, r), r, b, s)
+
+
+def throughput_at(xp: Any, perf: PerfParams, network: Any, r: Any, b: Any, s: Any) -> Any:
+    """:func:`throughput` given the network time (a host caller computes it once per
+    placement, on scalars)."""
     accum = accum_time(xp, perf, b)
-    optim = optim_time(xp, perf.gamma, accum, network_time(xp, perf, n, r))
+    optim = optim_time(xp, perf.gamma, accum, network)
     return r * b * (s + 1.0) / (s * accum + optim)
 
 
@@ -148,15 +154,16 @@ def _where_scalar(cond: Any, a: Any, b: Any) -> Any:
     return a if cond else b
 
 
-#: numpy on float64 scalars: its functions keep scalars scalar, except ``where``, which
-#: makes 0-d arrays (several times slower to compute with); this one picks instead.
-_NP_SCALARS = types.SimpleNamespace(where=_where_scalar, maximum=np.maximum,
+#: The namespace for the formulas on float64 scalars: numpy's functions keep scalars
+#: scalar, except ``where``, which makes 0-d arrays (several times slower to compute
+#: with); this one picks instead.
+SCALAR_NP = types.SimpleNamespace(where=_where_scalar, maximum=np.maximum,
                                     minimum=np.minimum, log=np.log, log1p=np.log1p, exp=np.exp)
 
 
 def _xp(*args: Any) -> Any:
     """The namespace for these float64 arguments: scalar numpy when all are scalars."""
-    return _NP_SCALARS if all(isinstance(a, np.float64) for a in args) else np
+    return SCALAR_NP if all(isinstance(a, np.float64) for a in args) else np
 
 
 def _out(x: Any) -> float | np.ndarray:
@@ -197,9 +204,10 @@ def predict_optim_time_np(perf: PerfParams, num_nodes: Any, num_replicas: Any, a
         (2,)
     """
     p, n, r, b = _perf64(perf), _f64(num_nodes), _f64(num_replicas), _f64(atomic_bsz)
-    xp = _xp(*p, n, r, b)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _out(optim_time(xp, p.gamma, accum_time(xp, p, b), network_time(xp, p, n, r)))
+        net = network_time(_xp(*p, n, r), p, n, r)
+        xp = _xp(*p, net, b)
+        return _out(optim_time(xp, p.gamma, accum_time(xp, p, b), net))
 
 
 def throughput_np(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any,
@@ -216,10 +224,11 @@ def throughput_np(perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bs
         >>> throughput_np(p, 1, 1, np.array([10, 20]), 0).round(3).tolist()
         [50.0, 66.667]
     """
-    p = _perf64(perf)
-    args = (_f64(num_nodes), _f64(num_replicas), _f64(atomic_bsz), _f64(accum_steps))
+    p, n, r = _perf64(perf), _f64(num_nodes), _f64(num_replicas)
+    b, s = _f64(atomic_bsz), _f64(accum_steps)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _out(throughput(_xp(*p, *args), p, *args))
+        net = network_time(_xp(*p, n, r), p, n, r)
+        return _out(throughput_at(_xp(*p, net, r, b, s), p, net, r, b, s))
 
 
 def gain_np(grad: GradParams, scale: Any) -> float | np.ndarray:
@@ -270,6 +279,7 @@ def goodput_np(perf: PerfParams, grad: GradParams, init_batch_size: Any, num_nod
     """
     p, g, m0 = _perf64(perf), _grad64(grad), _f64(init_batch_size)
     n, r, b, s = _f64(num_nodes), _f64(num_replicas), _f64(atomic_bsz), _f64(accum_steps)
-    xp = _xp(*p, *g, m0, n, r, b, s)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _out(throughput(xp, p, n, r, b, s) * efficiency(xp, g, m0, r * b * (s + 1.0)))
+        net = network_time(_xp(*p, n, r), p, n, r)
+        xp = _xp(*p, *g, m0, net, r, b, s)
+        return _out(throughput_at(xp, p, net, r, b, s) * efficiency(xp, g, m0, r * b * (s + 1.0)))

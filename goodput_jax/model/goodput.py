@@ -340,7 +340,12 @@ def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation):
             if r == 1
             else np.ceil(local - 1e-8 * np.maximum(1.0, local))
         )
-    good = formulas.goodput_np(perf, grad, m0, n, r, atomic, steps)
+    # the twin's formulas on arrays of 50 candidates; the network time once, on scalars
+    net = formulas.network_time(formulas.SCALAR_NP, perf, np.float64(n), np.float64(r))
+    batch = r * atomic * (steps + 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero network time: log(0)
+        good = formulas.throughput_at(np, perf, net, r, atomic, steps) * formulas.efficiency(
+            np, grad, m0, batch)
     good = np.where((lo <= atomic) & (atomic <= hi), good, 0.0)
     i = int(np.argmax(good))
     return float(good[i]), int(atomic[i]), int(steps[i])
