@@ -1,0 +1,232 @@
+"""``GoodputCalculator`` with ml-goodput-measurement's API, result shapes and interval rule.
+
+Example:
+    >>> calc = GoodputCalculator("job", "goodput_job", store=":memory:")
+    >>> calc.get_interval_metric_details(0.0, 10.0)["interval_size"]
+    10
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from typing import Any
+
+from goodput_jax.compat.enums import GoodputType, IntervalMetricType, MetricType, google_breakdown
+from goodput_jax.compat.options import LOGGER_NAME, check_flag, cloud_logger_store, to_ts
+from goodput_jax.measure.calculator import GoodputCalculator as _BaseCalculator
+from goodput_jax.measure.calculator import StepDeviation, breakdown, check_ideal
+
+__all__ = ["GoodputCalculator"]
+
+_log = logging.getLogger(LOGGER_NAME)
+
+
+class GoodputCalculator(_BaseCalculator):
+    """:class:`goodput_jax.measure.calculator.GoodputCalculator` with Google's API.
+
+    Args:
+        job_name, logger_name: as in Google's library.
+        cloud_logger: Google's seam (see :class:`GoodputRecorder`): entries are
+            read from it.
+        using_pathways: accepted (Google stores it; it changes nothing in 0.2.3's
+            calculation).
+        max_logs_retention_period: ``datetime.timedelta``; how far back a
+            ``gcl://`` store reads (None = Google's 7 days); not used by SQLite.
+        gcs_path, cache_dir: accepted and unused: the calculator is incremental
+            in memory, so Google's on-disk cache (and its GCS sync) is moot.
+        store, clock, configured_ideal_step_time: goodput_jax's extras.
+
+    Example:
+        >>> calc = GoodputCalculator("job", "goodput_job", store=":memory:")
+        >>> calc.using_pathways
+        False
+    """
+
+    def __init__(self, job_name: str, logger_name: str | None = None, cloud_logger: Any = None,
+                 using_pathways: bool = False,
+                 max_logs_retention_period: datetime.timedelta | None = None,
+                 gcs_path: str | None = None, cache_dir: str | os.PathLike = "/tmp", *,
+                 store: Any = None, clock: Any = None,
+                 configured_ideal_step_time: float | None = None):
+        if max_logs_retention_period is not None and not isinstance(
+                max_logs_retention_period, datetime.timedelta):
+            raise TypeError(f"max_logs_retention_period ({max_logs_retention_period!r}) "
+                            "must be a datetime.timedelta or None")
+        if gcs_path is not None and not isinstance(gcs_path, str):
+            raise TypeError(f"gcs_path ({gcs_path!r}) must be a string or None")
+        if not isinstance(cache_dir, (str, os.PathLike)):
+            raise TypeError(f"cache_dir ({cache_dir!r}) must be a path")
+        self.using_pathways = bool(check_flag("using_pathways", using_pathways))
+        self.max_logs_retention_period = max_logs_retention_period
+        self.gcs_path = gcs_path
+        self.cache_dir = os.fspath(cache_dir)
+        self.cloud_logger = cloud_logger
+        super().__init__(job_name, logger_name, store=cloud_logger_store(cloud_logger, store),
+                         clock=clock, configured_ideal_step_time=configured_ideal_step_time)
+
+    def sync_to_gcs(self) -> None:
+        """Google syncs its on-disk cache to GCS; there is no such cache here (no-op)."""
+
+    def get_job_goodput(self, include_badput_breakdown: bool = False,
+                        configured_ideal_step_time: float | None = None):
+        """Goodput of the job so far, in Google's shape.
+
+        Returns:
+            ``(goodput %, {BadputType: %} (custom badput as {TYPE: %}), last productive step)``.
+
+        Example:
+            >>> goodput, badput, step = calc.get_job_goodput(True)  # doctest: +SKIP
+        """
+        with self._lock:
+            if configured_ideal_step_time is not None:
+                self.configured_ideal_step_time = check_ideal(configured_ideal_step_time)
+            g, flat, last = super().get_job_goodput(include_badput_breakdown)
+            if not include_badput_breakdown:
+                return g, {}, last
+            d = super().get_job_goodput_details()
+        total = d["total_time"]
+        return g, google_breakdown(flat, d["custom_badput_time"], 100.0 / total), last
+
+    def get_job_goodput_interval(self, interval_start: Any, interval_end: Any):
+        """Goodput within ``(interval_start, interval_end]`` (Google's 5 values and rule).
+
+        As in ml-goodput-measurement, only the events recorded inside the window
+        count, and the window's job time runs from its first to its last event: a
+        step whose next step starts after the window is not productive in it
+        (the base calculator's ``get_job_goodput_interval`` instead clips the whole
+        job's attribution to the window; ``docs/semantics.md`` row 11).
+
+        Returns:
+            ``(goodput %, {BadputType: %}, last productive step, job seconds inside
+            the interval, disruptions inside the interval)``.
+
+        Raises:
+            ValueError: the window holds no events, or no job time.
+        """
+        ws, we = to_ts(interval_start, "interval_start"), to_ts(interval_end, "interval_end")
+        if not we > ws:
+            raise ValueError(f"interval_end ({interval_end!r}) must be after interval_start "
+                             f"({interval_start!r})")
+        eng = self._replay(only=(ws, we))
+        if eng.runs == 0:
+            raise ValueError(f"no log entries of job {self.job_name!r} within the interval "
+                             f"window ({interval_start}, {interval_end}]")
+        now = eng.last_t
+        g, flat, last = self._result(eng, now, True, f"the interval ({ws}, {we}]")
+        self._last_interval_engine = eng
+        productive, acc, custom = eng.totals(now)
+        total = productive + sum(acc)
+        return (g, google_breakdown(flat, custom, 100.0 / total), last, total,
+                eng.disruptions)
+
+    def get_interval_metric_details(self, interval_start: Any, interval_end: Any) -> dict:
+        """Google's interval details: goodput, badput and the interval's size (s)."""
+        size = int(to_ts(interval_end, "interval_end") - to_ts(interval_start, "interval_start"))
+        try:
+            g, badput, _, _, _ = self.get_job_goodput_interval(interval_start, interval_end)
+        except ValueError as e:
+            _log.warning("Failed to get interval metric details: %s", e)
+            return {IntervalMetricType.INTERVAL_GOODPUT.value: {},
+                    IntervalMetricType.INTERVAL_BADPUT.value: {},
+                    IntervalMetricType.INTERVAL_SIZE.value: size}
+        return {IntervalMetricType.INTERVAL_GOODPUT.value: {GoodputType.TOTAL: g},
+                IntervalMetricType.INTERVAL_BADPUT.value: badput,
+                IntervalMetricType.INTERVAL_SIZE.value: size}
+
+    def get_job_goodput_details(self) -> dict[str, Any]:
+        """Google's ``WorkloadMetricDetails`` keys plus goodput_jax's (seconds).
+
+        ``goodput_time`` ({GoodputType.TOTAL: s}), ``badput_time`` ({BadputType: s},
+        custom as {TYPE: s}), ``max_productive_step``, ``total_elapsed_time``,
+        ``disruption_count``, ``step_time_deviation``, ``ideal_step_time``,
+        ``total_excluded_time``; and ``productive_time``, ``custom_badput_time``,
+        ``total_time``, ``num_runs``, ... as in the base calculator.
+        """
+        from goodput_jax.measure.calculator import NoEventsError
+
+        try:
+            d = super().get_job_goodput_details()
+        except NoEventsError as e:
+            _log.warning("Goodput information unavailable: %s", e)
+            return {m.value: ({} if m in (MetricType.GOODPUT_TIME, MetricType.BADPUT_TIME,
+                                          MetricType.STEP_TIME_DEVIATION)
+                              else 0 if m in (MetricType.MAX_PRODUCTIVE_STEP,
+                                              MetricType.DISRUPTION_COUNT) else 0.0)
+                    for m in MetricType}
+        dev = super().get_step_deviation()
+        out = dict(d)
+        out.update({
+            MetricType.GOODPUT_TIME.value: {GoodputType.TOTAL: d["productive_time"]},
+            MetricType.BADPUT_TIME.value: google_breakdown(d["badput_time"],
+                                                            d["custom_badput_time"], 1.0),
+            MetricType.MAX_PRODUCTIVE_STEP.value: d["last_productive_step"],
+            MetricType.TOTAL_ELAPSED_TIME.value: d["total_time"],
+            MetricType.DISRUPTION_COUNT.value: d["num_disruptions"],
+            MetricType.STEP_TIME_DEVIATION.value: dev.step_deviation,
+            MetricType.IDEAL_STEP_TIME.value: dev.ideal_step_time if dev.num_steps else 0.0,
+            MetricType.TOTAL_EXCLUDED_TIME.value: 0.0,
+        })
+        return out
+
+    def get_step_deviation(self, configured_ideal_step_time: float | None = None) -> dict[int, float]:
+        """``{step: step time - ideal step time}`` like Google's (the full
+        :class:`StepDeviation` is :meth:`get_step_statistics`)."""
+        return self.get_step_statistics(configured_ideal_step_time).step_deviation
+
+    def get_step_statistics(self, configured_ideal_step_time: float | None = None) -> StepDeviation:
+        """The base calculator's :class:`StepDeviation` (median, p90, ideal, per-step arrays)."""
+        return super().get_step_deviation(configured_ideal_step_time)
+
+    def get_job_goodput_with_exclusions(self, exclusion_intervals: Any,
+                                        include_badput_breakdown: bool = False,
+                                        configured_ideal_step_time: float | None = None):
+        """Goodput with the time inside ``exclusion_intervals`` removed from every bucket.
+
+        Args:
+            exclusion_intervals: list of ``(start, end)`` aware datetimes (or UTC
+                seconds); overlapping ones are merged, empty ones ignored.
+            include_badput_breakdown: return the breakdown too.
+            configured_ideal_step_time: accepted for compatibility.
+
+        Returns:
+            ``(goodput %, breakdown, last productive step, excluded seconds)``; the
+            job time minus the excluded time is the denominator.
+
+        Example:
+            >>> calc.get_job_goodput_with_exclusions([(t0, t1)])  # doctest: +SKIP
+        """
+        from goodput_jax.measure.engine import merge_intervals
+
+        if not isinstance(exclusion_intervals, (list, tuple)):
+            raise TypeError(f"exclusion_intervals ({exclusion_intervals!r}) must be a list of "
+                            "(start, end) pairs")
+        pairs = []
+        for i, pair in enumerate(exclusion_intervals):
+            try:
+                a, b = pair
+            except (TypeError, ValueError):
+                raise TypeError(f"exclusion_intervals[{i}] ({pair!r}) must be a (start, end) "
+                                "pair") from None
+            pairs.append((to_ts(a, f"exclusion_intervals[{i}][0]"),
+                          to_ts(b, f"exclusion_intervals[{i}][1]")))
+        excl = merge_intervals(pairs)
+        with self._lock:
+            self.refresh()
+            self._require_events(self._engine)
+            now = self._now()
+            p_raw, acc_raw, _ = self._engine.totals(now)
+            raw_total = p_raw + sum(acc_raw)
+        eng = self._replay(exclusions=excl)
+        productive, acc, custom = eng.totals(now)
+        total = productive + sum(acc)
+        last = eng.live_steps[-1] if eng.live_steps else 0
+        excluded = max(raw_total - total, 0.0)
+        if total <= 0:
+            return 0.0, {}, last, excluded
+        g = 100.0 * productive / total
+        if not include_badput_breakdown:
+            return g, {}, last, excluded
+        flat = breakdown(acc, total, eng.async_data_loading())
+        return g, google_breakdown(flat, custom, 100.0 / total), last, excluded

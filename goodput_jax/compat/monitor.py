@@ -1,0 +1,290 @@
+"""``GoodputMonitor`` with ml-goodput-measurement's constructor, TensorBoard layout and
+Cloud Monitoring metrics, and MaxText's flags.
+
+Example:
+    >>> m = GoodputMonitor("j", "goodput_j", "/tmp/tb-doc", monitor_goodput=False,
+    ...                    goodput_upload_interval_seconds=60, store=":memory:")  # doctest: +SKIP
+    >>> m.upload_interval, m.monitoring_enabled                                   # doctest: +SKIP
+    (60.0, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+from typing import Any
+
+from goodput_jax.compat.calculator import GoodputCalculator
+from goodput_jax.compat.enums import GoodputType, IntervalMetricType
+from goodput_jax.compat.options import LOGGER_NAME, GCPOptions, check_flag, check_positive
+from goodput_jax.compat.recorder import flush_live_recorders
+from goodput_jax.measure.monitor import GoodputMonitor as _BaseMonitor
+
+__all__ = ["GoodputMonitor"]
+
+_log = logging.getLogger(LOGGER_NAME)
+
+
+class GoodputMonitor(_BaseMonitor):
+    """:class:`goodput_jax.measure.monitor.GoodputMonitor` with Google's constructor and layout.
+
+    Writes ml-goodput-measurement's TensorBoard layout: event files in
+    ``<tensorboard_dir>/goodput/``, tags ``goodput/goodput``,
+    ``badput/<google name>`` (``badput/tpu_initialization``,
+    ``badput/data_loading_sync``, ...), ``badput/custom_badput_events/<type>``
+    and ``step_deviation``; goodput_jax's extra tags sit beside them
+    (``docs/tensorboard_tags.md``).
+
+    Args:
+        job_name, logger_name, tensorboard_dir, upload_interval, monitoring_enabled,
+        pathway_enabled, include_badput_breakdown, include_step_deviation,
+        configured_ideal_step_time, step_deviation_interval_seconds: as in
+            Google's library (same defaults). ``upload_interval`` may be omitted when
+            ``goodput_upload_interval_seconds`` is given (default 30 s when neither is).
+        gcp_options: :class:`GCPOptions`. With ``monitoring_enabled`` and either
+            ``enable_gcp_*`` flag, an empty ``project_id``, ``location`` or
+            ``acc_type`` is filled from the GCE metadata server (as Google's
+            library; ``$GCE_METADATA_HOST`` names the server); with a project and a
+            location, goodput, badput, step deviation, rolling-window and hang metrics
+            also go to Cloud Monitoring (needs the ``gcp`` extra), else a warning
+            says why not.
+        skip_final_flush: ``stop_*`` skips the final upload.
+        final_flush_timeout_seconds: bound of each ``stop_*`` (s).
+        gcs_sync_interval_seconds, cache_dir: accepted; no on-disk cache to sync.
+        max_logs_retention_period: passed to the calculator.
+        monitor_goodput: MaxText's flag; when given it decides ``monitoring_enabled``.
+        goodput_upload_interval_seconds: MaxText's name for ``upload_interval``.
+        monitor_step_time_deviation: MaxText's name for ``include_step_deviation``;
+            with it, :meth:`start` also starts the step-deviation uploader.
+        rolling_windows_seconds: MaxText's windows (s): :meth:`start` also starts the
+            rolling-window uploader, :meth:`stop` stops it first.
+        **kwargs: the base monitor's extras (``store``, ``clock``, ``tag_layout``,
+            ``hang_threshold_seconds`` ...) and ``gcm_client``: a
+            ``monitoring_v3.MetricServiceClient`` to send with.
+
+    Raises:
+        ValueError: ``upload_interval`` and ``goodput_upload_interval_seconds``
+            disagree, or an interval is not positive.
+
+    Example:
+        >>> m = GoodputMonitor("j", "goodput_j", "/tmp/tb-doc", monitor_goodput=False,
+        ...                    goodput_upload_interval_seconds=60, store=":memory:")  # doctest: +SKIP
+        >>> m.upload_interval, m.monitoring_enabled                                   # doctest: +SKIP
+        (60.0, False)
+    """
+
+    def __init__(
+        self,
+        job_name: str,
+        logger_name: str | None,
+        tensorboard_dir: str | os.PathLike,
+        upload_interval: float | None = None,
+        monitoring_enabled: bool = False,
+        pathway_enabled: bool = False,
+        include_badput_breakdown: bool = False,
+        include_step_deviation: bool | None = None,
+        configured_ideal_step_time: float | None = None,
+        step_deviation_interval_seconds: float | None = 10,
+        gcp_options: GCPOptions | None = None,
+        skip_final_flush: bool = False,
+        final_flush_timeout_seconds: float | None = 30.0,
+        gcs_sync_interval_seconds: int = 3600,
+        cache_dir: str | os.PathLike = "/tmp",
+        max_logs_retention_period: datetime.timedelta | None = None,
+        *,
+        monitor_goodput: bool | None = None,
+        goodput_upload_interval_seconds: float | None = None,
+        monitor_step_time_deviation: bool | None = None,
+        rolling_windows_seconds: Any = None,
+        **kwargs: Any,
+    ):
+        gcm_client = kwargs.pop("gcm_client", None)
+        from goodput_jax.measure.monitor import check_windows
+
+        self.rolling_windows_seconds = (None if rolling_windows_seconds is None
+                                        else check_windows(rolling_windows_seconds))
+        if upload_interval is None:
+            upload_interval = 30.0 if goodput_upload_interval_seconds is None \
+                else goodput_upload_interval_seconds
+        elif goodput_upload_interval_seconds is not None and \
+                float(goodput_upload_interval_seconds) != float(upload_interval):
+            raise ValueError(
+                f"upload_interval ({upload_interval!r}) and goodput_upload_interval_seconds "
+                f"({goodput_upload_interval_seconds!r}) disagree; give one of them"
+            )
+        mg = check_flag("monitor_goodput", monitor_goodput)
+        if mg is not None:
+            monitoring_enabled = mg
+        dev = check_flag("monitor_step_time_deviation", monitor_step_time_deviation)
+        if include_step_deviation is None:
+            include_step_deviation = bool(dev)
+        elif dev is not None and dev != bool(include_step_deviation):
+            raise ValueError(
+                f"include_step_deviation ({include_step_deviation!r}) and "
+                f"monitor_step_time_deviation ({monitor_step_time_deviation!r}) disagree"
+            )
+        if gcp_options is not None and not isinstance(gcp_options, GCPOptions) and not all(
+                hasattr(gcp_options, f.name) for f in dataclasses.fields(GCPOptions)):
+            raise TypeError(f"gcp_options ({gcp_options!r}) must be a GCPOptions")
+        self.monitor_step_time_deviation = bool(dev) if dev is not None else False
+        self.gcp_options = gcp_options if gcp_options is not None else GCPOptions()
+        self.skip_final_flush = bool(skip_final_flush)
+        self.gcs_sync_interval_seconds = gcs_sync_interval_seconds
+        self.cache_dir = os.fspath(cache_dir)
+        self.max_logs_retention_period = max_logs_retention_period
+        if final_flush_timeout_seconds is not None:
+            kwargs.setdefault("stop_timeout", check_positive(
+                "final_flush_timeout_seconds", final_flush_timeout_seconds))
+        kwargs.setdefault("tag_layout", "reference")
+        super().__init__(
+            job_name, logger_name, tensorboard_dir, upload_interval, monitoring_enabled,
+            pathway_enabled, include_badput_breakdown, bool(include_step_deviation),
+            configured_ideal_step_time, step_deviation_interval_seconds, **kwargs,
+        )
+        self._gcm = None
+        self._google_calc = None
+        #: what the GCE metadata server said (None when it was not asked)
+        self.gce_metadata = None
+        opts = self.gcp_options
+        if self.monitoring_enabled and (
+                opts.enable_gcp_goodput_metrics or opts.enable_gcp_step_deviation_metrics):
+            from goodput_jax.measure.cloud_monitoring import (
+                CloudMonitoringExporter,
+                fill_gcp_options,
+            )
+
+            opts, self.gce_metadata = fill_gcp_options(opts)
+            self.gcp_options = opts
+            if opts.project_id and opts.location:
+                self._gcm = CloudMonitoringExporter(opts, job_name, client=gcm_client)
+                _log.info("goodput monitor: sending Cloud Monitoring metrics to project %r, "
+                          "location %r", opts.project_id, opts.location)
+            else:
+                missing = [n for n in ("project_id", "location") if not getattr(opts, n)]
+                _log.warning(
+                    "goodput monitor: Cloud Monitoring disabled: gcp_options.%s not given and "
+                    "not found on the GCE metadata server (%s)", " and ".join(missing),
+                    self.gce_metadata.error or "it had no such entry")
+
+    @property
+    def cloud_monitoring(self) -> Any:
+        """The :class:`~goodput_jax.measure.cloud_monitoring.CloudMonitoringExporter`
+        sending this monitor's metrics (None when Cloud Monitoring is off)."""
+        return self._gcm
+
+    def upload_goodput(self) -> dict[str, float]:
+        values = super().upload_goodput()
+        if self._gcm is not None and values and self.gcp_options.enable_gcp_goodput_metrics:
+            self._gcm.send_goodput(
+                self.calculator, self._now(),
+                include_slice_efficiency=bool(getattr(self, "include_slice_efficiency", False)))
+        return values
+
+    def upload_hang_status(self, last_step: int | None = None, *, flush: bool = True
+                           ) -> dict[str, float]:
+        values = super().upload_hang_status(last_step, flush=flush)
+        if self._gcm is not None and values and self.gcp_options.enable_gcp_goodput_metrics:
+            md = self.gce_metadata
+            self._gcm.send(self._gcm.hang_metrics(
+                values["hang/seconds_since_last_step"], bool(values.get("hang/hung", 0.0)),
+                instance_id=md.instance_id if md is not None else None), self._now())
+        return values
+
+    def _interval_calculator(self) -> Any:
+        calc = self.calculator
+        if hasattr(calc, "get_interval_metric_details"):
+            return calc
+        if self._google_calc is None:  # Google's interval rule on the same store
+            self._google_calc = GoodputCalculator(self.job_name, self.logger_name,
+                                                  store=calc.store, clock=self.clock)
+        return self._google_calc
+
+    def upload_rolling_window_goodput(self, window_seconds: Any = None) -> dict[str, float]:
+        """Write ``goodput/interval_<W>s`` for each window ending now (Google's interval
+        rule, :meth:`GoodputCalculator.get_interval_metric_details`) and, with Cloud
+        Monitoring on, send each window's ``interval_goodput`` / ``interval_badput``
+        (and slice efficiency for elastic monitors) as Google's rolling-window uploader."""
+        from goodput_jax.measure.monitor import check_windows
+
+        windows = self.rolling_windows if window_seconds is None else check_windows(
+            window_seconds)
+        now = self._now()
+        values: dict[str, float] = {}
+        slice_eff = bool(getattr(self, "include_slice_efficiency", False))
+        calc = self._interval_calculator()
+        send = self._gcm is not None and self.gcp_options.enable_gcp_goodput_metrics
+        for w in windows:
+            details = calc.get_interval_metric_details(now - w, now)
+            g = details.get(IntervalMetricType.INTERVAL_GOODPUT.value) or {}
+            if GoodputType.TOTAL in g:
+                values[self.window_tag(w)] = float(g[GoodputType.TOTAL])
+            if send:
+                self._gcm.send_interval(details, now, include_slice_efficiency=slice_eff)
+        if values:
+            self.write_scalars(self.last_step, values)
+        return values
+
+    def upload_step_deviation(self) -> dict[str, float]:
+        values = super().upload_step_deviation()
+        if self._gcm is not None and values and self.gcp_options.enable_gcp_step_deviation_metrics:
+            self._gcm.send_step_deviation(self.calculator, self._now())
+        return values
+
+    def _stop(self, name: str, timeout: float | None, final: bool = True) -> bool:
+        # Every stop_* / close() ends with a final upload: first make this process's
+        # recorders of the same job write what they hold (e.g. the job end just recorded).
+        if final:
+            flush_live_recorders(self.job_name, self.stop_timeout if timeout is None else timeout)
+        return super()._stop(name, timeout, final)
+
+    def _final(self, skip_final_flush: bool | None) -> bool:
+        skip = self.skip_final_flush if skip_final_flush is None else bool(skip_final_flush)
+        return not skip
+
+    def stop_goodput_uploader(self, skip_final_flush: bool | None = None, *,
+                              timeout: float | None = None) -> bool:
+        """Stop the goodput uploader, after a final upload unless ``skip_final_flush``."""
+        return self._stop("goodput", timeout, self._final(skip_final_flush))
+
+    def stop_step_deviation_uploader(self, skip_final_flush: bool | None = None, *,
+                                     timeout: float | None = None) -> bool:
+        """Stop the step-deviation uploader, after a final upload unless ``skip_final_flush``."""
+        return self._stop("step_deviation", timeout, self._final(skip_final_flush))
+
+    def start_rolling_window_goodput_uploader(self, rolling_windows_seconds: Any) -> bool:
+        """Start uploading the goodput of the last ``W`` seconds for each window ``W``.
+
+        Args:
+            rolling_windows_seconds: a window length (s) or a list of them (Google's name).
+        """
+        return super().start_rolling_window_goodput_uploader(rolling_windows_seconds)
+
+    def stop_rolling_window_goodput_uploader(self, skip_final_flush: bool | None = None, *,
+                                             timeout: float | None = None) -> bool:
+        """Stop the rolling-window uploader, after a final upload unless ``skip_final_flush``."""
+        return self._stop("rolling_window", timeout, self._final(skip_final_flush))
+
+    def start(self) -> bool:
+        """Start the goodput uploader (and the step-deviation one when MaxText asked for it,
+        and the rolling-window one when ``rolling_windows_seconds`` was given).
+
+        Returns:
+            Whether the goodput uploader runs (False when monitoring is disabled).
+        """
+        started = self.start_goodput_uploader()
+        if started and self.monitor_step_time_deviation:
+            self.start_step_deviation_uploader()
+        if started and self.rolling_windows_seconds:
+            self.start_rolling_window_goodput_uploader(self.rolling_windows_seconds)
+        return started
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop every uploader, each after a final upload (idempotent); the rolling-window
+        one first, as MaxText does."""
+        if self.rolling_windows_seconds:
+            self.stop_rolling_window_goodput_uploader(timeout=timeout)
+        self.stop_goodput_uploader(timeout=timeout)
+        if self.monitor_step_time_deviation:
+            self.stop_step_deviation_uploader(timeout=timeout)
