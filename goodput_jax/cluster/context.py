@@ -106,12 +106,32 @@ class JobContext:
         return StopRequest(self.stop_path, check_every=check_every,
                            multiprocess=self.num_processes > 1)
 
+    @property
+    def fence_path(self) -> str:
+        """The file where the runtime writes the job's current attempt number."""
+        return os.path.join(os.path.dirname(os.path.abspath(self.progress_path)), "attempt")
+
+    def is_current(self) -> bool:
+        """Whether this launch is still the job's current one.
+
+        A process of an older launch can outlive its supervisor for a moment (its
+        controller died, a node's processes are being torn down); it must then
+        neither checkpoint nor log. True where no fence was written (not
+        started by the runtime).
+        """
+        try:
+            with open(self.fence_path) as fh:
+                return int(fh.read().strip() or -1) == self.attempt
+        except (FileNotFoundError, ValueError):
+            return True
+
     def log_progress(self, **record: Any) -> None:
         """Append one JSON line (rank 0 only) to the job's progress log, flushed.
 
-        The attempt, device and process counts and a wall time are added.
+        The attempt, device and process counts and a wall time are added; a
+        superseded launch (:meth:`is_current`) logs nothing.
         """
-        if not self.is_primary:
+        if not self.is_primary or not self.is_current():
             return
         line = {"attempt": self.attempt, "devices": self.total_devices,
                 "processes": self.num_processes, "t": time.time(), **record}

@@ -469,6 +469,9 @@ class Controller:
         from goodput_jax.adaptive.stop import StopRequest
 
         StopRequest(self.sd.stop_path(name)).clear()  # served (or moot): the launch starts clean
+        with open(os.path.join(jd, "attempt.tmp"), "w") as fh:  # the fence (JobContext.is_current)
+            fh.write(str(job["attempt"]))
+        os.replace(os.path.join(jd, "attempt.tmp"), os.path.join(jd, "attempt"))
         self.handles[name] = self.launcher.launch(spec, groups, contexts, logs)
         job["status"] = "running"
         job["started"] = job["started"] or now

@@ -123,9 +123,12 @@ def regression(ctx: JobContext) -> str | None:
         start, params, opt_state = restored
         ctx.log_progress(event="restore", step=start, eval=float(eval_loss(params)),
                          seconds=time.time() - t0)
-    ctx.log_progress(event="launch", step=start, startup=t0 - t_launch)
+    ctx.log_progress(event="launch", step=start, startup=t0 - t_launch,
+                     eval=float(eval_loss(params)))
 
     def save(step: int, reason: str) -> None:
+        if not ctx.is_current():  # a newer launch of this job exists: it owns the checkpoints
+            raise RuntimeError(f"launch {ctx.attempt} of {ctx.job} was superseded")
         t = time.time()
         hooks.flush()
         with rec.checkpoint_save(step):

@@ -55,6 +55,9 @@ def scenario():
                 continue
         assert proc.returncode == 0, log.read_text()[-4000:]
         data = json.loads(out.read_text())
+        keep = os.environ.get("GOODPUT_JAX_CLUSTER_TEST_KEEP")  # a path, to debug a failure
+        if keep:
+            shutil.copy(out, keep)
         data["leftover_pids"] = leftovers
         data["state_dir"] = str(base / "state")
         yield data
@@ -104,10 +107,11 @@ def test_every_restart_resumes_from_its_checkpoint_and_the_loss_continues(scenar
     for name in ("span", "flex", "late"):
         prog = scenario["progress"][name]
         attempts = sorted({p["attempt"] for p in prog})
-        first_loss = next(p["loss"] for p in prog if p["event"] == "step")
+        initial = next(p["eval"] for p in prog if p["event"] == "launch" and p["attempt"] == 0)
         for a in attempts:
             launch = next(p for p in prog if p["event"] == "launch" and p["attempt"] == a)
-            saved_before = [p for p in prog if p["event"] == "save" and p["attempt"] < a]
+            saved_before = [p for p in prog if p["event"] == "save" and p["attempt"] < a
+                            and p["t"] <= launch["t"]]
             restore = [p for p in prog if p["event"] == "restore" and p["attempt"] == a]
             if not saved_before:
                 assert launch["step"] == 0 and not restore
@@ -121,7 +125,8 @@ def test_every_restart_resumes_from_its_checkpoint_and_the_loss_continues(scenar
             assert steps[0] == newest["step"] and steps == list(range(steps[0],
                                                                       steps[0] + len(steps)))
             # the loss goes on from where it was, not from the start
-            assert restore[0]["eval"] < first_loss
+            if newest["step"] >= 10:
+                assert restore[0]["eval"] < initial
             prev = [p for p in prog if p["attempt"] == a - 1]
             stopped = [p for p in prev if p["event"] == "stopped"]
             if stopped:  # a cooperative stop: it checkpointed at its last step, nothing lost

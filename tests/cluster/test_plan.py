@@ -159,3 +159,20 @@ def test_round_under_pollux_equals_the_policys_own_output():
 def test_allocation_groups_put_the_first_replicas_node_first():
     assert group_allocation(["n1", "n0", "n0", "n1", "n0"]) == [("n1", 2), ("n0", 3)]
     assert group_allocation([]) == []
+
+
+def test_a_superseded_launch_neither_logs_nor_counts_as_current(tmp_path):
+    from goodput_jax.cluster import JobContext
+
+    ctx = JobContext(job="j", attempt=1, rank=0, num_processes=1, coordinator=None,
+                     local_devices=1, accelerator_type="a", nodes=("n0",),
+                     checkpoint_dir=str(tmp_path / "ckpt"), store="sqlite:///x.db",
+                     stop_path=str(tmp_path / "stop"), progress_path=str(tmp_path / "p.jsonl"))
+    assert ctx.is_current()  # no fence: not started by the runtime
+    (tmp_path / "attempt").write_text("1")
+    ctx.log_progress(event="step", step=0)
+    (tmp_path / "attempt").write_text("2")  # the runtime launched attempt 2
+    assert not ctx.is_current()
+    ctx.log_progress(event="step", step=1)
+    lines = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [(x["attempt"], x["step"]) for x in lines] == [(1, 0)]
