@@ -309,23 +309,20 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
             recorder=rec, refit_interval=math.inf, is_primary=True,
             # the StepRecorder below records each step's device end as it happens
             record_device_ends=False,
-            # fake CPU devices share the host's cores with everything else: the lower
-            # quartile of each configuration's steps is more reproducible than the median,
-            # taken over all of its samples (the configurations take turns all through
-            # run 2: a window of the newest samples would compare different stretches)
+            # fake CPU devices share the host's cores: the lower quartile of all of each
+            # configuration's samples is more reproducible than the median (they take turns
+            # all through run 2: a window of the newest would compare different stretches)
             profile_quantile=0.25, profile_window=4096,
         )
-        # the package's checkpoints (adaptive.checkpoint: Orbax, asynchronous saves) of the
-        # parameters, the optimizer state (with the gradient statistics) and the hooks' state
-        # (profile, fit), recorded as checkpoint badput by integrations.orbax.instrument
+        # adaptive.checkpoint's Orbax checkpoints (params, optimizer state with the gradient
+        # statistics, the hooks' state), recorded as checkpoint badput by orbax.instrument
         ckpts = instrument(checkpoint.manager(ckpt_dir, max_to_keep=2), rec)
         restored = checkpoint.restore(ckpts, params, opt_state, hooks, Mesh(devices, ("data",)))
         start = 0
         if restored is not None:
             last, params, opt_state = restored
             start = last + 1
-            # the statistics and the hooks' state come back; run 2 re-measures run 1's
-            # configuration beside the others, over the same stretch of the job
+            # run 2 re-measures run 1's configuration beside the others, over the same stretch
             for key in list(hooks.profile):
                 hooks.reset_profile(key)
     configs = [(num_devices, cfg.atomic_bsz)] if crash else _configurations(cfg, num_devices)
@@ -392,8 +389,7 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         ckpts.close()
         rec.record_job_end_time()
     return {"start": start, "stop": stop, "loss": loss, "devices": num_devices, "hooks": hooks,
-            "last_checkpoint": ckpts.latest_step(),
-            "data": data}
+            "last_checkpoint": ckpts.latest_step(), "data": data}
 
 
 # ---------------------------------------------------------------------- summary text
@@ -409,14 +405,15 @@ def format_model_summary(hooks: Any) -> str:
     Example:
         >>> print(format_model_summary(hooks))  # doctest: +SKIP
     """
+    from goodput_jax.adaptive import default_atomic_sizes
+    from goodput_jax.model.gradstats import noise_scale
+
     lines = ["Pollux model (from the training hooks)"]
     gp = hooks.grad_params
     m0 = hooks.init_batch_size
     if gp is None:
         lines.append("  gradient noise: no statistics collected")
     else:
-        from goodput_jax.model.gradstats import noise_scale
-
         scale = float(noise_scale(gp, m0))  # inf when |G|^2 is 0
         lines.append(f"  gradient noise: |G|^2 = {gp.sqr:.4g}, tr(Sigma) = {gp.var:.4g} "
                      f"(at M0 = {m0})")
@@ -435,8 +432,7 @@ def format_model_summary(hooks: Any) -> str:
         lines.append(f"    compute  T_c(b) = {p.alpha_c * 1e3:.3f} ms + {p.beta_c * 1e3:.4f} ms * b")
         lines.append(f"    network  T_r(r) = {p.alpha_r * 1e3:.3f} ms + {p.beta_r * 1e3:.4f} ms"
                      f" * (r - 2)   [nodes: {p.alpha_n * 1e3:.3f} + {p.beta_n * 1e3:.4f} * (r - 2)]")
-        lines.append(f"    overlap  gamma = {p.gamma:.3f}   "
-                     f"(T = (T_c^g + T_r^g)^(1/g))")
+        lines.append(f"    overlap  gamma = {p.gamma:.3f}   (T = (T_c^g + T_r^g)^(1/g))")
         # the statistic the fit used (warm-up steps dropped; a quantile, not a mean that a
         # stalled step skews)
         qname = ("median" if hooks.profile_quantile == 0.5
@@ -467,8 +463,6 @@ def format_model_summary(hooks: Any) -> str:
                 f"  (the smallest batch within 5% of the best predicted goodput: the optimum, "
                 f"batch {sug.best_batch_size} at {sug.best_goodput:.1f} samples/s, sits on a "
                 f"flat curve)")
-        from goodput_jax.adaptive.controller import default_atomic_sizes
-
         sizes = default_atomic_sizes(hooks)
         run = hooks.suggest(atomic_sizes=sizes)
         lines.append(
