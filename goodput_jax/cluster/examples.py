@@ -126,13 +126,17 @@ def regression(ctx: JobContext) -> str | None:
     ctx.log_progress(event="launch", step=start, startup=t0 - t_launch,
                      eval=float(eval_loss(params)))
 
+    saved = [start if restored is not None else -1]
+
     def save(step: int, reason: str) -> None:
         if not ctx.is_current():  # a newer launch of this job exists: it owns the checkpoints
             raise RuntimeError(f"launch {ctx.attempt} of {ctx.job} was superseded")
         t = time.time()
         hooks.flush()
-        with rec.checkpoint_save(step):
-            ckpt.save(mngr, step, params, opt_state, adaptive)
+        if saved[0] != step:  # a stop right after a periodic save: that checkpoint serves
+            with rec.checkpoint_save(step):
+                ckpt.save(mngr, step, params, opt_state, adaptive)
+            saved[0] = step
         if ctx.is_primary:
             if reason != "periodic" or hooks.perf_params is None:
                 hooks.refit()

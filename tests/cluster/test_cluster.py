@@ -107,7 +107,7 @@ def test_every_restart_resumes_from_its_checkpoint_and_the_loss_continues(scenar
     for name in ("span", "flex", "late"):
         prog = scenario["progress"][name]
         attempts = sorted({p["attempt"] for p in prog})
-        initial = next(p["eval"] for p in prog if p["event"] == "launch" and p["attempt"] == 0)
+        initial = next(p["eval"] for p in prog if p["event"] == "launch" and p["step"] == 0)
         for a in attempts:
             launch = next(p for p in prog if p["event"] == "launch" and p["attempt"] == a)
             saved_before = [p for p in prog if p["event"] == "save" and p["attempt"] < a
