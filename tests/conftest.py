@@ -26,6 +26,12 @@ _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
 
+# No test may reach a real GCE metadata server (the drop-in monitor asks it for the project
+# and zone when GCPOptions leave them empty): point Google's clients and ours at a closed
+# loopback port unless a test sets its own fake server.
+os.environ.setdefault("GCE_METADATA_HOST", "127.0.0.1:9")
+os.environ.setdefault("GCE_METADATA_IP", "127.0.0.1:9")
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Entries tools create in the root by design (all gitignored caches).
 ROOT_CACHES = frozenset({".pytest_cache", ".hypothesis", ".ruff_cache", "__pycache__"})
