@@ -16,7 +16,12 @@ from typing import Any
 from goodput_jax.compat.enums import GoodputType, IntervalMetricType, MetricType, google_breakdown
 from goodput_jax.compat.options import LOGGER_NAME, check_flag, cloud_logger_store, to_ts
 from goodput_jax.measure.calculator import GoodputCalculator as _BaseCalculator
-from goodput_jax.measure.calculator import StepDeviation, breakdown, check_ideal
+from goodput_jax.measure.calculator import (
+    StepDeviation,
+    breakdown,
+    check_ideal,
+    goodput_percent,
+)
 
 __all__ = ["GoodputCalculator"]
 
@@ -225,7 +230,7 @@ class GoodputCalculator(_BaseCalculator):
         excluded = max(raw_total - total, 0.0)
         if total <= 0:
             return 0.0, {}, last, excluded
-        g = 100.0 * productive / total
+        g = goodput_percent(productive, total)
         if not include_badput_breakdown:
             return g, {}, last, excluded
         flat = breakdown(acc, total, eng.async_data_loading())

@@ -13,6 +13,8 @@ import datetime
 import logging
 from typing import Any
 
+from goodput_jax.measure.calculator import mad_limit
+
 __all__ = [
     "compute_ideal_step_time",
     "get_accelerator_type",
@@ -42,13 +44,9 @@ def get_timestamp_from_log_entry(entry: dict[str, Any]) -> datetime.datetime | N
 
 
 def _split(step_times: list[float]) -> tuple[list[float], list[float]]:
-    import numpy as np
-
-    x = np.asarray(step_times, dtype=np.float64)
-    med = float(np.median(x))
-    mad = float(np.median(np.abs(x - med)))
-    lim = med + 3.0 * mad
-    return [float(v) for v in x if v > lim], [float(v) for v in x if v <= lim]
+    lim = mad_limit(step_times)
+    return ([float(v) for v in step_times if v > lim],
+            [float(v) for v in step_times if v <= lim])
 
 
 def compute_ideal_step_time(step_times: list[float]) -> float | None:

@@ -282,7 +282,7 @@ class GoodputCalculator:
             raise ValueError(
                 f"{what} of job {self.job_name!r} has zero elapsed time; goodput is undefined"
             )
-        goodput = 100.0 * productive / total
+        goodput = goodput_percent(productive, total)
         last = eng.live_steps[-1] if eng.live_steps else 0
         if not include:
             return goodput, {}, last
@@ -560,8 +560,38 @@ def _select(cols: dict, mask: np.ndarray) -> dict:
             "step": cols["step"][idx], "labels": labels}
 
 
+def mad_limit(step_times: Any) -> float:
+    """The anomalous-step limit, median + 3 MAD (median absolute deviation), of step times.
+
+    The one home of the rule: the calculator's ideal step time and the drop-ins'
+    (Google's) ideal and anomalous-step helpers all split at this limit; a step above it
+    is anomalous (with MAD 0 the limit is the median).
+
+    Example:
+        >>> round(mad_limit([1.0, 1.1, 0.9, 1.0, 30.0]), 6)
+        1.3
+    """
+    x = np.asarray(step_times, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("step_times (empty) must contain at least one step time")
+    med = float(np.median(x))
+    return med + 3.0 * float(np.median(np.abs(x - med)))
+
+
+def goodput_percent(productive: float, total: float) -> float:
+    """Goodput in percent: ``100 * productive / total`` seconds (NaN when ``total`` <= 0).
+
+    The one home of the formula, for the calculator, the drop-ins and the reports.
+
+    Example:
+        >>> goodput_percent(3.0, 4.0)
+        75.0
+    """
+    return 100.0 * float(productive) / float(total) if total > 0 else float("nan")
+
+
 def estimate_ideal_step_time(step_times: Any) -> float:
-    """Robust ideal step time: median of the steps within median + 3 MAD.
+    """Robust ideal step time: median of the steps within median + 3 MAD (:func:`mad_limit`).
 
     Excludes compile-heavy first steps and stragglers.
 
@@ -570,12 +600,8 @@ def estimate_ideal_step_time(step_times: Any) -> float:
         1.0
     """
     x = np.asarray(step_times, dtype=np.float64)
-    if x.size == 0:
-        raise ValueError("step_times (empty) must contain at least one step time")
-    med = np.median(x)
-    mad = np.median(np.abs(x - med))
-    normal = x[x <= med + 3.0 * mad] if mad > 0 else x[x <= med]
-    return float(np.median(normal)) if normal.size else float(med)
+    normal = x[x <= mad_limit(x)]
+    return float(np.median(normal)) if normal.size else float(np.median(x))
 
 
 def breakdown(acc: list[float], total: float, async_s: float = 0.0) -> dict[BadputType, float]:

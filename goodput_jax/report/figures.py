@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from goodput_jax.measure.calculator import goodput_percent
 from goodput_jax.report.curves import ModelCurves
 from goodput_jax.report.labels import BUCKET_LABELS
 from goodput_jax.report.text import badput_rows
@@ -175,7 +176,7 @@ def draw_breakdown(ax: Any, details: Mapping[str, Any]) -> None:
                 f"{v:.2f} s ({pct:.1f}%)", va="center", fontsize=FONT - 1)
     ax.set_xlim(0, vmax * 1.35)
     ax.set_xlabel("seconds (label: % of the total job time)", fontsize=FONT)
-    g = 100.0 * details["productive_time"] / total if total > 0 else float("nan")
+    g = goodput_percent(details["productive_time"], total)
     ax.set_title(f"Measured goodput {g:.1f}% and badput by cause (total {total:.1f} s)",
                  fontsize=FONT + 1)
     ax.tick_params(axis="y", labelsize=FONT)

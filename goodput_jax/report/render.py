@@ -29,7 +29,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from goodput_jax.measure.calculator import GoodputCalculator
+from goodput_jax.measure.calculator import GoodputCalculator, goodput_percent
 from goodput_jax.measure.stragglers import Stragglers
 from goodput_jax.model.hints import Hints
 from goodput_jax.report.curves import ModelCurves, model_curves, parse_hints
@@ -111,7 +111,7 @@ def _pngs(data: _Data, dpi: int) -> dict[str, bytes]:
 
 def _measured_goodput(details: Mapping[str, Any]) -> float:
     total = details["total_time"]
-    return 100.0 * details["productive_time"] / total if total > 0 else float("nan")
+    return goodput_percent(details["productive_time"], total)
 
 
 # ---------------------------------------------------------------------- PNG

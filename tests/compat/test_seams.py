@@ -198,3 +198,27 @@ def test_elastic_monitor_closes_its_store_when_the_arguments_are_bad(tmp_path, c
         monitoring_elastic.ElasticGoodputMonitor(
             "j", "goodput_j", str(tmp_path / "tb"), -1, store=f"sqlite:///{tmp_path / 'o.db'}")
     assert len(closes) == 1
+
+
+def test_one_mad_rule_and_one_goodput_formula_serve_the_calculator_and_the_drop_ins():
+    import math
+    import statistics
+
+    from goodput_jax import goodput_utils
+    from goodput_jax.measure.calculator import (
+        estimate_ideal_step_time,
+        goodput_percent,
+        mad_limit,
+    )
+
+    times = [1.0, 1.2, 1.1, 1.0, 9.0, 1.05, 1.15, 30.0]  # all >= 1 s, as Google's ideal wants
+    lim = mad_limit(times)
+    normal = [t for t in times if t <= lim]
+    assert sorted(t for t in times if t > lim) == [9.0, 30.0]
+    # Google's ideal is the mean of the normal steps, ours their median: the same split
+    assert goodput_utils.compute_ideal_step_time(times) == sum(normal) / len(normal)
+    assert estimate_ideal_step_time(times) == statistics.median(normal)
+    assert mad_limit([2.0, 2.0, 2.0]) == 2.0  # MAD 0: the limit is the median
+    with pytest.raises(ValueError, match="step_times"):
+        mad_limit([])
+    assert goodput_percent(1.0, 4.0) == 25.0 and math.isnan(goodput_percent(1.0, 0.0))
