@@ -56,10 +56,7 @@ def test_gitignore_keeps_build_artefacts_out():
 # ----------------------------------------------------------------- the simulator's data
 DATA = ROOT / "goodput_jax" / "sched" / "sim" / "data"
 #: byte-identical copies still shipped twice, with the reason (the list only shrinks)
-KNOWN_COPIES = {
-    f"sia/traces/{app}/placements-aws.csv": "tests/sched/test_sim_hetero.py opens it by path"
-    for app in ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
-}
+KNOWN_COPIES: dict[str, str] = {}
 
 
 def test_the_simulator_data_ships_each_file_once():

@@ -14,7 +14,6 @@ Rooms, one job each:
   ``speedup_tables`` and the (type x count) ``goodput_matrix``;
 * :mod:`.pollux`: ``PolluxPolicy`` (genetic search in JAX);
 * :mod:`.sia`: ``SiaPolicy`` (Lagrangian relaxation + local search in JAX);
-* :mod:`.sia_check`: random instances and the exact (milp) optimum, for checking;
 * :mod:`.hints`: a job's spec and published hints -> ``JobInfo``;
 * :mod:`.sim`: the trace-driven simulator.
 

@@ -8,7 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from goodput_jax.sched.sim.apps import CLUSTERS, find_sia_dir, load_typed_applications
+from goodput_jax.sched.sim.apps import (
+    CLUSTERS,
+    find_sia_dir,
+    load_typed_applications,
+    sia_trace_file,
+)
 from goodput_jax.sched.sim.cluster import cluster_nodes, load_workload, make_jobs, simulate
 from goodput_jax.sched.sim.runner import find_sia_workload
 
@@ -36,9 +41,8 @@ def test_cluster_and_workload_names():
 
 
 def test_per_type_step_times_come_from_that_types_trace(typed_apps):
-    root = find_sia_dir() / "traces" / "cifar10"
     for t in SIA64:
-        with open(root / f"placements-{t}.csv", newline="") as f:
+        with open(sia_trace_file("cifar10", "placements", t), newline="") as f:
             row = next(r for r in csv.DictReader(f) if r["placement"] == "1")
         step, _ = typed_apps["cifar10"][t].get_throughput((1,), float(row["local_bsz"]))
         assert step == pytest.approx(float(row["step_time"]))
