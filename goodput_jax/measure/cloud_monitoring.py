@@ -43,6 +43,19 @@ Hang detection (goodput_jax's own, see ``docs/maxtext.md``):
 ``custom.googleapis.com/goodput_jax/hung``                 True when past the hang threshold
 =========================================================  ===================================
 
+Stragglers (goodput_jax's own; only when several hosts record the job; ``generic_task``
+resource; ``rolling_window_size`` = the monitor's straggler window in seconds, ``0`` for the
+whole job):
+
+=================================================================  ===========================
+``custom.googleapis.com/goodput_jax/straggler_lost_time``          seconds the other hosts
+                                                                   waited for ``host`` (one
+                                                                   series per slowest host)
+``custom.googleapis.com/goodput_jax/straggler_share``              ``host``'s share of the
+                                                                   straggler time (%)
+``custom.googleapis.com/goodput_jax/straggler_total_lost_time``    all hosts' lost time (s)
+=================================================================  ===========================
+
 Empty ``GCPOptions`` fields (project, zone, accelerator type) are filled from the
 GCE metadata server, as Google's library does (:func:`fill_gcp_options`): the
 host is ``$GCE_METADATA_HOST`` (as Google's client libraries read it) or, on a
@@ -468,6 +481,51 @@ class CloudMonitoringExporter:
             {"metric_type": CUSTOM_PREFIX + "hung", "value": bool(hung), "metric_labels": {},
              "resource_type": TASK_RESOURCE_TYPE, "resource_labels": task},
         ]
+
+    def straggler_metrics(self, stragglers: Any, *, top: int = 3,
+                          window_seconds: float | None = None) -> list[dict]:
+        """Per-host lost time and share of the ``top`` slowest hosts, labelled ``host``,
+        and the total lost time (see the module docstring); empty for one host.
+
+        Args:
+            stragglers: ``GoodputCalculator.get_step_stragglers()``
+                (:class:`~goodput_jax.measure.stragglers.Stragglers`).
+            top: how many of the slowest hosts get a series.
+            window_seconds: the window the stragglers were computed over (None: the job).
+
+        Example:
+            >>> from goodput_jax.goodput import GCPOptions
+            >>> import numpy as np
+            >>> from goodput_jax.measure.events import KIND_CODES, EventKind as K
+            >>> from goodput_jax.measure.stragglers import step_stragglers
+            >>> st = step_stragglers(np.full(2, KIND_CODES[K.STEP_START]), np.zeros(2, int),
+            ...                      np.array([0, 1]), np.array([0.0, 0.5]), np.zeros(2, int))
+            >>> exp = CloudMonitoringExporter(GCPOptions(project_id="p", location="l"), "job",
+            ...                               client=object())
+            >>> [(m["metric_labels"].get("host"), m["value"]) for m in exp.straggler_metrics(st)]
+            [('1', 0.5), ('1', 100.0), (None, 0.5)]
+        """
+        if stragglers is None or int(stragglers.num_hosts) <= 1:
+            return []
+        o = self.options
+        task = {"project_id": self.project_name.split("/", 1)[1],
+                "location": str(o.location or ""), "namespace": "goodput_jax",
+                "job": self.job_name, "task_id": str(o.replica_id)}
+        window = {"rolling_window_size": "0" if window_seconds is None
+                  else str(int(window_seconds))}
+        out = []
+        for h in stragglers.slowest(top):
+            labels = {**window, "host": str(int(h.host))}
+            out.append({"metric_type": CUSTOM_PREFIX + "straggler_lost_time",
+                        "value": float(h.lost_time), "metric_labels": labels,
+                        "resource_type": TASK_RESOURCE_TYPE, "resource_labels": task})
+            out.append({"metric_type": CUSTOM_PREFIX + "straggler_share",
+                        "value": 100.0 * float(h.share), "metric_labels": dict(labels),
+                        "resource_type": TASK_RESOURCE_TYPE, "resource_labels": task})
+        out.append({"metric_type": CUSTOM_PREFIX + "straggler_total_lost_time",
+                    "value": float(stragglers.total_lost), "metric_labels": window,
+                    "resource_type": TASK_RESOURCE_TYPE, "resource_labels": task})
+        return out
 
     def _m(self, name: str, value: float, labels: dict, *,
            with_labels: bool = True) -> dict:

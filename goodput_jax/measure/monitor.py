@@ -39,6 +39,10 @@ productive step unless noted:
 ``hang/seconds_since_last_step``       seconds since the last step started or ended
                                        (or since the latest run started)
 ``hang/hung``                          1 once past ``hang_threshold_seconds``, else 0
+``stragglers/*``                       only when several hosts record the job: the
+                                       slowest hosts over the last
+                                       ``straggler_window_seconds`` (see
+                                       :func:`straggler_scalars`)
 =====================================  ==============================================
 
 Example:
@@ -66,33 +70,22 @@ from goodput_jax.measure.events import to_timestamp
 
 _log = logging.getLogger(__name__)
 
-#: hint keys (aliases, first match wins) -> TensorBoard tag.
-HINT_TAGS: dict[str, tuple[str, ...]] = {
-    "model/gradient_noise_scale": (
-        "gradientNoiseScale", "gradient_noise_scale", "noiseScale", "noise_scale", "gns",
-    ),
-    "model/efficiency": ("efficiency", "statisticalEfficiency", "statistical_efficiency"),
-    "model/suggested_batch_size": (
-        "suggestedBatchSize", "suggested_batch_size", "suggestedBsz", "suggested_bsz",
-    ),
-    "model/suggested_accumulation_steps": (
-        "suggestedAccumSteps", "suggested_accum_steps", "suggestedAccumulationSteps",
-        "suggested_accumulation_steps",
-    ),
-    "model/predicted_speedup": ("predictedSpeedup", "predicted_speedup", "speedup"),
-    "model/suggested_atomic_batch_size": ("suggestedAtomicBsz", "suggested_atomic_bsz"),
-    "model/init_batch_size": ("initBatchSize", "init_batch_size"),
-    "model/max_batch_size": ("maxBatchSize", "max_batch_size"),
-    "model/atomic_batch_size": ("atomicBsz", "atomic_bsz"),
-    "model/accumulation_steps": ("accumSteps", "accum_steps"),
-    "model/num_replicas": ("numReplicas", "num_replicas"),
-    "model/num_nodes": ("numNodes", "num_nodes"),
-}
-#: nested dicts searched for the same keys (e.g. ``{"suggestion": {"speedup": 1.7}}``).
-_HINT_CONTAINERS = ("suggestion", "suggest", "suggested", "goodput", "model")
-_SUGGESTION_ALIASES = {
-    "model/suggested_batch_size": ("batchSize", "batch_size", "bsz", "atomicBsz", "atomic_bsz"),
-    "model/suggested_accumulation_steps": ("accumSteps", "accum_steps", "accumulationSteps"),
+#: TensorBoard tag -> the hint's JSON key, as ``goodput_jax.model.hints.Hints.to_json``
+#: writes it (AdaptDL's camelCase names; ``tests/measure/test_monitor.py`` checks every key
+#: against ``Hints``). No aliases: hints travel as ``Hints``.
+HINT_TAGS: dict[str, str] = {
+    "model/gradient_noise_scale": "gradientNoiseScale",
+    "model/efficiency": "efficiency",
+    "model/suggested_batch_size": "suggestedBatchSize",
+    "model/suggested_accumulation_steps": "suggestedAccumSteps",
+    "model/predicted_speedup": "predictedSpeedup",
+    "model/suggested_atomic_batch_size": "suggestedAtomicBsz",
+    "model/init_batch_size": "initBatchSize",
+    "model/max_batch_size": "maxBatchSize",
+    "model/atomic_batch_size": "atomicBsz",
+    "model/accumulation_steps": "accumSteps",
+    "model/num_replicas": "numReplicas",
+    "model/num_nodes": "numNodes",
 }
 
 _TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
@@ -114,43 +107,38 @@ def _finite_number(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def hint_scalars(hints: Mapping[str, Any] | None) -> dict[str, float]:
+def hint_scalars(hints: Any) -> dict[str, float]:
     """TensorBoard scalars from the training hooks' latest hints.
 
-    Explicit keys win (see :data:`HINT_TAGS`). ``gradParams {"norm", "var"}``
-    give ``model/grad_norm_sqr`` and ``model/grad_variance``; when no explicit
-    noise scale was published it is derived as
-    ``initBatchSize * var / norm`` (AdaptDL's convention: ``var`` is the
-    gradient variance at ``initBatchSize``, ``norm`` the squared gradient norm).
+    Args:
+        hints: a ``goodput_jax.model.hints.Hints`` (anything with its ``to_json()``), its
+            JSON form (what ``GoodputCalculator.get_latest_hints()`` returns), or None.
+
+    The keys read are the JSON keys of ``Hints`` (see :data:`HINT_TAGS`); the monitor
+    (the light core, which imports no ``goodput_jax.model``) reads the numbers only and
+    skips what is missing or not a finite number, so a malformed hint never fails an
+    upload (``Hints.from_json`` is the strict parser). ``gradParams {"norm", "var"}``
+    give ``model/grad_norm_sqr`` and ``model/grad_variance``; when no noise scale was
+    published it is derived as ``initBatchSize * var / norm`` (AdaptDL's convention:
+    ``var`` is the gradient variance at ``initBatchSize``, ``norm`` the squared norm).
 
     Example:
         >>> hint_scalars({"gradParams": {"norm": 2.0, "var": 4.0}, "initBatchSize": 32})
         {'model/init_batch_size': 32.0, 'model/grad_norm_sqr': 2.0, 'model/grad_variance': 4.0, 'model/gradient_noise_scale': 64.0}
     """
+    to_json = getattr(hints, "to_json", None)
+    if not isinstance(hints, Mapping) and callable(to_json):
+        hints = to_json()
     if not isinstance(hints, Mapping):
         return {}
     out: dict[str, float] = {}
-    for tag, keys in HINT_TAGS.items():
-        for k in keys:
-            v = _finite_number(hints.get(k))
-            if v is not None:
-                out[tag] = v
-                break
-    for container in _HINT_CONTAINERS:
-        sub = hints.get(container)
-        if not isinstance(sub, Mapping):
-            continue
-        for tag, keys in list(HINT_TAGS.items()) + list(_SUGGESTION_ALIASES.items()):
-            if tag in out:
-                continue
-            for k in keys:
-                v = _finite_number(sub.get(k))
-                if v is not None:
-                    out[tag] = v
-                    break
-    grad = hints.get("gradParams", hints.get("grad_params"))
+    for tag, key in HINT_TAGS.items():
+        v = _finite_number(hints.get(key))
+        if v is not None:
+            out[tag] = v
+    grad = hints.get("gradParams")
     if isinstance(grad, Mapping):
-        norm = _finite_number(grad.get("norm", grad.get("sqr")))
+        norm = _finite_number(grad.get("norm"))
         var = _finite_number(grad.get("var"))
         if norm is not None:
             out["model/grad_norm_sqr"] = norm
@@ -162,6 +150,46 @@ def hint_scalars(hints: Mapping[str, Any] | None) -> dict[str, float]:
             and norm is not None and norm > 0 and var is not None and init_bsz is not None
         ):
             out["model/gradient_noise_scale"] = init_bsz * var / norm
+    return out
+
+
+def straggler_scalars(stragglers: Any, top: int = 3) -> dict[str, float]:
+    """TensorBoard scalars of a :class:`~goodput_jax.measure.stragglers.Stragglers`.
+
+    Empty for a job that one host records (``num_hosts <= 1``). Otherwise:
+    ``stragglers/num_hosts``, ``stragglers/steps_compared``,
+    ``stragglers/total_lost_seconds`` (seconds the hosts waited for the last one, summed
+    over the steps), ``stragglers/max_lag_seconds`` (the worst step's lag) and, for the
+    ``top`` slowest hosts ``<h>`` (their process index), ``stragglers/host_<h>/lost_seconds``,
+    ``stragglers/host_<h>/share`` (% of the straggler time) and
+    ``stragglers/host_<h>/steps_last`` (steps it held back); ``stragglers/slowest_host``
+    is the slowest host's index (-1 when no host held a step back).
+
+    Example:
+        >>> import numpy as np
+        >>> from goodput_jax.measure.events import KIND_CODES, EventKind as K
+        >>> from goodput_jax.measure.stragglers import step_stragglers
+        >>> st = step_stragglers(np.full(2, KIND_CODES[K.STEP_START]), np.zeros(2, int),
+        ...                      np.array([0, 1]), np.array([0.0, 0.5]), np.zeros(2, int))
+        >>> straggler_scalars(st)["stragglers/host_1/lost_seconds"]
+        0.5
+    """
+    if stragglers is None or int(stragglers.num_hosts) <= 1:
+        return {}
+    summary = stragglers.as_dict(top=top)
+    out = {
+        "stragglers/num_hosts": float(summary["num_hosts"]),
+        "stragglers/steps_compared": float(summary["num_steps"]),
+        "stragglers/total_lost_seconds": float(summary["total_lost"]),
+        "stragglers/max_lag_seconds": float(summary["max_lag"]),
+        "stragglers/slowest_host": float(summary["slowest"][0]["host"])
+        if summary["slowest"] else -1.0,
+    }
+    for h in summary["slowest"]:
+        base = f"stragglers/host_{int(h['host'])}/"
+        out[base + "lost_seconds"] = float(h["lost_time"])
+        out[base + "share"] = 100.0 * float(h["share"])
+        out[base + "steps_last"] = float(h["steps_last"])
     return out
 
 
@@ -492,6 +520,14 @@ class GoodputMonitor:
             the drop-in the Cloud Monitoring ``hung`` metric) until a step comes;
             so a hang is reported within the threshold plus one ``upload_interval``.
             None = ``hang/seconds_since_last_step`` only.
+        straggler_window_seconds: when several hosts record the job, each goodput upload
+            also writes the ``stragglers/*`` tags over the steps of the last this many
+            seconds (the comparison is O(steps), so the window bounds each upload's cost);
+            None = the whole job.
+        straggler_top: how many of the slowest hosts get their own ``stragglers/host_<h>/*``
+            tags (and Cloud Monitoring series).
+        straggler_log_every: the slowest host is logged when it changes, else at most once
+            every this many goodput uploads (0: only when it changes).
 
     ``tensorboard_dir`` may be a ``gs://`` URL (needs ``gcsfs``, the ``gcp`` extra):
     event files are written through fsspec, no TensorFlow.
@@ -529,6 +565,9 @@ class GoodputMonitor:
         max_deviation_points: int = 10_000,
         tag_layout: str = "goodput_jax",
         hang_threshold_seconds: float | None = None,
+        straggler_window_seconds: float | None = 3600.0,
+        straggler_top: int = 3,
+        straggler_log_every: int = 20,
     ) -> None:
         if tag_layout not in ("goodput_jax", "reference"):
             raise ValueError(
@@ -548,6 +587,15 @@ class GoodputMonitor:
         self.stop_timeout = _nonneg("stop_timeout", stop_timeout)
         self.hang_threshold_seconds = (None if hang_threshold_seconds is None else
                                        _positive("hang_threshold_seconds", hang_threshold_seconds))
+        self.straggler_window_seconds = (
+            None if straggler_window_seconds is None
+            else _positive("straggler_window_seconds", straggler_window_seconds))
+        for name, v in (("straggler_top", straggler_top),
+                        ("straggler_log_every", straggler_log_every)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} ({v!r}) must be a non-negative int")
+        self.straggler_top = straggler_top
+        self.straggler_log_every = straggler_log_every
         check_tensorboard_dir(os.fspath(tensorboard_dir))
         if isinstance(max_deviation_points, bool) or not isinstance(max_deviation_points, int) \
                 or max_deviation_points < 0:
@@ -593,6 +641,9 @@ class GoodputMonitor:
         self._step_clock = _StepClock(self.calculator.store, job_name)
         #: Whether the last hang check found the job hung (see :meth:`upload_hang_status`).
         self.hung = False
+        #: The slowest host of the last straggler upload (None: none yet, or one host).
+        self.slowest_host: int | None = None
+        self._straggler_uploads = 0
         #: Polls that raised (each is logged).
         self.poll_errors = 0
         self.last_error: str | None = None
@@ -652,8 +703,80 @@ class GoodputMonitor:
         values.update(hint_scalars(calc.get_latest_hints()))
         self._writer.write(int(last_step), values, self._now())
         values.update(self.upload_hang_status(last_step=int(last_step), flush=False))
+        try:
+            values.update(self.upload_stragglers(last_step=int(last_step), flush=False))
+        except Exception as e:  # noqa: BLE001 - logged and counted; goodput was written
+            self._on_error("stragglers", e)
         self._writer.flush()
         return values
+
+    # ----------------------------------------------------------------- stragglers
+    @property
+    def cloud_monitoring(self) -> Any:
+        """The Cloud Monitoring exporter this monitor sends with (None here; the
+        drop-in ``goodput_jax.monitoring.GoodputMonitor`` returns its exporter)."""
+        return None
+
+    def upload_stragglers(self, last_step: int | None = None, *, flush: bool = True
+                          ) -> dict[str, float]:
+        """Write the ``stragglers/*`` tags (:func:`straggler_scalars`) over the last
+        ``straggler_window_seconds``; log the slowest host when it changes (else at most
+        every ``straggler_log_every`` uploads); with Cloud Monitoring on, send each slowest
+        host's lost time and share labelled by host
+        (:meth:`CloudMonitoringExporter.straggler_metrics`).
+
+        Runs in every goodput upload. A job that one host records writes nothing.
+
+        Returns:
+            The scalars written (empty for one host, or a calculator without stragglers).
+
+        Example:
+            >>> monitor.upload_stragglers()["stragglers/slowest_host"]  # doctest: +SKIP
+            1.0
+        """
+        get = getattr(self.calculator, "get_step_stragglers", None)
+        if get is None:
+            return {}
+        now = self._now()
+        w = self.straggler_window_seconds
+        st = get(since=None if w is None else now - w)
+        values = straggler_scalars(st, self.straggler_top)
+        if not values:
+            return {}
+        step = last_step if last_step is not None else self.last_step
+        self._writer.write(int(step), values, now)
+        if flush:
+            self._writer.flush()
+        self._log_slowest(st)
+        gcm = self.cloud_monitoring
+        opts = getattr(self, "gcp_options", None)
+        if gcm is not None and getattr(opts, "enable_gcp_goodput_metrics", True):
+            gcm.send(gcm.straggler_metrics(st, top=self.straggler_top, window_seconds=w), now)
+        return values
+
+    def _log_slowest(self, st: Any) -> None:
+        self._straggler_uploads += 1
+        top = st.slowest(1)
+        slowest = top[0].host if top else None
+        changed = slowest != self.slowest_host
+        self.slowest_host = slowest
+        every = self.straggler_log_every
+        if not (changed or (every and self._straggler_uploads >= every)):
+            return
+        self._straggler_uploads = 0
+        span = ("the whole job" if self.straggler_window_seconds is None
+                else f"the last {self.straggler_window_seconds:g}s")
+        if not top:
+            _log.info("goodput monitor: job %r: no host held a step back (%d hosts, %d steps "
+                      "compared, %s)", self.job_name, st.num_hosts, st.steps.size, span)
+            return
+        h = top[0]
+        job = (f", {100 * h.job_share:.1f}% of job time" if math.isfinite(h.job_share)
+               else "")
+        _log.info("goodput monitor: job %r: slowest host %d held back %d of %d steps, "
+                  "%.3fs lost (%.1f%% of straggler time%s; %d hosts, %s)", self.job_name,
+                  h.host, h.steps_last, st.steps.size, h.lost_time, 100 * h.share, job,
+                  st.num_hosts, span)
 
     # ----------------------------------------------------------------- hangs
     def seconds_since_last_step(self, now: float | None = None) -> tuple[float | None, bool]:

@@ -204,17 +204,46 @@ def test_rolling_window_tags(store, tmp_path):
     assert values["goodput/interval_60s"] != values["goodput/interval_3600s"]
 
 
-def test_hint_scalars_aliases_and_nesting():
+def test_hint_scalars_read_the_hints_json_keys_only():
     assert hint_scalars(None) == {}
     assert hint_scalars({"gradParams": {"norm": 0.0, "var": 1.0}, "initBatchSize": 8}) == {
         "model/init_batch_size": 8.0, "model/grad_norm_sqr": 0.0, "model/grad_variance": 1.0}
-    got = hint_scalars({"gradient_noise_scale": 123.0, "suggestion": {"batch_size": 64,
-                        "speedup": 2.5}, "gradParams": {"norm": 1.0, "var": 1.0},
+    got = hint_scalars({"gradientNoiseScale": 123.0, "suggestedBatchSize": 64,
+                        "predictedSpeedup": 2.5, "gradParams": {"norm": 1.0, "var": 1.0},
                         "initBatchSize": 4, "efficiency": float("nan")})
     assert got["model/gradient_noise_scale"] == 123.0  # explicit beats derived
     assert got["model/suggested_batch_size"] == 64.0
     assert got["model/predicted_speedup"] == 2.5
     assert "model/efficiency" not in got  # non-finite values are not written
+    # the old alias table is gone: names that are not Hints' JSON keys are not read
+    assert hint_scalars({"gradient_noise_scale": 1.0, "suggestion": {"batch_size": 64},
+                         "speedup": 2.0, "gns": 3.0}) == {}
+
+
+def test_hint_tags_follow_the_typed_hints():
+    """Every key the monitor reads is a JSON key of ``Hints``, and a ``Hints`` (or its
+    JSON) gives the tags of its fields."""
+    from goodput_jax.measure.monitor import HINT_TAGS
+    from goodput_jax.model.hints import Hints
+    from goodput_jax.model.types import GradParams
+
+    assert set(HINT_TAGS.values()) <= set(Hints().to_json())
+    h = Hints(grad_params=GradParams(0.5, 2.0), init_batch_size=32, max_batch_size=512,
+              num_nodes=1, num_replicas=2, atomic_bsz=16, accum_steps=1, efficiency=0.75,
+              suggested_batch_size=128, suggested_atomic_bsz=32, suggested_accum_steps=2,
+              predicted_speedup=1.5)
+    expect = {
+        "model/init_batch_size": 32.0, "model/max_batch_size": 512.0, "model/num_nodes": 1.0,
+        "model/num_replicas": 2.0, "model/atomic_batch_size": 16.0,
+        "model/accumulation_steps": 1.0, "model/efficiency": 0.75,
+        "model/suggested_batch_size": 128.0, "model/suggested_atomic_batch_size": 32.0,
+        "model/suggested_accumulation_steps": 2.0, "model/predicted_speedup": 1.5,
+        "model/grad_norm_sqr": 0.5, "model/grad_variance": 2.0,
+        "model/gradient_noise_scale": 32 * 2.0 / 0.5,
+    }
+    assert hint_scalars(h) == expect
+    assert hint_scalars(h.to_json()) == expect
+    assert hint_scalars(Hints.from_json(h.to_json())) == expect
 
 
 # ----------------------------------------------------------------- threads
