@@ -26,6 +26,13 @@ alternate between the arms and end with ``block_until_ready``:
   call, for a trivial ``fn`` whose output is already ready (every call then also
   records the previous step's device end on the training thread). Median over batches.
 
+- a loop that waits for every step (``float(loss)``): the training thread's CPU time and the
+  loop's wall time per step, recorded minus plain (the readiness hook's profile events run
+  while the host waits for the device).
+- truth: a Python-heavy loader (6 ms of Python holding the GIL) and ``float(loss)`` each
+  step, recorded, against the device's truth from a ``jax.profiler`` trace of the same run
+  (goodput, data-loading badput against the device's idle time in the loads, step time).
+
 Prints one table with the device and versions. Absolute times depend on the machine and
 on other load; the ratios are measured side by side.
 
@@ -257,6 +264,54 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             "recorded": steps.observed, "tracked": steps.tracked}
 
 
+def sync_loop_cost(size: int, rounds: int, steps_per_round: int) -> dict:
+    """A loop that waits for every step (``float(loss)``, the readiness hook's case), without
+    and with recording (``steps.wrap``), in alternating rounds: the training thread's CPU time
+    per step (``time.thread_time``: the recorder's work there, the hook's profile events
+    included) and the loop's wall time per step; medians over rounds of the differences."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+    train_step = _make_step(size)
+    w = jnp.eye(size, dtype=jnp.float32) * 0.5
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(size, size)).astype("float32"))
+    jax.block_until_ready(train_step(w, x))
+    tmp = tempfile.mkdtemp()
+    store = SQLiteStore(os.path.join(tmp, "sync.db"))
+    rec = goodput.GoodputRecorder("sync", "sync", logging_enabled=True, store=store)
+    steps = runtime.StepRecorder(rec, compile_times=False)
+    recorded = steps.wrap(train_step)
+    i = 0
+
+    def arm(fn) -> tuple[float, float]:
+        nonlocal i
+        s = w
+        c, a = time.thread_time(), time.perf_counter()
+        for _ in range(steps_per_round):
+            s, m = fn(i, s, x) if fn is recorded else fn(s, x)
+            float(m["loss"])
+            i += 1
+        return ((time.thread_time() - c) / steps_per_round,
+                (time.perf_counter() - a) / steps_per_round)
+
+    d_cpu, d_wall = [], []
+    for r in range(rounds):
+        order = (train_step, recorded) if r % 2 == 0 else (recorded, train_step)
+        res = {fn: arm(fn) for fn in order}
+        d_cpu.append(res[recorded][0] - res[train_step][0])
+        d_wall.append(res[recorded][1] - res[train_step][1])
+    claims = steps.hook_claims
+    steps.close()
+    rec.close()
+    store.close()
+    return {"cpu_us": statistics.median(d_cpu) * 1e6, "wall_us": statistics.median(d_wall) * 1e6,
+            "hook_claims": claims, "steps": rounds * steps_per_round}
+
+
 def per_call_cost(batches: int, calls: int) -> dict:
     import jax.numpy as jnp
 
@@ -379,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     size = args.size or pick_size(args.step_ms)
     lo = loop_overhead(size, rounds, args.steps)
     pc = per_call_cost(batches, calls)
+    sc = sync_loop_cost(size, rounds, args.steps)
+    pt = python_heavy_truth(size, 60 if args.quick else 200, 0.006)
     print(f"StepRecorder overhead: jax {jax.__version__}, {jax.devices()[0].device_kind} "
           f"({jax.default_backend()}), Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs; {rounds} rounds x {args.steps} steps per arm, matrix {size}")
@@ -409,6 +466,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'  p90 of start + track (us)':<44}{lo['bracket_rec_p90_us']:>12.2f}")
     print(f"{'worst case, outputs already ready (us, med)':<44}{pc['median_us']:>12.2f}")
     print(f"{'worst case, outputs already ready (us, p90)':<44}{pc['p90_us']:>12.2f}")
+    print(f"{'sync loop (float(loss) each step), per step:':<44}")
+    print(f"{'  training thread CPU, recorded - plain (us)':<44}{sc['cpu_us']:>12.2f}")
+    print(f"{'  loop wall time, recorded - plain (us)':<44}{sc['wall_us']:>12.2f}")
+    print(f"{'  device ends seen by the readiness hook':<44}{sc['hook_claims']:>6d} / {sc['steps']:<4d}")
+    print(f"Python-heavy loader ({pt['load_ms']:.0f} ms of Python holding the GIL) + float(loss) "
+          "each step, against a jax.profiler trace of the same run:")
+    print(f"{'measure':<44}{'recorded':>12}{'device truth':>14}")
+    print(f"{'  goodput (%)':<44}{pt['goodput']:>12.2f}{pt['truth_goodput']:>14.2f}")
+    print(f"{'  data-loading badput / device idle (%)':<44}{pt['data_loading']:>12.2f}"
+          f"{pt['truth_idle_loading']:>14.2f}")
+    print(f"{'  step time (ms, mean)':<44}{pt['step_ms']:>12.3f}{pt['truth_step_ms']:>14.3f}")
     return 0
 
 

@@ -58,6 +58,12 @@ _HOOK_EVENTS = 2048
 #: after a step the hook did not see ready before the next start, it skips 1, 2, 4, ... up to
 #: this many steps before it tries again (an asynchronous loop pays for one try in this many)
 _HOOK_BACKOFF_MAX = 512
+#: the hook pays for itself where the watcher, waking on the same step, comes this much
+#: later than the hook's record (the training thread held the GIL, or the watcher waited for
+#: a CPU); after _HOOK_NEEDLESS steps in a row where the watcher was prompter, the hook backs
+#: off as after a miss (a loader that sleeps or waits on I/O leaves the GIL to the watcher)
+_HOOK_USEFUL_S = 2e-4
+_HOOK_NEEDLESS = 8
 _getprofile, _setprofile = sys.getprofile, sys.setprofile
 
 
@@ -69,15 +75,17 @@ class _Marker:
 
 
 class _Item:
-    """One tracked step: its outputs, a cheap probe leaf, and when it was seen ready."""
+    """One tracked step: its outputs, a cheap probe leaf, when it was seen ready, and whether
+    the training thread's readiness hook watched it (1) or recorded it (2)."""
 
-    __slots__ = ("outputs", "probe", "step", "t")
+    __slots__ = ("hook", "outputs", "probe", "step", "t")
 
     def __init__(self, step: int, outputs: Any):
         self.step = step
         self.outputs = outputs
         self.probe = _probe(outputs)
         self.t: float | None = None  # claimed: 1.0 recorded, -1.0 unobservable
+        self.hook = 0
 
 
 def _wait_ready(outputs: Any, leaves_of: Callable, is_array: type) -> bool:
@@ -129,9 +137,11 @@ class StepRecorder:
       thread holds the GIL or gets a CPU: the thread that waited for the device
       is the one running when the wait ends. A loop that runs ahead of the
       device (the step is not ready at the next ``start``, or within 2048 profile
-      events) skips the hook for 1, 2, 4, ... up to 512 steps, so it pays for
-      one try in that many; a thread that already has a profile function
-      (cProfile) is left alone;
+      events), or one where the watcher was the prompter observer for 8 steps in
+      a row (a loader that sleeps or waits on I/O leaves it the GIL; the hook is
+      worth it where the watcher comes 0.2 ms or more after it), skips the hook
+      for 1, 2, 4, ... up to 512 steps, so it pays for one try in that many; a
+      thread that already has a profile function (cProfile) is left alone;
     * the watcher thread, which waits on the step's probe array (the last leaf
       of the outputs, e.g. the loss: one program's outputs are ready together;
       every live array when there is no such leaf), prompt while the training
@@ -179,7 +189,7 @@ class StepRecorder:
     # Slots: the per-step path reads its fields from the object itself (fewer cache lines
     # on a training thread whose caches the device's compute or the input pipeline evicted).
     __slots__ = ("__weakref__", "_att", "_due", "_enabled", "_first", "_handed", "_head",
-                 "_hook_backoff", "_hook_skip", "_hooked", "_idle", "_live", "_lock", "_pending",
+                 "_hook_backoff", "_hook_need", "_hook_skip", "_hooked", "_idle", "_live", "_lock", "_pending",
                  "_record_end", "_seen", "_sem", "_sink", "_sink_ready", "_slow_starts",
                  "_start_step", "_thread", "_warned", "hook_claims", "observed", "recorder",
                  "unobserved")
@@ -219,6 +229,8 @@ class StepRecorder:
         self._hooked: Callable | None = None
         self._hook_skip = 0
         self._hook_backoff = 1
+        # the watcher's verdict on the hook: -k after k steps where it was prompter itself
+        self._hook_need = 0
         self.hook_claims = 0
 
     # ------------------------------------------------------------ hot path
@@ -515,6 +527,7 @@ class StepRecorder:
                     ready = None
                 if ready:
                     if claim(item):
+                        item.hook = 2
                         rec.hook_claims += 1
                     ok = True
                 elif ready is None:
@@ -527,19 +540,31 @@ class StepRecorder:
             if ok is not None:
                 rec._hook_end(ready_hook, ok)
 
+        item.hook = 1
         self._hooked = ready_hook
         _setprofile(ready_hook)
 
     def _hook_end(self, hook: Callable, ok: bool) -> None:
-        """The hook ``hook`` is done: seen ready (try again next step), or not (skip 1, 2,
-        4, ... steps)."""
+        """The hook ``hook`` is done: seen ready (try again next step, unless the watcher was
+        the prompter one for the last ``_HOOK_NEEDLESS`` steps), or not (skip 1, 2, 4, ...
+        steps; a step where the hook was worth it starts the count at 1 again)."""
         if self._hooked is hook:
             self._hooked = None
-        if ok:
+        if ok and self._hook_need > -_HOOK_NEEDLESS:
+            return
+        self._hook_need = 0
+        self._hook_skip = self._hook_backoff
+        self._hook_backoff = min(2 * self._hook_backoff, _HOOK_BACKOFF_MAX)
+
+    def _hook_verdict(self, item: _Item, recorded: bool) -> None:
+        """The watcher, woken on ``item`` whose hook was installed: was the hook worth it?
+        (``recorded``: the watcher recorded it, so it was the prompter one.)"""
+        if not recorded and item.hook == 2 and item.t is not None \
+                and _time() - item.t >= _HOOK_USEFUL_S:
+            self._hook_need = 0
             self._hook_backoff = 1
         else:
-            self._hook_skip = self._hook_backoff
-            self._hook_backoff = min(2 * self._hook_backoff, _HOOK_BACKOFF_MAX)
+            self._hook_need -= 1
 
     def _hook_missed(self) -> None:
         """A step starts while the previous step's hook is still installed: the host ran
@@ -618,9 +643,13 @@ class StepRecorder:
         if p is not None:
             try:  # one output of the step's program: all its outputs are ready together
                 p.block_until_ready()
-                return self._claim(item)
             except Exception:  # noqa: BLE001, S110 - deleted (donated): watch the other leaves
                 pass
+            else:
+                recorded = self._claim(item)
+                if item.hook:
+                    self._hook_verdict(item, recorded)
+                return recorded
         if _wait_ready(item.outputs, leaves_of, is_array):
             return self._claim(item)
         with self._lock:
