@@ -13,11 +13,10 @@ the step it just dispatched), and:
   :class:`GoodputRecorder` (created here, or the one passed in);
 * profiles the step time under the current configuration
   ``(num_nodes, num_replicas, atomic_bsz, accum_steps)``. Step times come from
-  ONE timing function, :class:`OneStepLateTimer` (``self._timer``): after
+  ONE timing function, :class:`goodput_jax.runtime.OneStepLateTimer`: after
   dispatching step ``i`` it waits for step ``i - 1``'s outputs, so host and
   device overlap by one step; a step's time is its device-busy interval
-  ``ready(i) - max(dispatch(i), ready(i - 1))``. Swapping in another timer
-  (e.g. the runtime's non-stalling step recorder) is one line in ``__init__``;
+  ``ready(i) - max(dispatch(i), ready(i - 1))``;
 * drops each configuration's first ``warmup_steps`` steps (compilation,
   warm-up) and the process's first ``job_warmup_steps`` more, keeps a bounded window of samples per configuration, and fits the
   step-time model to their medians, weighted by the sample counts;
@@ -47,181 +46,58 @@ non-final calls with :meth:`GoodputHooks.accum_step` and the final one with
 separate micro-step must be timed alone). When the accumulation is fused into
 one call, the step time ``T`` with ``s`` extra micro-steps is split evenly:
 ``s`` accumulation samples and one optimizer sample of ``T / (s + 1)`` each.
+
+The hooks compose rooms of one job each: the recorder's public fast path
+(:meth:`GoodputRecorder.step_sink`), the runtime's step timer, the profile
+(:mod:`goodput_jax.integrations.profile`), the fit and its worker
+(:mod:`~goodput_jax.integrations.fit`), the search
+(:mod:`~goodput_jax.integrations.search`), the hints
+(:mod:`~goodput_jax.integrations.publish`) and the checkpoint state
+(:mod:`~goodput_jax.integrations.state`); the Pollux math is the model's
+(:mod:`goodput_jax.model.formulas`).
 """
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import contextlib
-import dataclasses
 import logging
 import math
 import numbers
-import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, Self
+from typing import Any, Self
 
 import jax
 import numpy as np
 
+from goodput_jax.integrations.fit import (
+    PRECOMPILE_EXIT_WAIT,
+    RefitPool,
+    fit_profile,
+    model_errors,
+    precompile_fit_once,
+)
+from goodput_jax.integrations.profile import (
+    PROFILE_WINDOW,
+    RAW_BATCH,
+    ProfileEntry,
+    ProfileKey,
+    StepProfile,
+)
+from goodput_jax.integrations.publish import make_hints
+from goodput_jax.integrations.search import Suggestion, feasible_configs, search
+from goodput_jax.integrations.state import parse_state_dict, to_state_dict
 from goodput_jax.model import gradstats
+from goodput_jax.model.formulas import efficiency_np, throughput_np
+from goodput_jax.model.hints import max_replicas_allowed
 from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.runtime.timer import OneStepLateTimer
 
-__all__ = ["GoodputHooks", "OneStepLateTimer", "ProfileEntry", "Suggestion", "max_replicas_allowed",
+__all__ = ["PRECOMPILE_EXIT_WAIT", "PROFILE_WINDOW", "GoodputHooks", "OneStepLateTimer",
+           "ProfileEntry", "Suggestion", "feasible_configs", "max_replicas_allowed",
            "precompile_fit_once"]
 
 _log = logging.getLogger(__name__)
-
-#: Samples kept per configuration (the newest; medians are taken over them).
-PROFILE_WINDOW = 64
-#: Timed steps folded into the profile at once when nothing read it sooner.
-_RAW_BATCH = 32
-
-
-#: Longest the interpreter's exit waits for the fit's background compile, in seconds.
-PRECOMPILE_EXIT_WAIT = 60.0
-_precompile_lock = threading.Lock()
-_precompile_waiter: threading.Thread | None = None
-
-
-def precompile_fit_once() -> threading.Thread:
-    """Start compiling the step-time fit in the background, once per process; exit waits for it.
-
-    :func:`goodput_jax.model.perf.precompile_fit` compiles on a daemon thread. An
-    interpreter that exits while XLA is still compiling there aborts
-    (``terminate called after throwing an instance of ''``, status 134): the
-    finalising interpreter kills the thread when the compiler hands back the GIL.
-    This starts that compile once per process and a NON-daemon thread that waits
-    for it, at most :data:`PRECOMPILE_EXIT_WAIT` seconds; the interpreter joins
-    non-daemon threads before its exit handlers (JAX's backend teardown among
-    them) and before killing daemon threads, so a short script that ends during
-    the compile waits for it (about two seconds) and exits cleanly. Later calls
-    return the same waiter. :class:`GoodputHooks` calls it on the primary process.
-
-    Returns:
-        The waiter thread (``join()`` it to wait for the compile).
-
-    Example:
-        >>> precompile_fit_once() is precompile_fit_once()
-        True
-    """
-    global _precompile_waiter
-    with _precompile_lock:
-        if _precompile_waiter is None:
-            from goodput_jax.model.perf import precompile_fit
-
-            compiling = precompile_fit()
-
-            def wait() -> None:
-                compiling.join(PRECOMPILE_EXIT_WAIT)
-
-            _precompile_waiter = threading.Thread(
-                target=wait, name="goodput-fit-compile-wait", daemon=False)
-            _precompile_waiter.start()
-        return _precompile_waiter
-
-
-def max_replicas_allowed(max_profiled_replicas: int) -> int:
-    """Largest replica count the model may be asked about: AdaptDL's allocator rule.
-
-    ``max(2 * max_profiled_replicas, 1)`` (``adaptdl_sched/allocator.py``).
-
-    Example:
-        >>> max_replicas_allowed(0), max_replicas_allowed(2)
-        (1, 4)
-    """
-    return max(2 * int(max_profiled_replicas), 1)
-
-
-@dataclasses.dataclass
-class ProfileEntry:
-    """Step times of one ``(num_nodes, num_replicas, atomic_bsz, accum_steps)``.
-
-    Sums and counts cover every kept step; ``accum_samples`` / ``optim_samples``
-    hold the newest ``window`` (default :data:`PROFILE_WINDOW`) per-step times
-    for robust (quantile) statistics.
-    """
-
-    accum_time: float = 0.0
-    accum_count: int = 0
-    optim_time: float = 0.0
-    optim_count: int = 0
-    accum_samples: collections.deque = dataclasses.field(
-        default_factory=lambda: collections.deque(maxlen=PROFILE_WINDOW))
-    optim_samples: collections.deque = dataclasses.field(
-        default_factory=lambda: collections.deque(maxlen=PROFILE_WINDOW))
-
-    @classmethod
-    def empty(cls, window: int) -> ProfileEntry:
-        """An entry that keeps the newest ``window`` samples."""
-        return cls(accum_samples=collections.deque(maxlen=window),
-                   optim_samples=collections.deque(maxlen=window))
-
-    def add_optim(self, seconds: float) -> None:
-        self.optim_time += seconds
-        self.optim_count += 1
-        self.optim_samples.append(seconds)
-
-    def add_accum(self, seconds: float, count: int = 1) -> None:
-        self.accum_time += seconds * count
-        self.accum_count += count
-        self.accum_samples.append(seconds)
-
-    def to_json(self) -> dict:
-        """JSON-safe form (for checkpoints)."""
-        return {"accum_time": self.accum_time, "accum_count": self.accum_count,
-                "optim_time": self.optim_time, "optim_count": self.optim_count,
-                "accum_samples": list(self.accum_samples),
-                "optim_samples": list(self.optim_samples)}
-
-    @classmethod
-    def from_json(cls, d: dict, window: int = PROFILE_WINDOW) -> ProfileEntry:
-        """Inverse of :meth:`to_json`, keeping the newest ``window`` samples."""
-        e = cls.empty(window)
-        e.accum_time, e.accum_count = float(d["accum_time"]), int(d["accum_count"])
-        e.optim_time, e.optim_count = float(d["optim_time"]), int(d["optim_count"])
-        e.accum_samples.extend(float(x) for x in d.get("accum_samples", ()))
-        e.optim_samples.extend(float(x) for x in d.get("optim_samples", ()))
-        return e
-
-
-class Suggestion(NamedTuple):
-    """What :meth:`GoodputHooks.suggest` recommends.
-
-    Attributes:
-        atomic_bsz: per-replica micro-batch size.
-        accum_steps: extra accumulation steps (0 = none), AdaptDL's convention.
-        batch_size: total batch ``num_replicas * atomic_bsz * (accum_steps + 1)``.
-        goodput: predicted goodput of the suggestion.
-        current_goodput: predicted goodput of the running configuration.
-        predicted_speedup: ``goodput / current_goodput``.
-        efficiency: statistical efficiency of the suggested batch size.
-        num_replicas: the replica count the suggestion is for.
-        model_error: median relative error of the step-time model on the
-            profiled configurations (nan before a fit).
-        profiled_configs: number of profiled configurations behind the fit.
-        confident: ``model_error <= 0.15`` and at least two profiled
-            configurations (one configuration fixes ``alpha_c`` by assumption).
-        best_batch_size: total batch of the goodput's argmax (the suggestion is
-            the smallest batch within the tolerance of it).
-        best_goodput: predicted goodput at ``best_batch_size``.
-    """
-
-    atomic_bsz: int
-    accum_steps: int
-    batch_size: int
-    goodput: float
-    current_goodput: float
-    predicted_speedup: float
-    efficiency: float
-    num_replicas: int = 0
-    model_error: float = float("nan")
-    profiled_configs: int = 0
-    confident: bool = False
-    best_batch_size: int = 0
-    best_goodput: float = float("nan")
 
 
 def _pos_int(value: Any, name: str, allow_none: bool = False) -> int | None:
@@ -236,189 +112,6 @@ def _nonneg_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise ValueError(f"{name} ({value!r}) must be a non-negative integer")
     return int(value)
-
-
-def _finite_or_none(x: Any) -> float | None:
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-#: Concrete array types seen (``isinstance(x, jax.Array)`` goes through an ABC check,
-#: microseconds per step on the hot path; a type lookup does not).
-_ARRAY_TYPES: set = set()
-_wall = time.time
-
-
-def _live_arrays(outputs: Any) -> list:
-    # The outputs of one XLA program become ready together: a couple of live
-    # leaves (the last ones: losses and metrics, rarely donated) stand for all.
-    # Fast path (most loops return ``(..., loss)``): the last element alone,
-    # without flattening the parameters and optimizer state every step.
-    if type(outputs) is tuple and outputs:
-        last = outputs[-1]
-        t = type(last)
-        known = t in _ARRAY_TYPES or (isinstance(last, jax.Array) and not _ARRAY_TYPES.add(t))
-        if known and not last.is_deleted():
-            return [last]
-    leaves = [x for x in jax.tree.leaves(outputs) if isinstance(x, jax.Array)]
-    return [x for x in leaves[::-1][:2] if not x.is_deleted()] or [
-        x for x in leaves if not x.is_deleted()][:1]
-
-
-def _all_ready(arrays: list) -> bool:
-    for a in arrays:
-        try:
-            if not a.is_ready():
-                return False
-        except Exception:  # noqa: BLE001, S112 - deleted meanwhile: nothing to wait for
-            continue
-    return True
-
-
-def _block(arrays: list) -> None:
-    for a in arrays:
-        if a.is_deleted():
-            continue
-        try:
-            a.block_until_ready()
-        except Exception:  # noqa: BLE001, S112 - donated to a later step: its successor covers it
-            continue
-
-
-class OneStepLateTimer:
-    """Step times without stalling the dispatch: wait for step ``i - 1`` after dispatching ``i``.
-
-    :meth:`dispatched` is the only timing call the hooks make. It returns the
-    steps that completed, as ``(step, seconds, wall_end, tag)`` tuples (``tag``:
-    what the caller passed with the step, e.g. its configuration). A step's time
-    is its device-busy interval ``ready(i) - max(dispatch_start(i), ready(i-1))``.
-    Outputs that are already ready when the call returns (host-side functions,
-    synchronous backends) complete at once.
-
-    Readiness queries cost microseconds each (~10 us on the multi-device CPU
-    backend), and a loop whose device is behind finds the previous step still
-    running at the next dispatch, and the new outputs never ready at once. So each
-    of the two queries runs while it has found something in the last
-    :data:`PROBE_KEEP` tries, and otherwise on one call in :data:`PROBE_EVERY`:
-    a host-bound loop or a synchronous backend is detected within that many steps
-    and probed every step from then on.
-
-    Args:
-        clock: monotonic seconds.
-
-    Example:
-        >>> t = iter([0.0, 1.0, 1.0, 3.0])
-        >>> timer = OneStepLateTimer(lambda: next(t))
-        >>> timer.dispatched(0, None, 0.0, 1.0)[0][:2]   # no arrays: complete at once
-        (0, 1.0)
-    """
-
-    #: Probe every call for this many calls after a probe found something ready.
-    PROBE_KEEP = 8
-    #: Otherwise probe one call in this many.
-    PROBE_EVERY = 16
-
-    def __init__(self, clock: Callable[[], float]):
-        self._clock = clock
-        self._pending: tuple | None = None
-        self._calls = 0
-        self._probe_pending = self.PROBE_KEEP  # before_dispatch: the previous step
-        self._probe_new = self.PROBE_KEEP  # dispatched: the new outputs
-        self._last_ready: float | None = None
-        #: Seconds spent waiting for the device (not the hooks' own cost: a loop waits anyway).
-        self.waited = 0.0
-
-    def _complete(self, item: tuple, t_end: float) -> tuple[int, float, float, Any]:
-        step, _arrays, t_start, tag = item
-        last = self._last_ready
-        begin = t_start if last is None or t_start >= last else last
-        self._last_ready = t_end
-        d = t_end - begin
-        return step, max(0.0, d), _wall(), tag
-
-    def before_dispatch(self, t_start: float) -> list[tuple[int, float, float, Any]]:
-        """Called right before the next dispatch: completes the pending step if it is ready."""
-        if self._pending is None:
-            return []
-        if self._probe_pending <= 0 and self._calls % self.PROBE_EVERY:
-            return []
-        if _all_ready(self._pending[1]):
-            self._probe_pending = self.PROBE_KEEP
-            item, self._pending = self._pending, None
-            return [self._complete(item, t_start)]
-        self._probe_pending -= 1
-        return []
-
-    def dispatched(self, step: int, outputs: Any, t_start: float,
-                   t_dispatched: float, tag: Any = None) -> list[tuple[int, float, float, Any]]:
-        """Register step ``step`` (dispatched between ``t_start`` and ``t_dispatched``)."""
-        arrays = _live_arrays(outputs)
-        done = []
-        self._calls += 1
-        probe = not arrays or self._probe_new > 0 or not self._calls % self.PROBE_EVERY
-        if probe and _all_ready(arrays):
-            if arrays:
-                self._probe_new = self.PROBE_KEEP
-            if self._pending is not None:
-                done.append(self._complete(self._pending, t_dispatched))
-                self._pending = None
-            done.append(self._complete((step, arrays, t_start, tag), t_dispatched))
-            return done
-        if probe:
-            self._probe_new -= 1
-        if self._pending is not None:
-            t0 = self._clock()
-            _block(self._pending[1])
-            t_end = self._clock()
-            self.waited += t_end - t0
-            done.append(self._complete(self._pending, t_end))
-        self._pending = (step, arrays, t_start, tag)
-        return done
-
-    def flush(self) -> list[tuple[int, float, float, Any]]:
-        """Wait for the pending step (if any) and return it completed."""
-        if self._pending is None:
-            return []
-        _block(self._pending[1])
-        item, self._pending = self._pending, None
-        return [self._complete(item, self._clock())]
-
-    def reset(self) -> None:
-        """Forget the readiness chain (after an idle gap, e.g. a checkpoint)."""
-        self._last_ready = None
-
-
-def _predict_optim_np(p: PerfParams, n: Any, r: Any, b: Any) -> np.ndarray:
-    """float64 numpy twin of :func:`goodput_jax.model.perf.predict_optim_time` (no compile
-    per profile length: the hooks' profile grows one configuration at a time)."""
-    n, r, b = (np.asarray(x, float) for x in (n, r, b))
-    acc = p.alpha_c + p.beta_c * b
-    extra = np.maximum(r - 2.0, 1e-8)
-    net = np.where(n > 1, p.alpha_n + p.beta_n * extra,
-                   np.where(r > 1, p.alpha_r + p.beta_r * extra, 1e-8 + 1e-8 * 1e-8))
-    hi = np.maximum(acc, net)
-    g = float(p.gamma)
-    return hi * ((acc / hi) ** g + (net / hi) ** g) ** (1.0 / g)
-
-
-def _throughput_np(p: PerfParams, n: Any, r: Any, b: Any, s: Any) -> np.ndarray:
-    """float64 numpy twin of :func:`goodput_jax.model.goodput.throughput_fn` (parity-tested):
-    ``R * b * (s + 1) / (s * T_acc + T_opt)`` in samples/s, without a device program."""
-    r, b, s = (np.asarray(x, float) for x in (r, b, s))
-    return r * b * (s + 1.0) / (s * (p.alpha_c + p.beta_c * b) + _predict_optim_np(p, n, r, b))
-
-
-def _efficiency_np(g: GradParams, init_batch_size: float, batch_size: Any) -> np.ndarray:
-    """float64 numpy twin of :func:`goodput_jax.model.goodput.efficiency_fn` (parity-tested):
-    ``gain / scale`` with ``gain = (var + sqr) / (var / scale + sqr)``."""
-    scale = np.asarray(batch_size, float) / float(init_batch_size)
-    denom = g.var / scale + g.sqr
-    ok = denom > 0
-    gain = np.where(ok, (g.var + g.sqr) / np.where(ok, denom, 1.0), 1.0)
-    return gain / scale
 
 
 @jax.jit
@@ -561,7 +254,6 @@ class GoodputHooks:
         self._clock = clock
         self.warmup_steps = _nonneg_int(warmup_steps, "warmup_steps")
         self.job_warmup_steps = _nonneg_int(job_warmup_steps, "job_warmup_steps")
-        self._job_seen = 0  # optimizer steps observed by this process (job warm-up)
         self.stats_every = _pos_int(stats_every, "stats_every")
         if background is None:
             background = not (jax.default_backend() == "cpu" and jax.local_device_count() > 1)
@@ -577,34 +269,26 @@ class GoodputHooks:
         else:
             self._owns_recorder = False
         self.recorder = recorder
-        self._device_end = (getattr(recorder, "record_step_device_end_time", None)
-                            if record_device_ends else None)
+        device_end = (getattr(recorder, "record_step_device_end_time", None)
+                      if record_device_ends else None)
         self._record_ends = bool(record_device_ends)
-        # Hot path: append step starts (and device ends) straight to the recorder's queue,
-        # in order with its other events, as the runtime's StepRecorder does (one tuple
-        # append instead of a validated recorder call); None: call the recorder.
-        self._sink: tuple | None = None
-        sink = getattr(recorder, "_step_start_sink", None)
-        if callable(sink):
-            try:
-                self._sink = sink()
-            except Exception:  # noqa: BLE001 - an older recorder: the plain calls
-                self._sink = None
-        self._end_code: int | None = None
-        if self._sink is not None and record_device_ends and getattr(
-                recorder, "record_step_device_end_time", None) is not None:
-            from goodput_jax.measure.events import KIND_CODES, EventKind
-
-            self._end_code = KIND_CODES[EventKind.STEP_DEVICE_END]
-        # The ONE timing function (swap for the runtime's step recorder here).
+        # Hot path: the recorder's public fast path (its queue, in order with its other
+        # events, one enqueue rule); None (disabled, synchronous, a custom clock, or a
+        # recorder without one): the plain validated calls.
+        step_sink = getattr(recorder, "step_sink", None)
+        sink = step_sink() if callable(step_sink) else None
+        self._start: Callable[[int], None] = (
+            recorder.record_step_start_time if sink is None else sink.start)
+        self._device_end: Callable[[int, float], None] | None = (
+            device_end if sink is None or device_end is None else sink.device_end)
+        # The ONE timing function: the runtime's step timer.
         self._timer = OneStepLateTimer(clock)
-        self._profile: dict[tuple[int, int, int, int], ProfileEntry] = {}
-        # Timed steps not yet folded into the profile: ``((nodes, replicas, atomic_bsz,
-        # accum_steps, pending_accum), seconds)``, appended on the training thread (one deque append per step), folded in batches
-        # under the lock by whoever reads the profile (:meth:`_drain`).
-        self._raw: collections.deque = collections.deque()
-        self._seen: dict[tuple, int] = {}
-        self._seen_accum: dict[tuple, int] = {}
+        # Timed steps are appended to ``_raw`` on the training thread (one deque append per
+        # step) and folded in batches under the profile's lock by whoever reads it.
+        self._prof = StepProfile(warmup_steps=self.warmup_steps,
+                                 job_warmup_steps=self.job_warmup_steps,
+                                 window=self.profile_window, quantile=self.profile_quantile)
+        self._raw = self._prof.pending
         self._pending_accum = 0
         self._since_fit = 0.0
         self._steps_seen = 0
@@ -630,9 +314,7 @@ class GoodputHooks:
         self.refits_skipped = 0
         self._fitted: tuple[dict, float | None] | None = None
         self.last_hints: dict | None = None
-        self._lock = threading.Lock()
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._future: concurrent.futures.Future | None = None
+        self._pool = RefitPool()
         #: Seconds the hooks spent on the training thread / in the background.
         self.foreground_seconds = 0.0
         self.background_seconds = 0.0
@@ -644,10 +326,7 @@ class GoodputHooks:
             precompile_fit_once()
 
     # ------------------------------------------------------------------ configuration
-    def _key(self) -> tuple[int, int, int, int]:
-        return (self.num_nodes, self.num_replicas, self.atomic_bsz, self.accum_steps)
-
-    def config_key(self) -> tuple[int, int, int, int]:
+    def config_key(self) -> ProfileKey:
         """The running configuration as a profile key ``(nodes, replicas, atomic_bsz, accum_steps)``.
 
         Example:
@@ -655,7 +334,7 @@ class GoodputHooks:
             ...              num_nodes=1).config_key()
             (1, 1, 8, 0)
         """
-        return self._key()
+        return (self.num_nodes, self.num_replicas, self.atomic_bsz, self.accum_steps)
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -712,16 +391,7 @@ class GoodputHooks:
         out = jax.block_until_ready(fn(*args, **kwargs))
         dt = float(self._clock() - t0)
         self._timer.reset()
-        key = self._key()
-        seen = self._seen_accum.get(key, 0)
-        self._seen_accum[key] = seen + 1
-        if seen >= self.warmup_steps:
-            with self._lock:
-                self._drain_locked()
-                entry = self._profile.get(key)
-                if entry is None:
-                    entry = self._profile[key] = ProfileEntry.empty(self.profile_window)
-                entry.add_accum(dt)
+        if self._prof.add_accum(self.config_key(), dt):
             self._since_fit += dt
         self._pending_accum += 1
         return out
@@ -739,17 +409,7 @@ class GoodputHooks:
             ``fn``'s outputs.
         """
         fa = time.perf_counter()
-        sink = self._sink
-        if sink is not None and type(step) is int and step >= 0:
-            q, limit, batch, wake, code = sink
-            if len(q) < limit:
-                q.append((code, time.time(), step, None, None))
-                if len(q) >= batch:
-                    wake()
-            else:
-                self.recorder.record_step_start_time(step)  # counts the drop
-        else:
-            self.recorder.record_step_start_time(step)
+        self._start(step)
         t0 = self._clock()
         early = self._timer.before_dispatch(t0)
         fb = time.perf_counter()
@@ -783,7 +443,7 @@ class GoodputHooks:
         self._steps_seen += 1
         if self._since_fit >= self.refit_interval:
             self.maybe_refit()  # folds the timed steps in first (warm-up ones do not count)
-        elif len(self._raw) >= _RAW_BATCH:
+        elif len(self._raw) >= RAW_BATCH:
             self._drain()
         waited = timer.waited - waited0
         # everything on this thread but the dispatch itself and the wait for the device
@@ -791,22 +451,14 @@ class GoodputHooks:
         return out
 
     def _finish_timing(self, done: list[tuple[int, float, float, Any]]) -> None:
+        device_end = self._device_end
         for step, seconds, wall_end, tag in done:
-            code = self._end_code
-            if code is not None and type(step) is int and step >= 0:
-                q, limit, batch, wake, _ = self._sink
-                if len(q) < limit:
-                    q.append((code, wall_end, step, None, None))
-                    if len(q) >= batch:
-                        wake()
-                else:
-                    self._device_end(step, wall_end)  # counts the drop
-            elif self._device_end is not None:
-                self._device_end(step, wall_end)
+            if device_end is not None:
+                device_end(step, wall_end)
             elif self._record_ends:
                 self.recorder.record_step_end_time(step)
             if tag is None:
-                tag = (*self._key(), 0)
+                tag = (*self.config_key(), 0)
             # folded into the profile later, in a batch (:meth:`_drain`); the refit
             # trigger counts the seconds now and takes the dropped ones back then
             self._raw.append((tag, seconds))
@@ -832,14 +484,14 @@ class GoodputHooks:
         ``done(outputs)`` hands over the outputs (timed one step late, as
         :meth:`step`); without it the time is whatever the block took.
         """
-        self.recorder.record_step_start_time(step)
+        self._start(step)
         t0 = self._clock()
         early = self._timer.before_dispatch(t0)
         box: list = []
         yield box.append
         t1 = self._clock()
         self._finish_timing(early)
-        tag = (*self._key(), self._pending_accum)
+        tag = (*self.config_key(), self._pending_accum)
         self._pending_accum = 0
         self._finish_timing(self._timer.dispatched(step, box[0] if box else None, t0, t1, tag))
         if box and self._steps_seen >= self._next_stats:
@@ -861,24 +513,22 @@ class GoodputHooks:
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"seconds ({seconds!r}) must be a finite non-negative number")
         pending, self._pending_accum = self._pending_accum, 0
-        self._raw.append(((*self._key(), pending), seconds))
+        self._raw.append(((*self.config_key(), pending), seconds))
         self._since_fit += seconds
         self._drain()
 
     @property
-    def profile(self) -> dict[tuple[int, int, int, int], ProfileEntry]:
+    def profile(self) -> dict[ProfileKey, ProfileEntry]:
         """Per-configuration step times, ``(nodes, replicas, atomic_bsz, accum_steps) -> entry``
         (every timed step folded in)."""
         self._drain()
-        return self._profile
+        return self._prof.entries
 
     @profile.setter
     def profile(self, value: dict) -> None:
-        with self._lock:
-            self._raw.clear()
-            self._profile = dict(value)
+        self._prof.replace(value)
 
-    def reset_profile(self, key: tuple[int, int, int, int]) -> None:
+    def reset_profile(self, key: ProfileKey) -> None:
         """Forget configuration ``key``'s step times, so that it is measured afresh.
 
         ``key`` is ``(num_nodes, num_replicas, atomic_bsz, accum_steps)``. Its next
@@ -896,14 +546,11 @@ class GoodputHooks:
             False
         """
         key = tuple(int(k) for k in key)
-        with self._lock:
-            self._drain_locked()
-            self._profile.pop(key, None)
-            self._seen.pop(key, None)
-            self._seen_accum.pop(key, None)
-            self.model_errors.pop(key[:3], None)
-            if self._fitted is not None:  # the next refit fits its new times, whatever they are
-                self._fitted[0].pop(key[:3], None)
+        self._drain()
+        self._prof.reset(key)
+        self.model_errors.pop(key[:3], None)
+        if self._fitted is not None:  # the next refit fits its new times, whatever they are
+            self._fitted[0].pop(key[:3], None)
 
     def step_samples(self, key: tuple[int, int, int, int] | None = None) -> list[float]:
         """The kept optimizer-step times of configuration ``key`` (default: the running one).
@@ -919,44 +566,14 @@ class GoodputHooks:
             >>> h.step_samples(), h.step_samples((1, 1, 16, 0))
             ([0.25, 0.5], [])
         """
-        key = self._key() if key is None else tuple(int(k) for k in key)
-        with self._lock:
-            self._drain_locked()
-            e = self._profile.get(key)
-            return [] if e is None else list(e.optim_samples)
+        key = self.config_key() if key is None else tuple(int(k) for k in key)
+        self._drain()
+        return self._prof.samples(key)
 
     def _drain(self) -> None:
-        """Fold the timed steps into the profile (any thread)."""
-        if self._raw:
-            with self._lock:
-                self._drain_locked()
-
-    def _drain_locked(self) -> None:
-        """:meth:`_drain` with the lock held: each configuration's first ``warmup_steps``
-        steps, the process's first ``job_warmup_steps`` more and zero times are dropped
-        (and taken back from the refit trigger)."""
-        raw, profile, seen_of = self._raw, self._profile, self._seen
-        warm, job_warm = self.warmup_steps, self.warmup_steps + self.job_warmup_steps
-        dropped = 0.0
-        while raw:
-            tag, seconds = raw.popleft()
-            key, pending = tag[:4], tag[4]
-            seen = seen_of.get(key, 0)
-            seen_of[key] = seen + 1
-            self._job_seen += 1
-            if seen < warm or seconds == 0.0 or self._job_seen <= job_warm:
-                dropped += seconds
-                continue
-            entry = profile.get(key)
-            if entry is None:  # (setdefault would build an entry, two deques, every step)
-                entry = profile[key] = ProfileEntry.empty(self.profile_window)
-            s = key[3]
-            if s > 0 and pending == 0:
-                part = seconds / (s + 1)
-                entry.add_accum(part, s)
-                entry.add_optim(part)
-            else:
-                entry.add_optim(seconds)
+        """Fold the timed steps into the profile (any thread); the steps the warm-up rules
+        drop are taken back from the refit trigger."""
+        dropped = self._prof.fold()
         if dropped:
             self._since_fit = max(self._since_fit - dropped, 0.0)
 
@@ -1032,16 +649,16 @@ class GoodputHooks:
 
     def max_profiled_replicas(self) -> int:
         """Largest replica count with an optimizer-step profile (0 when none)."""
-        with self._lock:
-            self._drain_locked()
-            return max((k[1] for k, e in self._profile.items() if e.optim_count), default=0)
+        self._drain()
+        return self._prof.max_replicas()
 
     def profile_table(self) -> dict[tuple[int, int, int], tuple[float, float, int]]:
         """Robust per-configuration statistics: ``(nodes, replicas, atomic_bsz) -> (accum, optim, n)``.
 
-        Medians over the kept samples of every accumulation setting of the
-        configuration; ``accum`` falls back to ``optim`` when no accumulation
-        step was profiled; ``n`` is the number of optimizer-step samples.
+        The ``profile_quantile`` (the median by default) of the kept samples of every
+        accumulation setting of the configuration; ``accum`` falls back to ``optim``
+        when no accumulation step was profiled; ``n`` is the number of optimizer-step
+        samples (:meth:`goodput_jax.integrations.profile.StepProfile.compute`).
 
         Example:
             >>> hooks = GoodputHooks("j", init_batch_size=8, is_primary=False, num_replicas=1,
@@ -1051,35 +668,8 @@ class GoodputHooks:
             >>> hooks.profile_table()
             {(1, 1, 8): (0.2, 0.2, 3)}
         """
-        groups: dict[tuple[int, int, int], list] = {}
-        with self._lock:
-            self._drain_locked()
-            for (n, r, b, _s), e in self._profile.items():
-                if not e.optim_count:
-                    continue
-                g = groups.setdefault((n, r, b), [[], [], 0])
-                g[0].extend(e.accum_samples)
-                g[1].extend(e.optim_samples)
-                g[2] += e.optim_count
-        out = {}
-        for k, (acc, opt, cnt) in sorted(groups.items()):
-            q = self.profile_quantile
-            o = float(np.quantile(opt, q))
-            out[k] = (float(np.quantile(acc, q)) if acc else o, o, int(cnt))
-        return out
-
-    def _fit(self, table: dict) -> tuple[PerfParams | None, float, dict]:
-        from goodput_jax.model.perf import fit_perf_params
-
-        keys = list(table)
-        n, r, b = (np.array([k[i] for k in keys]) for i in range(3))
-        acc = np.array([table[k][0] for k in keys])
-        opt = np.array([table[k][1] for k in keys])
-        weights = np.array([min(table[k][2], self.profile_window) for k in keys], float)
-        params = fit_perf_params(n, r, b, acc, opt, weights=weights)
-        pred = _predict_optim_np(params, n, r, b)
-        errs = np.abs(pred - opt) / opt
-        return params, float(np.median(errs)), {k: float(e) for k, e in zip(keys, errs)}
+        self._drain()
+        return self._prof.compute()
 
     def refit(self) -> PerfParams | None:
         """Refit :class:`PerfParams` to the profile now, on this thread (keeps the old fit on failure)."""
@@ -1088,7 +678,7 @@ class GoodputHooks:
         if not table:
             return self.perf_params
         try:
-            params, err, errs = self._fit(table)
+            params, err, errs = fit_profile(table, self.profile_window)
         except Exception as e:  # noqa: BLE001 - a bad profile must not stop training
             _log.warning("goodput hooks: refitting PerfParams failed (%s); keeping the last fit", e)
             return self.perf_params
@@ -1117,11 +707,9 @@ class GoodputHooks:
         ``background=False``; never two at once. Returns whether it started one.
         """
         self._drain()
-        if not self.is_primary or self._since_fit < self.refit_interval or not self._profile:
+        if not self.is_primary or self._since_fit < self.refit_interval:
             return False
-        if self._future is not None and not self._future.done():
-            return False
-        if not any(e.optim_count for e in self._profile.values()):
+        if self._pool.busy() or not self._prof.has_optim():
             return False
         _ = self.grad_params  # read the statistics copy here (the worker must not touch JAX state)
         self._since_fit = 0.0
@@ -1131,11 +719,7 @@ class GoodputHooks:
         if not self.background:
             self._refit_and_publish()  # its time counts in the caller's foreground time
             return True
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix="goodput-refit")
-        self._future = self._executor.submit(self._refit_and_publish)
-        return True
+        return self._pool.submit(self._refit_and_publish)
 
     def request_refit(self) -> bool:
         """Make a periodic refit due now and start it (:meth:`maybe_refit`, same rules).
@@ -1177,7 +761,7 @@ class GoodputHooks:
                              "refit() first")
         n = self.num_nodes if num_nodes is None else _pos_int(num_nodes, "num_nodes")
         r = self.num_replicas if num_replicas is None else _pos_int(num_replicas, "num_replicas")
-        return np.asarray(_throughput_np(self.perf_params, n, r, atomic_bsz, accum_steps),
+        return np.asarray(throughput_np(self.perf_params, n, r, atomic_bsz, accum_steps),
                           dtype=np.float64)
 
     def predict_efficiency(self, batch_size: Any,
@@ -1199,7 +783,7 @@ class GoodputHooks:
         gp = self.grad_params if grad_params is None else grad_params
         if gp is None:
             raise ValueError("grad_params (None): no gradient statistics yet")
-        return np.asarray(_efficiency_np(gp, self.init_batch_size, batch_size), dtype=np.float64)
+        return np.asarray(efficiency_np(gp, self.init_batch_size, batch_size), dtype=np.float64)
 
     def _changed_materially(self) -> bool:
         """Whether a periodic refit would learn anything: a configuration is new or its median
@@ -1224,8 +808,7 @@ class GoodputHooks:
 
     def wait_refit(self, timeout: float | None = None) -> None:
         """Wait for a background refit in flight (if any)."""
-        if self._future is not None:
-            self._future.result(timeout)
+        self._pool.wait(timeout)
 
     def goodput_function(self) -> Any:
         """A :class:`GoodputFunction` of the current fit and statistics, or None."""
@@ -1298,87 +881,14 @@ class GoodputHooks:
         nodes = min(self.num_nodes if num_nodes is None else _pos_int(num_nodes, "num_nodes"), reps)
         cap = self.max_batch_size if max_batch_size is None else max(
             min(int(max_batch_size), self.max_batch_size), self.init_batch_size)
-
-        def best_under(c: int) -> tuple[float, int, int]:
-            return fn.optimize(nodes, reps, max_batch_size=c, atomic_bsz_range=self.local_bsz_bounds,
-                               accumulation=self.gradient_accumulation)
-
-        if atomic_sizes is not None:
-            top, pick = self._suggest_discrete(fn, nodes, reps, cap, atomic_sizes,
-                                               max_accum_steps, tolerance)
-            goodput, bsz, steps = pick
-        else:
-            top = best_under(cap)
-            goodput, bsz, steps = top
-        if tolerance > 0 and atomic_sizes is None:
-            # The best goodput under a batch cap grows with the cap: bisect for the
-            # smallest cap that reaches the target (to 1%), scalar numpy calls.
-            target = (1.0 - tolerance) * top[0]
-            lo, hi, pick = self.init_batch_size, cap, top
-            first = best_under(lo)
-            if first[0] >= target:
-                pick = first
-            else:
-                while hi - lo > max(1, lo // 100):
-                    mid = (lo + hi) // 2
-                    cand = best_under(mid)
-                    if cand[0] >= target:
-                        hi, pick = mid, cand
-                    else:
-                        lo = mid
-            goodput, bsz, steps = pick
-        current = float("nan")
-        if self.batch_size >= self.init_batch_size:  # below it: no comparable goodput
-            current = float(_throughput_np(self.perf_params, self.num_nodes, self.num_replicas,
-                                           self.atomic_bsz, self.accum_steps)
-                            * _efficiency_np(fn.grad_params, self.init_batch_size, self.batch_size))
-        total = reps * int(bsz) * (int(steps) + 1)
-        speedup = float(goodput) / current if current > 0 else float("nan")
-        configs = len(self.model_errors)
-        err = self.model_error
-        return Suggestion(
-            atomic_bsz=int(bsz), accum_steps=int(steps), batch_size=total,
-            goodput=float(goodput), current_goodput=current,
-            predicted_speedup=speedup,
-            efficiency=float(_efficiency_np(fn.grad_params, self.init_batch_size, total)),
-            num_replicas=reps, model_error=err, profiled_configs=configs,
-            confident=bool(configs >= 2 and math.isfinite(err) and err <= 0.15),
-            best_batch_size=reps * int(top[1]) * (int(top[2]) + 1), best_goodput=float(top[0]),
-        )
-
-    def _suggest_discrete(self, fn: Any, nodes: int, reps: int, cap: int, atomic_sizes: Any,
-                          max_accum_steps: Any, tolerance: float) -> tuple[tuple, tuple]:
-        """(argmax, smallest total within ``tolerance`` of it) over the listed micro-batch
-        sizes x accumulation steps, each ``(goodput, atomic_bsz, accum_steps)``."""
-        try:
-            sizes = sorted({int(b) for b in atomic_sizes})
-            bad = any(isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1
-                      for b in atomic_sizes)
-        except (TypeError, ValueError):
-            bad = True
-        if bad or not sizes:
-            raise ValueError(f"atomic_sizes ({atomic_sizes!r}) must be a non-empty list of "
-                             f"positive integers")
-        top_s = _nonneg_int(max_accum_steps, "max_accum_steps") if self.gradient_accumulation else 0
-        lo, hi = self.local_bsz_bounds
-        rows = [(b, s) for b in sizes if (lo is None or b >= lo) and (hi is None or b <= hi)
-                for s in range(top_s + 1)
-                if self.init_batch_size <= reps * b * (s + 1) <= cap]
-        if not rows:
-            raise ValueError(
-                f"atomic_sizes ({atomic_sizes!r}): no size within local_bsz_bounds "
-                f"{self.local_bsz_bounds} gives a total batch between init_batch_size "
-                f"({self.init_batch_size}) and {cap} on {reps} replica(s)")
-        arr = np.asarray(rows, dtype=np.int64)
-        total = reps * arr[:, 0] * (arr[:, 1] + 1)
-        good = (_throughput_np(self.perf_params, nodes, reps, arr[:, 0], arr[:, 1])
-                * _efficiency_np(fn.grad_params, self.init_batch_size, total))
-        i = int(np.argmax(good))
-        top = (float(good[i]), int(arr[i, 0]), int(arr[i, 1]))
-        # smallest total within the tolerance; among equal totals, the best goodput
-        ok = np.flatnonzero(good >= (1.0 - tolerance) * good[i])
-        j = int(ok[np.lexsort((-good[ok], total[ok]))[0]])
-        return top, (float(good[j]), int(arr[j, 0]), int(arr[j, 1]))
+        if atomic_sizes is not None and self.gradient_accumulation:
+            max_accum_steps = _nonneg_int(max_accum_steps, "max_accum_steps")
+        return search(fn, num_nodes=nodes, num_replicas=reps, max_batch_size=cap,
+                      local_bsz_bounds=self.local_bsz_bounds,
+                      gradient_accumulation=self.gradient_accumulation,
+                      current=self.config_key(), tolerance=tolerance,
+                      atomic_sizes=atomic_sizes, max_accum_steps=max_accum_steps,
+                      model_error=self.model_error, profiled_configs=len(self.model_errors))
 
     def hints(self) -> dict:
         """The scheduler hints as JSON (AdaptDL keys; :class:`goodput_jax.model.hints.Hints`).
@@ -1391,31 +901,15 @@ class GoodputHooks:
         ``suggestedAtomicBsz``, ``suggestedAccumSteps``, ``predictedSpeedup``
         (None where unknown).
         """
-        from goodput_jax.model.hints import Hints
-
         gp = self.grad_params
-        kw: dict[str, Any] = {
-            "perf_params": self.perf_params, "grad_params": gp,
-            "init_batch_size": self.init_batch_size, "max_batch_size": self.max_batch_size,
-            "local_bsz_bounds": self.local_bsz_bounds,
-            "gradient_accumulation": self.gradient_accumulation,
-            "max_profiled_replicas": self.max_profiled_replicas(), "num_nodes": self.num_nodes,
-            "num_replicas": self.num_replicas, "atomic_bsz": self.atomic_bsz,
-            "accum_steps": self.accum_steps,
-        }
-        if gp is not None and gp.sqr > 0:
-            kw["gradient_noise_scale"] = _finite_or_none(self.init_batch_size * gp.var / gp.sqr)
-        fn = self.goodput_function()
-        if fn is not None:
-            kw["efficiency"] = _finite_or_none(
-                _efficiency_np(gp, self.init_batch_size, self.batch_size))
-            sug = self.suggest()
-            if sug is not None:
-                kw["suggested_batch_size"] = sug.batch_size
-                kw["suggested_atomic_bsz"] = sug.atomic_bsz
-                kw["suggested_accum_steps"] = sug.accum_steps
-                kw["predicted_speedup"] = _finite_or_none(sug.predicted_speedup)
-        return Hints(**kw).to_json()
+        sug = self.suggest() if self.perf_params is not None and gp is not None else None
+        return make_hints(
+            perf_params=self.perf_params, grad_params=gp, init_batch_size=self.init_batch_size,
+            max_batch_size=self.max_batch_size, local_bsz_bounds=self.local_bsz_bounds,
+            gradient_accumulation=self.gradient_accumulation,
+            max_profiled_replicas=self.max_profiled_replicas(), num_nodes=self.num_nodes,
+            num_replicas=self.num_replicas, atomic_bsz=self.atomic_bsz,
+            accum_steps=self.accum_steps, suggestion=sug)
 
     def publish(self) -> dict:
         """Store :meth:`hints` with the job's events (``recorder.record_hints``); returns them."""
@@ -1453,23 +947,12 @@ class GoodputHooks:
             >>> sorted(h.state_dict())[:3]
             ['accum_steps', 'atomic_bsz', 'grad_count']
         """
-        gp = self.grad_params
-        with self._lock:
-            self._drain_locked()
-            prof = [[list(k), e.to_json()] for k, e in self._profile.items()]
-            seen = [[list(k), v] for k, v in self._seen.items()]  # a drain updates it
-        return {
-            "profile": prof,
-            "seen": seen,
-            "perf_params": None if self.perf_params is None else list(self.perf_params),
-            "grad_params": None if gp is None else [gp.sqr, gp.var],
-            "grad_count": _finite_or_none(self.grad_count),
-            "model_error": _finite_or_none(self.model_error),
-            "atomic_bsz": self.atomic_bsz,
-            "accum_steps": self.accum_steps,
-            "num_replicas": self.num_replicas,
-            "num_nodes": self.num_nodes,
-        }
+        self._drain()
+        return to_state_dict(
+            self._prof, perf_params=self.perf_params, grad_params=self.grad_params,
+            grad_count=self.grad_count, model_error=self.model_error,
+            atomic_bsz=self.atomic_bsz, accum_steps=self.accum_steps,
+            num_replicas=self.num_replicas, num_nodes=self.num_nodes)
 
     def load_state_dict(self, state: dict, *, keep_topology: bool = True) -> None:
         """Restore :meth:`state_dict` (profile, fit, statistics; configuration too).
@@ -1477,32 +960,21 @@ class GoodputHooks:
         With ``keep_topology`` (default) the current ``num_nodes`` /
         ``num_replicas`` stay (a restarted job may run on another device count).
         """
-        with self._lock:
-            self._raw.clear()
-            self._profile = {tuple(k): ProfileEntry.from_json(e, self.profile_window)
-                             for k, e in state["profile"]}
-        self._seen = {tuple(k): int(v) for k, v in state.get("seen", [])}
-        pp = state.get("perf_params")
-        self.perf_params = None if pp is None else PerfParams(*(float(x) for x in pp))
-        gp = state.get("grad_params")
-        if gp is not None:
+        st = parse_state_dict(state)
+        self._prof.load_json(st.profile, st.seen)
+        self.perf_params = st.perf_params
+        if st.grad_params is not None:
             self._grad_stats = None
-            self._grad_params = GradParams(float(gp[0]), float(gp[1]))
-            self.grad_count = float(state.get("grad_count") or math.inf)
-        err = state.get("model_error")
-        self.model_error = float("nan") if err is None else float(err)
+            self._grad_params = st.grad_params
+            self.grad_count = st.grad_count
+        self.model_error = st.model_error
         if self.perf_params is not None:
             table = self.profile_table()
             if table:
-                keys = list(table)
-                pred = _predict_optim_np(
-                    self.perf_params, *(np.array([k[i] for k in keys]) for i in range(3)))
-                self.model_errors = {k: abs(p - table[k][1]) / table[k][1]
-                                     for k, p in zip(keys, pred)}
-        self.atomic_bsz = int(state["atomic_bsz"])
-        self.accum_steps = int(state["accum_steps"])
+                self.model_errors = model_errors(self.perf_params, table)
+        self.atomic_bsz, self.accum_steps = st.atomic_bsz, st.accum_steps
         if not keep_topology:
-            self.num_nodes, self.num_replicas = int(state["num_nodes"]), int(state["num_replicas"])
+            self.num_nodes, self.num_replicas = st.num_nodes, st.num_replicas
 
     # ------------------------------------------------------------------ lifecycle
     @contextlib.contextmanager
@@ -1512,7 +984,7 @@ class GoodputHooks:
         yield self
         self.flush()
         self.wait_refit()
-        if self.is_primary and any(e.optim_count for e in self.profile.values()):
+        if self.is_primary and self._prof.has_optim():
             _ = self.grad_params
             self.refit()
             self.publish()
@@ -1522,9 +994,7 @@ class GoodputHooks:
         """Finish the pending step and refit; close the recorder if these hooks created it."""
         with contextlib.suppress(Exception):
             self.flush()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self._pool.close()
         if self._owns_recorder:
             self.recorder.close()
 

@@ -60,6 +60,58 @@ _JOB_START, _JOB_END = _K[EventKind.JOB_START], _K[EventKind.JOB_END]
 _STEP_START, _STEP_END = _K[EventKind.STEP_START], _K[EventKind.STEP_END]
 _STEP_DEVICE_END = _K[EventKind.STEP_DEVICE_END]
 
+class StepSink:
+    """The recorder's fast path: append events to its queue without a validated call.
+
+    Returned by :meth:`GoodputRecorder.step_sink`. Events go to the recorder's one queue,
+    in order with every other event, under the recorder's ONE enqueue rule
+    (:meth:`put`): a full queue drops the event and counts it in
+    :attr:`GoodputRecorder.dropped_count`; the writer is woken once the queue holds a
+    batch. :meth:`start` and :meth:`device_end` take a valid step (a non-negative
+    ``int``); anything else raises the recorder's ``ValueError``.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "g.db")
+        >>> rec = GoodputRecorder("job", "l", logging_enabled=True, store="sqlite:///" + path)
+        >>> sink = rec.step_sink()
+        >>> sink.start(0); sink.device_end(0, 1.7e9)
+        >>> rec.flush(), rec.written_count, rec.dropped_count
+        (True, 2, 0)
+        >>> rec.close()
+    """
+
+    __slots__ = ("_batch", "_limit", "_on_drop", "_q", "_wake")
+
+    def __init__(self, queue: collections.deque, max_queue: int, batch_size: int,
+                 wake: Callable[[], Any], on_drop: Callable[[], None]):
+        self._q, self._limit, self._batch = queue, max_queue, batch_size
+        self._wake, self._on_drop = wake, on_drop
+
+    def put(self, code: int, t: float, step: int | None, label: str | None = None,
+            payload: Any = None) -> None:
+        """Enqueue one event ``(code, t, step, label, payload)``: THE enqueue rule."""
+        q = self._q
+        if len(q) < self._limit:
+            q.append((code, t, step, label, payload))
+            if len(q) >= self._batch:
+                self._wake()
+        else:
+            self._on_drop()
+
+    def start(self, step: int) -> None:
+        """Record that step ``step`` starts now (``time.time()``)."""
+        if type(step) is not int or step < 0:
+            step = check_step(step)
+        self.put(_STEP_START, time.time(), step)
+
+    def device_end(self, step: int, t: float) -> None:
+        """Record that the device finished step ``step`` at ``t`` (UTC seconds, a float)."""
+        if type(step) is not int or step < 0:
+            step = check_step(step)
+        self.put(_STEP_DEVICE_END, t, step)
+
+
 class _FlushMarker:
     __slots__ = ("done", "ok")
 
@@ -148,11 +200,16 @@ class GoodputRecorder:
         self._drop_lock = threading.Lock()
         self._store: EventStore | None = None
         self._owns_store = False
+        self._sink: StepSink | None = None
         if not self._enabled:
             return
         self._owns_store = store is None or isinstance(store, str)
         self._store = resolve_store(store)
         self._wake = threading.Event()
+        # synchronous: every event is written at once (a "batch" of one, drained inline)
+        self._sink = (StepSink(self._q, max_queue, 1, self._drain, self._count_drop)
+                      if self._sync else
+                      StepSink(self._q, max_queue, batch_size, self._wake.set, self._count_drop))
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._writer, name=f"goodput-recorder-{job_name}", daemon=True
@@ -220,22 +277,36 @@ class GoodputRecorder:
         t = self._clock()
         return t if type(t) is float else to_timestamp(t, name="clock()")
 
+    def _count_drop(self) -> None:
+        """One event dropped at a full queue: counted, warned about once."""
+        with self._drop_lock:  # the writer thread updates it too
+            self._dropped += 1
+        if not self._warned_drop:
+            self._warned_drop = True
+            logger.warning(
+                "goodput recorder queue is full (%d events); dropping new events "
+                "(see dropped_count)", self._max_queue)
+
     def _put(self, code: int, t: float, step: int | None, label: str | None, payload: Any) -> None:
-        q = self._q
-        if len(q) >= self._max_queue:
-            with self._drop_lock:  # the writer thread updates it too
-                self._dropped += 1
-            if not self._warned_drop:
-                self._warned_drop = True
-                logger.warning(
-                    "goodput recorder queue is full (%d events); dropping new events "
-                    "(see dropped_count)", self._max_queue)
-            return
-        q.append((code, t, step, label, payload))
-        if self._sync:
-            self._drain()
-        elif len(q) >= self._batch:
-            self._wake.set()
+        self._sink.put(code, t, step, label, payload)
+
+    def step_sink(self) -> StepSink | None:
+        """The fast path for a per-step hot loop: a :class:`StepSink` on this recorder's queue.
+
+        Its ``start(step)`` / ``device_end(step, t)`` enqueue as
+        :meth:`record_step_start_time` / :meth:`record_step_device_end_time` do (same
+        queue, order, drop rule and counters) without their argument checks beyond the
+        step. None when the plain calls must be used: logging disabled, ``synchronous``
+        (each event is written inline), or a custom ``clock`` (the sink stamps with
+        ``time.time()``).
+
+        Example:
+            >>> GoodputRecorder("j", "l").step_sink() is None   # disabled
+            True
+        """
+        if self._sync or self._clock is not time.time:
+            return None
+        return self._sink
 
     def record_step_start_time(self, step: int, start_time: Any = None) -> None:
         """Record the start of training step ``step`` (non-negative int).
@@ -257,18 +328,11 @@ class GoodputRecorder:
                 t = to_timestamp(t, name="clock()")
         else:
             t = to_timestamp(start_time, name="start_time")
-        q = self._q
-        if len(q) >= self._max_queue:
-            self._put(_STEP_START, t, step, None, None)  # counts the drop
-            return
-        q.append((_STEP_START, t, step, None, None))
-        if self._sync:
-            self._drain()
-        elif len(q) >= self._batch:
-            self._wake.set()
+        self._sink.put(_STEP_START, t, step)
 
     def _step_start_sink(self) -> tuple | None:
-        """What a per-step hot path needs to append step starts itself, in order with every
+        """(Deprecated: :meth:`step_sink`; kept while ``runtime.steps`` uses it.)
+        What a per-step hot path needs to append step starts itself, in order with every
         other event: ``(queue, max_queue, batch_size, wake, code)``; None when it must call
         :meth:`record_step_start_time` instead (disabled, synchronous, or a custom clock).
         The caller appends ``(code, time.time(), step, None, None)`` for a valid step while

@@ -22,10 +22,12 @@ Example:
 from goodput_jax.runtime.backend import BackendInit, init_backend, measured_init, start_job
 from goodput_jax.runtime.compile import Attachment, attach, attached, detach, listener
 from goodput_jax.runtime.steps import StepRecorder
+from goodput_jax.runtime.timer import OneStepLateTimer
 
 __all__ = [
     "Attachment",
     "BackendInit",
+    "OneStepLateTimer",
     "StepRecorder",
     "attach",
     "attached",

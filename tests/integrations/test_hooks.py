@@ -119,7 +119,8 @@ def test_suggestion_from_known_params_and_hint_values():
 
 
 def test_numpy_twins_match_the_goodput_function():
-    from goodput_jax.integrations.hooks import _efficiency_np, _throughput_np
+    from goodput_jax.model.formulas import efficiency_np as _efficiency_np
+    from goodput_jax.model.formulas import throughput_np as _throughput_np
 
     rng = np.random.default_rng(0)
     for _ in range(5):
@@ -453,7 +454,7 @@ def test_fit_of_two_batch_sizes_fitted_exactly_by_the_line_is_not_stuck_at_its_s
     # no accumulation, so the accumulation line fits both medians up to float32 rounding.
     # The RMSE's kink at zero made every line-search trial fail and the fit stayed at its
     # start (network terms = alpha_c: 2.5-3x the measured step), blocking every switch.
-    from goodput_jax.integrations.hooks import _predict_optim_np
+    from goodput_jax.model.formulas import predict_optim_time_np as _predict_optim_np
     from goodput_jax.model.perf import fit_perf_params
 
     cases = []

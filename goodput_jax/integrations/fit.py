@@ -1,0 +1,148 @@
+"""Fitting the step-time model to a profile: the fit, its errors, the background worker.
+
+* :func:`fit_profile`: :class:`PerfParams` fitted to a profile table
+  (:meth:`goodput_jax.integrations.profile.StepProfile.compute`), weighted by the
+  sample counts, with the model's relative error on each configuration;
+* :func:`model_errors`: those errors for given parameters (a restored fit);
+* :class:`RefitPool`: one background worker, never two refits at once;
+* :func:`precompile_fit_once`: the fit's program compiled once per process, in the
+  background, with the interpreter's exit waiting for it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from goodput_jax.model.formulas import predict_optim_time_np
+from goodput_jax.model.types import PerfParams
+
+__all__ = ["PRECOMPILE_EXIT_WAIT", "RefitPool", "fit_profile", "model_errors",
+           "precompile_fit_once"]
+
+#: Longest the interpreter's exit waits for the fit's background compile, in seconds.
+PRECOMPILE_EXIT_WAIT = 60.0
+_precompile_lock = threading.Lock()
+_precompile_waiter: threading.Thread | None = None
+
+
+def precompile_fit_once() -> threading.Thread:
+    """Start compiling the step-time fit in the background, once per process; exit waits for it.
+
+    :func:`goodput_jax.model.perf.precompile_fit` compiles on a daemon thread. An
+    interpreter that exits while XLA is still compiling there aborts
+    (``terminate called after throwing an instance of ''``, status 134): the
+    finalising interpreter kills the thread when the compiler hands back the GIL.
+    This starts that compile once per process and a NON-daemon thread that waits
+    for it, at most :data:`PRECOMPILE_EXIT_WAIT` seconds; the interpreter joins
+    non-daemon threads before its exit handlers (JAX's backend teardown among
+    them) and before killing daemon threads, so a short script that ends during
+    the compile waits for it (about two seconds) and exits cleanly. Later calls
+    return the same waiter. :class:`GoodputHooks` calls it on the primary process.
+
+    Returns:
+        The waiter thread (``join()`` it to wait for the compile).
+
+    Example:
+        >>> precompile_fit_once() is precompile_fit_once()
+        True
+    """
+    global _precompile_waiter
+    with _precompile_lock:
+        if _precompile_waiter is None:
+            from goodput_jax.model.perf import precompile_fit
+
+            compiling = precompile_fit()
+
+            def wait() -> None:
+                compiling.join(PRECOMPILE_EXIT_WAIT)
+
+            _precompile_waiter = threading.Thread(
+                target=wait, name="goodput-fit-compile-wait", daemon=False)
+            _precompile_waiter.start()
+        return _precompile_waiter
+
+
+def _columns(table: dict) -> tuple[list, tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    keys = list(table)
+    nrb = tuple(np.array([k[i] for k in keys]) for i in range(3))
+    return keys, nrb, np.array([table[k][1] for k in keys], float)
+
+
+def model_errors(params: PerfParams, table: dict) -> dict[tuple[int, int, int], float]:
+    """Relative error of the predicted optimizer-step time on each configuration of ``table``.
+
+    ``table`` maps ``(nodes, replicas, atomic_bsz)`` to ``(accum, optim, n)``.
+
+    Example:
+        >>> p = PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0)
+        >>> {k: round(v, 3) for k, v in model_errors(p, {(1, 1, 10): (0.2, 0.25, 5)}).items()}
+        {(1, 1, 10): 0.2}
+    """
+    if not table:
+        return {}
+    keys, (n, r, b), opt = _columns(table)
+    errs = np.abs(predict_optim_time_np(params, n, r, b) - opt) / opt
+    return {k: float(e) for k, e in zip(keys, np.atleast_1d(errs))}
+
+
+def fit_profile(table: dict, window: int) -> tuple[PerfParams, float, dict]:
+    """Fit :class:`PerfParams` to a profile table; ``(params, median error, errors)``.
+
+    Each configuration is weighted by its sample count, at most ``window`` (the
+    samples its statistic was taken over).
+
+    Example:
+        >>> table = {(1, 1, 8): (0.1, 0.1, 9), (1, 1, 16): (0.18, 0.18, 9)}
+        >>> params, err, errs = fit_profile(table, 64)  # doctest: +SKIP
+    """
+    from goodput_jax.model.perf import fit_perf_params
+
+    keys, (n, r, b), opt = _columns(table)
+    acc = np.array([table[k][0] for k in keys])
+    weights = np.array([min(table[k][2], window) for k in keys], float)
+    params = fit_perf_params(n, r, b, acc, opt, weights=weights)
+    errs = model_errors(params, table)
+    return params, float(np.median(list(errs.values()))), errs
+
+
+class RefitPool:
+    """One background worker for refits: :meth:`submit` starts one unless one is in flight.
+
+    Example:
+        >>> pool = RefitPool()
+        >>> pool.submit(lambda: None), pool.wait(), pool.close()
+        (True, None, None)
+    """
+
+    def __init__(self) -> None:
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._future: concurrent.futures.Future | None = None
+
+    def busy(self) -> bool:
+        """Whether a refit is in flight."""
+        return self._future is not None and not self._future.done()
+
+    def submit(self, fn: Callable[[], None]) -> bool:
+        """Run ``fn`` on the worker; False (and nothing started) while one is in flight."""
+        if self.busy():
+            return False
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="goodput-refit")
+        self._future = self._executor.submit(fn)
+        return True
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the refit in flight (if any); re-raises its exception."""
+        if self._future is not None:
+            self._future.result(timeout)
+
+    def close(self) -> None:
+        """Wait for the worker and stop it (a later :meth:`submit` starts a new one)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
