@@ -73,6 +73,7 @@ import numpy as np
 
 from goodput_jax.adaptive.data import ArraySource, IterableSource, _tree_map, as_source
 from goodput_jax.adaptive.step import slots_for
+from goodput_jax.integrations.search import feasible_configs
 
 __all__ = ["AdaptiveBatchSize", "default_atomic_sizes"]
 
@@ -408,20 +409,13 @@ class AdaptiveBatchSize:
         """Feasible ``(atomic_bsz, accum_steps)`` rows under the job's limits and the exploration cap."""
         h = self.hooks
         r = h.num_replicas
-        lo, hi = h.local_bsz_bounds
         profiled = [k[1] * k[2] * (k[3] + 1) for k, e in list(h.profile.items())
                     if k[1] == r and e.optim_count]
         cap = self.explore_factor * max(profiled + [self.batch_size])
         cap = min(cap, h.max_batch_size)
-        rows = []
-        for b in self.atomic_sizes:
-            if (lo is not None and b < lo) or (hi is not None and b > hi):
-                continue
-            for s in range(self.max_accum_steps + 1):
-                total = r * b * (s + 1)
-                if h.init_batch_size <= total <= cap:
-                    rows.append((b, s))
-        return np.array(rows, dtype=np.int64).reshape(-1, 2)
+        return feasible_configs(r, self.atomic_sizes, self.max_accum_steps,
+                                init_batch_size=h.init_batch_size, max_batch_size=cap,
+                                local_bsz_bounds=h.local_bsz_bounds)
 
     def adapt(self) -> dict | None:
         """Check the model and switch configuration if it pays (see the module docstring).

@@ -308,3 +308,75 @@ def test_writer_cpu_seconds_counts_the_writer_threads_work(store):
     assert [(e.kind, e.label) for e in events[3000:]] == [
         (K.CUSTOM_BADPUT_START, "eval"), (K.CUSTOM_BADPUT_END, "eval")]
     rec.close()
+
+
+# ----------------------------------------------------------------------------- the step sink
+def test_step_sink_is_offered_only_where_its_stamps_and_queue_are_the_recorders(store):
+    assert GoodputRecorder("job", "l").step_sink() is None  # disabled
+    assert _rec(store).step_sink() is None  # a custom clock: the sink stamps with time.time
+    sync = GoodputRecorder("job", "l", logging_enabled=True, store=store, synchronous=True)
+    assert sync.step_sink() is None  # synchronous: each event is written inline
+    sync.close()
+    rec = _rec(store, clock=None)
+    sink = rec.step_sink()
+    assert sink is not None and rec.step_sink() is sink
+    rec.close()
+
+
+def test_step_sink_events_are_the_plain_calls_events_in_order(store):
+    rec = _rec(store, clock=None, flush_interval=3600.0)
+    sink = rec.step_sink()
+    t0 = time.time()
+    rec.record_job_start_time()
+    sink.start(0)
+    sink.device_end(0, t0 + 5.0)
+    rec.record_step_start_time(1)
+    sink.device_end(1, t0 + 6.0)
+    assert rec.flush(timeout=60)
+    events = store.read_events("job")[0]
+    assert [(e.kind, e.step) for e in events] == [
+        (K.JOB_START, None), (K.STEP_START, 0), (K.STEP_DEVICE_END, 0), (K.STEP_START, 1),
+        (K.STEP_DEVICE_END, 1)]
+    assert t0 - 1 <= events[1].timestamp <= time.time() + 1  # stamped now (wide margin)
+    assert events[2].timestamp == pytest.approx(t0 + 5.0)
+    with pytest.raises(ValueError, match="step"):
+        sink.start(-1)
+    with pytest.raises(TypeError, match="step"):
+        sink.device_end("x", t0)
+    rec.close()
+
+
+def test_step_sink_applies_the_recorders_drop_and_wake_rule(store):
+    gate = threading.Event()
+    rec = GoodputRecorder("job", "l", logging_enabled=True, store=_FlakyStore(store, gate=gate),
+                          max_queue=10, flush_interval=3600.0)
+    sink = rec.step_sink()
+    for i in range(30):
+        sink.start(i)
+    for i in range(5):
+        rec.record_step_start_time(30 + i)  # the plain call: same queue, same rule
+    assert rec.dropped_count == 25
+    gate.set()
+    assert rec.flush(timeout=30)
+    assert [e.step for e in store.read_events("job")[0]] == list(range(10))
+    rec.close()
+    # a batch wakes the writer: with a one-hour flush interval, only the wake writes them
+    rec = GoodputRecorder("job2", "l", logging_enabled=True, store=store, batch_size=4,
+                          flush_interval=3600.0)
+    sink = rec.step_sink()
+    for i in range(4):
+        sink.start(i)
+    deadline = time.monotonic() + 60
+    while rec.written_count < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rec.written_count == 4
+    rec.close()
+
+
+def test_synchronous_recorder_writes_each_event_through_the_same_rule(store):
+    rec = GoodputRecorder("job", "l", logging_enabled=True, store=store, synchronous=True)
+    rec.record_step_start_time(0)
+    assert rec.written_count == 1  # written inline, before the call returned
+    rec.record_step_device_end_time(0)
+    assert rec.written_count == 2
+    rec.close()
