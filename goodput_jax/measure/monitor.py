@@ -771,8 +771,9 @@ class GoodputMonitor:
                       "compared, %s)", self.job_name, st.num_hosts, st.steps.size, span)
             return
         h = top[0]
-        job = (f", {100 * h.job_share:.1f}% of job time" if math.isfinite(h.job_share)
-               else "")
+        # (the job share is against the whole job's time: shown for a whole-job query only)
+        job = (f", {100 * h.job_share:.1f}% of job time"
+               if self.straggler_window_seconds is None and math.isfinite(h.job_share) else "")
         _log.info("goodput monitor: job %r: slowest host %d held back %d of %d steps, "
                   "%.3fs lost (%.1f%% of straggler time%s; %d hosts, %s)", self.job_name,
                   h.host, h.steps_last, st.steps.size, h.lost_time, 100 * h.share, job,

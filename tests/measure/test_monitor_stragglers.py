@@ -120,6 +120,23 @@ def test_two_hosts_whole_job_tags_read_back(db, tmp_path):
     store.close()
 
 
+def test_whole_job_log_line_names_the_slowest_host_and_its_shares(db, tmp_path, caplog):
+    hosts = TwoHosts(db)
+    hosts.record(0, STEPS)
+    hosts.end(T0 + 1.0 + STEPS)
+    store = SQLiteStore(db)
+    caplog.set_level(logging.INFO, logger="goodput_jax.measure.monitor")
+    with GoodputMonitor("job", "goodput_job", str(tmp_path / "tb"), 60, True, store=store,
+                        clock=Clock(T0 + 30.0), straggler_window_seconds=None) as mon:
+        mon.upload_goodput()
+        total = mon.calculator.get_job_goodput_details()["total_time"]
+    (line,) = [r.getMessage() for r in caplog.records if "slowest host" in r.getMessage()]
+    assert total == pytest.approx(1.0 + STEPS)  # job start at T0, job end at T0 + 21
+    assert (f"slowest host 1 held back 15 of 20 steps, 3.750s lost (60.0% of straggler "
+            f"time, {100 * 3.75 / total:.1f}% of job time; 2 hosts, the whole job)") in line
+    store.close()
+
+
 def test_one_host_writes_no_straggler_tags(db, tmp_path):
     clock = Clock(T0)
     rec = GoodputRecorder("job", "goodput_job", True, store=f"sqlite:///{db}", clock=clock,
