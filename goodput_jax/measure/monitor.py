@@ -876,8 +876,9 @@ class GoodputMonitor:
         calc = self.calculator
         return getattr(calc, "get_step_statistics", calc.get_step_deviation)()
 
-    def _step_summary(self) -> dict[str, float]:
-        dev = self._step_stats()
+    def _step_summary(self, dev: Any = None) -> dict[str, float]:
+        """The ``step_time/*`` summary tags of ``dev`` (default: the calculator's now)."""
+        dev = self._step_stats() if dev is None else dev
         if not dev.num_steps:
             return {}
         summary = dev.as_dict()
@@ -923,17 +924,8 @@ class GoodputMonitor:
             if dev.num_steps:
                 self._last_dev_step = max(self._last_dev_step, int(dev.steps[-1]))
         steps = [int(dev.steps[-1])] if dev.num_steps else []
-        values: dict[str, float] = {}
+        values = self._step_summary(dev)
         if dev.num_steps:
-            summary = dev.as_dict()
-            for tag, key in (
-                ("step_time/median", "median"), ("step_time/p90", "p90"),
-                ("step_time/mean", "mean"), ("step_time/ideal", "ideal_step_time"),
-                ("step_time/max_abs_deviation", "max_abs_deviation"),
-            ):
-                v = _finite_number(summary[key])
-                if v is not None:
-                    values[tag] = v
             self._writer.write(int(max(steps)), values, now)
         self._writer.flush()
         values["points"] = float(points)
