@@ -122,6 +122,10 @@ def test_every_restart_resumes_from_its_checkpoint_and_the_loss_continues(scenar
             assert restore and restore[0]["step"] == newest["step"] == launch["step"], name
             assert restore[0]["eval"] == pytest.approx(newest["eval"], rel=1e-5, abs=1e-6)
             steps = _steps(prog, a)
+            if not steps:  # it had finished while its controller was down: nothing left
+                total = int(scenario["jobs"][name]["spec"]["args"][1])
+                assert launch["step"] == total and a == attempts[-1]
+                continue
             assert steps[0] == newest["step"] and steps == list(range(steps[0],
                                                                       steps[0] + len(steps)))
             # the loss goes on from where it was, not from the start
@@ -131,8 +135,8 @@ def test_every_restart_resumes_from_its_checkpoint_and_the_loss_continues(scenar
             stopped = [p for p in prev if p["event"] == "stopped"]
             if stopped:  # a cooperative stop: it checkpointed at its last step, nothing lost
                 assert stopped[0]["step"] == newest["step"] == max(_steps(prog, a - 1)) + 1
-        done = _steps(prog, attempts[-1])
-        assert done[-1] + 1 == next(p["step"] for p in prog if p["event"] == "finished")
+        last_steps = max(p["step"] for p in prog if p["event"] == "step")
+        assert last_steps + 1 == next(p["step"] for p in prog if p["event"] == "finished")
     assert restarts >= 1  # at least the dead node's job
 
 
@@ -163,7 +167,8 @@ def test_restarts_show_in_the_goodput_timeline(scenario):
         goodput, badput, last_step = calc.get_job_goodput(include_badput_breakdown=True)
         assert 0 < goodput < 100
         assert last_step == int(job["spec"]["args"][1]) - 1
-        if len(job["launches"]) > 1:
+        prog = scenario["progress"][name]
+        if any(p["event"] == "step" and p["attempt"] > 0 for p in prog):  # restarted, trained
             lost = {str(k): v for k, v in badput.items() if v > 0}
             assert any("DISRUPTION" in k for k in lost), (name, lost)
 
@@ -201,7 +206,7 @@ def test_a_new_controller_rebuilds_from_its_state_and_relaunches_what_ran(scenar
 def test_a_reallocation_by_the_controller_is_a_cooperative_restart(scenario):
     manual = scenario["manual"]
     if manual is None:
-        pytest.skip("flex had finished or held one device when the move was due")
+        pytest.skip("flex had finished when the move was due")
     flex = scenario["jobs"]["flex"]
     asked = [e for e in flex["events"] if e["what"] == "stop requested" and e["t"] >= manual["t"]]
     assert asked and asked[0]["to"] == manual["to"]
@@ -213,4 +218,4 @@ def test_a_reallocation_by_the_controller_is_a_cooperative_restart(scenario):
     stop = [p for p in prog if p["event"] == "stopped" and p["attempt"] == after[0]["attempt"] - 1]
     restore = [p for p in prog if p["event"] == "restore" and p["attempt"] == after[0]["attempt"]]
     assert stop and restore and restore[0]["step"] == stop[0]["step"]  # no step lost
-    assert restore[0]["devices"] == 1 < len(manual["from"])
+    assert restore[0]["devices"] == len(manual["to"])
