@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from goodput_jax.measure.calculator import NoEventsError
+from goodput_jax.measure.engine import Engine
 from goodput_jax.measure.events import Event
 from goodput_jax.report.timeline import build_timeline
 from tests.measure._timeline import K, calc_for, events, new_store
@@ -80,7 +81,7 @@ def test_public_calculator_timeline_leaves_the_calculator_state_alone():
 def test_report_uses_no_private_calculator_api():
     import pathlib
 
-    import goodput_jax.report as report
+    from goodput_jax import report
 
     for path in pathlib.Path(report.__file__).parent.glob("*.py"):
         text = path.read_text()
@@ -111,3 +112,22 @@ def test_compile_time_inside_a_step_lost_in_a_crash_stays_program_startup():
     store.append([evs[0], comp, evs[1]])
     _, tot = _agree(store, "job", now=1.0)
     assert tot["PROGRAM_STARTUP"] == pytest.approx(1.0)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timelines())
+def test_the_row_loop_reads_the_owner_table_of_its_mode(evs):
+    """The row loop reads ``rules.gap_owner`` through the table of the run's mode (device
+    ends seen, a re-initialisation open); after every row the table is that mode's."""
+    from goodput_jax.measure.engine import StreamKeys
+    from goodput_jax.measure.engine.rules import OWNER_TABLES
+    from goodput_jax.measure.events import KIND_CODES
+
+    keys = StreamKeys()
+    eng = Engine()
+    for e in evs:
+        extra = e.label if e.label is not None else e.payload
+        eng.feed([(KIND_CODES[e.kind], keys.key(e.run_id, e.host), e.timestamp,
+                   -1 if e.step is None else e.step, extra)])
+        assert eng.owners is OWNER_TABLES[eng.dev_mode][eng.reinit_open > 0]
+        assert eng.reinit_open >= 0
