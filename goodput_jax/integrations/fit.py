@@ -20,7 +20,7 @@ import numpy as np
 from goodput_jax.model.formulas import predict_optim_time_np
 from goodput_jax.model.types import PerfParams
 
-__all__ = ["PRECOMPILE_EXIT_WAIT", "RefitPool", "fit_profile", "model_errors",
+__all__ = ["PRECOMPILE_EXIT_WAIT", "FitSnapshot", "RefitPool", "fit_profile", "model_errors",
            "precompile_fit_once"]
 
 #: Longest the interpreter's exit waits for the fit's background compile, in seconds.
@@ -146,3 +146,36 @@ class RefitPool:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+
+class FitSnapshot:
+    """What the last fit saw: each configuration's statistic and the gradient noise scale.
+
+    :meth:`changed` says whether a periodic refit would learn anything.
+
+    Example:
+        >>> snap = FitSnapshot({(1, 1, 8): (0.1, 0.1, 9)}, noise_scale=2.0)
+        >>> snap.changed({(1, 1, 8): (0.1, 0.104, 9)}, 2.0, tolerance=0.05)
+        False
+        >>> snap.changed({(1, 1, 8): (0.1, 0.2, 9)}, 2.0, tolerance=0.05)
+        True
+    """
+
+    def __init__(self, table: dict, noise_scale: float | None):
+        self.times = {k: v[1] for k, v in table.items()}
+        self.noise_scale = noise_scale
+
+    def forget(self, config: tuple[int, int, int]) -> None:
+        """Drop ``(nodes, replicas, atomic_bsz)``: the next check refits its new times."""
+        self.times.pop(config, None)
+
+    def changed(self, table: dict, noise_scale: float | None, tolerance: float) -> bool:
+        """A configuration is new or gone, or its statistic or the noise scale moved by more
+        than ``tolerance`` (a fraction) since the snapshot."""
+        fitted, gns = self.times, self.noise_scale
+        if table.keys() != fitted.keys():
+            return True
+        if any(abs(v[1] - fitted[k]) > tolerance * fitted[k] for k, v in table.items()):
+            return True
+        return (noise_scale is None) != (gns is None) or (
+            noise_scale is not None and abs(noise_scale - gns) > tolerance * abs(gns))

@@ -70,8 +70,10 @@ from typing import Any, Self
 import jax
 import numpy as np
 
+from goodput_jax.integrations.checks import check_limits, nonneg_int, nonneg_number, positive_int
 from goodput_jax.integrations.fit import (
     PRECOMPILE_EXIT_WAIT,
+    FitSnapshot,
     RefitPool,
     fit_profile,
     model_errors,
@@ -87,7 +89,7 @@ from goodput_jax.integrations.profile import (
 from goodput_jax.integrations.publish import make_hints
 from goodput_jax.integrations.search import Suggestion, feasible_configs, search
 from goodput_jax.integrations.state import parse_state_dict, to_state_dict
-from goodput_jax.model import gradstats
+from goodput_jax.integrations.stats import GradStatsReader
 from goodput_jax.model.formulas import efficiency_np, throughput_np
 from goodput_jax.model.hints import max_replicas_allowed
 from goodput_jax.model.types import GradParams, PerfParams
@@ -98,31 +100,6 @@ __all__ = ["PRECOMPILE_EXIT_WAIT", "PROFILE_WINDOW", "GoodputHooks", "OneStepLat
            "precompile_fit_once"]
 
 _log = logging.getLogger(__name__)
-
-
-def _pos_int(value: Any, name: str, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} ({value!r}) must be a positive integer")
-    return int(value)
-
-
-def _nonneg_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{name} ({value!r}) must be a non-negative integer")
-    return int(value)
-
-
-@jax.jit
-def _stats_summary(st: Any) -> Any:
-    """``[count, sqr, var]`` of a :class:`GradStatsState` in ONE device program.
-
-    It reads the state before the next step can donate it, and reading the
-    result back later is one small transfer (no per-field ``device_get``, no
-    eager ops on the host).
-    """
-    return gradstats.stats_summary(st)
 
 
 class GoodputHooks:
@@ -212,49 +189,33 @@ class GoodputHooks:
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
         self.job_name = job_name
-        self.init_batch_size = _pos_int(init_batch_size, "init_batch_size")
-        self.num_nodes = _pos_int(
+        self.init_batch_size, self.max_batch_size, self.local_bsz_bounds = check_limits(
+            init_batch_size, max_batch_size, local_bsz_bounds)
+        self.num_nodes = positive_int(
             jax.process_count() if num_nodes is None else num_nodes, "num_nodes"
         )
-        self.num_replicas = _pos_int(
+        self.num_replicas = positive_int(
             jax.device_count() if num_replicas is None else num_replicas, "num_replicas"
         )
         if self.num_nodes > self.num_replicas:
             raise ValueError(f"num_nodes ({self.num_nodes}) > num_replicas ({self.num_replicas})")
         if atomic_bsz is None:
             atomic_bsz = max(1, self.init_batch_size // self.num_replicas)
-        self.atomic_bsz = _pos_int(atomic_bsz, "atomic_bsz")
-        self.accum_steps = _nonneg_int(accum_steps, "accum_steps")
-        self.max_batch_size = _pos_int(
-            self.init_batch_size if max_batch_size is None else max_batch_size, "max_batch_size"
-        )
-        if self.max_batch_size < self.init_batch_size:
-            raise ValueError(
-                f"max_batch_size ({self.max_batch_size}) < init_batch_size ({self.init_batch_size})"
-            )
-        lo, hi = (None, None) if local_bsz_bounds is None else tuple(local_bsz_bounds)
-        lo = _pos_int(lo, "local_bsz_bounds[0]", allow_none=True)
-        hi = _pos_int(hi, "local_bsz_bounds[1]", allow_none=True)
-        if lo is not None and hi is not None and lo > hi:
-            raise ValueError(f"local_bsz_bounds ({local_bsz_bounds!r}) must have min <= max")
-        self.local_bsz_bounds = (lo, hi)
+        self.atomic_bsz = positive_int(atomic_bsz, "atomic_bsz")
+        self.accum_steps = nonneg_int(accum_steps, "accum_steps")
         self.gradient_accumulation = bool(gradient_accumulation)
-        if not isinstance(refit_interval, numbers.Real) or not refit_interval >= 0:
-            raise ValueError(f"refit_interval ({refit_interval!r}) must be a number >= 0")
-        self.refit_interval = float(refit_interval)
-        if not isinstance(refit_tolerance, numbers.Real) or not refit_tolerance >= 0:
-            raise ValueError(f"refit_tolerance ({refit_tolerance!r}) must be a number >= 0")
-        self.refit_tolerance = float(refit_tolerance)
+        self.refit_interval = nonneg_number(refit_interval, "refit_interval")
+        self.refit_tolerance = nonneg_number(refit_tolerance, "refit_tolerance")
         if not (isinstance(profile_quantile, numbers.Real) and 0.0 < profile_quantile <= 0.5):
             raise ValueError(f"profile_quantile ({profile_quantile!r}) must be in (0, 0.5]")
         self.profile_quantile = float(profile_quantile)
-        self.profile_window = _pos_int(profile_window, "profile_window")
+        self.profile_window = positive_int(profile_window, "profile_window")
         if not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning seconds")
         self._clock = clock
-        self.warmup_steps = _nonneg_int(warmup_steps, "warmup_steps")
-        self.job_warmup_steps = _nonneg_int(job_warmup_steps, "job_warmup_steps")
-        self.stats_every = _pos_int(stats_every, "stats_every")
+        self.warmup_steps = nonneg_int(warmup_steps, "warmup_steps")
+        self.job_warmup_steps = nonneg_int(job_warmup_steps, "job_warmup_steps")
+        self.stats_every = positive_int(stats_every, "stats_every")
         if background is None:
             background = not (jax.default_backend() == "cpu" and jax.local_device_count() > 1)
         self.background = bool(background)
@@ -292,27 +253,14 @@ class GoodputHooks:
         self._pending_accum = 0
         self._since_fit = 0.0
         self._steps_seen = 0
-        self._grad_stats: Any = None
-        self._last_out: Any = None
-        self._grad_params: GradParams | None = None
-        self._summary_of: Callable[[], Any] | None = None  # the step's stats_summary, if any
-        # this loop's last step's summary: the step function may also serve another loop
-        # (its stats_summary() is whichever call was last)
-        self._last_summary: Any = None
-        #: Steps folded into the current gradient statistics (0 before any; ``math.inf`` when
-        #: they were set directly or restored): a decision on one or two steps' statistics is
-        #: noise (the first read, at step 0, holds one sample).
-        self.grad_count: float = 0
-        # next step at which the statistics are read: every 10 steps until ``stats_every``
-        # (early decisions need some), then every ``stats_every``
-        self._next_stats = 0
+        self._stats = GradStatsReader(self.stats_every)
         self.perf_params: PerfParams | None = None
         self.model_error = float("nan")
         self.model_errors: dict[tuple[int, int, int], float] = {}
         self.fit_count = 0
         #: Periodic refits skipped because nothing changed materially (see ``refit_tolerance``).
         self.refits_skipped = 0
-        self._fitted: tuple[dict, float | None] | None = None
+        self._fitted: FitSnapshot | None = None
         self.last_hints: dict | None = None
         self._pool = RefitPool()
         #: Seconds the hooks spent on the training thread / in the background.
@@ -360,10 +308,10 @@ class GoodputHooks:
             >>> hooks.atomic_bsz, hooks.accum_steps
             (16, 1)
         """
-        b = self.atomic_bsz if atomic_bsz is None else _pos_int(atomic_bsz, "atomic_bsz")
-        s = self.accum_steps if accum_steps is None else _nonneg_int(accum_steps, "accum_steps")
-        nodes = self.num_nodes if num_nodes is None else _pos_int(num_nodes, "num_nodes")
-        reps = self.num_replicas if num_replicas is None else _pos_int(num_replicas, "num_replicas")
+        b = self.atomic_bsz if atomic_bsz is None else positive_int(atomic_bsz, "atomic_bsz")
+        s = self.accum_steps if accum_steps is None else nonneg_int(accum_steps, "accum_steps")
+        nodes = self.num_nodes if num_nodes is None else positive_int(num_nodes, "num_nodes")
+        reps = self.num_replicas if num_replicas is None else positive_int(num_replicas, "num_replicas")
         if nodes > reps:
             raise ValueError(f"num_nodes ({nodes}) > num_replicas ({reps})")
         self._finish_timing(self._timer.flush())
@@ -426,20 +374,7 @@ class GoodputHooks:
         done = timer.dispatched(step, out, t0, t1, tag)
         if done:
             self._finish_timing(done)
-        if self._steps_seen >= self._next_stats:
-            summary = getattr(fn, "stats_summary", None)
-            if callable(summary):  # make_train_step's in-step summary: a reference, no dispatch
-                self._summary_of = summary
-                self._grad_stats = self._last_summary = summary()
-            else:
-                self._summary_of = self._last_summary = None
-                self.observe_outputs(out)
-            self._next_stats = self._steps_seen + (
-                min(10, self.stats_every) if self._steps_seen < self.stats_every
-                else self.stats_every)
-        elif self._summary_of is not None:
-            self._last_summary = self._summary_of()
-        self._last_out = out
+        self._stats.after_step(self._steps_seen, fn, out)
         self._steps_seen += 1
         if self._since_fit >= self.refit_interval:
             self.maybe_refit()  # folds the timed steps in first (warm-up ones do not count)
@@ -470,12 +405,7 @@ class GoodputHooks:
         Call before checkpoints and at the end (``job()`` and ``close()`` do).
         """
         self._finish_timing(self._timer.flush())
-        out, self._last_out = self._last_out, None
-        if self._last_summary is not None:
-            self._grad_stats = self._last_summary
-        elif out is not None and not any(
-                isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(out)):
-            self.observe_outputs(out)
+        self._stats.flush()
 
     @contextlib.contextmanager
     def step_context(self, step: int) -> Iterator[Callable[[Any], None]]:
@@ -494,11 +424,7 @@ class GoodputHooks:
         tag = (*self.config_key(), self._pending_accum)
         self._pending_accum = 0
         self._finish_timing(self._timer.dispatched(step, box[0] if box else None, t0, t1, tag))
-        if box and self._steps_seen >= self._next_stats:
-            self.observe_outputs(box[0])
-            self._next_stats = self._steps_seen + (
-                min(10, self.stats_every) if self._steps_seen < self.stats_every
-                else self.stats_every)
+        self._stats.after_step(self._steps_seen, None, box[0] if box else None)
         self._steps_seen += 1
         self.maybe_refit()
 
@@ -550,7 +476,7 @@ class GoodputHooks:
         self._prof.reset(key)
         self.model_errors.pop(key[:3], None)
         if self._fitted is not None:  # the next refit fits its new times, whatever they are
-            self._fitted[0].pop(key[:3], None)
+            self._fitted.forget(key[:3])
 
     def step_samples(self, key: tuple[int, int, int, int] | None = None) -> list[float]:
         """The kept optimizer-step times of configuration ``key`` (default: the running one).
@@ -583,35 +509,20 @@ class GoodputHooks:
         Dispatches an on-device copy (the step may donate the original on its
         next call) and reads it back only when the statistics are needed.
         """
-        found = [
-            x
-            for x in jax.tree.leaves(
-                outputs, is_leaf=lambda x: isinstance(x, gradstats.GradStatsState)
-            )
-            if isinstance(x, gradstats.GradStatsState)
-        ]
-        if found:
-            st = found[0]
-            leaves = jax.tree.leaves(st)
-            if all(isinstance(x, jax.Array) for x in leaves):
-                if all(x.sharding.is_fully_replicated for x in leaves):
-                    # one device's copy: a single-device program (~30 us to dispatch on
-                    # the CPU backend vs ~200 us for one replicated over every device)
-                    st = jax.tree.map(lambda x: x.addressable_shards[0].data, st)
-                self._grad_stats = _stats_summary(st)
-            else:
-                self._grad_stats = st
+        self._stats.observe(outputs)
 
     def update_grad_params(self, grad_params: Any) -> None:
         """Set the gradient statistics directly (``GradParams`` or an optimizer state)."""
-        if isinstance(grad_params, GradParams):
-            self._grad_stats = None
-            self._grad_params = GradParams(float(grad_params.sqr), float(grad_params.var))
-            self.grad_count = math.inf
-        else:
-            self._grad_stats = gradstats.get_grad_stats(grad_params)
+        self._stats.set(grad_params)
 
     # ------------------------------------------------------------------ model
+    @property
+    def grad_count(self) -> float:
+        """Steps folded into the current gradient statistics (0 before any; ``math.inf`` when
+        they were set directly or restored): a decision on one or two steps' statistics is
+        noise (the first read, at step 0, holds one sample)."""
+        return self._stats.count
+
     def grad_params_nowait(self) -> GradParams | None:
         """:attr:`grad_params` without waiting for the device.
 
@@ -621,31 +532,12 @@ class GoodputHooks:
         returns the previous statistics (None before the first) and keeps the new
         ones for a later read. The adaptive controller's checks use it.
         """
-        st = self._grad_stats
-        if isinstance(st, jax.Array):
-            try:
-                if not st.is_ready():
-                    return self._grad_params
-            except Exception:  # noqa: BLE001, S110 - deleted: grad_params drops it
-                pass
-        return self.grad_params
+        return self._stats.nowait()
 
     @property
     def grad_params(self) -> GradParams | None:
         """Current smoothed :class:`GradParams` as floats, or None before any sample."""
-        st, self._grad_stats = self._grad_stats, None
-        if st is not None:
-            if isinstance(st, gradstats.GradStatsState):  # host-side state: no summary program
-                if int(np.asarray(st.count)) > 0:
-                    gp = gradstats.grad_params_from_stats(st)
-                    self._grad_params = GradParams(float(gp.sqr), float(gp.var))
-                    self.grad_count = int(np.asarray(st.count))
-            else:
-                count, sqr, var = (float(x) for x in np.asarray(st))
-                if count > 0:
-                    self._grad_params = GradParams(sqr, var)
-                    self.grad_count = count
-        return self._grad_params
+        return self._stats.grad_params
 
     def max_profiled_replicas(self) -> int:
         """Largest replica count with an optimizer-step profile (0 when none)."""
@@ -683,7 +575,7 @@ class GoodputHooks:
             _log.warning("goodput hooks: refitting PerfParams failed (%s); keeping the last fit", e)
             return self.perf_params
         self.perf_params, self.model_error, self.model_errors = params, err, errs
-        self._fitted = ({k: v[1] for k, v in table.items()}, self._noise_scale())
+        self._fitted = FitSnapshot(table, self._stats.noise_scale())
         self.fit_count += 1
         return self.perf_params
 
@@ -759,8 +651,8 @@ class GoodputHooks:
         if self.perf_params is None:
             raise ValueError("perf_params (None): no step-time fit yet; profile some steps and "
                              "refit() first")
-        n = self.num_nodes if num_nodes is None else _pos_int(num_nodes, "num_nodes")
-        r = self.num_replicas if num_replicas is None else _pos_int(num_replicas, "num_replicas")
+        n = self.num_nodes if num_nodes is None else positive_int(num_nodes, "num_nodes")
+        r = self.num_replicas if num_replicas is None else positive_int(num_replicas, "num_replicas")
         return np.asarray(throughput_np(self.perf_params, n, r, atomic_bsz, accum_steps),
                           dtype=np.float64)
 
@@ -791,20 +683,8 @@ class GoodputHooks:
         noise scale did (the published hints would change)."""
         if self.perf_params is None or self._fitted is None:
             return True
-        fitted, gns = self._fitted
-        table = self.profile_table()
-        if table.keys() != fitted.keys():
-            return True
-        tol = self.refit_tolerance
-        if any(abs(v[1] - fitted[k]) > tol * fitted[k] for k, v in table.items()):
-            return True
-        now = self._noise_scale()
-        return (now is None) != (gns is None) or (
-            now is not None and abs(now - gns) > tol * abs(gns))
-
-    def _noise_scale(self) -> float | None:
-        gp = self._grad_params
-        return None if gp is None or gp.sqr <= 0 else gp.var / gp.sqr
+        return self._fitted.changed(self.profile_table(), self._stats.noise_scale(),
+                                    self.refit_tolerance)
 
     def wait_refit(self, timeout: float | None = None) -> None:
         """Wait for a background refit in flight (if any)."""
@@ -870,7 +750,7 @@ class GoodputHooks:
         fn = self.goodput_function()
         if fn is None:
             return None
-        reps = self.num_replicas if num_replicas is None else _pos_int(num_replicas, "num_replicas")
+        reps = self.num_replicas if num_replicas is None else positive_int(num_replicas, "num_replicas")
         # The running replica count is always allowed (it is being profiled).
         limit = max(max_replicas_allowed(self.max_profiled_replicas()), self.num_replicas)
         if reps > limit:
@@ -878,11 +758,11 @@ class GoodputHooks:
                 f"num_replicas ({reps}) > {limit}: the step-time model was profiled up to "
                 f"{self.max_profiled_replicas()} replica(s) and may extrapolate to at most "
                 f"twice that (AdaptDL's rule); profile more replicas first")
-        nodes = min(self.num_nodes if num_nodes is None else _pos_int(num_nodes, "num_nodes"), reps)
+        nodes = min(self.num_nodes if num_nodes is None else positive_int(num_nodes, "num_nodes"), reps)
         cap = self.max_batch_size if max_batch_size is None else max(
             min(int(max_batch_size), self.max_batch_size), self.init_batch_size)
         if atomic_sizes is not None and self.gradient_accumulation:
-            max_accum_steps = _nonneg_int(max_accum_steps, "max_accum_steps")
+            max_accum_steps = nonneg_int(max_accum_steps, "max_accum_steps")
         return search(fn, num_nodes=nodes, num_replicas=reps, max_batch_size=cap,
                       local_bsz_bounds=self.local_bsz_bounds,
                       gradient_accumulation=self.gradient_accumulation,
@@ -964,9 +844,7 @@ class GoodputHooks:
         self._prof.load_json(st.profile, st.seen)
         self.perf_params = st.perf_params
         if st.grad_params is not None:
-            self._grad_stats = None
-            self._grad_params = st.grad_params
-            self.grad_count = st.grad_count
+            self._stats.set(st.grad_params, st.grad_count)
         self.model_error = st.model_error
         if self.perf_params is not None:
             table = self.profile_table()
