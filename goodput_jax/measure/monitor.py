@@ -59,7 +59,6 @@ import logging
 import math
 import numbers
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -67,328 +66,17 @@ from typing import Any, Self
 
 from goodput_jax.measure.badput import GOOGLE_NAMES
 from goodput_jax.measure.events import to_timestamp
+from goodput_jax.measure.tags import (  # noqa: F401 - HINT_TAGS, hint_scalars: public here too
+    HINT_TAGS,
+    finite_number,
+    hint_scalars,
+    straggler_scalars,
+    tag_part,
+    window_tag,
+)
+from goodput_jax.measure.tensorboard import ScalarEventWriter, check_tensorboard_dir
 
 _log = logging.getLogger(__name__)
-
-#: TensorBoard tag -> the hint's JSON key, as ``goodput_jax.model.hints.Hints.to_json``
-#: writes it (AdaptDL's camelCase names; ``tests/measure/test_monitor.py`` checks every key
-#: against ``Hints``). No aliases: hints travel as ``Hints``.
-HINT_TAGS: dict[str, str] = {
-    "model/gradient_noise_scale": "gradientNoiseScale",
-    "model/efficiency": "efficiency",
-    "model/suggested_batch_size": "suggestedBatchSize",
-    "model/suggested_accumulation_steps": "suggestedAccumSteps",
-    "model/predicted_speedup": "predictedSpeedup",
-    "model/suggested_atomic_batch_size": "suggestedAtomicBsz",
-    "model/init_batch_size": "initBatchSize",
-    "model/max_batch_size": "maxBatchSize",
-    "model/atomic_batch_size": "atomicBsz",
-    "model/accumulation_steps": "accumSteps",
-    "model/num_replicas": "numReplicas",
-    "model/num_nodes": "numNodes",
-}
-
-_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
-
-
-def _tag_part(text: str) -> str:
-    """A label as a TensorBoard tag component: unsafe characters become ``_``."""
-    return _TAG_UNSAFE.sub("_", str(text)).strip("/") or "_"
-
-
-def _window_tag(window: float) -> str:
-    return f"goodput/interval_{window:g}s"
-
-
-def _finite_number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
-def hint_scalars(hints: Any) -> dict[str, float]:
-    """TensorBoard scalars from the training hooks' latest hints.
-
-    Args:
-        hints: a ``goodput_jax.model.hints.Hints`` (anything with its ``to_json()``), its
-            JSON form (what ``GoodputCalculator.get_latest_hints()`` returns), or None.
-
-    The keys read are the JSON keys of ``Hints`` (see :data:`HINT_TAGS`); the monitor
-    (the light core, which imports no ``goodput_jax.model``) reads the numbers only and
-    skips what is missing or not a finite number, so a malformed hint never fails an
-    upload (``Hints.from_json`` is the strict parser). ``gradParams {"norm", "var"}``
-    give ``model/grad_norm_sqr`` and ``model/grad_variance``; when no noise scale was
-    published it is derived as ``initBatchSize * var / norm`` (AdaptDL's convention:
-    ``var`` is the gradient variance at ``initBatchSize``, ``norm`` the squared norm).
-
-    Example:
-        >>> hint_scalars({"gradParams": {"norm": 2.0, "var": 4.0}, "initBatchSize": 32})
-        {'model/init_batch_size': 32.0, 'model/grad_norm_sqr': 2.0, 'model/grad_variance': 4.0, 'model/gradient_noise_scale': 64.0}
-    """
-    to_json = getattr(hints, "to_json", None)
-    if not isinstance(hints, Mapping) and callable(to_json):
-        hints = to_json()
-    if not isinstance(hints, Mapping):
-        return {}
-    out: dict[str, float] = {}
-    for tag, key in HINT_TAGS.items():
-        v = _finite_number(hints.get(key))
-        if v is not None:
-            out[tag] = v
-    grad = hints.get("gradParams")
-    if isinstance(grad, Mapping):
-        norm = _finite_number(grad.get("norm"))
-        var = _finite_number(grad.get("var"))
-        if norm is not None:
-            out["model/grad_norm_sqr"] = norm
-        if var is not None:
-            out["model/grad_variance"] = var
-        init_bsz = out.get("model/init_batch_size")
-        if (
-            "model/gradient_noise_scale" not in out
-            and norm is not None and norm > 0 and var is not None and init_bsz is not None
-        ):
-            out["model/gradient_noise_scale"] = init_bsz * var / norm
-    return out
-
-
-def straggler_scalars(stragglers: Any, top: int = 3) -> dict[str, float]:
-    """TensorBoard scalars of a :class:`~goodput_jax.measure.stragglers.Stragglers`.
-
-    Empty for a job that one host records (``num_hosts <= 1``). Otherwise:
-    ``stragglers/num_hosts``, ``stragglers/steps_compared``,
-    ``stragglers/total_lost_seconds`` (seconds the hosts waited for the last one, summed
-    over the steps), ``stragglers/max_lag_seconds`` (the worst step's lag) and, for the
-    ``top`` slowest hosts ``<h>`` (their process index), ``stragglers/host_<h>/lost_seconds``,
-    ``stragglers/host_<h>/share`` (% of the straggler time) and
-    ``stragglers/host_<h>/steps_last`` (steps it held back); ``stragglers/slowest_host``
-    is the slowest host's index (-1 when no host held a step back).
-
-    Example:
-        >>> import numpy as np
-        >>> from goodput_jax.measure.events import KIND_CODES, EventKind as K
-        >>> from goodput_jax.measure.stragglers import step_stragglers
-        >>> st = step_stragglers(np.full(2, KIND_CODES[K.STEP_START]), np.zeros(2, int),
-        ...                      np.array([0, 1]), np.array([0.0, 0.5]), np.zeros(2, int))
-        >>> straggler_scalars(st)["stragglers/host_1/lost_seconds"]
-        0.5
-    """
-    if stragglers is None or int(stragglers.num_hosts) <= 1:
-        return {}
-    summary = stragglers.as_dict(top=top)
-    out = {
-        "stragglers/num_hosts": float(summary["num_hosts"]),
-        "stragglers/steps_compared": float(summary["num_steps"]),
-        "stragglers/total_lost_seconds": float(summary["total_lost"]),
-        "stragglers/max_lag_seconds": float(summary["max_lag"]),
-        "stragglers/slowest_host": float(summary["slowest"][0]["host"])
-        if summary["slowest"] else -1.0,
-    }
-    for h in summary["slowest"]:
-        base = f"stragglers/host_{int(h['host'])}/"
-        out[base + "lost_seconds"] = float(h["lost_time"])
-        out[base + "share"] = 100.0 * float(h["share"])
-        out[base + "steps_last"] = float(h["steps_last"])
-    return out
-
-
-#: protocols written through fsspec, and the package (and extra) each needs
-_REMOTE_PACKAGES = {"gs": ("gcsfs", "gcp"), "gcs": ("gcsfs", "gcp")}
-
-
-def _protocol(path: str) -> str | None:
-    head, sep, _ = path.partition("://")
-    return head.lower() if sep and head.lower() != "file" else None
-
-
-def check_tensorboard_dir(tensorboard_dir: str) -> str | None:
-    """Validate a remote ``tensorboard_dir`` (``gs://...``) before anything is written.
-
-    Returns:
-        The protocol (``"gs"``), or None for a local directory.
-
-    Raises:
-        ImportError: the file system's package is missing (e.g. ``gcsfs`` for
-            ``gs://``: ``pip install 'goodput-jax[gcp]'``).
-
-    Example:
-        >>> check_tensorboard_dir("/tmp/tb") is None
-        True
-    """
-    proto = _protocol(tensorboard_dir)
-    if proto is None:
-        return None
-    pkg, extra = _REMOTE_PACKAGES.get(proto, (None, None))
-    try:
-        if pkg is not None:
-            __import__(pkg)
-        import fsspec
-
-        fsspec.get_filesystem_class(proto)
-    except (ImportError, ValueError) as e:
-        need = f"{pkg} (pip install 'goodput-jax[{extra}]')" if pkg else "an fsspec file system"
-        raise ImportError(f"tensorboard_dir ({tensorboard_dir!r}) needs {need} to write "
-                          f"{proto}:// event files: {e}") from None
-    return proto
-
-
-class _RemoteEventFile:
-    """An event file on an object store (``gs://``), written through fsspec.
-
-    Objects there cannot be appended to, so the records are kept in a local spool
-    file and each flush uploads the whole file again (what TensorFlow's GCS file
-    system does); past ``max_bytes`` the next record starts a new event file, so an
-    upload stays bounded.
-    """
-
-    def __init__(self, logdir: str, suffix: str, max_bytes: int = 8 << 20):
-        import socket
-        import tempfile
-
-        import fsspec
-
-        self.logdir = logdir.rstrip("/")
-        self._suffix = suffix
-        self._max_bytes = max_bytes
-        self._fs, _ = fsspec.core.url_to_fs(self.logdir)
-        self._host = socket.gethostname()
-        self._tempfile = tempfile
-        self._seq = 0
-        self._spool = None
-        self._dirty = False
-        self.file_name = ""
-        self._new_file()
-
-    def _new_file(self) -> None:
-        from tensorboard.compat.proto import event_pb2
-        from tensorboard.summary.writer.record_writer import RecordWriter
-
-        if self._spool is not None:
-            self.flush()
-            self._spool.close()
-        self._seq += 1
-        self.file_name = (f"{self.logdir}/events.out.tfevents.{int(time.time()):010d}."
-                          f"{self._host}.{os.getpid()}.{self._seq}{self._suffix}")
-        self._spool = self._tempfile.TemporaryFile(prefix="goodput_jax_tb_")
-        self._records = RecordWriter(self._spool)
-        self._records.write(event_pb2.Event(wall_time=time.time(),
-                                            file_version="brain.Event:2").SerializeToString())
-        self._dirty = True
-        self.flush()
-
-    def add_event(self, event) -> None:
-        if self._spool.tell() >= self._max_bytes:
-            self._new_file()
-        self._records.write(event.SerializeToString())
-        self._dirty = True
-
-    def flush(self) -> None:
-        if not self._dirty:
-            return
-        self._spool.flush()
-        self._spool.seek(0)
-        data = self._spool.read()
-        self._fs.pipe_file(self.file_name, data)
-        self._dirty = False
-
-    def close(self) -> None:
-        if self._spool is None:
-            return
-        try:
-            self.flush()
-        except Exception as e:  # noqa: BLE001 - a failed last upload must not fail close()
-            _log.warning("goodput monitor: last upload of %s failed: %s: %s", self.file_name,
-                         type(e).__name__, e)
-        finally:
-            self._spool.close()
-            self._spool = None
-
-
-class _TBWriter:
-    """Thread-safe scalar writer on one TensorBoard event file (opened lazily)."""
-
-    def __init__(self, logdir: str, flush_secs: float = 5.0):
-        self.logdir = logdir
-        self._flush_secs = flush_secs
-        self._lock = threading.Lock()
-        self._writer = None
-        self._closed = False
-        self.file_name: str | None = None
-
-    def write(self, step: int, values: Mapping[str, float], wall_time: float) -> int:
-        if not values:
-            return 0
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-
-        summary = summary_pb2.Summary(
-            value=[summary_pb2.Summary.Value(tag=t, simple_value=float(v)) for t, v in values.items()]
-        )
-        event = event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary)
-        with self._lock:
-            if self._closed:
-                return 0  # a late poll of an uploader that outlived its stop timeout
-            self._open()
-            self._writer.add_event(event)
-            self.file_name = getattr(self._writer, "file_name", self.file_name)
-        return len(values)
-
-    def write_series(self, tag: str, points: Iterable[tuple[int, float]], wall_time: float) -> int:
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-
-        n = 0
-        with self._lock:
-            if self._closed:
-                return 0
-            self._open()
-            for step, value in points:
-                summary = summary_pb2.Summary(
-                    value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
-                )
-                self._writer.add_event(
-                    event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary)
-                )
-                n += 1
-        return n
-
-    def _open(self) -> None:
-        if self._writer is None and _protocol(self.logdir) is not None:
-            self._writer = _RemoteEventFile(self.logdir, ".goodput_jax")
-            self.file_name = self._writer.file_name
-        if self._writer is None:
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-            writer = EventFileWriter(
-                self.logdir, max_queue_size=1000, flush_secs=self._flush_secs,
-                filename_suffix=".goodput_jax",
-            )
-            name = writer._file_name if hasattr(writer, "_file_name") else None
-            if name is not None and "://" not in self.logdir:
-                real_dir = os.path.realpath(self.logdir)
-                if os.path.commonpath([real_dir, os.path.realpath(name)]) != real_dir:
-                    writer.close()
-                    raise ValueError(
-                        f"tensorboard event file {name!r} would be outside "
-                        f"tensorboard_dir ({self.logdir!r})"
-                    )
-            self.file_name = name
-            self._writer = writer
-
-    def flush(self) -> None:
-        with self._lock:
-            if self._writer is not None and not self._closed:
-                self._writer.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._writer is not None:
-                self._writer.close()
-
-
-
 
 class _StepClock:
     """The job's latest step time, read incrementally from the store (its own cursor)."""
@@ -628,7 +316,7 @@ class GoodputMonitor:
             )
         self.calculator = calculator
         self.configured_ideal_step_time = configured_ideal_step_time
-        self._writer = _TBWriter(
+        self._writer = ScalarEventWriter(
             os.path.join(self.tensorboard_dir, "goodput") if tag_layout == "reference"
             else self.tensorboard_dir
         )
@@ -696,7 +384,7 @@ class GoodputMonitor:
             if total > 0:
                 prefix = "badput/custom_badput_events/" if ref else "badput/custom/"
                 for label, secs in sorted(details.get("custom_badput_time", {}).items()):
-                    values[prefix + _tag_part(label.lower() if ref else label)] = \
+                    values[prefix + tag_part(label.lower() if ref else label)] = \
                         100.0 * float(secs) / total
         if self.include_step_deviation:
             values.update(self._step_summary())
@@ -852,7 +540,7 @@ class GoodputMonitor:
             >>> GoodputMonitor.window_tag(3600)
             'goodput/interval_3600s'
         """
-        return _window_tag(window)
+        return window_tag(window)
 
     @property
     def clock(self) -> Callable[[], Any]:
@@ -889,7 +577,7 @@ class GoodputMonitor:
             "step_time/ideal": summary["ideal_step_time"],
             "step_time/max_abs_deviation": summary["max_abs_deviation"],
         }
-        return {k: float(v) for k, v in out.items() if _finite_number(v) is not None}
+        return {k: float(v) for k, v in out.items() if finite_number(v) is not None}
 
     def upload_step_deviation(self) -> dict[str, float]:
         """Write ``step_time/deviation`` for every step completed since the last
@@ -956,7 +644,7 @@ class GoodputMonitor:
             except ValueError as e:  # e.g. no job time inside the window
                 _log.debug("goodput monitor: window %gs skipped: %s", w, e)
                 continue
-            values[_window_tag(w)] = float(pct)
+            values[window_tag(w)] = float(pct)
         self._writer.write(int(last_step), values, now)
         self._writer.flush()
         return values

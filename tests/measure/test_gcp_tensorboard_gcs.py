@@ -59,7 +59,7 @@ def test_maxtext_reference_layout_on_gcs_and_rotation(tmp_path, monkeypatch):
     with gcs_emulator(monkeypatch) as _:
         import fsspec
 
-        from goodput_jax.measure import monitor as monitor_mod
+        from goodput_jax.measure import tensorboard as tensorboard_mod
 
         mon = goodput.GoodputMonitor("job", "goodput_job", "gs://tb-bucket/mt", 3600, True,
                                      include_badput_breakdown=True, store=store, clock=clock,
@@ -73,7 +73,7 @@ def test_maxtext_reference_layout_on_gcs_and_rotation(tmp_path, monkeypatch):
         assert {"badput/tpu_initialization", "badput/data_loading_sync"} <= set(
             acc.Tags()["scalars"])
         # rotation: a writer with a tiny bound starts a new file for each record past it
-        ef = monitor_mod._RemoteEventFile("gs://tb-bucket/rot", ".t", max_bytes=64)
+        ef = tensorboard_mod.RemoteEventFile("gs://tb-bucket/rot", ".t", max_bytes=64)
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
         for i in range(3):

@@ -1,0 +1,148 @@
+"""The monitor's TensorBoard tags: names, hint scalars and straggler scalars.
+
+Pure functions of plain values (no I/O): which tag a hint's JSON key or a
+straggler summary becomes. ``docs/tensorboard_tags.md`` lists them.
+
+Example:
+    >>> tag_part("my label!")
+    'my_label_'
+    >>> window_tag(3600.0)
+    'goodput/interval_3600s'
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["HINT_TAGS", "finite_number", "hint_scalars", "straggler_scalars", "tag_part",
+           "window_tag"]
+
+
+#: TensorBoard tag -> the hint's JSON key, as ``goodput_jax.model.hints.Hints.to_json``
+#: writes it (AdaptDL's camelCase names; ``tests/measure/test_monitor.py`` checks every key
+#: against ``Hints``). No aliases: hints travel as ``Hints``.
+HINT_TAGS: dict[str, str] = {
+    "model/gradient_noise_scale": "gradientNoiseScale",
+    "model/efficiency": "efficiency",
+    "model/suggested_batch_size": "suggestedBatchSize",
+    "model/suggested_accumulation_steps": "suggestedAccumSteps",
+    "model/predicted_speedup": "predictedSpeedup",
+    "model/suggested_atomic_batch_size": "suggestedAtomicBsz",
+    "model/init_batch_size": "initBatchSize",
+    "model/max_batch_size": "maxBatchSize",
+    "model/atomic_batch_size": "atomicBsz",
+    "model/accumulation_steps": "accumSteps",
+    "model/num_replicas": "numReplicas",
+    "model/num_nodes": "numNodes",
+}
+
+TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
+
+
+def tag_part(text: str) -> str:
+    """A label as a TensorBoard tag component: unsafe characters become ``_``."""
+    return TAG_UNSAFE.sub("_", str(text)).strip("/") or "_"
+
+
+def window_tag(window: float) -> str:
+    return f"goodput/interval_{window:g}s"
+
+
+def finite_number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def hint_scalars(hints: Any) -> dict[str, float]:
+    """TensorBoard scalars from the training hooks' latest hints.
+
+    Args:
+        hints: a ``goodput_jax.model.hints.Hints`` (anything with its ``to_json()``), its
+            JSON form (what ``GoodputCalculator.get_latest_hints()`` returns), or None.
+
+    The keys read are the JSON keys of ``Hints`` (see :data:`HINT_TAGS`); the monitor
+    (the light core, which imports no ``goodput_jax.model``) reads the numbers only and
+    skips what is missing or not a finite number, so a malformed hint never fails an
+    upload (``Hints.from_json`` is the strict parser). ``gradParams {"norm", "var"}``
+    give ``model/grad_norm_sqr`` and ``model/grad_variance``; when no noise scale was
+    published it is derived as ``initBatchSize * var / norm`` (AdaptDL's convention:
+    ``var`` is the gradient variance at ``initBatchSize``, ``norm`` the squared norm).
+
+    Example:
+        >>> hint_scalars({"gradParams": {"norm": 2.0, "var": 4.0}, "initBatchSize": 32})
+        {'model/init_batch_size': 32.0, 'model/grad_norm_sqr': 2.0, 'model/grad_variance': 4.0, 'model/gradient_noise_scale': 64.0}
+    """
+    to_json = getattr(hints, "to_json", None)
+    if not isinstance(hints, Mapping) and callable(to_json):
+        hints = to_json()
+    if not isinstance(hints, Mapping):
+        return {}
+    out: dict[str, float] = {}
+    for tag, key in HINT_TAGS.items():
+        v = finite_number(hints.get(key))
+        if v is not None:
+            out[tag] = v
+    grad = hints.get("gradParams")
+    if isinstance(grad, Mapping):
+        norm = finite_number(grad.get("norm"))
+        var = finite_number(grad.get("var"))
+        if norm is not None:
+            out["model/grad_norm_sqr"] = norm
+        if var is not None:
+            out["model/grad_variance"] = var
+        init_bsz = out.get("model/init_batch_size")
+        if (
+            "model/gradient_noise_scale" not in out
+            and norm is not None and norm > 0 and var is not None and init_bsz is not None
+        ):
+            out["model/gradient_noise_scale"] = init_bsz * var / norm
+    return out
+
+
+def straggler_scalars(stragglers: Any, top: int = 3) -> dict[str, float]:
+    """TensorBoard scalars of a :class:`~goodput_jax.measure.stragglers.Stragglers`.
+
+    Empty for a job that one host records (``num_hosts <= 1``). Otherwise:
+    ``stragglers/num_hosts``, ``stragglers/steps_compared``,
+    ``stragglers/total_lost_seconds`` (seconds the hosts waited for the last one, summed
+    over the steps), ``stragglers/max_lag_seconds`` (the worst step's lag) and, for the
+    ``top`` slowest hosts ``<h>`` (their process index), ``stragglers/host_<h>/lost_seconds``,
+    ``stragglers/host_<h>/share`` (% of the straggler time) and
+    ``stragglers/host_<h>/steps_last`` (steps it held back); ``stragglers/slowest_host``
+    is the slowest host's index (-1 when no host held a step back).
+
+    Example:
+        >>> import numpy as np
+        >>> from goodput_jax.measure.events import KIND_CODES, EventKind as K
+        >>> from goodput_jax.measure.stragglers import step_stragglers
+        >>> st = step_stragglers(np.full(2, KIND_CODES[K.STEP_START]), np.zeros(2, int),
+        ...                      np.array([0, 1]), np.array([0.0, 0.5]), np.zeros(2, int))
+        >>> straggler_scalars(st)["stragglers/host_1/lost_seconds"]
+        0.5
+    """
+    if stragglers is None or int(stragglers.num_hosts) <= 1:
+        return {}
+    summary = stragglers.as_dict(top=top)
+    out = {
+        "stragglers/num_hosts": float(summary["num_hosts"]),
+        "stragglers/steps_compared": float(summary["num_steps"]),
+        "stragglers/total_lost_seconds": float(summary["total_lost"]),
+        "stragglers/max_lag_seconds": float(summary["max_lag"]),
+        "stragglers/slowest_host": float(summary["slowest"][0]["host"])
+        if summary["slowest"] else -1.0,
+    }
+    for h in summary["slowest"]:
+        base = f"stragglers/host_{int(h['host'])}/"
+        out[base + "lost_seconds"] = float(h["lost_time"])
+        out[base + "share"] = 100.0 * float(h["share"])
+        out[base + "steps_last"] = float(h["steps_last"])
+    return out
+
+
+#: protocols written through fsspec, and the package (and extra) each needs
