@@ -304,7 +304,7 @@ def sync_loop_cost(size: int, rounds: int, steps_per_round: int) -> dict:
         res = {fn: arm(fn) for fn in order}
         d_cpu.append(res[recorded][0] - res[train_step][0])
         d_wall.append(res[recorded][1] - res[train_step][1])
-    claims = steps.hook_claims
+    claims = getattr(steps, "hook_claims", 0)
     steps.close()
     rec.close()
     store.close()

@@ -11,11 +11,17 @@ host keeps dispatching ahead. The calculator then counts step N's productive
 time as the device's busy interval ``[max(start_N, device_end_{N-1}),
 device_end_N]``, and a data-loading span as lost only while the device sat idle.
 
-The training thread pays, per step, for one clock read, two deque appends (the step start
-into the recorder's queue, the outputs for the watcher) and, only when the watcher sits idle
-or the watched step is overdue, a wake-up or a readiness poll (a few microseconds;
-``benchmarks/step_recorder_bench.py``). Everything else (finding the array to watch, waiting,
-recording the device end, dropping the step's arrays) happens on the watcher thread.
+In a loop that runs ahead of the device the training thread pays, per step, for one clock
+read, two deque appends (the step start into the recorder's queue, the outputs for the
+watcher) and, only when the watcher sits idle or the watched step is overdue, a wake-up or a
+readiness poll (a few microseconds; ``benchmarks/step_recorder_bench.py``); everything else
+(finding the array to watch, waiting, recording the device end, dropping the step's arrays)
+happens on the watcher thread. In a loop that waits for its steps, where the watcher comes
+late (the training thread holds the GIL, or the watcher waits for a CPU), the training
+thread records the device end itself: a readiness hook (a profile function) runs on its
+calls and returns from the dispatch until the step is seen ready, mostly while the device is
+still computing the step (about 20-40 us of training-thread CPU a step on a loaded 2-core
+machine, ``float(loss)``'s own Python included), then one record.
 
 Example:
     >>> import jax, jax.numpy as jnp  # doctest: +SKIP
@@ -630,6 +636,10 @@ class StepRecorder:
                 if self._wait(item, leaves_of, is_array):  # a wait the watcher saw end
                     waits.append(item.t - t0)
                 self._due = _INF  # recorded: nothing for ``start`` to poll
+            elif item.hook == 2:
+                # the hook recorded it before the watcher even got to it: the watcher would
+                # have seen it no earlier than now
+                self._hook_verdict(item, False)
             # The watcher drops the step's arrays, never the training thread: freeing a
             # device buffer costs microseconds (more with cold caches), and the last
             # reference would otherwise often die there (a claim at ``start``, ``_head``).
