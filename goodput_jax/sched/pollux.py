@@ -72,34 +72,13 @@ import numpy as np
 
 from goodput_jax.model.buckets import bucket as _bucket
 from goodput_jax.sched.speedup import speedup_tables, table_dims
-from goodput_jax.sched.types import JobInfo, NodeInfo
+from goodput_jax.sched.types import JobInfo, NodeInfo, realloc_factor
 
 __all__ = ["CycleStats", "PolluxPolicy", "realloc_factor"]
 
 _BIG = 1 << 20
 _TOL = 1e-4  # relative slack when dividing float resources
 _EPS = 1e-2  # zero-speedup offset in the power mean for p <= 0
-
-
-def realloc_factor(age: float, num_restarts: int, penalty: float, *,
-                   exempt_young: bool = False) -> float:
-    """Pollux's re-allocation factor: the share of a job's life not lost to restarts.
-
-    ``max(age - num_restarts * penalty, 0) / (age + penalty)`` (AdaptDL's
-    ``PolluxPolicy``), 1 when ``age + penalty`` is 0. It multiplies the speedup of an
-    allocation that differs from the job's current one. With ``exempt_young`` (Sia's
-    artifact) jobs younger than one ``penalty`` are not penalised (factor 1). The one home
-    of the rule: :class:`PolluxPolicy` and :class:`~goodput_jax.sched.sia.SiaPolicy` call it.
-
-    Example:
-        >>> realloc_factor(90.0, 1, 30.0), realloc_factor(10.0, 0, 30.0)
-        (0.5, 0.25)
-        >>> realloc_factor(10.0, 0, 30.0, exempt_young=True)
-        1.0
-    """
-    if (exempt_young and age < penalty) or not age + penalty > 0:
-        return 1.0
-    return max(age - num_restarts * penalty, 0.0) / (age + penalty)
 
 
 # --------------------------------------------------------------------------- #

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-__all__ = ["JobInfo", "NodeInfo", "timestamp_seconds"]
+__all__ = ["JobInfo", "NodeInfo", "realloc_factor", "timestamp_seconds"]
 
 
 def _check_resources(resources: Any, owner: str) -> dict:
@@ -188,3 +188,25 @@ class NodeInfo:
                  else f", accelerator_type={self.accelerator_type!r}")
         return (f"NodeInfo(resources={self.resources!r}, preemptible={self.preemptible}"
                 f"{extra})")
+
+
+def realloc_factor(age: float, num_restarts: int, penalty: float, *,
+                   exempt_young: bool = False) -> float:
+    """Pollux's re-allocation factor: the share of a job's life not lost to restarts.
+
+    ``max(age - num_restarts * penalty, 0) / (age + penalty)`` (AdaptDL's
+    ``PolluxPolicy``), 1 when ``age + penalty`` is 0. It multiplies the speedup of an
+    allocation that differs from the job's current one. With ``exempt_young`` (Sia's
+    artifact) jobs younger than one ``penalty`` are not penalised (factor 1). The one home
+    of the rule: :class:`~goodput_jax.sched.pollux.PolluxPolicy` and
+    :class:`~goodput_jax.sched.sia.SiaPolicy` call it.
+
+    Example:
+        >>> realloc_factor(90.0, 1, 30.0), realloc_factor(10.0, 0, 30.0)
+        (0.5, 0.25)
+        >>> realloc_factor(10.0, 0, 30.0, exempt_young=True)
+        1.0
+    """
+    if (exempt_young and age < penalty) or not age + penalty > 0:
+        return 1.0
+    return max(age - num_restarts * penalty, 0.0) / (age + penalty)
