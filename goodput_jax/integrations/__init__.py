@@ -1,9 +1,17 @@
 """goodput_jax.integrations: drop-in hooks for Flax / MaxText-style training loops.
 
+:class:`GoodputHooks` (``hooks``) composes rooms of one job each: ``profile`` (the
+step-time profile), ``stats`` (gradient statistics), ``fit`` (the step-time fit and its
+worker), ``search`` (feasible configurations and the suggestion), ``publish`` (hints),
+``state`` (checkpoint state), ``checks`` (argument checks); ``orbax`` instruments
+checkpoint managers.
+
 Example:
     >>> from goodput_jax.integrations import GoodputHooks  # doctest: +SKIP
 """
 
 from goodput_jax.integrations.hooks import GoodputHooks, ProfileEntry, Suggestion
+from goodput_jax.integrations.profile import StepProfile
+from goodput_jax.integrations.search import feasible_configs
 
-__all__ = ["GoodputHooks", "ProfileEntry", "Suggestion"]
+__all__ = ["GoodputHooks", "ProfileEntry", "StepProfile", "Suggestion", "feasible_configs"]

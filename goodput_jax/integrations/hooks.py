@@ -100,6 +100,7 @@ __all__ = ["PRECOMPILE_EXIT_WAIT", "PROFILE_WINDOW", "GoodputHooks", "OneStepLat
            "precompile_fit_once"]
 
 _log = logging.getLogger(__name__)
+_wall = time.time
 
 
 class GoodputHooks:
@@ -238,10 +239,10 @@ class GoodputHooks:
         # recorder without one): the plain validated calls.
         step_sink = getattr(recorder, "step_sink", None)
         sink = step_sink() if callable(step_sink) else None
-        self._start: Callable[[int], None] = (
-            recorder.record_step_start_time if sink is None else sink.start)
-        self._device_end: Callable[[int, float], None] | None = (
-            device_end if sink is None or device_end is None else sink.device_end)
+        self._put: Callable[..., None] | None = None if sink is None else sink.put
+        self._device_end: Callable[[int, float], None] | None = device_end
+        self._end_code = None if sink is None or device_end is None else sink.DEVICE_END
+        self._start_code = None if sink is None else sink.START
         # The ONE timing function: the runtime's step timer.
         self._timer = OneStepLateTimer(clock)
         # Timed steps are appended to ``_raw`` on the training thread (one deque append per
@@ -357,7 +358,10 @@ class GoodputHooks:
             ``fn``'s outputs.
         """
         fa = time.perf_counter()
-        self._start(step)
+        if self._put is not None and type(step) is int and step >= 0:
+            self._put(self._start_code, _wall(), step)  # the recorder's sink: one call
+        else:
+            self.recorder.record_step_start_time(step)
         t0 = self._clock()
         early = self._timer.before_dispatch(t0)
         fb = time.perf_counter()
@@ -386,10 +390,12 @@ class GoodputHooks:
         return out
 
     def _finish_timing(self, done: list[tuple[int, float, float, Any]]) -> None:
-        device_end = self._device_end
+        code = self._end_code
         for step, seconds, wall_end, tag in done:
-            if device_end is not None:
-                device_end(step, wall_end)
+            if code is not None and type(step) is int and step >= 0:
+                self._put(code, wall_end, step)
+            elif self._device_end is not None:
+                self._device_end(step, wall_end)
             elif self._record_ends:
                 self.recorder.record_step_end_time(step)
             if tag is None:
@@ -414,7 +420,7 @@ class GoodputHooks:
         ``done(outputs)`` hands over the outputs (timed one step late, as
         :meth:`step`); without it the time is whatever the block took.
         """
-        self._start(step)
+        self.recorder.record_step_start_time(step)
         t0 = self._clock()
         early = self._timer.before_dispatch(t0)
         box: list = []

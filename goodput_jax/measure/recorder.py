@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 _JOB_START, _JOB_END = _K[EventKind.JOB_START], _K[EventKind.JOB_END]
 _STEP_START, _STEP_END = _K[EventKind.STEP_START], _K[EventKind.STEP_END]
 _STEP_DEVICE_END = _K[EventKind.STEP_DEVICE_END]
+_time = time.time
 
 class StepSink:
     """The recorder's fast path: append events to its queue without a validated call.
@@ -81,29 +82,39 @@ class StepSink:
         >>> rec.close()
     """
 
-    __slots__ = ("_batch", "_limit", "_on_drop", "_q", "_wake")
+    __slots__ = ("_limit", "_on_drop", "_q", "_wake", "_wake_at")
+
+    #: Event codes for :meth:`put` (a hot loop that validates its steps itself calls
+    #: ``put(StepSink.START, time.time(), step)``: one call per event).
+    START = _STEP_START
+    DEVICE_END = _STEP_DEVICE_END
 
     def __init__(self, queue: collections.deque, max_queue: int, batch_size: int,
                  wake: Callable[[], Any], on_drop: Callable[[], None]):
-        self._q, self._limit, self._batch = queue, max_queue, batch_size
+        self._q, self._limit, self._wake_at = queue, max_queue, batch_size - 1
         self._wake, self._on_drop = wake, on_drop
 
     def put(self, code: int, t: float, step: int | None, label: str | None = None,
             payload: Any = None) -> None:
-        """Enqueue one event ``(code, t, step, label, payload)``: THE enqueue rule."""
+        """Enqueue one event ``(code, t, step, label, payload)``: THE enqueue rule.
+
+        No check of its arguments: ``t`` is a float of UTC seconds, ``step`` a non-negative
+        int (or None), ``code`` one of the event codes (:attr:`START`, :attr:`DEVICE_END`).
+        """
         q = self._q
-        if len(q) < self._limit:
+        n = len(q)
+        if n < self._limit:
             q.append((code, t, step, label, payload))
-            if len(q) >= self._batch:
+            if n >= self._wake_at:  # the queue now holds a writer batch
                 self._wake()
         else:
             self._on_drop()
 
-    def start(self, step: int) -> None:
-        """Record that step ``step`` starts now (``time.time()``)."""
+    def start(self, step: int, t: float | None = None) -> None:
+        """Record that step ``step`` starts at ``t`` (UTC seconds; default ``time.time()``)."""
         if type(step) is not int or step < 0:
             step = check_step(step)
-        self.put(_STEP_START, time.time(), step)
+        self.put(_STEP_START, _time() if t is None else t, step)
 
     def device_end(self, step: int, t: float) -> None:
         """Record that the device finished step ``step`` at ``t`` (UTC seconds, a float)."""
