@@ -67,8 +67,6 @@ ROOM_RULES: dict[str, tuple[str, ...]] = {
 
 #: Private reaches across rooms that another issue is removing: "module:name" -> issue.
 ALLOWED_PRIVATE: dict[str, str] = {
-    "goodput_jax.runtime.compile:_closed": "issue 28",
-    "goodput_jax.runtime.steps:_step_start_sink": "issue 28",
 }
 
 

@@ -341,17 +341,6 @@ class GoodputRecorder:
             t = to_timestamp(start_time, name="start_time")
         self._sink.put(_STEP_START, t, step)
 
-    def _step_start_sink(self) -> tuple | None:
-        """(Deprecated: :meth:`step_sink`; kept while ``runtime.steps`` uses it.)
-        What a per-step hot path needs to append step starts itself, in order with every
-        other event: ``(queue, max_queue, batch_size, wake, code)``; None when it must call
-        :meth:`record_step_start_time` instead (disabled, synchronous, or a custom clock).
-        The caller appends ``(code, time.time(), step, None, None)`` for a valid step while
-        ``len(queue) < max_queue``, and calls ``wake()`` once ``len(queue) >= batch_size``."""
-        if not self._enabled or self._sync or self._clock is not time.time:
-            return None
-        return self._q, self._max_queue, self._batch, self._wake.set, _STEP_START
-
     def record_step_end_time(self, step: int, end_time: Any = None) -> None:
         """Record the end of step ``step`` (optional; the next step start also ends it)."""
         if not self._enabled:

@@ -111,7 +111,7 @@ class Attachment:
     def live(self) -> bool:
         """False once the recorder was garbage-collected or closed (then it is dropped)."""
         rec = self._ref()
-        return rec is not None and not getattr(rec, "_closed", False)
+        return rec is not None and not getattr(rec, "closed", False)
 
     def step_started(self) -> None:
         """Count a training step's start (a StepRecorder calls it; so can a trainer that

@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Self
 
+from goodput_jax.measure.recorder import StepSink
 from goodput_jax.runtime.compile import attach
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["StepRecorder"]
 
 _STOP = object()
+_START = StepSink.START
 _time = time.time
 #: the training thread polls the watched step once it has waited this many times its
 #: usual wait (the median of the last ``_WAITS_KEPT``)
@@ -220,9 +222,11 @@ class StepRecorder:
         self._thread: threading.Thread | None = None
         self._start_step = recorder.record_step_start_time
         self._record_end = recorder.record_step_device_end_time
-        sink = getattr(recorder, "_step_start_sink", None)
+        # the recorder's public fast path (a StepSink; None: the validated calls)
+        sink = getattr(recorder, "step_sink", None)
         self._sink_ready = sink() if callable(sink) and self._enabled else None
-        self._sink: tuple | None = None  # set once the first steps went the full way
+        #: the sink's ``put``, set once the first steps went the full way
+        self._sink: Callable[..., None] | None = None
         self._slow_starts = 0
         self._first: _Item | None = None
         self._handed = 0  # steps handed over through track()'s full path
@@ -299,24 +303,9 @@ class StepRecorder:
             if t >= self._due:
                 self._poll()
                 t = _time()
-            q, fast, code = sink
-            if len(q) < fast:
-                q.append((code, t, step, None, None))
-            else:
-                self._append_start(t, step)
+            sink(_START, t, step)
             return
         self._start_full(step)
-
-    def _append_start(self, t: float, step: int) -> None:
-        """The short path's append once the recorder's queue holds a writer batch or more:
-        wake its writer, or count the drop of a full queue."""
-        q, limit, batch, wake, code = self._sink_ready
-        if len(q) < limit:
-            q.append((code, t, step, None, None))
-            if len(q) >= batch:
-                wake()
-        else:
-            self._start_step(step)  # counts the dropped event
 
     def _start_full(self, step: int) -> None:
         if not self._enabled:
@@ -338,11 +327,12 @@ class StepRecorder:
             self._short_path()
 
     def _short_path(self) -> None:
-        """Turn the short path on: ``(queue, length below which an append needs neither a
-        wake-up nor a drop check, code)`` from the recorder's sink (none: stays off)."""
+        """Turn the short path on: the recorder's sink takes the step starts (its one
+        enqueue rule: drop and count when full, wake the writer at a batch); without a sink
+        the short path stays off."""
         ready = self._sink_ready
         if ready is not None:
-            self._sink = (ready[0], min(ready[1], ready[2]) - 1, ready[4])
+            self._sink = ready.put
 
     def track(self, step: int, outputs: Any) -> None:
         """Hand ``step``'s outputs over; returns at once.
@@ -408,11 +398,7 @@ class StepRecorder:
         if t >= self._due:
             self._poll()
             t = _time()
-        q, fast, code = sink
-        if len(q) < fast:
-            q.append((code, t, step, None, None))
-        else:
-            self._append_start(t, step)
+        sink(_START, t, step)
         out = fn(*args, **kwargs)
         if self._hook_skip:
             self._hook_skip -= 1
@@ -468,11 +454,7 @@ class StepRecorder:
             if t >= rec._due:
                 rec._poll()
                 t = _time()
-            q, fast, code = sink
-            if len(q) < fast:
-                q.append((code, t, step, None, None))
-            else:
-                rec._append_start(t, step)
+            sink(_START, t, step)
             out = fn(*args)
             if rec._hook_skip:
                 rec._hook_skip -= 1
