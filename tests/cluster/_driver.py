@@ -77,13 +77,15 @@ def main(state_dir: str, out_path: str) -> None:
     client.submit(JobSpec("doomed", "goodput_jax.cluster.examples:always_crash",
                           max_retries=1, retry_backoff=0.5))
 
-    def saved(name: str, node: str | None = None) -> bool:
+    def saved(name: str, node: str | None = None, avoid: str | None = None) -> bool:
         job = client.status().get(name, {})
         launches = job.get("launches") or []
         if not launches or job.get("status") != "running":
             return False
         last = launches[-1]
         if node is not None and node not in last["nodes"]:
+            return False
+        if avoid is not None and avoid in last["nodes"]:
             return False
         return any(p.get("event") == "save" and p.get("attempt") == last["attempt"]
                    for p in client.progress(name))
@@ -114,12 +116,14 @@ def main(state_dir: str, out_path: str) -> None:
     cluster.kill_node("n2")
     info["phases"]["killed"] = time.time() - t0
     # a reallocation by hand (the path a round takes): flex from two devices to one of
-    # them, or from one device to the other type-a node
+    # them, or from one device to the other type-a node. Only once flex runs (and has
+    # checkpointed) off the dead node: until the controller has seen n2 die (node_grace),
+    # a launch there still reads "running", and a stop asked of it is never answered.
     def flex_ready():
         job = client.status()["flex"]
         if job["status"] in ("finished", "failed"):
             return "done"
-        return "ready" if saved("flex") else None
+        return "ready" if saved("flex", avoid="n2") else None
 
     info["manual"] = None
     if wait_for(flex_ready, 150, "flex running and checkpointed, or done") == "ready":
