@@ -321,7 +321,11 @@ def test_donated_state_and_disabled_recorder(tmp_path, caplog):
             assert "donated" in caplog.text
     rec.close()
     evs, _ = store.read_events("d")
-    assert [e.step for e in evs if e.kind.value == "step_device_end"][:5] == list(range(5))
+    # each of the first five steps has its device end (in the store's write order the training
+    # thread's readiness hook can come before the watcher's records of earlier steps; the
+    # engine's rule 19 reads a device end as the end of every earlier step too)
+    ends = sorted(e.step for e in evs if e.kind.value == "step_device_end")
+    assert ends[:5] == list(range(5)), ends
     store.close()
 
     off = runtime.StepRecorder(goodput.GoodputRecorder("off", "off"))
