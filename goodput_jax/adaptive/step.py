@@ -151,8 +151,10 @@ def make_train_step(
         The jitted step. ``batch`` leaves have shape ``[S, R * b, ...]``
         (:meth:`AdaptiveBatchSize.next_batch` builds them); ``num_micro`` is an
         int32 scalar ``<= S``. Attributes: ``traces()`` counts its traces,
-        ``stats_summary()`` the last step's ``[count, sqr, var]`` of the gradient statistics
-        (a device array computed in the step; :class:`GoodputHooks` reads it),
+        ``stats_summary()`` the last step's
+        :class:`~goodput_jax.model.gradstats.StatsSummary` ``(count, sqr, var)`` of the
+        gradient statistics (device scalars computed in the step; :class:`GoodputHooks`
+        reads it),
         ``precompile(params, opt_state, batch_like)`` compiles another batch
         shape on a background thread (ahead of a switch), ``is_compiled(batch_like)``,
         ``lower(params, opt_state, batch, num_micro)`` the ``jax.stages.Lowered`` step.
@@ -220,7 +222,7 @@ def make_train_step(
         updates, opt_state = tx.update(grads, opt_state, params, grad_sqnorms=sq,
                                        grad_params=gp, preconditioner=pre,
                                        batch_size=batch_size)
-        # ``[count, sqr, var]`` of the smoothed statistics, a fourth output that is never
+        # StatsSummary(count, sqr, var) of the smoothed statistics, a fourth output never
         # donated: the hooks keep a reference to it instead of dispatching a copy of the
         # (donated) optimizer state from the training thread
         summary = gradstats.stats_summary(gradstats.get_grad_stats(opt_state))
@@ -265,9 +267,10 @@ def make_train_step(
             p, o, loss, last_summary[0] = jitted(place(params), place(opt_state), batch, num_micro)
         return p, o, loss
 
-    def stats_summary():
-        """``[count, sqr, var]`` (float32) of the gradient statistics after the last step, or
-        None before the first: a device array that is never donated (no copy to read it)."""
+    def stats_summary() -> gradstats.StatsSummary | None:
+        """The :class:`~goodput_jax.model.gradstats.StatsSummary` (float32 device scalars) of
+        the gradient statistics after the last step, or None before the first: never donated
+        (no copy to read it)."""
         return last_summary[0]
 
     def precompile(params, opt_state, batch_like):

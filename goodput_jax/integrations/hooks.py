@@ -23,7 +23,7 @@ the step it just dispatched), and:
 * picks up the gradient statistics that :func:`goodput_jax.gradient_noise_scale`
   keeps in the optimizer state anywhere in the step's outputs: every
   ``stats_every`` steps one asynchronous device program reduces them to
-  ``[count, |G|^2, tr(Sigma)]`` (read back lazily as one transfer, never
+  a ``StatsSummary(count, sqr, var)`` (read back lazily in one device_get, never
   blocking the step);
 * every ``refit_interval`` seconds of profiled time, on the primary process
   only, and only when the profile changed materially (a new configuration, or
@@ -518,7 +518,7 @@ class GoodputHooks:
         self._stats.observe(outputs)
 
     def update_grad_params(self, grad_params: Any) -> None:
-        """Set the gradient statistics directly (``GradParams`` or an optimizer state)."""
+        """Set the gradient statistics directly (``GradParams``, ``StatsSummary``, opt state)."""
         self._stats.set(grad_params)
 
     # ------------------------------------------------------------------ model

@@ -3,7 +3,9 @@
 :class:`GradStatsReader` holds the newest statistics the hooks took from a step (a
 :class:`goodput_jax.model.gradstats.GradStatsState` in its outputs, or the
 ``stats_summary()`` of a :func:`goodput_jax.adaptive.make_train_step` step) as an
-on-device ``[count, |G|^2, tr(Sigma)]`` summary, and turns them into
+on-device :class:`~goodput_jax.model.gradstats.StatsSummary` ``(count, |G|^2, tr(Sigma))``
+(a user's step function may still hand over the ``[count, sqr, var]`` vector of
+earlier versions), and turns them into
 :class:`GradParams` only when asked: :attr:`GradStatsReader.grad_params` reads the
 summary back (one small transfer), :meth:`GradStatsReader.nowait` does not wait for a
 step still running.
@@ -25,13 +27,25 @@ __all__ = ["GradStatsReader"]
 
 @jax.jit
 def _stats_summary(st: Any) -> Any:
-    """``[count, sqr, var]`` of a :class:`GradStatsState` in ONE device program.
+    """The :class:`~goodput_jax.model.gradstats.StatsSummary` of a :class:`GradStatsState`
+    in ONE device program.
 
     It reads the state before the next step can donate it, and reading the
     result back later is one small transfer (no per-field ``device_get``, no
     eager ops on the host).
     """
     return gradstats.stats_summary(st)
+
+
+def _checked(summary: Any, fn: Any) -> Any:
+    """``summary`` (``fn.stats_summary()``'s value) when it is one the reader can read (or
+    None); else a TypeError naming it, at the step that handed it over. Type and shape
+    only: no wait for the device."""
+    if summary is None or gradstats.is_stats_summary(summary):
+        return summary
+    raise TypeError(f"stats_summary() of {getattr(fn, '__name__', fn)!r} returned "
+                    f"{summary!r:.200}: it must return a StatsSummary(count, sqr, var), a "
+                    "[count, sqr, var] vector of shape (3,), or None")
 
 
 class GradStatsReader:
@@ -42,8 +56,9 @@ class GradStatsReader:
             until then: early decisions need some).
 
     Attributes:
-        pending: statistics taken but not read back yet (a device summary, a host-side
-            :class:`GradStatsState`, or None).
+        pending: statistics taken but not read back yet (a device
+            :class:`~goodput_jax.model.gradstats.StatsSummary` or ``[count, sqr, var]``
+            vector, a host-side :class:`GradStatsState`, or None).
         count: steps folded into the current statistics (0 before any; ``math.inf``
             when they were set directly or restored).
 
@@ -71,13 +86,18 @@ class GradStatsReader:
         A step function with a ``stats_summary()`` (:func:`goodput_jax.adaptive.make_train_step`)
         hands over its in-step summary (a reference, no dispatch); otherwise any
         :class:`GradStatsState` in ``out`` is copied on the device (:meth:`observe`).
+
+        Raises:
+            TypeError: ``fn.stats_summary()`` returned something other than a
+                :class:`~goodput_jax.model.gradstats.StatsSummary`, a ``[count, sqr, var]``
+                vector or None.
         """
         self._last_out = out
         if index >= self._next:
             summary = getattr(fn, "stats_summary", None)
             if callable(summary):
                 self._summary_of = summary
-                self.pending = self._last_summary = summary()
+                self.pending = self._last_summary = _checked(summary(), fn)
             elif out is None:
                 return
             else:
@@ -86,7 +106,7 @@ class GradStatsReader:
             every = self.every
             self._next = index + (min(10, every) if index < every else every)
         elif self._summary_of is not None:
-            self._last_summary = self._summary_of()
+            self._last_summary = _checked(self._summary_of(), fn)
 
     def flush(self) -> None:
         """Take the statistics of the last step (call once it completed)."""
@@ -123,8 +143,11 @@ class GradStatsReader:
                 self.pending = st
 
     def set(self, grad_params: Any, count: float = math.inf) -> None:
-        """Set the statistics directly: :class:`GradParams`, or an optimizer state holding them."""
-        if isinstance(grad_params, GradParams):
+        """Set the statistics directly: :class:`GradParams`, a
+        :class:`~goodput_jax.model.gradstats.StatsSummary`, or an optimizer state holding them."""
+        if isinstance(grad_params, gradstats.StatsSummary):
+            self.pending = grad_params
+        elif isinstance(grad_params, GradParams):
             self.pending = None
             self._params = GradParams(float(grad_params.sqr), float(grad_params.var))
             self.count = count
@@ -142,7 +165,7 @@ class GradStatsReader:
                     self._params = GradParams(float(gp.sqr), float(gp.var))
                     self.count = int(np.asarray(st.count))
             else:
-                count, sqr, var = (float(x) for x in np.asarray(st))
+                count, sqr, var = gradstats.as_stats_summary(st, "the pending statistics")
                 if count > 0:
                     self._params = GradParams(sqr, var)
                     self.count = count
@@ -151,9 +174,9 @@ class GradStatsReader:
     def nowait(self) -> GradParams | None:
         """:attr:`grad_params` without waiting for a step still running (then the previous)."""
         st = self.pending
-        if isinstance(st, jax.Array):
+        if isinstance(st, (jax.Array, gradstats.StatsSummary)):
             try:
-                if not st.is_ready():
+                if not all(x.is_ready() for x in jax.tree.leaves(st) if isinstance(x, jax.Array)):
                     return self._params
             except Exception:  # noqa: BLE001, S110 - deleted: grad_params drops it
                 pass

@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "GradSqNorms": "goodput_jax.model.gradstats",
     "GradStatsState": "goodput_jax.model.gradstats",
     "GradientNoiseScaleState": "goodput_jax.model.gradstats",
+    "StatsSummary": "goodput_jax.model.gradstats",
     "auto_preconditioner": "goodput_jax.model.gradstats",
     "data_parallel_grads": "goodput_jax.model.gradstats",
     "get_grad_params": "goodput_jax.model.gradstats",

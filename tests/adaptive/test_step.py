@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from goodput_jax.adaptive import adaptive_optimizer, data_mesh, make_train_step
+from goodput_jax.integrations.stats import GradStatsReader
 from goodput_jax.model import gradstats as gs
 
 M0 = 8
@@ -84,7 +85,7 @@ def _run_both(devices, slots, num_micro, parts, steps=4):
         flat = jax.device_put(_flat_for(batch, num_micro, devices), sharding)
         p_r, st_r, loss_r = ref(p_r, st_r, flat)
         np.testing.assert_allclose(loss_a, loss_r, rtol=1e-5)
-    return (p_a, st_a), (p_r, st_r)
+    return (p_a, st_a), (p_r, st_r), adaptive
 
 
 @pytest.mark.parametrize("devices,slots,num_micro,parts", [
@@ -94,11 +95,22 @@ def _run_both(devices, slots, num_micro, parts, steps=4):
 ])
 def test_adam_statistics_equal_through_the_adaptive_step_and_the_hooks_path(devices, slots,
                                                                           num_micro, parts):
-    (p_a, st_a), (p_r, st_r) = _run_both(devices, slots, num_micro, parts)
+    (p_a, st_a), (p_r, st_r), adaptive = _run_both(devices, slots, num_micro, parts)
     got, want = gs.get_grad_params(st_a), gs.get_grad_params(st_r)
     assert int(gs.get_grad_stats(st_a).count) == int(gs.get_grad_stats(st_r).count) == 3
     np.testing.assert_allclose(float(got.sqr), float(want.sqr), rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(float(got.var), float(want.var), rtol=1e-4)
+    # what the hooks read: the adaptive step's in-step StatsSummary against the hooks' own
+    # copy of the hand-written step's GradStatsState
+    summary = adaptive.stats_summary()
+    assert isinstance(summary, gs.StatsSummary)
+    via_step, via_state = GradStatsReader(), GradStatsReader()
+    via_step.after_step(0, adaptive, None)
+    via_state.observe((p_r, st_r))
+    a, r = via_step.grad_params, via_state.grad_params
+    assert via_step.count == via_state.count == 3
+    np.testing.assert_allclose(a.sqr, r.sqr, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(a.var, r.var, rtol=1e-4)
     for k in p_a:
         np.testing.assert_allclose(p_a[k], p_r[k], rtol=1e-5, atol=1e-7)
 
@@ -201,3 +213,21 @@ def test_preconditioner_argument():
         p_pre, st_pre, _ = pre(p_pre, st_pre, batch, np.int32(2))
     assert float(gs.get_grad_params(st_raw).var) != pytest.approx(
         float(gs.get_grad_params(st_pre).var), rel=0.05)
+
+
+def test_stats_summary_is_the_last_step_s_statistics_as_a_named_tuple():
+    mesh = _mesh(1)
+    tx = adaptive_optimizer(optax.sgd(0.1), M0)
+    step = make_train_step(_loss, tx, mesh=mesh, donate=False)
+    assert step.stats_summary() is None  # before the first step
+    p = _params()
+    st = tx.init(p)
+    for batch in _batches(3, 2, B):
+        p, st, _ = step(p, st, batch, np.int32(2))
+    s = step.stats_summary()
+    assert isinstance(s, gs.StatsSummary)
+    assert all(isinstance(x, jax.Array) and x.shape == () and x.dtype == jnp.float32 for x in s)
+    gp = gs.get_grad_params(st)
+    assert gs.as_stats_summary(s) == gs.StatsSummary(
+        float(gs.get_grad_stats(st).count), float(gp.sqr), float(gp.var))
+    assert s.count == 3

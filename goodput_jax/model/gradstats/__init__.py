@@ -37,7 +37,9 @@ above it):
 
 * :mod:`.estimate`: the state types and pure functions
   (:func:`estimate_grad_params`, :func:`init_grad_stats`,
-  :func:`update_grad_stats`, :func:`grad_params_from_stats`, :func:`noise_scale`);
+  :func:`update_grad_stats`, :func:`grad_params_from_stats`, :func:`noise_scale`) and
+  the :class:`StatsSummary` NamedTuple ``(count, sqr, var)`` a step hands over
+  (:func:`stats_summary` in the step, :func:`as_stats_summary` on the host);
 * :mod:`.precondition`: :class:`Preconditioner`, :func:`sqnorm`,
   :func:`auto_preconditioner` (Adam's ``nu`` found in any optax state);
 * :mod:`.collect`: the collection helpers called inside the user's train step:
@@ -86,10 +88,13 @@ from goodput_jax.model.gradstats.estimate import (
     MIN_VAR,
     GradSqNorms,
     GradStatsState,
+    StatsSummary,
+    as_stats_summary,
     estimate_grad_params,
     grad_params_from_stats,
     has_grad_stats,
     init_grad_stats,
+    is_stats_summary,
     noise_scale,
     stats_summary,
     update_grad_stats,
@@ -122,7 +127,9 @@ __all__ = [
     "GradientNoiseScaleState",
     "MultiStepsGNSState",
     "Preconditioner",
+    "StatsSummary",
     "adam_preconditioner",
+    "as_stats_summary",
     "auto_preconditioner",
     "data_parallel_grads",
     "differenced_sqnorms",
@@ -135,6 +142,7 @@ __all__ = [
     "grouped_grads",
     "has_grad_stats",
     "init_grad_stats",
+    "is_stats_summary",
     "microbatch_grads",
     "multi_steps",
     "noise_scale",

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from goodput_jax.model.scaling import _MIN_VAR
 from goodput_jax.model.types import GradParams
@@ -31,10 +32,13 @@ __all__ = [
     "MIN_VAR",
     "GradSqNorms",
     "GradStatsState",
+    "StatsSummary",
+    "as_stats_summary",
     "estimate_grad_params",
     "grad_params_from_stats",
     "has_grad_stats",
     "init_grad_stats",
+    "is_stats_summary",
     "noise_scale",
     "static_count",
     "stats_summary",
@@ -280,21 +284,91 @@ def grad_params_from_stats(state: GradStatsState) -> GradParams:
 
 
 
-def stats_summary(state: GradStatsState) -> jax.Array:
-    """``[count, sqr, var]`` (float32) of a :class:`GradStatsState`: one small array to read
-    back (traceable; :func:`goodput_jax.adaptive.make_train_step` returns it from the step).
+class StatsSummary(NamedTuple):
+    """The smoothed gradient statistics as three float32 scalars: what a step hands over.
+
+    :func:`stats_summary` builds one inside a step (traceable: a jitted step returns it
+    as three scalar outputs that are never donated, and
+    :func:`goodput_jax.adaptive.make_train_step`'s ``stats_summary()`` is the last
+    step's); :func:`as_stats_summary` turns one, or the ``[count, sqr, var]`` vector of
+    earlier versions, into host floats.
+
+    Attributes:
+        count: samples folded into the moving averages (0 before the first).
+        sqr: ``|G|^2``, bias-corrected, ``>= 0`` (0 before the first sample).
+        var: ``tr(Sigma) / M0``, bias-corrected, ``>= MIN_VAR``.
+
+    Example:
+        >>> s = StatsSummary(3.0, 2.0, 6.0)
+        >>> s.var / s.sqr
+        3.0
+    """
+
+    count: Any
+    sqr: Any
+    var: Any
+
+
+def stats_summary(state: GradStatsState) -> StatsSummary:
+    """The :class:`StatsSummary` (float32 scalars) of a :class:`GradStatsState`: the few
+    scalars to read back (traceable; :func:`goodput_jax.adaptive.make_train_step` returns
+    it from the step).
 
     Example:
         >>> import jax.numpy as jnp
         >>> st = GradStatsState(jnp.int32(0), jnp.int32(0), jnp.bool_(False), jnp.float32(0.0),
         ...                     jnp.float32(0.0), jnp.float32(0.0))
-        >>> stats_summary(st).shape
-        (3,)
+        >>> s = stats_summary(st)
+        >>> float(s.count), float(s.sqr), s.var.dtype
+        (0.0, 0.0, dtype('float32'))
     """
     gp = grad_params_from_stats(state)
     f32 = jnp.float32
-    return jnp.stack([jnp.asarray(state.count, f32), jnp.asarray(gp.sqr, f32),
-                      jnp.asarray(gp.var, f32)])
+    return StatsSummary(jnp.asarray(state.count, f32), jnp.asarray(gp.sqr, f32),
+                        jnp.asarray(gp.var, f32))
+
+
+def is_stats_summary(value: Any) -> bool:
+    """Whether ``value`` is a summary :func:`as_stats_summary` reads: a
+    :class:`StatsSummary`, or a ``[count, sqr, var]`` vector (shape ``(3,)``). Looks at
+    the type and shape only: never waits for a device value.
+
+    Example:
+        >>> is_stats_summary(StatsSummary(1, 2, 3)), is_stats_summary([1.0, 2.0, 3.0])
+        (True, True)
+        >>> is_stats_summary(jnp.zeros(4))
+        False
+    """
+    if isinstance(value, StatsSummary):
+        return True
+    shape = getattr(value, "shape", None)
+    if shape is None and isinstance(value, (list, tuple)):
+        shape = (len(value),)
+    return shape is not None and tuple(shape) == (3,)
+
+
+def as_stats_summary(value: Any, name: str = "summary") -> StatsSummary:
+    """``value`` as a :class:`StatsSummary` of Python floats (reads device values back:
+    one transfer per field, issued together).
+
+    Args:
+        value: a :class:`StatsSummary` (device or host scalars), or the ``[count, sqr,
+            var]`` vector earlier versions' ``stats_summary`` returned (still accepted).
+        name: the argument's name, for the error.
+
+    Raises:
+        TypeError: ``value`` is neither (the message names ``name`` and the value).
+
+    Example:
+        >>> as_stats_summary(jnp.array([2.0, 1.0, 4.0]))
+        StatsSummary(count=2.0, sqr=1.0, var=4.0)
+    """
+    if not is_stats_summary(value):
+        raise TypeError(f"{name} ({value!r:.200}) must be a StatsSummary(count, sqr, var) or "
+                        "a [count, sqr, var] vector of shape (3,)")
+    host = jax.device_get(tuple(value)) if isinstance(value, StatsSummary) else np.asarray(value)
+    return StatsSummary(*(float(x) for x in host))
+
 
 def has_grad_stats(state: GradStatsState) -> jax.Array:
     """Whether at least one sample has been folded in (scalar bool array)."""
