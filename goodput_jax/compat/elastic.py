@@ -1,14 +1,9 @@
 """ml-goodput-measurement's elastic drop-ins (MaxText's elastic training path).
 
-The elastic recorder adds slice counts, waits for slices and re-initialisation
-to the goodput recorder; the elastic calculator reports them as the
-``ELASTIC_SLICE_DOWN`` / ``ELASTIC_SCALE_UP`` (a wait whose event type contains
-``scale_up``) and ``ELASTIC_REINITIALIZATION`` badput buckets, with
-accelerator-initialisation and training-preparation time inside a
-re-initialisation counted as re-initialisation, and the time-weighted
-``stepping_slice_efficiency`` / ``available_slice_efficiency``; the elastic
-monitor writes them (re-exported by ``goodput_jax.goodput_elastic`` and
-``goodput_jax.monitoring_elastic``).
+The elastic recorder, calculator and monitor, re-exported at Google's import paths
+by ``goodput_jax.goodput_elastic`` (whose docstring describes what they record and
+report) and ``goodput_jax.monitoring_elastic``; the attribution is rule 23 of
+``docs/semantics.md``.
 
 Example:
     >>> rec = ElasticGoodputRecorder("job", "goodput_job", False)

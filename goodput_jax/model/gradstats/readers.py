@@ -3,9 +3,9 @@
 Example:
     >>> import optax
     >>> from goodput_jax.model.gradstats.transform import gradient_noise_scale
-    >>> tx = optax.chain(gradient_noise_scale(32), optax.sgd(0.1))
-    >>> float(get_grad_params(tx.init({"w": jnp.ones(2)})).sqr)
-    0.0
+    >>> st = optax.chain(gradient_noise_scale(32, every=4), optax.sgd(0.1)).init(jnp.ones(2))
+    >>> int(get_grad_stats(st).count), sample_every(st), bool(sample_now(st))
+    (0, 4, True)
 """
 
 from __future__ import annotations
