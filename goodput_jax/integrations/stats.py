@@ -176,7 +176,8 @@ class GradStatsReader:
         st = self.pending
         if isinstance(st, (jax.Array, gradstats.StatsSummary)):
             try:
-                if not all(x.is_ready() for x in jax.tree.leaves(st) if isinstance(x, jax.Array)):
+                if not all(x.is_ready() for x in (st if isinstance(st, tuple) else (st,))
+                           if isinstance(x, jax.Array)):
                     return self._params
             except Exception:  # noqa: BLE001, S110 - deleted: grad_params drops it
                 pass
