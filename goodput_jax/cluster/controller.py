@@ -342,8 +342,12 @@ class Controller:
             self.launcher.kill(handle)
 
     # ------------------------------------------------------------------ the tick
-    def tick(self) -> None:
-        """One pass: inputs, nodes, launches, (maybe) a round, persist."""
+    def tick(self, rounds: bool = True) -> None:
+        """One pass: inputs, nodes, launches, (maybe) a round, persist.
+
+        ``rounds=False`` holds rounds back (the actor does while the policy compiles
+        at startup); a due round then runs at the first tick that allows it.
+        """
         now = self.clock()
         alive = self._nodes()
         if [(n.label, n.devices, n.accelerator_type) for n in alive] != [
@@ -399,7 +403,7 @@ class Controller:
                 else:
                     job["status"], job["allocation"] = "queued", []
                     self.trigger = True
-        if self.alive and (now - self.last_round >= self.interval
+        if rounds and self.alive and (now - self.last_round >= self.interval
                            or (self.trigger and self.round_on_events)):
             self.run_round(now)
         self.persist()
@@ -529,6 +533,39 @@ class Controller:
         t3 = time.perf_counter()
         return plan, {"hints": t1 - t0, "infos": t2 - t1, "policy": t3 - t2, "total": t3 - t0}
 
+    def precompile(self, job_counts: Sequence[int] | None = None,
+                   lock: Any = None) -> dict:
+        """Compile the policy's programs for this cluster before the first round.
+
+        The problem is this controller's: the live nodes and every active job's
+        JobInfo from its latest hints (read now; with ``lock``, a
+        ``threading.Lock``, held only while reading, not while compiling), or one
+        job with the default spec when there is none. ``job_counts`` (default:
+        the active jobs' count, at least 1) are the job counts to compile for
+        (:func:`goodput_jax.sched.warmup.precompile`); the policy's decisions do
+        not change.
+
+        Returns:
+            ``{"seconds", "compiles", "cache_hits", "job_counts", "jobs"}`` (``jobs``:
+            the active jobs seen), or ``{"jobs": n, "skipped": reason}`` without nodes.
+        """
+        import contextlib
+
+        with lock if lock is not None else contextlib.nullcontext():
+            alive = self.alive or self._nodes()
+            infos = self.job_infos(self.clock()) if alive else {}
+            policy = self._policy({n.accelerator_type for n in alive}) if alive else None
+        if not alive:
+            return {"jobs": len(infos), "skipped": "no nodes"}
+        n = len(infos)
+        if not infos:
+            spec = JobSpec("precompile", "m:f")
+            infos = {"precompile": job_info(spec, None, self.clock(),
+                                            types=sorted({r.accelerator_type for r in alive}))}
+        counts = [max(n, 1)] if job_counts is None else list(job_counts)
+        out = policy.precompile(infos, node_infos(alive), job_counts=counts)
+        return {**out, "jobs": n}
+
     def run_round(self, now: float | None = None) -> Any:
         """Hints -> JobInfo/NodeInfo -> policy -> apply the changes; returns the RoundPlan."""
         now = self.clock() if now is None else now
@@ -599,12 +636,24 @@ class ControllerActor:
 
     Create it with :func:`start_controller`; ``status()``, ``round_now()`` and
     ``shutdown()`` are its remote methods.
+
+    At startup it turns on JAX's persistent compilation cache in
+    ``STATE_DIR/jax-cache`` (``compile_cache``) and compiles the policy in the
+    background (:meth:`Controller.precompile`): first for the jobs it holds (rounds
+    wait for this, at most ``precompile_wait`` seconds; ticks go on), then for half
+    and twice as many (``precompile_more``). ``status()["precompile"]`` reports it.
     """
 
     def __init__(self, state_dir: str, policy: str = "auto", interval: float = 60.0,
                  poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0,
-                 policy_kwargs: dict | None = None):
+                 policy_kwargs: dict | None = None, compile_cache: bool = True,
+                 precompile: bool = True, precompile_more: bool = True,
+                 precompile_wait: float = 120.0):
         logging.basicConfig(level=logging.INFO)
+        if compile_cache:
+            from goodput_jax.sched.warmup import enable_compilation_cache
+
+            enable_compilation_cache(StateDir(state_dir).compile_cache)
         if policy != "auto" and policy_kwargs:
             policy = make_policy(policy, **policy_kwargs)
         launcher = RayLauncher(fake_devices)
@@ -616,14 +665,39 @@ class ControllerActor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.errors: list[str] = []
+        self.precompiled = threading.Event()
+        self.precompile_info: list[dict] = []
+        self._precompile_more = bool(precompile_more)
+        self._wait_until = time.monotonic() + float(precompile_wait)
+        if precompile:
+            threading.Thread(target=self._precompile, name="gj-precompile", daemon=True).start()
+        else:
+            self.precompiled.set()
         self._thread = threading.Thread(target=self._loop, name="gj-controller", daemon=True)
         self._thread.start()
+
+    def _precompile(self) -> None:
+        try:
+            first = self.controller.precompile(lock=self._lock)
+            self.precompile_info.append(first)
+            self.precompiled.set()
+            n = max(first.get("jobs", 0), 1)
+            if self._precompile_more and "skipped" not in first and not self._stop.is_set():
+                self.precompile_info.append(
+                    self.controller.precompile(job_counts=[max(n // 2, 1), 2 * n],
+                                               lock=self._lock))
+        except Exception as e:
+            logger.exception("precompile failed")
+            self.errors.append(f"precompile: {_one_line(e)}")
+        finally:
+            self.precompiled.set()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
+                rounds = self.precompiled.is_set() or time.monotonic() > self._wait_until
                 with self._lock:
-                    self.controller.tick()
+                    self.controller.tick(rounds=rounds)
             except Exception as e:
                 logger.exception("controller tick failed")
                 self.errors.append(_one_line(e))
@@ -635,6 +709,7 @@ class ControllerActor:
             out["errors"] = list(self.errors[-20:])
             out["restored"] = self.controller.restored
             out["stale_removed"] = list(self.stale_removed)
+            out["precompile"] = list(self.precompile_info)
             return out
 
     def round_now(self) -> list:
@@ -656,10 +731,12 @@ class ControllerActor:
 def start_controller(state_dir: str, *, policy: str = "auto", interval: float = 60.0,
                      poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0,
                      policy_kwargs: dict | None = None,
-                     name: str = "goodput_jax_controller") -> Any:
+                     name: str = "goodput_jax_controller", **actor_kwargs: Any) -> Any:
     """Start the controller actor on this driver's node (the head); returns its handle.
 
-    ``policy_kwargs`` go to the policy's constructor (with ``policy`` "sia" or "pollux").
+    ``policy_kwargs`` go to the policy's constructor (with ``policy`` "sia" or "pollux");
+    ``actor_kwargs`` (``compile_cache``, ``precompile``, ``precompile_more``,
+    ``precompile_wait``) to :class:`ControllerActor`.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -668,6 +745,6 @@ def start_controller(state_dir: str, *, policy: str = "auto", interval: float = 
     actor = ray.remote(num_cpus=0, max_concurrency=4)(ControllerActor).options(
         name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
     ).remote(os.path.abspath(state_dir), policy, interval, poll, fake_devices, node_grace,
-             policy_kwargs)
+             policy_kwargs, **actor_kwargs)
     ray.get(actor.status.remote())
     return actor

@@ -7,6 +7,8 @@
       controller.json        the controller's persisted state (jobs, allocations,
                              attempts, restarts, failures, history, rounds)
       inbox/NAME.json        submitted specs, taken in by the controller
+      jax-cache/             the controller's persistent JAX compilation cache (the
+                             policies' compiled programs; safe to delete)
       requests/cancel-NAME   cancel requests; requests/down: stop the cluster
       jobs/NAME/             per job: ckpt/, goodput.db, stop, progress.jsonl,
                              log-ATTEMPT-RANK.txt
@@ -50,6 +52,10 @@ class StateDir:
     @property
     def controller_path(self) -> str:
         return os.path.join(self.root, "controller.json")
+
+    @property
+    def compile_cache(self) -> str:
+        return os.path.join(self.root, "jax-cache")
 
     @property
     def inbox(self) -> str:

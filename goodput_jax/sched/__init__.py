@@ -15,6 +15,7 @@ Rooms, one job each:
 * :mod:`.pollux`: ``PolluxPolicy`` (genetic search in JAX);
 * :mod:`.sia`: ``SiaPolicy`` (Lagrangian relaxation + local search in JAX);
 * :mod:`.hints`: a job's spec and published hints -> ``JobInfo``;
+* :mod:`.warmup`: ``policy.precompile``, the persistent compilation cache, ``CompileCounter``;
 * :mod:`.sim`: the trace-driven simulator.
 
 Example:
@@ -42,6 +43,8 @@ _EXPORTS: dict[str, str] = {
     "solve_assignment": "goodput_jax.sched.sia",
     "job_info_from_hints": "goodput_jax.sched.hints",
     "speedup_fns_by_type": "goodput_jax.sched.hints",
+    "CompileCounter": "goodput_jax.sched.warmup",
+    "enable_compilation_cache": "goodput_jax.sched.warmup",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -61,3 +64,4 @@ if TYPE_CHECKING:  # pragma: no cover
         speedup_tables,
     )
     from goodput_jax.sched.types import JobInfo, NodeInfo  # noqa: F401
+    from goodput_jax.sched.warmup import CompileCounter, enable_compilation_cache  # noqa: F401

@@ -255,7 +255,7 @@ def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_st
     hist = (jnp.zeros(max_steps, jnp.int32), jnp.zeros(max_steps), jnp.zeros(max_steps))
 
     def cond(c):
-        return c["go"] & (c["it"] < max_steps)
+        return c["go"] & (c["it"] < jnp.minimum(max_steps, a["steps"]))
 
     def body(c):
         s, fit_free, used = c["state"], c["fit_free"], c["used"]
@@ -663,8 +663,11 @@ class PolluxPolicy:
         return population, generations
 
     def _greedy_steps(self, arrays: _Arrays, meta) -> int:
+        """Sets the greedy's step bound (traced: ``arrays["steps"]``); returns its history
+        length (static: from the replica slots alone, so the job mix does not recompile)."""
         demand = int(np.minimum(arrays["max_r"], arrays["fit"].sum(axis=1)).sum())
-        return _bucket(max(min(demand, meta["slots"]), 1), minimum=64)
+        arrays["steps"] = np.int32(_bucket(max(min(demand, meta["slots"]), 1), minimum=64))
+        return _bucket(max(meta["slots"], 1), minimum=64)
 
     def _state_to_allocations(self, state: np.ndarray, meta) -> dict:
         out = {}
@@ -725,6 +728,13 @@ class PolluxPolicy:
                     raise ValueError(f"allocations[{key!r}] names unknown node {node_key!r}")
                 state[j, node_index[node_key]] += 1
         return state
+
+    def precompile(self, jobs, nodes, node_template=None, job_counts=None) -> dict:
+        """Compile the search for ``jobs`` on ``nodes`` (and ``job_counts`` copies) on a copy
+        of this policy (template: the largest node): :func:`goodput_jax.sched.warmup.precompile`."""
+        from goodput_jax.sched.warmup import precompile
+        node_template = node_template or max(nodes.values(), key=lambda n: sum(n.resources.values()))
+        return precompile(self, jobs, nodes, extra_args=(node_template,), job_counts=job_counts)
 
     # ------------------------------------------------------------------ #
     def optimize(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],

@@ -303,7 +303,7 @@ def _total(choice, gain):
     return jnp.take_along_axis(gain, choice[:, None], 1)[:, 0].sum()
 
 
-@functools.partial(jax.jit, static_argnames=("dual_steps", "max_moves", "pair_rounds",
+@functools.partial(jax.jit, static_argnames=("dual_steps", "pair_rounds",
                                              "parallel_rounds", "few_starts"))
 def _solve(gain, use, cap, fixed_choice, prev_choice, dual_steps: int = 24,
            max_moves: int = 256, pair_rounds: int = 0, parallel_rounds: int = 0,
@@ -431,7 +431,7 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
     small = Jb * K1 <= sequential_cells
     max_moves = bucket(4 * J + 16, 64) if small else 64
     choice, totals, mu = _solve(g, use, np.asarray(capacity, np.float32), fx, pv,
-                          dual_steps=dual_steps, max_moves=max_moves,
+                          dual_steps=dual_steps, max_moves=np.int32(max_moves),
                           pair_rounds=pair_rounds if Jb * K1 <= pair_cells else 0,
                           parallel_rounds=0 if small else 64, few_starts=not small)
     choice = np.asarray(choice)[:J].astype(np.int64)
@@ -731,6 +731,17 @@ class SiaPolicy:
         t = configs.types.index(types.pop())
         hit = np.nonzero((configs.ctype == t) & (configs.gpus == len(alloc)))[0]
         return int(hit[0]) if hit.size else -1
+
+    def precompile(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
+                   job_counts: Sequence[int] | None = None) -> dict:
+        """Compile the solver for ``jobs`` on ``nodes`` (and ``job_counts`` copies of them)
+        before the first round, on a copy of this policy (its decisions do not change).
+
+        See :func:`goodput_jax.sched.warmup.precompile`; returns its summary
+        (``seconds``, ``compiles``, ``cache_hits``, ``job_counts``).
+        """
+        from goodput_jax.sched.warmup import precompile
+        return precompile(self, jobs, nodes, job_counts=job_counts)
 
     def optimize(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
                  base_allocations: Mapping[Hashable, Sequence], node_template: NodeInfo | None = None,
