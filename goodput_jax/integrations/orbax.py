@@ -8,8 +8,12 @@ the manager's own. The spans time exactly what blocks the training loop:
 
 * ``save(step, ...)``: the call. With asynchronous checkpointing (Orbax's
   default) the call returns once the arrays are copied off the device and the
-  commit runs in the background, so only that blocking part counts. A save
-  that Orbax skips (``should_save`` is False) records nothing. A save that
+  commit runs in the background, so only that blocking part counts. The save
+  first waits until the steps that a :class:`~goodput_jax.runtime.StepRecorder`
+  dispatched on the same recorder are done, their device ends recorded
+  (:func:`~goodput_jax.runtime.finish_steps`; Orbax waits for the device before
+  it copies the arrays anyway). A save that Orbax skips (``should_save`` is
+  False) records nothing. A save that
   happened also records checkpoint progress (the step, from the call's start).
 * ``wait_until_finished()`` and ``close()``: waiting for a background commit
   blocks the loop, so it counts as checkpoint save time too.
@@ -34,6 +38,8 @@ from __future__ import annotations
 
 import time
 from typing import Any, Self
+
+from goodput_jax.runtime import finish_steps
 
 __all__ = ["RecordedCheckpointManager", "instrument"]
 
@@ -85,6 +91,10 @@ class RecordedCheckpointManager:
         t0 = time.time()
         rec.record_checkpoint_save_start_time(step, t0)
         try:
+            # Orbax copies the arrays off the device, so it waits for the queued steps first;
+            # wait here instead, so the device ends of the steps are recorded while this
+            # thread sleeps, not while Orbax's Python holds the GIL (late, by that Python)
+            finish_steps(rec)
             saved = self.manager.save(step, *args, **kwargs)
         finally:
             rec.record_checkpoint_save_end_time(step)

@@ -6,7 +6,8 @@
 * :func:`init_backend` / :func:`start_job`: the backend start-up (accelerator
   initialisation) timed, and recorded as the first events of the run.
 * :class:`StepRecorder`: step ends taken on the device (outputs ready, observed
-  off the training thread), so asynchronous dispatch is measured, not guessed.
+  off the training thread), so asynchronous dispatch is measured, not guessed;
+  :func:`finish_steps` waits until those of a recorder are all recorded.
 
 Importing this package does not import JAX (each function does, when called).
 
@@ -21,7 +22,7 @@ Example:
 
 from goodput_jax.runtime.backend import BackendInit, init_backend, measured_init, start_job
 from goodput_jax.runtime.compile import Attachment, attach, attached, detach, listener
-from goodput_jax.runtime.steps import StepRecorder
+from goodput_jax.runtime.steps import StepRecorder, finish_steps
 from goodput_jax.runtime.timer import OneStepLateTimer
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "attach",
     "attached",
     "detach",
+    "finish_steps",
     "init_backend",
     "listener",
     "measured_init",

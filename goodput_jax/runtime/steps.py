@@ -42,6 +42,7 @@ import queue
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -50,7 +51,7 @@ from goodput_jax.runtime.compile import attach
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StepRecorder"]
+__all__ = ["StepRecorder", "finish_steps"]
 
 _STOP = object()
 _START = StepSink.START
@@ -73,6 +74,10 @@ _HOOK_BACKOFF_MAX = 512
 _HOOK_USEFUL_S = 2e-4
 _HOOK_NEEDLESS = 8
 _getprofile, _setprofile = sys.getprofile, sys.setprofile
+#: StepRecorders whose watcher runs (started at the first tracked step, dropped at close)
+_WATCHING: weakref.WeakSet = weakref.WeakSet()
+#: finish() checks this often whether the watcher it waits on is still alive
+_FINISH_POLL_S = 0.5
 
 
 class _Marker:
@@ -575,6 +580,7 @@ class StepRecorder:
         self._thread = threading.Thread(target=self._watch, name="goodput-step-watcher",
                                         daemon=True)
         self._thread.start()
+        _WATCHING.add(self)
 
     def _watch(self) -> None:
         import jax
@@ -660,6 +666,10 @@ class StepRecorder:
     def finish(self, timeout: float | None = None) -> bool:
         """Wait until every tracked step's device end is recorded (call before the job end).
 
+        The calling thread sleeps (it holds no GIL) while the watcher waits on the steps in
+        order and records each device end as it is seen, so the watcher is not kept waiting
+        for the GIL by this thread's Python. A watcher that died stops the wait.
+
         Args:
             timeout: seconds to wait at most (None: until done).
 
@@ -671,11 +681,18 @@ class StepRecorder:
             >>> runtime.StepRecorder(goodput.GoodputRecorder("j", "l")).finish()
             True
         """
-        if self._thread is None:
+        th = self._thread
+        if th is None:
             return True
         m = _Marker()
         self._handover(m)
-        return m.done.wait(timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _FINISH_POLL_S if end is None else min(_FINISH_POLL_S, end - time.monotonic())
+            if m.done.wait(max(left, 0.0)):
+                return True
+            if not th.is_alive() or (end is not None and time.monotonic() >= end):
+                return m.done.is_set()
 
     def close(self, timeout: float | None = 10.0) -> None:
         """:meth:`finish`, then stop the watcher thread (idempotent)."""
@@ -690,9 +707,40 @@ class StepRecorder:
         self._handover(_STOP)
         self._thread.join(timeout)
         self._thread = None
+        _WATCHING.discard(self)
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def finish_steps(recorder: Any, timeout: float | None = None) -> bool:
+    """Wait until every step tracked for ``recorder`` has its device end recorded.
+
+    :meth:`StepRecorder.finish` of each running ``StepRecorder`` that records on
+    ``recorder``: code that holds the recorder, not the step recorder, calls it before it
+    runs Python of its own while the device still finishes queued steps (an instrumented
+    checkpoint save: the save waits for the device before it copies the arrays anyway, and
+    while its Python holds the GIL the watcher would record the last device ends late).
+    Returns at once when no ``StepRecorder`` records on ``recorder``, or none tracked a step.
+
+    Args:
+        recorder: the :class:`~goodput_jax.measure.recorder.GoodputRecorder`.
+        timeout: seconds to wait at most for each step recorder (None: until done).
+
+    Returns:
+        True when every one caught up.
+
+    Example:
+        >>> from goodput_jax import goodput, runtime
+        >>> rec = goodput.GoodputRecorder("j", "l")
+        >>> runtime.finish_steps(rec)
+        True
+    """
+    done = True
+    for steps in list(_WATCHING):
+        if steps.recorder is recorder:
+            done = steps.finish(timeout) and done
+    return done

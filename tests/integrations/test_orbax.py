@@ -99,3 +99,49 @@ def test_instrument_arguments_and_disabled_recorder(tmp_path, state):
         instrument(42, rec)
     with pytest.raises(TypeError, match=r"recorder \('r'\) must be a GoodputRecorder"):
         instrument(mngr.manager, "r")
+
+
+def test_save_records_the_queued_steps_device_ends_first(tmp_path):
+    """Steps queued through a StepRecorder on the same recorder: the instrumented save waits
+    for them (runtime.finish_steps) before Orbax's save runs, so their device ends are all
+    recorded when save() returns, inside the save's span (not stamped late, while Orbax's
+    Python holds the GIL)."""
+    from goodput_jax import runtime
+
+    store = SQLiteStore(str(tmp_path / "q.db"))
+    rec = goodput.GoodputRecorder("q", "q", logging_enabled=True, store=store)
+
+    @jax.jit
+    def step_fn(w, x):
+        for _ in range(4):
+            x = jnp.tanh(x @ w)
+        return w * 0.999 + 1e-4 * x, jnp.mean(x)
+
+    w = jnp.full((256, 256), 1.0 / 256)
+    x = jnp.ones((256, 256))
+    jax.block_until_ready(step_fn(w, x))
+    seen = []
+
+    class Manager(ocp.CheckpointManager):  # Orbax's own, noting what was recorded at its save
+        def save(self, *args, **kwargs):
+            seen.append(steps.observed)
+            return super().save(*args, **kwargs)
+
+    mngr = instrument(Manager(tmp_path / "ckpt"), rec)
+    steps = runtime.StepRecorder(rec, compile_times=False)
+    rec.record_job_start_time()
+    for i in range(8):
+        w, _loss = steps(i, step_fn, w, x)  # queued: the host runs ahead
+    assert mngr.save(8, args=ocp.args.StandardSave({"w": w}), force=True)
+    assert seen == [8] and steps.unobserved == 0  # all recorded before Orbax's save ran
+    mngr.wait_until_finished()
+    steps.close()
+    rec.record_job_end_time()
+    rec.close()
+    evs, _ = store.read_events("q")
+    t_save0 = min(e.timestamp for e in evs if e.kind.value == "checkpoint_save_start")
+    t_save1 = min(e.timestamp for e in evs if e.kind.value == "checkpoint_save_end")
+    ends = [e.timestamp for e in evs if e.kind.value == "step_device_end"]
+    assert len(ends) == 8 and max(ends) <= t_save1, (ends, t_save0, t_save1)
+    mngr.close()
+    store.close()

@@ -412,3 +412,42 @@ def test_wrap_records_like_call(tmp_path):
     ends = sorted(e.step for e in evs if e.kind.value == "step_device_end")
     assert ends == list(range(6))
     store.close()
+
+
+def test_finish_steps_waits_for_the_recorders_step_recorders(tmp_path):
+    """runtime.finish_steps(recorder): every step queued through a StepRecorder on that
+    recorder has its device end recorded when it returns (the device done); other recorders'
+    step recorders are not waited for; no StepRecorder, or a closed one: returns at once."""
+    store = SQLiteStore(str(tmp_path / "f.db"))
+    rec = goodput.GoodputRecorder("f", "f", logging_enabled=True, store=store)
+    other = goodput.GoodputRecorder("g", "g", logging_enabled=True, store=store)
+    assert runtime.finish_steps(rec) is True  # nothing records on it yet
+
+    @jax.jit
+    def step_fn(w, x):
+        for _ in range(4):
+            x = jnp.tanh(x @ w)
+        return w * 0.999 + 1e-4 * x, jnp.mean(x)
+
+    w = jnp.full((256, 256), 1.0 / 256)
+    x = jnp.ones((256, 256))
+    jax.block_until_ready(step_fn(w, x))
+    steps = runtime.StepRecorder(rec, compile_times=False)
+    steps_other = runtime.StepRecorder(other, compile_times=False)
+    for i in range(8):
+        w, loss = steps(i, step_fn, w, x)  # queued: the host runs ahead
+    _w2, loss_other = steps_other(0, step_fn, w, x)
+    assert runtime.finish_steps(rec, timeout=60) is True
+    assert loss.is_ready() and steps.observed == steps.tracked == 8 and steps.unobserved == 0
+    t_after = time.time()
+    steps.close()
+    assert runtime.finish_steps(rec, timeout=0) is True  # closed: nothing to wait for
+    loss_other.block_until_ready()
+    assert steps_other.finish(timeout=30)
+    steps_other.close()
+    rec.close()
+    other.close()
+    ends = {e.step: e.timestamp for e in store.read_events("f")[0]
+            if e.kind.value == "step_device_end"}
+    assert sorted(ends) == list(range(8)) and max(ends.values()) <= t_after
+    store.close()
