@@ -71,7 +71,7 @@ def main(state_dir: str, out_path: str) -> None:
     common = {"hooks": {"init_batch_size": 32, "max_batch_size": 128}}
     client.submit(JobSpec("span", EX, args=("--steps", "30", "--ckpt-every", "10"),
                           min_replicas=4, max_replicas=4, accelerator_types=("a",), **common))
-    client.submit(JobSpec("flex", EX, args=("--steps", "90", "--ckpt-every", "10",
+    client.submit(JobSpec("flex", EX, args=("--steps", "150", "--ckpt-every", "10",
                                             "--step-sleep", "0.1"),
                           min_replicas=1, max_replicas=2, stop_timeout=60.0, **common))
     client.submit(JobSpec("doomed", "goodput_jax.cluster.examples:always_crash",
