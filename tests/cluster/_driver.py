@@ -92,6 +92,30 @@ def main(state_dir: str, out_path: str) -> None:
 
     wait_for(lambda: saved("flex"), 150, "flex checkpointed")
     info["phases"]["flex_saved"] = time.time() - t0
+    # a reallocation by hand (the path a round takes), while flex runs on n2 and span holds
+    # type a: from two devices to one of them, or from one to both of n2's (doomed, which
+    # could hold the other, has failed by then). Here, not after the raylet kill: on a
+    # loaded machine flex had finished by then (the test skipped in three runs of three).
+    wait_for(lambda: client.status()["doomed"]["status"] == "failed", 120, "doomed failed")
+    info["manual"] = None
+
+    def flex_ready():  # running and checkpointed in its current attempt (not mid-restart)
+        if client.status()["flex"]["status"] in ("finished", "failed"):
+            return "done"
+        return "ready" if saved("flex") else None
+
+    if wait_for(flex_ready, 150, "flex running and checkpointed, or done") == "ready":
+        job = client.status()["flex"]
+        alloc, old = job["allocation"], job["launches"][-1]["attempt"]
+        to = alloc[:1] if len(alloc) >= 2 else alloc * 2
+        info["manual"] = {"t": time.time(), "from": alloc, "to": to}
+        ray.get(ctl.reallocate.remote("flex", to))
+        # relaunched there, restored and training (before the controller is killed below,
+        # which would otherwise relaunch an attempt still starting up)
+        wait_for(lambda: any(p.get("event") == "step" and p["attempt"] > old
+                             for p in client.progress("flex")),
+                 150, "flex training again after the move")
+    info["phases"]["manual"] = time.time() - t0
     client.submit(JobSpec("late", EX, args=("--steps", "40", "--ckpt-every", "10",
                                             "--step-sleep", "0.1", "--crash-at", "5"),
                           min_replicas=1, max_replicas=1, retry_backoff=0.5, **common))
@@ -115,23 +139,6 @@ def main(state_dir: str, out_path: str) -> None:
                                              if "n2" in (j.get("allocation") or []))}
     cluster.kill_node("n2")
     info["phases"]["killed"] = time.time() - t0
-    # a reallocation by hand (the path a round takes): flex from two devices to one of
-    # them, or from one device to the other type-a node. Only once flex runs (and has
-    # checkpointed) off the dead node: until the controller has seen n2 die (node_grace),
-    # a launch there still reads "running", and a stop asked of it is never answered.
-    def flex_ready():
-        job = client.status()["flex"]
-        if job["status"] in ("finished", "failed"):
-            return "done"
-        return "ready" if saved("flex", avoid="n2") else None
-
-    info["manual"] = None
-    if wait_for(flex_ready, 150, "flex running and checkpointed, or done") == "ready":
-        alloc = client.status()["flex"]["allocation"]
-        to = alloc[:1] if len(alloc) >= 2 else [{"n0": "n1", "n1": "n0"}.get(alloc[0], "n0")]
-        info["manual"] = {"t": time.time(), "from": alloc, "to": to}
-        ray.get(ctl.reallocate.remote("flex", to))
-    info["phases"]["manual"] = time.time() - t0
     names = ["span", "flex", "late", "doomed"]
     try:
         client.wait(names, timeout=200)
@@ -152,7 +159,23 @@ def main(state_dir: str, out_path: str) -> None:
         json.dump(info, fh, default=str)
 
 
+def _dump(state_dir: str) -> None:
+    """What the jobs were doing when a wait timed out (to the driver log, for the test)."""
+    try:
+        client = ClusterClient(state_dir)
+        for name, job in client.status().items():
+            print(f"--- {name}: {job.get('status')} {job.get('allocation')} "
+                  f"events {[e['what'] for e in job.get('events', [])][-6:]}", file=sys.stderr)
+            print(client.logs(name)[-800:], file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - best effort, the timeout is the error
+        print(f"(no status: {e!r})", file=sys.stderr)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    try:
+        main(sys.argv[1], sys.argv[2])
+    except TimeoutError:
+        _dump(sys.argv[1])
+        raise
     sys.stdout.flush()
     os._exit(0)
