@@ -237,8 +237,12 @@ def test_python_heavy_loader_synced_every_step(tmp_path, burner):
     det = calc.get_job_goodput_details()
     assert det["badput_time"][BadputType.DATA_LOADING] == pytest.approx(loads, rel=0.10)
     dev = calc.get_step_deviation()
-    # 5 % over the host's waits for clock reads between the loop's timer and the recorder's
-    assert float(np.sum(dev.step_times)) <= 1.05 * sum(host), (dev.step_times, host)
+    # 5 % over the host's waits for clock reads between the loop's timer and the recorder's,
+    # beyond what the late stamps allowed above reach into the next load (each one up to a
+    # whole load: three of them were +10 % in one CI run)
+    into_load = sum(min(ends[i], dl_ends[i + 1]) - dl_starts[i + 1] for i in late)
+    assert float(np.sum(dev.step_times)) - into_load <= 1.05 * sum(host), \
+        (dev.step_times, host, late)
     # ... and most of each wait was the device's work (dispatch and wake-up are microseconds;
     # a preempted host only makes the wait longer)
     assert float(np.sum(dev.step_times)) >= 0.3 * sum(host)
