@@ -29,6 +29,9 @@ alternate between the arms and end with ``block_until_ready``:
 - a loop that waits for every step (``float(loss)``): the training thread's CPU time and the
   loop's wall time per step, recorded minus plain (the readiness hook's profile events run
   while the host waits for the device).
+- a badput span's start where a StepRecorder polls a step still running (its span-start
+  listener's worst case): microseconds per ``with rec.data_loading(): pass`` beyond the same
+  on a recorder no StepRecorder watches. Target: < 5 us.
 - truth: a Python-heavy loader (6 ms of Python holding the GIL) and ``float(loss)`` each
   step, recorded, against the device's truth from a ``jax.profiler`` trace of the same run
   (goodput, data-loading badput against the device's idle time in the loads, step time).
@@ -312,6 +315,57 @@ def sync_loop_cost(size: int, rounds: int, steps_per_round: int) -> dict:
             "hook_claims": claims, "steps": rounds * steps_per_round}
 
 
+def span_cost(size: int, batches: int, spans: int) -> dict:
+    """The StepRecorder's poll at each badput span's start (the recorder's span-start
+    listener), where it costs most: the watcher waits on a step still running, so every
+    ``with rec.data_loading(): pass`` asks the device whether it is ready. Timed in batches of
+    ``spans`` spans, alternating with the same spans on a second recorder (same store type)
+    that no StepRecorder watches; median over batches of the per-span difference."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+    train_step = _make_step(size)
+    w = jnp.eye(size, dtype=jnp.float32) * 0.5
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(size, size)).astype("float32"))
+    jax.block_until_ready(train_step(w, x))
+    tmp = tempfile.mkdtemp()
+    stores = [SQLiteStore(os.path.join(tmp, f"span{k}.db")) for k in range(2)]
+    watched, plain = (goodput.GoodputRecorder(f"span{k}", "span", logging_enabled=True,
+                                              store=stores[k]) for k in range(2))
+    steps = runtime.StepRecorder(watched, compile_times=False)
+    recorded = steps.wrap(train_step)
+
+    def timed(rec) -> float:
+        a = time.perf_counter()
+        for _ in range(spans):
+            with rec.data_loading():
+                pass
+        return (time.perf_counter() - a) / spans
+
+    i, diffs = 0, []
+    for b in range(batches):
+        s = w
+        for _ in range(8):  # ~8 steps of device work queued: the watcher waits on the first
+            s, _m = recorded(i, s, x)
+            i += 1
+        time.sleep(0.002)
+        first, second = (watched, plain) if b % 2 == 0 else (plain, watched)
+        t = {first: timed(first), second: timed(second)}
+        diffs.append(t[watched] - t[plain])
+        jax.block_until_ready(s)
+    claims = steps.span_claims
+    steps.close()
+    for r in (watched, plain):
+        r.close()
+    for st in stores:
+        st.close()
+    return {"us": statistics.median(diffs) * 1e6, "claims": claims}
+
+
 def per_call_cost(batches: int, calls: int) -> dict:
     import jax.numpy as jnp
 
@@ -416,7 +470,8 @@ def python_heavy_truth(size: int, steps: int, load_s: float, recorder_cls=None) 
             "goodput": 100 * det["productive_time"] / det["total_time"],
             "data_loading": 100 * det["badput_time"][BadputType.DATA_LOADING] / det["total_time"],
             "step_ms": 1e3 * float(np.mean(later)), "load_ms": 1e3 * load_s,
-            "hook_claims": getattr(steps_rec, "hook_claims", 0), "observed": steps_rec.observed}
+            "hook_claims": getattr(steps_rec, "hook_claims", 0), "observed": steps_rec.observed,
+            "span_claims": getattr(steps_rec, "span_claims", 0), "steps": steps}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -435,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     lo = loop_overhead(size, rounds, args.steps)
     pc = per_call_cost(batches, calls)
     sc = sync_loop_cost(size, rounds, args.steps)
+    sp = span_cost(size, 10 if args.quick else 40, 100)
     pt = python_heavy_truth(size, 60 if args.quick else 200, 0.006)
     print(f"StepRecorder overhead: jax {jax.__version__}, {jax.devices()[0].device_kind} "
           f"({jax.default_backend()}), Python {platform.python_version()}, "
@@ -470,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'  training thread CPU, recorded - plain (us)':<44}{sc['cpu_us']:>12.2f}")
     print(f"{'  loop wall time, recorded - plain (us)':<44}{sc['wall_us']:>12.2f}")
     print(f"{'  device ends seen by the readiness hook':<44}{sc['hook_claims']:>6d} / {sc['steps']:<4d}")
+    print(f"{'badput span start, polling a running step:':<44}")
+    print(f"{'  watched recorder - plain recorder (us)':<44}{sp['us']:>12.2f}{'< 5':>10}")
+    print(f"{'  device ends seen at a span start':<44}{sp['claims']:>6d}")
     print(f"Python-heavy loader ({pt['load_ms']:.0f} ms of Python holding the GIL) + float(loss) "
           "each step, against a jax.profiler trace of the same run:")
     print(f"{'measure':<44}{'recorded':>12}{'device truth':>14}")
@@ -477,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'  data-loading badput / device idle (%)':<44}{pt['data_loading']:>12.2f}"
           f"{pt['truth_idle_loading']:>14.2f}")
     print(f"{'  step time (ms, mean)':<44}{pt['step_ms']:>12.3f}{pt['truth_step_ms']:>14.3f}")
+    print(f"{'  device ends seen by the hook / at a span':<44}"
+          f"{pt['hook_claims']:>5d} /{pt['span_claims']:>5d} of {pt['steps']}")
     return 0
 
 

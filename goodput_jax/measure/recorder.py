@@ -212,6 +212,9 @@ class GoodputRecorder:
         self._store: EventStore | None = None
         self._owns_store = False
         self._sink: StepSink | None = None
+        #: called (no arguments) before a badput span's start is stamped; see
+        #: add_span_start_listener (a tuple: read without a lock, replaced on change)
+        self._span_listeners: tuple[Callable[[], Any], ...] = ()
         if not self._enabled:
             return
         self._owns_store = store is None or isinstance(store, str)
@@ -283,6 +286,47 @@ class GoodputRecorder:
         """
         return self._closed
 
+    # ------------------------------------------------------------ listeners
+    def add_span_start_listener(self, listener: Callable[[], Any]) -> None:
+        """Call ``listener()`` on the recording thread right before each badput span's
+        start is stamped (data loading, checkpoint save / restore, custom badput, init,
+        preparation, startup, and the elastic spans), before its timestamp is taken.
+
+        The seam for observers of device work: ``runtime.StepRecorder`` uses it to record a
+        step that is already ready when the loop starts loading the next batch, so the
+        step's device end lies before the span (engine rule 25 lets a span give way to
+        recorded device work only). A listener must be cheap and must not record events;
+        one that raises is logged once and removed. Adding one twice is a no-op; nothing
+        is called on a disabled recorder.
+
+        Raises:
+            TypeError: ``listener`` is not callable.
+
+        Example:
+            >>> rec = GoodputRecorder("job", "l")
+            >>> rec.add_span_start_listener(print); rec.remove_span_start_listener(print)
+        """
+        if not callable(listener):
+            raise TypeError(f"listener ({listener!r}) must be callable with no arguments")
+        with self._open_lock:
+            if listener not in self._span_listeners:
+                self._span_listeners = (*self._span_listeners, listener)
+
+    def remove_span_start_listener(self, listener: Callable[[], Any]) -> None:
+        """Stop calling ``listener`` (one added with :meth:`add_span_start_listener`;
+        removing one that is not there is a no-op)."""
+        with self._open_lock:
+            self._span_listeners = tuple(f for f in self._span_listeners if f != listener)
+
+    def _span_starting(self) -> None:
+        for listener in self._span_listeners:
+            try:
+                listener()
+            except Exception:
+                logger.exception("goodput recorder: span-start listener %r failed; removed",
+                                 listener)
+                self.remove_span_start_listener(listener)
+
     # ----------------------------------------------------------- hot path
     def _now(self) -> float:
         t = self._clock()
@@ -353,11 +397,15 @@ class GoodputRecorder:
                 step: int | None = None, label: str | None = None) -> None:
         if not self._enabled:
             return
+        span_start = kind.value.endswith("_start") and kind not in (EventKind.JOB_START,
+                                                                     EventKind.STEP_START)
+        if span_start and self._span_listeners:
+            self._span_starting()
         t = self._now() if when is None else to_timestamp(when, name=argname)
         if step is not None:
             step = check_step(step)
         code = _K[kind]
-        if kind.value.endswith("_start") and kind not in (EventKind.JOB_START, EventKind.STEP_START):
+        if span_start:
             with self._open_lock:
                 key = (code, label)
                 self._open[key] = self._open.get(key, 0) + 1

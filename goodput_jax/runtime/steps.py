@@ -159,10 +159,14 @@ class StepRecorder:
       of the outputs, e.g. the loss: one program's outputs are ready together;
       every live array when there is no such leaf), prompt while the training
       thread waits (loading, blocking, a full dispatch queue);
-    * or the training thread's poll at a ``start``, of the step the watcher
-      waits on once that step is overdue (waited on for more than 1.5x the
-      median of the last 15 waits: a loop that runs Python while the watcher
-      waits for the GIL, and no readiness query on the usual step).
+    * or the training thread's poll of the step the watcher waits on: at each
+      badput span's start on the recorder (``with rec.data_loading():``, a
+      checkpoint save, a custom span; through the recorder's public
+      ``add_span_start_listener``), so a step that was ready when the loop
+      began loading the next batch ends before that span, whoever holds the
+      GIL; and at a ``start`` once that step is overdue (waited on for more
+      than 1.5x the median of the last 15 waits: a loop that runs Python while
+      the watcher waits for the GIL, and no readiness query on the usual step).
 
     The first tracked step is waited for at the second ``start`` (once, usually
     hidden behind loading the next batch), so the store shows device ends before
@@ -189,6 +193,8 @@ class StepRecorder:
             donated to a later step before it was seen ready, or none was a
             JAX array).
         hook_claims: device ends recorded by the training thread's readiness hook.
+        span_claims: device ends recorded by the training thread's poll at a badput span's
+            start.
 
     Example:
         >>> from goodput_jax import goodput, runtime
@@ -203,8 +209,8 @@ class StepRecorder:
     # on a training thread whose caches the device's compute or the input pipeline evicted).
     __slots__ = ("__weakref__", "_att", "_due", "_enabled", "_first", "_handed", "_head",
                  "_hook_backoff", "_hook_need", "_hook_skip", "_hooked", "_idle", "_live", "_lock", "_pending",
-                 "_record_end", "_seen", "_sem", "_sink", "_sink_ready", "_slow_starts",
-                 "_start_step", "_thread", "_warned", "hook_claims", "observed", "recorder",
+                 "_record_end", "_seen", "_sem", "_sink", "_sink_ready", "_slow_starts", "_span_listener",
+                 "_start_step", "_thread", "_warned", "hook_claims", "observed", "recorder", "span_claims",
                  "unobserved")
 
     def __init__(self, recorder: Any, *, compile_times: bool = True):
@@ -247,23 +253,25 @@ class StepRecorder:
         # the watcher's verdict on the hook: -k after k steps where it was prompter itself
         self._hook_need = 0
         self.hook_claims = 0
+        self.span_claims = 0
+        self._span_listener = self._span_poll_listener()
 
     # ------------------------------------------------------------ hot path
-    def _poll(self) -> None:
+    def _poll(self) -> bool:
         """Record the device end of the step the watcher waits on, if it is ready (training
-        thread): the watcher may be waiting for the GIL while this thread runs Python."""
+        thread): the watcher may be waiting for the GIL while this thread runs Python. True
+        when this call recorded it."""
         item = self._head
         if item is None or item.t is not None:
-            return
+            return False
         p = item.probe
         if p is None:
-            return
+            return False
         try:
             ready = p.is_ready()
         except Exception:  # noqa: BLE001 - deleted (donated): the watcher decides
-            return
-        if ready:
-            self._claim(item)
+            return False
+        return bool(ready) and self._claim(item)
 
     def _claim(self, item: _Item) -> bool:
         """Record ``item``'s device end now (the recorder's clock), unless already recorded;
@@ -581,6 +589,24 @@ class StepRecorder:
                                         daemon=True)
         self._thread.start()
         _WATCHING.add(self)
+        add = getattr(self.recorder, "add_span_start_listener", None)
+        if callable(add):
+            add(self._span_listener)
+
+    def _span_poll_listener(self) -> Callable[[], None]:
+        """The recorder's span-start listener: poll the step the watcher waits on (holds this
+        StepRecorder weakly, and leaves the recorder once it is gone)."""
+        ref = weakref.ref(self)
+        recorder = self.recorder
+
+        def poll_steps_at_span_start() -> None:
+            steps = ref()
+            if steps is None:
+                recorder.remove_span_start_listener(poll_steps_at_span_start)
+            elif steps._live and steps._poll():
+                steps.span_claims += 1
+
+        return poll_steps_at_span_start
 
     def _watch(self) -> None:
         import jax
@@ -704,6 +730,9 @@ class StepRecorder:
             _setprofile(None)
         self._live = False
         self._sink = None
+        remove = getattr(self.recorder, "remove_span_start_listener", None)
+        if callable(remove):
+            remove(self._span_listener)
         self._handover(_STOP)
         self._thread.join(timeout)
         self._thread = None

@@ -18,6 +18,7 @@ from goodput_jax import goodput
 from goodput_jax.integrations.orbax import RecordedCheckpointManager, instrument
 from goodput_jax.measure.calculator import BadputType, GoodputCalculator
 from goodput_jax.measure.stores.sqlite import SQLiteStore
+from tests.runtime._helpers import queued_step
 
 
 class _MLP(nn.Module):
@@ -111,15 +112,7 @@ def test_save_records_the_queued_steps_device_ends_first(tmp_path):
     store = SQLiteStore(str(tmp_path / "q.db"))
     rec = goodput.GoodputRecorder("q", "q", logging_enabled=True, store=store)
 
-    @jax.jit
-    def step_fn(w, x):
-        for _ in range(4):
-            x = jnp.tanh(x @ w)
-        return w * 0.999 + 1e-4 * x, jnp.mean(x)
-
-    w = jnp.full((256, 256), 1.0 / 256)
-    x = jnp.ones((256, 256))
-    jax.block_until_ready(step_fn(w, x))
+    step_fn, w, x = queued_step()
     seen = []
 
     class Manager(ocp.CheckpointManager):  # Orbax's own, noting what was recorded at its save

@@ -380,3 +380,60 @@ def test_synchronous_recorder_writes_each_event_through_the_same_rule(store):
     rec.record_step_device_end_time(0)
     assert rec.written_count == 2
     rec.close()
+
+
+def test_span_start_listeners_run_before_each_span_start_is_stamped(store, caplog):
+    """The seam runtime.StepRecorder polls its steps through: a listener runs on the recording
+    thread before a badput span's start time is taken (so what it records lies before the
+    span), for every span kind and not for job or step starts; one that raises is logged
+    and removed; non-callables are refused; a disabled recorder calls nothing."""
+    t = [100.0]
+    rec = GoodputRecorder("spans", "l", logging_enabled=True, store=store,
+                          clock=lambda: t[0])
+    calls: list[float] = []
+
+    def listener():
+        calls.append(t[0])
+        t[0] += 1.0  # anything the listener stamps comes before the span's start
+
+    rec.add_span_start_listener(listener)
+    rec.add_span_start_listener(listener)  # twice: still called once per span
+    rec.record_job_start_time()
+    rec.record_step_start_time(0)
+    with rec.data_loading():
+        pass
+    with rec.checkpoint_save(0):
+        pass
+    with rec.badput("eval"):
+        pass
+    with rec.training_prep():
+        pass
+    assert calls == [100.0, 101.0, 102.0, 103.0]
+    rec.remove_span_start_listener(listener)
+    rec.remove_span_start_listener(listener)  # not there: a no-op
+    with rec.program_startup():
+        pass
+    assert len(calls) == 4
+    rec.flush()
+    evs, _ = store.read_events("spans")
+    starts = [e.timestamp for e in evs if e.kind is K.DATA_LOADING_START]
+    assert starts == [101.0]  # stamped after the listener ran
+
+    def broken():
+        raise RuntimeError("boom")
+
+    rec.add_span_start_listener(broken)
+    with caplog.at_level(logging.ERROR, logger="goodput_jax.measure.recorder"):
+        with rec.data_loading():  # the span is still recorded
+            pass
+        with rec.data_loading():
+            pass
+    assert sum("span-start listener" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(TypeError, match=r"listener \(3\) must be callable"):
+        rec.add_span_start_listener(3)
+    rec.close()
+    off = GoodputRecorder("spans", "l")
+    off.add_span_start_listener(listener)
+    with off.data_loading():
+        pass
+    assert len(calls) == 4

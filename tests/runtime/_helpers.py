@@ -37,6 +37,25 @@ def run_snippet(tmp_path, *, size: int = 256, load_s: float = 0.0, num_steps: in
     return ns
 
 
+def queued_step(size: int = 256, depth: int = 4):
+    """A compiled jitted step of ``depth`` ``tanh(x @ w)`` layers on ``size`` x ``size``
+    arrays (a few ms on a CPU core), for loops that queue steps ahead of the device: returns
+    ``(step_fn, w, x)``; ``step_fn(w, x) -> (new_w, mean)``."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def step_fn(w, x):
+        for _ in range(depth):
+            x = jnp.tanh(x @ w)
+        return w * 0.999 + 1e-4 * x, jnp.mean(x)
+
+    w = jnp.full((size, size), 1.0 / size)
+    x = jnp.ones((size, size))
+    jax.block_until_ready(step_fn(w, x))
+    return step_fn, w, x
+
+
 def events(ns: dict, kind: str) -> list:
     evs, _ = ns["_store"].read_events("run1")
     return [e for e in evs if e.kind.value == kind]
