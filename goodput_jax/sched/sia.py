@@ -181,9 +181,10 @@ def _repair(choice, gain, use, cap, fixed):
 
 
 def _moves(choice, usage, gain, use, cap, movable, weight):
-    """Every move ``j -> k`` as dense [J, K1] arrays: gain change, feasibility, extra
-    (weighted) GPUs. A configuration uses one type, so a move only adds GPUs on the type
-    of ``k`` (net of what ``j`` frees there) and only frees them elsewhere."""
+    """Every move ``j -> k`` as dense [J, K1] arrays: gain change, gain per extra (weighted)
+    GPU, feasibility, GPUs needed, and each configuration's type. A configuration uses one
+    type, so a move only adds GPUs on the type of ``k`` (net of what ``j`` frees there) and
+    only frees them elsewhere."""
     kg = use.sum(-1)  # [K1] GPUs of each configuration
     kt = jnp.argmax(use, -1)  # [K1] its type (the "none" column: type 0, 0 GPUs)
     cur = jnp.take_along_axis(gain, choice[:, None], 1)[:, 0]
@@ -194,7 +195,18 @@ def _moves(choice, usage, gain, use, cap, movable, weight):
     delta = gain - cur[:, None]
     extra = jnp.maximum(need, 0.0) * weight[kt][None, :]
     ok = feas & (delta > 1e-7) & movable[:, None] & (gain > _NEG / 2)
-    return delta, extra, ok, need, kt
+    per_gpu = jnp.where(extra > 1e-6, delta / jnp.maximum(extra, 1e-6), delta * 1e6)
+    return delta, per_gpu, ok, need, kt
+
+
+def _until_still(body, choice, usage, limit):
+    """Apply ``body((choice, usage, it, moved)) -> same`` while it moves and fewer than
+    ``limit`` rounds ran (a ``lax.while_loop``); the final choice."""
+    def cond(state):
+        _, _, it, moved = state
+        return moved & (it < limit)
+
+    return jax.lax.while_loop(cond, body, (choice, usage, 0, jnp.array(True)))[0]
 
 
 def _fill(choice, gain, use, cap, movable, weight, mode, max_moves):
@@ -202,14 +214,9 @@ def _fill(choice, gain, use, cap, movable, weight, mode, max_moves):
 
     mode 0 ranks moves by gain per extra (weighted) GPU, mode 1 by gain.
     """
-    def cond(state):
-        _, _, it, moved = state
-        return moved & (it < max_moves)
-
     def body(state):
         choice, usage, it, _ = state
-        delta, extra, ok, _, _ = _moves(choice, usage, gain, use, cap, movable, weight)
-        ratio = jnp.where(extra > 1e-6, delta / jnp.maximum(extra, 1e-6), delta * 1e6)
+        delta, ratio, ok, _, _ = _moves(choice, usage, gain, use, cap, movable, weight)
         score = jnp.where(mode == 0, ratio, delta)
         score = jnp.where(ok, score, -jnp.inf)
         flat = jnp.argmax(score)
@@ -219,9 +226,7 @@ def _fill(choice, gain, use, cap, movable, weight, mode, max_moves):
         new_usage = jnp.where(moved, usage - use[choice[j]] + use[k], usage)
         return new_choice, new_usage, it + 1, moved
 
-    usage = _usage(choice, use)
-    choice, usage, _, _ = jax.lax.while_loop(cond, body, (choice, usage, 0, jnp.array(True)))
-    return choice
+    return _until_still(body, choice, _usage(choice, use), max_moves)
 
 
 def _pair_search(choice, gain, use, cap, movable, max_rounds):
@@ -230,10 +235,6 @@ def _pair_search(choice, gain, use, cap, movable, max_rounds):
     Dense over ``[J, K1, J, K1]``: only used on small problems."""
     J, K1 = gain.shape
     ok_cell = (gain > _NEG / 2) & movable[:, None]
-
-    def cond(state):
-        _, _, it, moved = state
-        return moved & (it < max_rounds)
 
     def body(state):
         choice, usage, it, _ = state
@@ -259,9 +260,7 @@ def _pair_search(choice, gain, use, cap, movable, max_rounds):
         new = jnp.where(moved, new, choice)
         return new, _usage(new, use), it + 1, moved
 
-    usage = _usage(choice, use)
-    choice, _, _, _ = jax.lax.while_loop(cond, body, (choice, usage, 0, jnp.array(True)))
-    return choice
+    return _until_still(body, choice, _usage(choice, use), max_rounds)
 
 
 def _parallel_fill(choice, gain, use, cap, movable, weight, max_rounds):
@@ -270,14 +269,9 @@ def _parallel_fill(choice, gain, use, cap, movable, weight, max_rounds):
     best one always). Few rounds instead of one round per move on large problems."""
     J, _K1 = gain.shape
 
-    def cond(state):
-        _, _, it, moved = state
-        return moved & (it < max_rounds)
-
     def body(state):
         choice, usage, it, _ = state
-        delta, extra, ok, need, kt = _moves(choice, usage, gain, use, cap, movable, weight)
-        ratio = jnp.where(extra > 1e-6, delta / jnp.maximum(extra, 1e-6), delta * 1e6)
+        _, ratio, ok, need, kt = _moves(choice, usage, gain, use, cap, movable, weight)
         score = jnp.where(ok, ratio, -jnp.inf)
         best_k = jnp.argmax(score, -1)  # [J]
         best_s = jnp.take_along_axis(score, best_k[:, None], 1)[:, 0]
@@ -294,9 +288,7 @@ def _parallel_fill(choice, gain, use, cap, movable, weight, max_rounds):
         moved = jnp.any(take)
         return new_choice, _usage(new_choice, use), it + 1, moved
 
-    usage = _usage(choice, use)
-    choice, _, _, _ = jax.lax.while_loop(cond, body, (choice, usage, 0, jnp.array(True)))
-    return choice
+    return _until_still(body, choice, _usage(choice, use), max_rounds)
 
 
 def _total(choice, gain):

@@ -527,7 +527,7 @@ class Engine:
             # the last `take` seconds of the `where` slices become the compile's
             order = list(reversed(self.pend_segs)) if where == PRODUCTIVE \
                 else range(len(self.segs) - 1, -1, -1)
-            query.recategorise_tail(self.segs, order, take, where, BUCKET_NAMES[bucket])
+            query.recategorise(self.segs, order, take, where, BUCKET_NAMES[bucket])
 
     # ------------------------------------------------------------ columnar path
     def feed_columns(self, cols: dict, fast: bool = True) -> None:

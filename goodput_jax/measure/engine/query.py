@@ -105,20 +105,7 @@ def timeline(eng: Engine, now: float) -> dict:
     for g, x in enumerate(inferred_startup(eng)):
         if x <= 0:
             continue
-        for i in eng.seg_first_segs[g]:
-            s = segs[i]
-            if s[2] != PRODUCTIVE:
-                continue
-            d = s[1] - s[0]
-            if d <= x:
-                s[2] = _STARTUP
-                x -= d
-            else:
-                extra.append([s[0], s[0] + x, _STARTUP, s[3], s[4], s[5]])
-                s[0] += x
-                x = 0.0
-            if x <= 0:
-                break
+        recategorise(segs, eng.seg_first_segs[g], x, PRODUCTIVE, _STARTUP, head=True)
     if eng.cur is not None and not eng.ended:
         for i in set(eng.pend_segs):
             if segs[i][2] == PRODUCTIVE:
@@ -135,16 +122,19 @@ def timeline(eng: Engine, now: float) -> dict:
     for x, where, cat in ((min(eng.flat_save, productive), PRODUCTIVE, BUCKET_NAMES[B_SAVE]),
                           (min(eng.flat_restore, other), _OTHER, BUCKET_NAMES[B_RESTORE])):
         segs.sort(key=lambda s: (s[3], s[0]))
-        recategorise_tail(segs, range(len(segs) - 1, -1, -1), x, where, cat)
+        recategorise(segs, range(len(segs) - 1, -1, -1), x, where, cat)
     segs.sort(key=lambda s: (s[3], s[0]))
     return {"segments": segs, "restarts": list(eng.restarts),
             "crashes": list(eng.crashes), "run_ids": list(eng.run_ids)}
 
 
-def recategorise_tail(segs: list, order: Iterable[int], x: float, where: str, cat: str) -> None:
-    """Give the last ``x`` seconds of the ``where`` slices among ``segs[i]`` (``i`` in
-    ``order``, latest first) to ``cat``, splitting one slice if needed. The split-off
-    part is appended, not inserted, so stored indices stay valid (``timeline()`` sorts)."""
+def recategorise(segs: list, order: Iterable[int], x: float, where: str, cat: str, *,
+                 head: bool = False) -> None:
+    """Give ``x`` seconds of the ``where`` slices among ``segs[i]`` (``i`` in ``order``) to
+    ``cat``, splitting one slice if needed: the last seconds of each slice, the latest slice
+    first (``order`` latest first), or with ``head`` the first seconds, earliest first. The
+    split-off part is appended, not inserted, so stored indices stay valid (``timeline()``
+    sorts)."""
     for i in order:
         if x <= 0:
             return
@@ -155,8 +145,8 @@ def recategorise_tail(segs: list, order: Iterable[int], x: float, where: str, ca
         if d <= x:
             s[2] = cat
             x -= d
-        else:
-            cut = s[1] - x
-            segs.append([cut, s[1], cat, s[3], s[4], s[5]])
-            s[1] = cut
-            x = 0.0
+            continue
+        cut = s[0] + x if head else s[1] - x
+        segs.append([s[0], cut, cat, s[3], s[4], s[5]] if head else [cut, s[1], cat, s[3], s[4], s[5]])
+        s[0 if head else 1] = cut
+        x = 0.0
