@@ -5,8 +5,8 @@ This module re-exports ``goodput_jax.compat.utils`` (and Google's enums and
 
 Example:
     >>> from goodput_jax import goodput_utils
-    >>> goodput_utils.compute_ideal_step_time([1.0, 1.2, 1.1, 30.0])
-    1.1
+    >>> goodput_utils.compute_ideal_step_time([1.0, 1.5, 1.25, 30.0])
+    1.25
 """
 
 from __future__ import annotations

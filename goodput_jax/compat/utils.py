@@ -3,8 +3,8 @@
 Re-exported (with Google's enums and ``GCPOptions``) by ``goodput_jax.goodput_utils``.
 
 Example:
-    >>> compute_ideal_step_time([1.0, 1.2, 1.1, 30.0])
-    1.1
+    >>> compute_ideal_step_time([1.0, 1.5, 1.25, 30.0])
+    1.25
 """
 
 from __future__ import annotations
