@@ -87,18 +87,32 @@ class _Marker:
         self.done = threading.Event()
 
 
+_NO_PROBE = object()
+
+
 class _Item:
     """One tracked step: its outputs, a cheap probe leaf, when it was seen ready, and whether
     the training thread's readiness hook watched it (1) or recorded it (2)."""
 
     __slots__ = ("hook", "outputs", "probe", "step", "t")
 
-    def __init__(self, step: int, outputs: Any):
+    def __init__(self, step: int, outputs: Any, probe: Any = _NO_PROBE):
         self.step = step
         self.outputs = outputs
-        self.probe = _probe(outputs)
+        self.probe = _probe(outputs) if probe is _NO_PROBE else probe
         self.t: float | None = None  # claimed: 1.0 recorded, -1.0 unobservable
         self.hook = 0
+
+
+def _ready(probe: Any) -> bool:
+    """Whether ``probe`` (an ``_Item``'s probe leaf) is ready; False for no probe or a
+    deleted (donated) array: the watcher decides those."""
+    if probe is None:
+        return False
+    try:
+        return bool(probe.is_ready())
+    except Exception:  # noqa: BLE001 - deleted (donated)
+        return False
 
 
 def _wait_ready(outputs: Any, leaves_of: Callable, is_array: type) -> bool:
@@ -159,14 +173,17 @@ class StepRecorder:
       of the outputs, e.g. the loss: one program's outputs are ready together;
       every live array when there is no such leaf), prompt while the training
       thread waits (loading, blocking, a full dispatch queue);
-    * or the training thread's poll of the step the watcher waits on: at each
-      badput span's start on the recorder (``with rec.data_loading():``, a
-      checkpoint save, a custom span; through the recorder's public
-      ``add_span_start_listener``), so a step that was ready when the loop
+    * or the training thread's poll: at each badput span's start on the
+      recorder (``with rec.data_loading():``, a checkpoint save, a custom span;
+      through the recorder's public ``add_span_start_listener``) it records
+      every step not yet recorded that is ready (the one the watcher waits on,
+      and those the watcher has not taken up yet: a watcher thread the OS has
+      not run, on a loaded machine), so a step that was ready when the loop
       began loading the next batch ends before that span, whoever holds the
-      GIL; and at a ``start`` once that step is overdue (waited on for more
-      than 1.5x the median of the last 15 waits: a loop that runs Python while
-      the watcher waits for the GIL, and no readiness query on the usual step).
+      GIL or a CPU; and at a ``start``, the step the watcher waits on, once it
+      is overdue (waited on for more than 1.5x the median of the last 15
+      waits: a loop that runs Python while the watcher waits for the GIL, and
+      no readiness query on the usual step).
 
     The first tracked step is waited for at the second ``start`` (once, usually
     hidden behind loading the next batch), so the store shows device ends before
@@ -277,15 +294,69 @@ class StepRecorder:
         """Record ``item``'s device end now (the recorder's clock), unless already recorded;
         True when this call recorded it."""
         with self._lock:
-            if item.t is not None:
-                return False
-            item.t = _time()
-            try:
-                self._record_end(item.step)
-                self.observed += 1
-            except Exception:
-                logger.exception("goodput StepRecorder: recording step %r failed", item.step)
-            return True
+            return self._claim_locked(item)
+
+    def _claim_locked(self, item: _Item, hooked: _Item | None = None) -> bool:
+        if item.t is not None:
+            return False
+        item.t = _time()
+        if item is hooked:
+            item.hook = 2
+        try:
+            self._record_end(item.step)
+            self.observed += 1
+        except Exception:
+            logger.exception("goodput StepRecorder: recording step %r failed", item.step)
+        return True
+
+    def _span_poll(self) -> int:
+        """Record the device end of every step not yet recorded that is ready (runs on the
+        thread that starts a badput span: the recorder's span-start listener); returns how
+        many it recorded. This thread's readiness hook is suspended meanwhile: it would fire
+        on a function return inside the claim, which holds the (non-reentrant) lock."""
+        hook = self._hooked
+        mine = hook is not None and _getprofile() is hook
+        if mine:
+            _setprofile(None)
+        try:
+            return self._claim_ready()
+        finally:
+            if mine and self._hooked is hook:
+                _setprofile(hook)
+
+    def _claim_ready(self, hooked: _Item | None = None) -> int:
+        """Record the device end of each step not yet recorded that is ready, oldest first:
+        the one the watcher waits on, then those still in the handover deque (a watcher
+        thread the OS has not run yet, on a loaded machine, has not taken them up); stops at
+        the first that is not ready (a device runs its steps in order). A waiting step that
+        is recorded is turned into an ``_Item`` in place, so the watcher sees it recorded;
+        ``hooked`` (the readiness hook's step), if recorded here, is marked as the hook's.
+        Returns how many it recorded. Never on a thread whose profile function is the hook."""
+        n = 0
+        with self._lock:
+            head = self._head
+            if head is not None and head.t is None:
+                if not _ready(head.probe):
+                    return 0
+                n += self._claim_locked(head, hooked)
+            pending = self._pending
+            for i in range(len(pending)):  # only the watcher pops, under this lock
+                x = pending[i]
+                kind = type(x)
+                if kind is tuple:
+                    probe = _probe(x[1])
+                    if not _ready(probe):
+                        break
+                    pending[i] = x = _Item(x[0], x[1], probe)
+                elif kind is _Item:
+                    if x.t is not None:
+                        continue
+                    if not _ready(x.probe):
+                        break
+                else:  # a finish() marker, or the stop
+                    continue
+                n += self._claim_locked(x, hooked)
+        return n
 
     def _wait_first(self) -> None:
         """The first tracked step is waited for when the second starts: from then on the
@@ -527,9 +598,13 @@ class StepRecorder:
                 except Exception:  # noqa: BLE001 - donated or dropped: the watcher decides
                     ready = None
                 if ready:
-                    if claim(item):
+                    # the earlier steps the watcher has not recorded yet are done too: record
+                    # them first, in order (profiling is off inside this function)
+                    claimed = rec._claim_ready(item)
+                    if item.t is None and claim(item):  # the earlier ones are not ready
                         item.hook = 2
-                        rec.hook_claims += 1
+                        claimed += 1
+                    rec.hook_claims += claimed
                     ok = True
                 elif ready is None:
                     ok = True
@@ -594,8 +669,8 @@ class StepRecorder:
             add(self._span_listener)
 
     def _span_poll_listener(self) -> Callable[[], None]:
-        """The recorder's span-start listener: poll the step the watcher waits on (holds this
-        StepRecorder weakly, and leaves the recorder once it is gone)."""
+        """The recorder's span-start listener: :meth:`_span_poll` (holds this StepRecorder
+        weakly, and leaves the recorder once it is gone)."""
         ref = weakref.ref(self)
         recorder = self.recorder
 
@@ -603,8 +678,8 @@ class StepRecorder:
             steps = ref()
             if steps is None:
                 recorder.remove_span_start_listener(poll_steps_at_span_start)
-            elif steps._live and steps._poll():
-                steps.span_claims += 1
+            elif steps._live:
+                steps.span_claims += steps._span_poll()
 
         return poll_steps_at_span_start
 
@@ -617,36 +692,37 @@ class StepRecorder:
         is_array = jax.Array
         leaves_of = jax.tree_util.tree_leaves
         waits: collections.deque = collections.deque(maxlen=_WAITS_KEPT)
+        lock = self._lock
         while True:
-            try:
-                item = popleft()
-            except IndexError:
+            # under the lock: the span poll turns waiting steps into items in place, and a
+            # step is always in the deque or the head, where the span poll looks for it
+            with lock:
+                item = popleft() if pending else None
+                if type(item) is tuple:
+                    item = _Item(*item)
+                if type(item) is _Item:
+                    self._seen += 1
+                    if item.t is None:
+                        self._head = item
+            if item is None:
                 self._idle = True
                 if pending:  # handed over between the pop and the flag: no wake-up was sent
                     self._idle = False
                     continue
                 wait_for_work()  # a stale wake-up only costs one more turn
                 continue
-            if type(item) is tuple:
-                item = _Item(*item)
-                self._seen += 1
-            elif type(item) is _Item:
-                self._seen += 1
-            elif item is _STOP:
+            if type(item) is not _Item:
                 self._head = None
                 self._due = _INF
-                return
-            elif isinstance(item, _Marker):
-                self._head = None
-                self._due = _INF
-                item.done.set()
+                if item is _STOP:
+                    return
+                item.done.set()  # a finish() marker
                 continue
             if item.t is None:
                 t0 = _time()
                 # start() polls this step only once it is overdue: later than the usual wait
                 # (a readiness query costs ~10 us on a training thread that waits on data)
                 self._due = t0 + _OVERDUE * sorted(waits)[len(waits) // 2] if waits else 0.0
-                self._head = item
                 if self._wait(item, leaves_of, is_array):  # a wait the watcher saw end
                     waits.append(item.t - t0)
                 self._due = _INF  # recorded: nothing for ``start`` to poll

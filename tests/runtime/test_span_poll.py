@@ -1,0 +1,187 @@
+"""The span-start poll of a StepRecorder, with outputs whose readiness the test sets.
+
+A ``Gate`` stands in for a step's output array: ``is_ready()`` once the test marks it
+ready; ``block_until_ready()`` (the watcher's wait) also waits until the test lets the
+watcher go, so a watcher thread that lags behind the device (one the OS has not run on a
+loaded machine, CI's failure of ``test_a_step_ready_when_loading_starts_ends_before_the_load``)
+is made exactly, not hoped for.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import sys
+import threading
+import time
+
+import pytest
+
+from goodput_jax import goodput, runtime
+from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+#: how long the loop may take before the test calls it a deadlock (it takes milliseconds)
+DEADLOCK_S = 30.0
+
+
+class Gate:
+    """A step output: ready once ``ready`` is set; the watcher's wait also needs ``release``."""
+
+    def __init__(self, ready: bool = False, release: bool = False):
+        self.ready, self.release, self.waited = threading.Event(), threading.Event(), threading.Event()
+        if ready:
+            self.ready.set()
+        if release:
+            self.release.set()
+
+    def is_ready(self) -> bool:
+        return self.ready.is_set()
+
+    def block_until_ready(self) -> Gate:
+        self.waited.set()
+        self.release.wait()
+        self.ready.wait()
+        return self
+
+
+def _run(tmp_path, body, *, clock=None):
+    """Run ``body(rec, steps)`` on a fresh thread (its own profile state, as a training
+    thread has); returns the recorded events, or fails if the thread never finishes."""
+    store = SQLiteStore(str(tmp_path / "gates.db"))
+    kw = {} if clock is None else {"clock": clock}
+    rec = goodput.GoodputRecorder("gates", "gates", logging_enabled=True, store=store, **kw)
+    rec.record_job_start_time()
+    steps = runtime.StepRecorder(rec, compile_times=False)
+    out: dict = {}
+
+    def target():
+        try:
+            out["result"] = body(rec, steps)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            out["error"] = e
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    th.join(DEADLOCK_S)
+    if th.is_alive():
+        faulthandler.dump_traceback(all_threads=True)
+    assert not th.is_alive(), f"the loop did not finish in {DEADLOCK_S}s: deadlocked"
+    if "error" in out:
+        raise out["error"]
+    steps.close()
+    rec.record_job_end_time()
+    rec.close()
+    evs, _ = store.read_events("gates")
+    store.close()
+    return out["result"], evs, steps
+
+
+def _ends_and_load(evs):
+    ends = {e.step: e.timestamp for e in evs if e.kind.value == "step_device_end"}
+    (load,) = [e.timestamp for e in evs if e.kind.value == "data_loading_start"]
+    return ends, load
+
+
+def _queue(steps, gates):
+    """Steps 0.. of ``gates``: start, track, and wait until the watcher waits on gate 1."""
+    for i, g in enumerate(gates):
+        steps.start(i)
+        steps.track(i, g)
+        if i == 1:
+            assert g.waited.wait(DEADLOCK_S), "the watcher never took up step 1"
+
+
+def _noop_profiler(frame, event, arg):
+    return None
+
+
+@pytest.mark.parametrize("profiler", [True, False], ids=["profiler", "hook"])
+def test_ready_steps_the_watcher_has_not_taken_up_end_before_the_load(tmp_path, profiler):
+    """Steps 1-3 are ready when the load starts, but the watcher still waits on step 1 (the OS
+    has not run it): all three device ends lie before the load. Under a profiler (no
+    readiness hook) the span poll records them; otherwise step 3's hook does, oldest first,
+    as soon as step 3 is seen ready. Before, both looked at one step only (the span poll at
+    the step the watcher waits on, the hook at its own), and step 2 ended when the watcher
+    got to it."""
+    gates = [Gate(ready=True, release=True), Gate(), Gate(), Gate()]
+
+    def body(rec, steps):
+        if profiler:
+            sys.setprofile(_noop_profiler)
+        try:
+            _queue(steps, gates)
+            before = steps.hook_claims
+            for g in gates[1:]:
+                g.ready.set()  # the device finished them; the watcher is still held
+            with rec.data_loading():
+                claims = (steps.span_claims, steps.hook_claims - before)
+        finally:
+            sys.setprofile(None)
+        for g in gates:
+            g.release.set()
+        return claims
+
+    (span, hook), evs, steps = _run(tmp_path, body)
+    ends, load = _ends_and_load(evs)
+    assert sorted(ends) == [0, 1, 2, 3]
+    assert [s for s in (1, 2, 3) if ends[s] > load] == [], (ends, load)
+    assert ends[1] <= ends[2] <= ends[3], ends
+    assert (span, hook) == ((3, 0) if profiler else (0, 3)), (span, hook)
+    assert steps.observed == 4 and steps.unobserved == 0
+
+
+def test_span_start_stops_at_the_first_step_not_ready(tmp_path):
+    """A step still running ends when the device finishes it, not at the span start, and
+    neither does a later one (the device runs them in order)."""
+    gates = [Gate(ready=True, release=True), Gate(), Gate(), Gate()]
+
+    def body(rec, steps):
+        _queue(steps, gates)
+        gates[1].ready.set()
+        with rec.data_loading():
+            pass
+        time.sleep(0.05)
+        for g in gates[2:]:
+            g.ready.set()
+        for g in gates:
+            g.release.set()
+        return steps.finish(DEADLOCK_S)
+
+    done, evs, steps = _run(tmp_path, body)
+    ends, load = _ends_and_load(evs)
+    assert done and sorted(ends) == [0, 1, 2, 3]
+    assert ends[1] <= load < ends[2] <= ends[3], (ends, load)
+    assert steps.span_claims == 1
+
+
+def test_span_poll_with_the_readiness_hook_installed_does_not_deadlock(tmp_path):
+    """The readiness hook (a profile function on the training thread) fires on every function
+    return, including those inside the span poll's claim, which holds the StepRecorder's
+    lock: a step that became ready meanwhile was claimed again there, and the thread waited
+    on its own lock (``goodput-jax demo`` hung 2 runs in 12). Here the device finishes step 3
+    while the span poll records step 1 (the recorder's clock marks it ready), with step 3's
+    hook installed."""
+    gates = [Gate(ready=True, release=True), Gate(), Gate(), Gate()]
+    armed = threading.Event()
+
+    def clock():
+        if armed.is_set():
+            gates[3].ready.set()
+        return time.time()
+
+    def body(rec, steps):
+        _queue(steps, gates)
+        assert sys.getprofile() is not None, "step 3's readiness hook is not installed"
+        gates[1].ready.set()
+        gates[2].ready.set()
+        armed.set()
+        with rec.data_loading():
+            pass
+        for g in gates:
+            g.release.set()
+        return steps.finish(DEADLOCK_S)
+
+    done, evs, steps = _run(tmp_path, body, clock=clock)
+    ends, load = _ends_and_load(evs)
+    assert done and sorted(ends) == [0, 1, 2, 3]
+    assert [s for s in (1, 2, 3) if ends[s] > load] == [], (ends, load)
+    assert steps.span_claims == 3, steps.span_claims  # the hook was off during the poll
