@@ -144,8 +144,16 @@ def _render_object(qual: str, obj) -> list[str]:
         lines.append(_fence(_doc(obj)))
     else:
         lines.append(f"### `{qual}`\n")
-        lines.append(f"Value: `{_ADDR.sub('', repr(obj))[:200]}`\n")
+        lines.append(f"Value: `{_ADDR.sub('', _value_repr(obj))[:200]}`\n")
     return lines
+
+
+def _value_repr(obj: object) -> str:
+    """repr(), with a set's elements sorted (a set's order follows the hash seed)."""
+    if isinstance(obj, (set, frozenset)):
+        inner = ", ".join(sorted(map(repr, obj)))
+        return f"{type(obj).__name__}({{{inner}}})" if obj else f"{type(obj).__name__}()"
+    return repr(obj)
 
 
 def generate() -> str:
