@@ -253,10 +253,13 @@ def test_python_heavy_loader_synced_every_step(tmp_path, burner):
 def test_a_step_ready_when_loading_starts_ends_before_the_load(tmp_path):
     """Under a profiler (the readiness hook leaves the thread alone), a Python-heavy loader
     and ``float(loss)`` every step: each step's device end still lies before the next load,
-    because the StepRecorder polls its step at the loading span's start (the recorder's
-    span-start listener). Before, the watcher thread, woken with the training thread at the
-    device's end, recorded about half of them once the loader let go of the GIL (up to a
-    switch interval, 5 ms, into the load). The order checks hold whatever the load."""
+    because the StepRecorder records its ready steps at the loading span's start (the
+    recorder's span-start listener). Before, the watcher thread, woken with the training
+    thread at the device's end, recorded 28-31 % of them late, once the loader let go of
+    the GIL (up to a switch interval, 5 ms, into the load); with a poll of the watcher's
+    own step only, 7-8 % (more on CI) were still late: those the watcher had not taken up
+    (580 steps each, quiet and beside a CPU burner). The order checks hold whatever the
+    load."""
     import sys
 
     def check(d):
@@ -289,9 +292,10 @@ def test_a_step_ready_when_loading_starts_ends_before_the_load(tmp_path):
         assert profiled and steps.hook_claims == 0  # the user's profiler was left in place
         assert sorted(ends) == list(range(n))
         late = [i for i in range(n - 1) if ends[i] > dl[i + 1]]
-        # a step the watcher had not yet taken up when the load began is the watcher's (a
-        # stalled watcher thread on a loaded machine): allow one in ten
-        assert len(late) <= (n - 1) // 10, (late, steps.span_claims)
+        # the span poll also records the steps the watcher has not taken up yet (a stalled
+        # watcher thread on a loaded machine: CI saw 3-7 of 29 late before): 0 of 1160 late
+        # in 40 runs, quiet and beside a CPU burner; one is allowed
+        assert len(late) <= 1, (late, steps.span_claims)
         assert steps.span_claims >= 1, steps.span_claims
 
     _attempts(check, tmp_path)
