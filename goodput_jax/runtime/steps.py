@@ -334,13 +334,22 @@ class StepRecorder:
         Returns how many it recorded. Never on a thread whose profile function is the hook."""
         n = 0
         with self._lock:
+            pending = self._pending
+            # The claims go oldest first, so the recorded steps in the deque are its front:
+            # find the first unrecorded one from the back (a watcher that lags by thousands
+            # of steps costs no scan of them). Only the watcher pops, under this lock.
+            first = len(pending)
+            while first:
+                x = pending[first - 1]
+                if type(x) is _Item and x.t is not None:
+                    break
+                first -= 1
             head = self._head
-            if head is not None and head.t is None:
+            if not first and head is not None and head.t is None:
                 if not _ready(head.probe):
                     return 0
                 n += self._claim_locked(head, hooked)
-            pending = self._pending
-            for i in range(len(pending)):  # only the watcher pops, under this lock
+            for i in range(first, len(pending)):
                 x = pending[i]
                 kind = type(x)
                 if kind is tuple:
