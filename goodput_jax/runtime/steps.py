@@ -87,19 +87,16 @@ class _Marker:
         self.done = threading.Event()
 
 
-_NO_PROBE = object()
-
-
 class _Item:
     """One tracked step: its outputs, a cheap probe leaf, when it was seen ready, and whether
     the training thread's readiness hook watched it (1) or recorded it (2)."""
 
     __slots__ = ("hook", "outputs", "probe", "step", "t")
 
-    def __init__(self, step: int, outputs: Any, probe: Any = _NO_PROBE):
+    def __init__(self, step: int, outputs: Any):
         self.step = step
         self.outputs = outputs
-        self.probe = _probe(outputs) if probe is _NO_PROBE else probe
+        self.probe = _probe(outputs)
         self.t: float | None = None  # claimed: 1.0 recorded, -1.0 unobservable
         self.hook = 0
 
@@ -225,7 +222,7 @@ class StepRecorder:
     # Slots: the per-step path reads its fields from the object itself (fewer cache lines
     # on a training thread whose caches the device's compute or the input pipeline evicted).
     __slots__ = ("__weakref__", "_att", "_due", "_enabled", "_first", "_handed", "_head",
-                 "_hook_backoff", "_hook_need", "_hook_skip", "_hooked", "_idle", "_live", "_lock", "_pending",
+                 "_hook_backoff", "_hook_need", "_hook_skip", "_hooked", "_idle", "_live", "_lock", "_next", "_pending",
                  "_record_end", "_seen", "_sem", "_sink", "_sink_ready", "_slow_starts", "_span_listener",
                  "_start_step", "_thread", "_warned", "hook_claims", "observed", "recorder", "span_claims",
                  "unobserved")
@@ -243,6 +240,9 @@ class StepRecorder:
         self._idle = True
         self._live = False  # the watcher runs and the first step was handed over
         self._head: _Item | None = None  # the step the watcher is waiting on
+        #: the oldest step not recorded when _claim_ready last looked (the watcher had not
+        #: taken it up), so the next call asks it first, without the lock
+        self._next: _Item | None = None
         # time.time() after which ``start`` polls the head (the watcher sets it; inf while
         # it has no unrecorded head)
         self._due = _INF
@@ -314,6 +314,21 @@ class StepRecorder:
         thread that starts a badput span: the recorder's span-start listener); returns how
         many it recorded. This thread's readiness hook is suspended meanwhile: it would fire
         on a function return inside the claim, which holds the (non-reentrant) lock."""
+        head = self._head  # the oldest step handed over: none later is ready before it
+        if head is not None and head.t is None and not _ready(head.probe):
+            return 0  # the usual case while the device runs: no lock
+        nxt = self._next  # the oldest step not recorded at the last call
+        if nxt is not None and nxt.t is None and not _ready(nxt.probe):
+            return 0  # the head was recorded, the watcher has not taken up the next yet
+        pending = self._pending
+        try:
+            last = pending[-1]  # the newest step handed over
+        except IndexError:  # none waits for the watcher
+            if head is None or head.t is not None:
+                return 0
+        else:
+            if type(last) is _Item and last.t is not None:
+                return 0  # recorded, and every older one before it
         hook = self._hooked
         mine = hook is not None and _getprofile() is hook
         if mine:
@@ -352,18 +367,13 @@ class StepRecorder:
             for i in range(first, len(pending)):
                 x = pending[i]
                 kind = type(x)
-                if kind is tuple:
-                    probe = _probe(x[1])
-                    if not _ready(probe):
-                        break
-                    pending[i] = x = _Item(x[0], x[1], probe)
-                elif kind is _Item:
-                    if x.t is not None:
-                        continue
-                    if not _ready(x.probe):
-                        break
-                else:  # a finish() marker, or the stop
+                if kind is tuple:  # an item from now on: its probe is found once
+                    pending[i] = x = _Item(*x)
+                elif kind is not _Item or x.t is not None:  # a marker, the stop, recorded
                     continue
+                if not _ready(x.probe):
+                    self._next = x
+                    break
                 n += self._claim_locked(x, hooked)
         return n
 
