@@ -281,14 +281,7 @@ class StepRecorder:
         item = self._head
         if item is None or item.t is not None:
             return False
-        p = item.probe
-        if p is None:
-            return False
-        try:
-            ready = p.is_ready()
-        except Exception:  # noqa: BLE001 - deleted (donated): the watcher decides
-            return False
-        return bool(ready) and self._claim(item)
+        return _ready(item.probe) and self._claim(item)
 
     def _claim(self, item: _Item) -> bool:
         """Record ``item``'s device end now (the recorder's clock), unless already recorded;
@@ -320,13 +313,11 @@ class StepRecorder:
         nxt = self._next  # the oldest step not recorded at the last call
         if nxt is not None and nxt.t is None and not _ready(nxt.probe):
             return 0  # the head was recorded, the watcher has not taken up the next yet
-        pending = self._pending
-        try:
-            last = pending[-1]  # the newest step handed over
-        except IndexError:  # none waits for the watcher
-            if head is None or head.t is not None:
+        if head is None or head.t is not None:
+            try:
+                last = self._pending[-1]  # the newest step handed over
+            except IndexError:  # none waits for the watcher
                 return 0
-        else:
             if type(last) is _Item and last.t is not None:
                 return 0  # recorded, and every older one before it
         hook = self._hooked
