@@ -1,4 +1,5 @@
-"""The span-start poll of a StepRecorder, with outputs whose readiness the test sets.
+"""The span-start poll and the readiness hook of a StepRecorder, with outputs whose
+readiness the test sets.
 
 A ``Gate`` stands in for a step's output array: ``is_ready()`` once the test marks it
 ready; ``block_until_ready()`` (the watcher's wait) also waits until the test lets the
@@ -185,3 +186,39 @@ def test_span_poll_with_the_readiness_hook_installed_does_not_deadlock(tmp_path)
     assert done and sorted(ends) == [0, 1, 2, 3]
     assert [s for s in (1, 2, 3) if ends[s] > load] == [], (ends, load)
     assert steps.span_claims == 3, steps.span_claims  # the hook was off during the poll
+
+
+def test_readiness_hook_backs_off_exactly_while_the_host_runs_ahead(tmp_path):
+    """A hook still installed when the next step starts means the host runs ahead of the
+    device: the hook then skips 1, 2, 4, ... steps. A step seen ready at its hook's first
+    function return tries again at the next step. With gates, which steps are ready is the
+    test's choice, not the machine's load (the version of this check on real arrays allowed
+    one unplanned ready step, and CI's stalled machine saw a second: 9 installs, not 8)."""
+
+    def body(rec, steps):
+        hooked, claims = [], []
+        for i in range(5):  # ready at once: each hook records its step and removes itself
+            steps.start(i)
+            steps.track(i, Gate(ready=True, release=True))
+            hooked.append(steps._hooked is not None)
+            claims.append(steps.hook_claims)
+        assert sys.getprofile() is None
+        # the watcher has judged those 5 (its verdicts may reset the back-off, so they come
+        # before the run-ahead part, as on a real loop's first steps)
+        assert steps.finish(DEADLOCK_S)
+        late = [Gate() for _ in range(40)]
+        for i, g in enumerate(late, start=5):  # never ready while the loop runs ahead
+            steps.start(i)
+            steps.track(i, g)
+            hooked.append(steps._hooked is not None)
+        for g in late:
+            g.ready.set()
+            g.release.set()
+        return hooked, claims, steps.finish(DEADLOCK_S)
+
+    (hooked, claims, done), evs, steps = _run(tmp_path, body)
+    assert done and claims == [1, 2, 3, 4, 5], claims
+    assert hooked[:5] == [False] * 5  # removed at the return from track()
+    assert [i for i in range(5, 45) if hooked[i]] == [5, 7, 10, 15, 24, 41]
+    ends = {e.step for e in evs if e.kind.value == "step_device_end"}
+    assert ends == set(range(45))

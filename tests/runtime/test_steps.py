@@ -303,8 +303,8 @@ def test_a_step_ready_when_loading_starts_ends_before_the_load(tmp_path):
 
 def test_readiness_hook_backs_off_and_leaves_profilers_alone(tmp_path):
     """The training thread's readiness hook removes itself once its step is seen ready; a loop
-    that runs ahead of the device tries it in fewer and fewer steps (1, 2, 4, ... skipped);
-    a profile function the user set is left in place; close() removes a pending hook."""
+    that runs ahead of the device tries it in fewer steps (1, 2, 4, ... skipped); a profile
+    function the user set is left in place; close() removes a pending hook."""
     store = SQLiteStore(str(tmp_path / "h.db"))
     rec = goodput.GoodputRecorder("h", "h", logging_enabled=True, store=store)
     warm = run_snippet(tmp_path, size=SIZE, load_s=0.0, num_steps=2, name="warm")
@@ -323,9 +323,11 @@ def test_readiness_hook_backs_off_and_leaves_profilers_alone(tmp_path):
             state, m = step_fn(i, state, x)
             installs += steps._hooked is not None
         jax.block_until_ready(state)
-        # tries at most at steps 5, 7, 10, 15, 24, 41 (and one more if a step happened to be
-        # ready at the next start on a stalled machine)
-        assert installs <= 8, installs
+        # Tries at steps 5, 7, 10, 15, 24, 41 when no step is ready at its hook; a step that
+        # is (the training thread stalled while the device ran: load decides how often, and
+        # CI once saw 9 installs) tries again at the next one. The exact sequence is checked
+        # with gates in test_span_poll.py; here, on real arrays, that the hook backs off.
+        assert installs < 40, installs
         seen: list = []
 
         def user_profiler(frame, event, arg):
