@@ -234,7 +234,9 @@ def bench_restart(work: str, moves: int, labels: list) -> list:
     for m in range(moves):
         while steps_in(attempt) < 20 and time.monotonic() < deadline:
             time.sleep(0.2)
-        ray.get(ctl.reallocate.remote("bench", targets[m % len(targets)]))
+        did = ray.get(ctl.reallocate.remote("bench", targets[m % len(targets)]))
+        if did != "stop requested":  # a round moved it first: this move's cost is not one
+            raise RuntimeError(f"move {m}: the controller {did} (the job was not running)")
         attempt += 1
         while steps_in(attempt) < 1 and time.monotonic() < deadline:
             time.sleep(0.2)

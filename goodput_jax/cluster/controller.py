@@ -579,9 +579,17 @@ class Controller:
                             "allocations": {k: list(v) for k, v in plan.allocations.items()}})
         return plan
 
-    def reallocate(self, name: str, allocation: Sequence[str]) -> None:
+    def reallocate(self, name: str, allocation: Sequence[str]) -> str:
         """Move a job to ``allocation`` (node labels, one per replica) by hand, as a
         round would: a running job checkpoints, stops and is relaunched there.
+
+        Returns what it did, which depends on where the job stood (a round may have
+        acted on it a moment before): ``"stop requested"`` (it was running: asked to
+        stop, it is relaunched on ``allocation``), ``"launched"`` (it was queued),
+        ``"retargeted"`` (it was already stopping, for a round or an earlier move: it
+        is relaunched on ``allocation`` instead; no new stop request), ``"retry moved"``
+        (it was waiting to retry: it retries on ``allocation``) or ``"unchanged"``
+        (a queued job given no devices).
 
         Raises:
             KeyError / ValueError: an unknown job, an inactive one or an unknown node.
@@ -593,15 +601,19 @@ class Controller:
         bad = [n for n in allocation if n not in labels]
         if bad:
             raise ValueError(f"allocation: unknown node {bad[0]!r}")
-        self._apply(name, job, list(allocation), self.clock())
+        return self._apply(name, job, list(allocation), self.clock())
 
-    def _apply(self, name: str, job: dict, new: list, now: float) -> None:
+    def _apply(self, name: str, job: dict, new: list, now: float) -> str:
+        """Act on ``job``'s new allocation ``new``; returns what was done (see
+        :meth:`reallocate`)."""
         status = job["status"]
         if status == "queued":
-            if new:
-                job["allocation"] = new
-                self._launch(name, job, now, "allocated" if job["attempt"] < 0 else "resumed")
-        elif status == "running":
+            if not new:
+                return "unchanged"
+            job["allocation"] = new
+            self._launch(name, job, now, "allocated" if job["attempt"] < 0 else "resumed")
+            return "launched"
+        if status == "running":
             job["next_allocation"] = new
             job["status"] = "stopping"
             job["deadline"] = now + float(job["spec"]["stop_timeout"])
@@ -611,12 +623,17 @@ class Controller:
             StopRequest(self.sd.stop_path(name)).request(
                 f"reallocation to {len(new)} devices" if new else "preempted")
             self._event(job, now, "stop requested", to=new)
-        elif status == "stopping":
-            job["next_allocation"] = new
-        elif status == "retrying":
-            job["allocation"] = new
-            if not new:
-                job["status"] = "queued"
+            return "stop requested"
+        if status == "stopping":
+            if new != job["next_allocation"]:
+                job["next_allocation"] = new
+                self._event(job, now, "retargeted", to=new)
+            return "retargeted"
+        # retrying
+        job["allocation"] = new
+        if not new:
+            job["status"] = "queued"
+        return "retry moved"
 
     # ------------------------------------------------------------------ reading
     def status(self) -> dict:
@@ -716,9 +733,9 @@ class ControllerActor:
         with self._lock:
             return list(self.controller.run_round().changed)
 
-    def reallocate(self, name: str, allocation: list) -> None:
+    def reallocate(self, name: str, allocation: list) -> str:
         with self._lock:
-            self.controller.reallocate(name, allocation)
+            return self.controller.reallocate(name, allocation)
 
     def shutdown(self) -> bool:
         self._stop.set()
