@@ -14,7 +14,7 @@ Rooms, one job each:
   ``speedup_tables`` and the (type x count) ``goodput_matrix``;
 * :mod:`.pollux`: ``PolluxPolicy`` (genetic search in JAX);
 * :mod:`.sia`: ``SiaPolicy`` (Lagrangian relaxation + local search in JAX);
-* :mod:`.hints`: a job's spec and published hints -> ``JobInfo``;
+* :mod:`.hints`: a job's published hints + ``JobFacts`` -> ``JobInfo`` (``build_job_info``);
 * :mod:`.warmup`: ``policy.precompile``, the persistent compilation cache, ``CompileCounter``;
 * :mod:`.sim`: the trace-driven simulator.
 
@@ -41,6 +41,8 @@ _EXPORTS: dict[str, str] = {
     "SiaPolicy": "goodput_jax.sched.sia",
     "sia_configs": "goodput_jax.sched.sia",
     "solve_assignment": "goodput_jax.sched.sia",
+    "JobFacts": "goodput_jax.sched.hints",
+    "build_job_info": "goodput_jax.sched.hints",
     "job_info_from_hints": "goodput_jax.sched.hints",
     "speedup_fns_by_type": "goodput_jax.sched.hints",
     "CompileCounter": "goodput_jax.sched.warmup",
@@ -54,7 +56,12 @@ __getattr__, __dir__ = lazy_exports("goodput_jax.sched", _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from goodput_jax.sched.hints import job_info_from_hints, speedup_fns_by_type  # noqa: F401
+    from goodput_jax.sched.hints import (  # noqa: F401
+        JobFacts,
+        build_job_info,
+        job_info_from_hints,
+        speedup_fns_by_type,
+    )
     from goodput_jax.sched.pollux import PolluxPolicy  # noqa: F401
     from goodput_jax.sched.sia import SiaPolicy, sia_configs, solve_assignment  # noqa: F401
     from goodput_jax.sched.speedup import (  # noqa: F401

@@ -16,6 +16,13 @@ turns them, plus the job's spec, into a JobInfo with the rules of AdaptDL's
 * jobs without ``perfParams``/``initBatchSize`` and non-preemptible jobs get a
   linear speedup (``speedup(n, r) = r``).
 
+The typed route is :func:`build_job_info`: a :class:`~goodput_jax.model.hints.Hints`
+(or its JSON) plus the scheduler's own facts about the job (:class:`JobFacts`:
+creation time, per-replica resources, replica bounds, preemptibility, age,
+restarts, the cluster's accelerator types) -> JobInfo. AdaptDL's Kubernetes
+form (:func:`job_info_from_hints`, an ``AdaptDLJob`` dict) is a thin wrapper
+that reads its facts from the dict and calls it.
+
 Hints are parsed by :meth:`goodput_jax.model.hints.Hints.from_json` (one typed
 record shared with the training hooks); malformed hints raise
 ``ValueError``/``TypeError`` naming the offending key.
@@ -38,7 +45,8 @@ import math
 import numbers
 import re
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -49,8 +57,11 @@ from goodput_jax.sched.types import JobInfo
 
 __all__ = [
     "PERF_PARAM_KEYS",
+    "JobFacts",
+    "build_job_info",
     "job_info_from_hints",
     "linear_speedup",
+    "no_goodput",
     "parse_quantity",
     "pod_requests",
     "speedup_fns_by_type",
@@ -187,6 +198,176 @@ def speedup_fns_by_type(hints: Mapping | Hints,
     return out
 
 
+def no_goodput(num_nodes: Any, num_replicas: Any) -> Any:
+    """Goodput of an accelerator type a job may not use: 0 everywhere (Sia never picks it).
+
+    Example:
+        >>> no_goodput(1, 4), no_goodput(1, [1, 2]).tolist()
+        (0.0, [0.0, 0.0])
+    """
+    import numpy as np
+
+    out = np.zeros(np.shape(num_replicas))
+    return float(out) if out.ndim == 0 else out
+
+
+def _check_int(name: str, value: Any, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
+        raise ValueError(f"JobFacts.{name} must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _check_types(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, frozenset, set)):
+        raise ValueError(f"JobFacts.{name} must be a sequence of accelerator types, "
+                         f"got {value!r}")
+    for t in value:
+        if not isinstance(t, str) or not t:
+            raise ValueError(f"JobFacts.{name} must hold non-empty str, got {t!r}")
+    return tuple(sorted(set(value))) if isinstance(value, (set, frozenset)) else tuple(value)
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the scheduler knows about a job besides its published hints.
+
+    The job's current allocation is not here: policies take it as their own
+    argument (``prev_allocs``); a JobInfo describes the job, not where it runs.
+
+    Attributes:
+        created: submission time (a ``datetime`` or POSIX seconds).
+        resources: what one replica needs, e.g. ``{"gj_accel": 1}`` or
+            ``{"nvidia.com/gpu": 1, "pods": 1}``.
+        min_replicas: fewest replicas it can run with (0 or more).
+        max_replicas: most replicas the user allows (None: no cap beyond the
+            hints' rule).
+        preemptible: whether the policy may stop or move it once it runs
+            (a non-preemptible job also gets a linear speedup, AdaptDL's rule).
+        age: seconds since submission (None: the policy's clock decides).
+        num_restarts: restarts so far (the restart penalty).
+        restarting: between a stop and its relaunch (Sia keeps it in place).
+        restart_penalty: seconds one restart costs (None: the policy's default).
+        cluster_types: the cluster's accelerator types; when given, the JobInfo
+            carries one goodput function per type (Sia's ``goodput_fns``).
+        allowed_types: the types the job may use (empty: every type); a type
+            outside it gets :func:`no_goodput`.
+
+    Example:
+        >>> JobFacts(0.0, {"gj_accel": 1}, max_replicas=4).max_replicas
+        4
+        >>> JobFacts(0.0, {"gj_accel": 1}, min_replicas=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: JobFacts.min_replicas must be an integer >= 0, got -1
+    """
+
+    created: float | datetime
+    resources: Mapping[str, float]
+    min_replicas: int = 0
+    max_replicas: int | None = None
+    preemptible: bool = True
+    age: float | None = None
+    num_restarts: int = 0
+    restarting: bool = False
+    restart_penalty: float | None = None
+    cluster_types: tuple[str, ...] = ()
+    allowed_types: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.created, datetime) and (
+                isinstance(self.created, bool) or not isinstance(self.created, numbers.Real)
+                or not math.isfinite(self.created)):
+            raise ValueError(f"JobFacts.created must be a datetime or POSIX seconds, "
+                             f"got {self.created!r}")
+        if not isinstance(self.resources, Mapping):
+            raise ValueError(f"JobFacts.resources must be a mapping of resource to amount, "
+                             f"got {self.resources!r}")
+        _check_int("min_replicas", self.min_replicas, 0)
+        if self.max_replicas is not None:
+            _check_int("max_replicas", self.max_replicas, 1)
+        _check_int("num_restarts", self.num_restarts, 0)
+        for name in ("preemptible", "restarting"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"JobFacts.{name} must be a bool, got "
+                                 f"{getattr(self, name)!r}")
+        for name in ("age", "restart_penalty"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, numbers.Real)
+                                      or not math.isfinite(value)
+                                      or (name == "restart_penalty" and value < 0)):
+                raise ValueError(f"JobFacts.{name} must be a finite number of seconds or "
+                                 f"None, got {value!r}")
+        object.__setattr__(self, "resources", dict(self.resources))
+        object.__setattr__(self, "cluster_types", _check_types("cluster_types",
+                                                               self.cluster_types))
+        object.__setattr__(self, "allowed_types", _check_types("allowed_types",
+                                                               self.allowed_types))
+
+
+def build_job_info(hints: Hints | Mapping[str, Any] | None, facts: JobFacts) -> JobInfo:
+    """A job's JobInfo from its published hints and the scheduler's facts (AdaptDL's rules).
+
+    * ``max_replicas = max(2 * maxProfiledReplicas, 1)``, capped by
+      ``facts.max_replicas``, raised to ``facts.min_replicas``;
+    * with a step-time model (``perfParams`` and ``initBatchSize``) and a
+      preemptible job: the model's memoised SpeedupFunction, and
+      ``max_replicas`` cut so each replica keeps at least ``localBszBounds[0]``
+      examples; otherwise a linear speedup;
+    * with ``facts.cluster_types``: ``goodput_fns`` per type, the type's fitted
+      or bootstrapped model (``perfParamsByType``/``minThroughputByType``)
+      where the hints have one, else the job's one speedup function, and
+      :func:`no_goodput` for a type outside ``facts.allowed_types``.
+
+    Args:
+        hints: the latest published hints (a Hints, its JSON, or None before the
+            first publish).
+        facts: the job's scheduling facts.
+
+    Raises:
+        ValueError / TypeError: malformed hints (naming the key) or facts.
+
+    Example:
+        >>> facts = JobFacts(0.0, {"gj_accel": 1}, min_replicas=1, max_replicas=8,
+        ...                  cluster_types=("a", "b"), allowed_types=("a",))
+        >>> info = build_job_info({"maxProfiledReplicas": 2}, facts)
+        >>> info.max_replicas, info.speedup_fn(1, 3), info.goodput_fns["b"](1, 3)
+        (4, 3, 0.0)
+    """
+    if not isinstance(facts, JobFacts):
+        raise TypeError(f"facts must be a JobFacts, got {type(facts).__name__}")
+    h = Hints() if hints is None else Hints.from_json(hints)
+    max_replicas = max_replicas_allowed(h.max_profiled_replicas)
+    if facts.max_replicas is not None:
+        max_replicas = min(max_replicas, facts.max_replicas)
+    min_replicas = facts.min_replicas
+    max_replicas = max(max_replicas, min_replicas)
+
+    speedup_fn: Callable
+    if h.perf_params is not None and h.init_batch_size is not None and facts.preemptible:
+        speedup_fn = _speedup_from_hints(h)
+        max_batch_size = h.max_batch_size or h.init_batch_size
+        if h.local_bsz_bounds and h.local_bsz_bounds[0]:
+            min_local = h.local_bsz_bounds[0]
+            if max_batch_size < min_local * max_replicas:
+                max_replicas = max(int(max_batch_size / min_local), min_replicas, 1)
+    else:
+        speedup_fn = linear_speedup
+
+    fns: dict[str, Callable] = {}
+    if facts.cluster_types:
+        allowed = [t for t in facts.cluster_types
+                   if not facts.allowed_types or t in facts.allowed_types]
+        fitted = speedup_fns_by_type(h, allowed) if h.perf_params_by_type else {}
+        for t in facts.cluster_types:
+            fns[t] = fitted.get(t, speedup_fn) if t in allowed else no_goodput
+    return JobInfo(facts.resources, speedup_fn, facts.created, min_replicas, max_replicas,
+                   facts.preemptible, age=facts.age, num_restarts=facts.num_restarts,
+                   goodput_fns=fns or None, restarting=facts.restarting,
+                   restart_penalty=facts.restart_penalty)
+
+
+
 def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = None) -> JobInfo:
     """Builds the policy's view of one job from its spec and published hints.
 
@@ -198,7 +379,8 @@ def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = No
             (:func:`pod_requests`).
 
     Returns:
-        The JobInfo (speedup from the goodput model, or linear).
+        The JobInfo (speedup from the goodput model, or linear): the dict's
+        facts as a :class:`JobFacts`, passed to :func:`build_job_info`.
 
     Raises:
         ValueError / TypeError: naming the missing or malformed key.
@@ -228,26 +410,11 @@ def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = No
         raise TypeError(f"job 'status.train' (hints) must be a mapping, got {hints!r}")
 
     h = Hints.from_json(hints)
-    max_replicas = max_replicas_allowed(h.max_profiled_replicas)
     spec_max = _spec_int(spec, "maxReplicas", None)
-    if spec_max:
-        max_replicas = min(max_replicas, spec_max)
     min_replicas = _spec_int(spec, "minReplicas", 0)
-    max_replicas = max(max_replicas, min_replicas)
     preemptible = spec.get("preemptible", True)
     if not isinstance(preemptible, bool):
         raise TypeError(f"spec.preemptible must be a bool, got {preemptible!r}")
-
-    if h.perf_params is not None and h.init_batch_size is not None and preemptible:
-        speedup_fn = _speedup_from_hints(h)
-        max_batch_size = h.max_batch_size or h.init_batch_size
-        if h.local_bsz_bounds and h.local_bsz_bounds[0]:
-            min_local = h.local_bsz_bounds[0]
-            if max_batch_size < min_local * max_replicas:
-                max_replicas = max(int(max_batch_size / min_local), min_replicas, 1)
-    else:
-        speedup_fn = linear_speedup
-
     metadata = job.get("metadata")
     if not isinstance(metadata, Mapping) or "creationTimestamp" not in metadata:
         raise ValueError("job is missing 'metadata.creationTimestamp'")
@@ -259,4 +426,7 @@ def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = No
             created = datetime.fromisoformat(str(stamp))
         except ValueError:
             raise ValueError(f"metadata.creationTimestamp is not ISO-8601: {stamp!r}") from None
-    return JobInfo(resources, speedup_fn, created, min_replicas, max_replicas, preemptible)
+    # spec.maxReplicas 0 means "no cap" in AdaptDL's CRD
+    facts = JobFacts(created, resources, min_replicas=min_replicas,
+                     max_replicas=spec_max or None, preemptible=preemptible)
+    return build_job_info(h, facts)

@@ -131,3 +131,79 @@ def test_speedup_functions_per_accelerator_type():
     assert speedup_fns_by_type({"maxProfiledReplicas": 2}, ["a100"]) == {}
     with pytest.raises(ValueError, match="unknown hint"):
         speedup_fns_by_type(dict(FULL, speed=3), ["a100"])
+
+
+# --- the typed route: Hints + JobFacts -> JobInfo ------------------------------------------
+
+from goodput_jax.model.hints import Hints  # noqa: E402
+from goodput_jax.sched.hints import JobFacts, build_job_info, no_goodput  # noqa: E402
+
+
+def test_build_job_info_carries_every_fact():
+    facts = JobFacts(100.0, {"gj_accel": 1}, min_replicas=1, max_replicas=3, age=40.0,
+                     num_restarts=2, restarting=True, restart_penalty=12.0)
+    info = build_job_info(Hints.from_json(FULL), facts)
+    assert (info.min_replicas, info.max_replicas, info.preemptible) == (1, 3, True)
+    assert (info.age, info.num_restarts, info.restarting, info.restart_penalty) == \
+        (40.0, 2, True, 12.0)
+    assert info.creation_time == 100.0 and info.resources == {"gj_accel": 1}
+    assert isinstance(info.speedup_fn, SpeedupFunction) and info.goodput_fns is None
+    # the JSON form and the typed record give the same (memoised) model
+    assert build_job_info(FULL, facts).speedup_fn is info.speedup_fn
+
+
+def test_build_job_info_rules_match_the_dict_route():
+    cases = [({}, {}), ({"maxProfiledReplicas": 3}, {"maxReplicas": 4}),
+             ({"maxProfiledReplicas": 1}, {"minReplicas": 5}), (FULL, {}),
+             (dict(FULL, maxBatchSize=None), {"maxReplicas": 16}),
+             (FULL, {"preemptible": False, "minReplicas": 2})]
+    for hints, spec in cases:
+        old = job_info_from_hints(make_job(hints, **spec))
+        facts = JobFacts(old.creation_timestamp, old.resources,
+                         min_replicas=spec.get("minReplicas", 0),
+                         max_replicas=spec.get("maxReplicas"),
+                         preemptible=spec.get("preemptible", True))
+        new = build_job_info(hints, facts)
+        assert (new.min_replicas, new.max_replicas, new.preemptible) == \
+            (old.min_replicas, old.max_replicas, old.preemptible), (hints, spec)
+        assert new.speedup_fn is old.speedup_fn
+
+
+def test_build_job_info_goodput_per_cluster_type():
+    facts = JobFacts(0.0, {"gj_accel": 1}, max_replicas=8, cluster_types=("a100", "t4", "v100"),
+                     allowed_types=("a100", "t4"))
+    # no per-type profile: the job's one model stands for every allowed type
+    info = build_job_info(FULL, facts)
+    assert info.goodput_fns["a100"] is info.speedup_fn is info.goodput_fns["t4"]
+    assert info.goodput_fns["v100"] is no_goodput
+    np.testing.assert_array_equal(no_goodput(np.array([1, 1]), np.array([2, 4])), [0.0, 0.0])
+    # fitted on a100, t4 bootstrapped by throughput; v100 still forbidden
+    hints = dict(FULL, perfParamsByType={"a100": PERF},
+                 minThroughputByType={"a100": 400.0, "t4": 100.0})
+    info = build_job_info(hints, facts)
+    assert info.goodput_fns["a100"].base_goodput == pytest.approx(
+        4 * info.goodput_fns["t4"].base_goodput, rel=1e-4)
+    assert info.goodput_fns["v100"] is no_goodput
+    # no model at all: linear speedup on every allowed type
+    info = build_job_info(None, JobFacts(0.0, {"gj_accel": 1}, cluster_types=("a", "b")))
+    assert info.goodput_fns == {"a": linear_speedup, "b": linear_speedup}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"min_replicas": -1}, "JobFacts.min_replicas must be an integer >= 0, got -1"),
+    ({"max_replicas": 0}, "JobFacts.max_replicas must be an integer >= 1, got 0"),
+    ({"num_restarts": 1.5}, "JobFacts.num_restarts"),
+    ({"preemptible": "no"}, "JobFacts.preemptible must be a bool, got 'no'"),
+    ({"age": float("nan")}, "JobFacts.age"),
+    ({"restart_penalty": -1.0}, "JobFacts.restart_penalty"),
+    ({"cluster_types": "a100"}, "JobFacts.cluster_types"),
+    ({"allowed_types": ("",)}, "JobFacts.allowed_types"),
+    ({"created": "yesterday"}, "JobFacts.created"),
+    ({"resources": 1}, "JobFacts.resources"),
+])
+def test_job_facts_reject_bad_values(kwargs, match):
+    args = {"created": 0.0, "resources": {"gj_accel": 1}, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        JobFacts(**args)
+    with pytest.raises(TypeError, match="facts must be a JobFacts"):
+        build_job_info(None, {"created": 0.0})
