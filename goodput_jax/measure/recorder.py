@@ -215,6 +215,7 @@ class GoodputRecorder:
         #: called (no arguments) before a badput span's start is stamped; see
         #: add_span_start_listener (a tuple: read without a lock, replaced on change)
         self._span_listeners: tuple[Callable[[], Any], ...] = ()
+        self._job_open = False
         if not self._enabled:
             return
         self._owns_store = store is None or isinstance(store, str)
@@ -426,10 +427,26 @@ class GoodputRecorder:
     def record_job_start_time(self, start_time: Any = None) -> None:
         """Record the job's (this run's) start."""
         self._record(EventKind.JOB_START, start_time, "start_time")
+        self._job_open = True
 
     def record_job_end_time(self, end_time: Any = None) -> None:
         """Record the job's (this run's) clean end. A run without it counts as crashed."""
         self._record(EventKind.JOB_END, end_time, "end_time")
+        self._job_open = False
+
+    @property
+    def job_started(self) -> bool:
+        """Whether this recorder recorded a job start and no job end since (also when
+        disabled): ``runtime.start_job`` or ``record_job_start_time`` was called. Code that
+        composes with a loop's own recorder (``GoodputHooks.job()``) joins that job instead
+        of recording a second start.
+
+        Example:
+            >>> rec = GoodputRecorder("job", "goodput_job")
+            >>> rec.job_started, (rec.record_job_start_time(), rec.job_started)[1]
+            (False, True)
+        """
+        return self._job_open
 
     def record_tpu_init_start_time(self, start_time: Any = None) -> None:
         """Record the start of accelerator (TPU/GPU) initialization."""
