@@ -591,6 +591,15 @@ class SiaPolicy:
         dual_steps: Lagrangian subgradient steps.
         clock: POSIX time, for job ages when ``JobInfo.age`` is unset.
 
+    Non-preemptible jobs (``JobInfo.preemptible=False``) that hold devices keep
+    them in every round: never moved, shrunk, grown or stopped (Pollux pins them
+    the same way). When nodes it ran on are gone, the job keeps its devices on
+    the surviving nodes if they still number at least ``max(min_replicas, 1)``
+    (it restarts in place on them; no other job gets them); with fewer (or
+    none) it cannot run where it was, so it competes for devices like a queued
+    job, and is pinned again wherever it is placed. A lost node is not a
+    preemption: the policy only ever chooses where a displaced job goes next.
+
     Jobs carry ``JobInfo.goodput_fns`` (type -> goodput function); a job without
     them (or without a function for some type) can run only on one GPU of the
     types it lacks a model for, with goodput 1 there (Sia's rule for unprofiled
@@ -724,6 +733,16 @@ class SiaPolicy:
         hit = np.nonzero((configs.ctype == t) & (configs.gpus == len(alloc)))[0]
         return int(hit[0]) if hit.size else -1
 
+    @staticmethod
+    def _pinned(job: JobInfo, alloc: Sequence, type_of: Mapping) -> list | None:
+        """The devices a non-preemptible job keeps this round (None: it is not pinned)."""
+        if job.preemptible or not alloc:
+            return None
+        alive = [n for n in alloc if n in type_of]
+        if len(alive) < max(job.min_replicas, 1):
+            return None
+        return alive
+
     def precompile(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
                    job_counts: Sequence[int] | None = None) -> dict:
         """Compile the solver for ``jobs`` on ``nodes`` (and ``job_counts`` copies of them)
@@ -778,12 +797,21 @@ class SiaPolicy:
         cost = self.cost_matrix(infos, configs, previous, now)
         # Restarting jobs keep their allocation: fixed at their configuration, or
         # (when it is not a Sia configuration) taken out with their GPUs.
+        # Non-preemptible jobs that hold devices are taken out with them (never
+        # moved, shrunk or stopped); after a node loss they keep the devices that
+        # survive, if those still give them their min_replicas (see the class doc).
         fixed = np.full(len(keys), -1, np.int64)
         kept: dict = {}
         capacity = configs.capacity.copy()
         for j, key in enumerate(keys):
-            if infos[j].restarting and prev_alloc[key] and all(n in type_of for n in
-                                                                prev_alloc[key]):
+            pin = self._pinned(infos[j], prev_alloc[key], type_of)
+            if pin is not None:
+                kept[key] = pin
+                cost[j, :] = np.inf  # the solver gives it nothing more
+                for n in pin:
+                    capacity[configs.types.index(type_of[n])] -= 1
+            elif infos[j].restarting and prev_alloc[key] and all(n in type_of for n in
+                                                                  prev_alloc[key]):
                 if previous[j] >= 0:
                     fixed[j] = previous[j]
                     if not np.isfinite(cost[j, previous[j]]):
@@ -809,6 +837,7 @@ class SiaPolicy:
                 gpus_of[n] -= 1
         out = place(choices, configs, by_type, gpus_of, prev_alloc)
         out.update(kept)
-        self.last_stats = SiaStats(self.objective(cost, choice), info["start_gains"],
+        rows = np.array([key not in kept for key in keys], bool)  # kept jobs: not chosen here
+        self.last_stats = SiaStats(self.objective(cost[rows], choice[rows]), info["start_gains"],
                                    info["prices"], time.perf_counter() - started, solve_s)
         return {key: out.get(key, []) for key in keys}

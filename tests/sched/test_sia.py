@@ -188,3 +188,60 @@ def test_goodput_matrix_batches_speedup_functions():
     # a 2x faster step time is (about) 2x the goodput at one GPU
     assert table[0, list(c.gpus).index(1) + 0] * 2 == pytest.approx(
         fns[1].goodput(1, 1), rel=1e-4)
+
+
+def _pinning_problem(preemptible):
+    # a0 is the fast type; the non-preemptible job "np" holds one a0 GPU and would gain
+    # from more, and "big" (allowed only on a) wants both a0 GPUs.
+    nodes = {"a0": NodeInfo({"gpu": 2}, False, "a"), "b0": NodeInfo({"gpu": 2}, False, "b"),
+             "b1": NodeInfo({"gpu": 2}, False, "b")}
+    jobs = {
+        "np": JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 4, preemptible=preemptible,
+                      goodput_fns={"a": concave(1.0, 0.9), "b": concave(1.0, 0.9)}, age=1e4),
+        "big": JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 2, 2, age=1e4,
+                       goodput_fns={"a": concave(10.0, 1.0)}),
+    }
+    return nodes, jobs, {"np": ["a0"], "big": []}
+
+
+def test_non_preemptible_job_keeps_its_allocation():
+    nodes, jobs, prev = _pinning_problem(preemptible=True)
+    moved = SiaPolicy(resource="gpu").optimize(jobs, nodes, prev)
+    assert moved["np"] != ["a0"]  # a preemptible job is moved (the test has teeth)
+    nodes, jobs, prev = _pinning_problem(preemptible=False)
+    policy = SiaPolicy(resource="gpu")
+    alloc = prev
+    for _ in range(3):  # every round
+        alloc = policy.optimize(jobs, nodes, alloc)
+        assert alloc["np"] == ["a0"]
+        assert alloc["big"] == []  # only one a0 GPU is free: "big" needs two
+        assert policy.last_stats.objective == pytest.approx(1.1)  # "big" unallocated
+
+
+def test_non_preemptible_job_after_a_node_loss():
+    nodes = {f"{t}{i}": NodeInfo({"gpu": 2}, False, t) for t in "ab" for i in range(2)}
+    fns = {"a": concave(1.0, 0.9), "b": concave(1.0, 0.9)}
+    # "x" runs only on type a, ten times faster than anything: it wants a0's GPUs
+    other = {"x": JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 2, age=1e4,
+                          goodput_fns={"a": concave(10.0, 1.0)}),
+             "y": JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 4, goodput_fns=fns, age=1e4)}
+
+    def job(min_replicas):
+        return JobInfo({"gpu": 1}, lambda n, r: r, 0.0, min_replicas, 4, preemptible=False,
+                       goodput_fns=fns, age=1e4)
+
+    prev = {"np": ["a0", "a0", "a1", "a1"]}
+    del nodes["a1"]  # a1 is lost: the job keeps the two surviving devices on a0
+    alloc = SiaPolicy(resource="gpu").optimize({"np": job(1), **other}, nodes, prev)
+    assert alloc["np"] == ["a0", "a0"]
+    assert "a0" not in alloc["x"] + alloc["y"]
+    # with min_replicas 4 the survivors cannot run it: it is placed again like a queued job
+    alloc = SiaPolicy(resource="gpu").optimize({"np": job(4)}, nodes, prev)
+    assert alloc["np"] == ["b0", "b0", "b1", "b1"]
+    # its node gone entirely: placed anew, then pinned where it landed
+    nodes2 = {k: v for k, v in nodes.items() if k != "a0"}
+    policy = SiaPolicy(resource="gpu")
+    alloc = policy.optimize({"np": job(1), **other}, nodes2, {"np": ["a0"]})
+    assert alloc["np"] and "a0" not in alloc["np"]
+    again = policy.optimize({"np": job(1), **other}, nodes2, alloc)
+    assert again["np"] == alloc["np"]
