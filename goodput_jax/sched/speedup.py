@@ -104,6 +104,11 @@ class SpeedupFunction:
             goodput model's default).
         atomic_bsz_range: ``(min, max)`` per-replica batch size, or ``None``.
         accumulation: whether gradient accumulation may be used.
+        mem_size: AdaptDL's memo extent (its default is 32). When given, the
+            first table computed already covers ``num_nodes, num_replicas <
+            mem_size`` (up to 128 nodes x 512 replicas), so later queries in that
+            range never call the goodput model again. ``None``: the table grows
+            to what is asked (power-of-two extents). Values never depend on it.
 
     ``speedup(num_nodes, num_replicas)`` accepts scalars (returns a Python
     float) or arrays (returns a float64 array of the broadcast shape);
@@ -120,7 +125,11 @@ class SpeedupFunction:
 
     def __init__(self, goodput_fn: Any, max_batch_size: int | None = None,
                  atomic_bsz_range: Sequence[int | None] | None = None,
-                 accumulation: bool = False):
+                 accumulation: bool = False, mem_size: int | None = None):
+        if mem_size is not None and (isinstance(mem_size, bool)
+                                     or not isinstance(mem_size, numbers.Integral)
+                                     or mem_size < 1):
+            raise ValueError(f"mem_size must be a positive integer or None, got {mem_size!r}")
         if not callable(getattr(goodput_fn, "optimize", None)):
             raise TypeError(f"goodput_fn must have an optimize method (a GoodputFunction), "
                             f"got {type(goodput_fn).__name__}")
@@ -137,6 +146,7 @@ class SpeedupFunction:
         self._max_batch_size = max_batch_size
         self._atomic_bsz_range = atomic_bsz_range
         self._accumulation = bool(accumulation)
+        self._mem_size = None if mem_size is None else int(mem_size)
         base = self._goodput(np.ones(1, np.int64), np.ones(1, np.int64))[0]
         if not (math.isfinite(base) and base > 0):
             raise ValueError(f"goodput at 1 node, 1 replica must be positive and finite, got "
@@ -151,6 +161,7 @@ class SpeedupFunction:
     atomic_bsz_range = property(lambda self: self._atomic_bsz_range)
     accumulation = property(lambda self: self._accumulation)
     base_goodput = property(lambda self: self._base_goodput)
+    mem_size = property(lambda self: self._mem_size)
 
     def _goodput(self, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:
         goodput, _, _ = self._goodput_fn.optimize(
@@ -191,7 +202,9 @@ class SpeedupFunction:
                              f"must be >= 0")
         have_n, have_r = self._table.shape
         if max_nodes >= have_n or max_replicas >= have_r:
-            dims = table_dims(max(max_nodes, have_n - 1), max(max_replicas, have_r - 1))
+            least = 0 if self._mem_size is None else self._mem_size - 1
+            dims = table_dims(max(max_nodes, have_n - 1, min(least, _TABLE_MAX_NODES)),
+                              max(max_replicas, have_r - 1, min(least, _TABLE_MAX_REPLICAS)))
             n, r, valid = _grid(*dims)
             table = np.zeros(valid.shape)
             table[valid] = self._goodput(n[valid], r[valid]) / self._base_goodput
@@ -340,6 +353,11 @@ def goodput_grid(params: np.ndarray, num_nodes: Any, num_replicas: Any,
         num_nodes, num_replicas: allocation arrays (>= 1), broadcastable with
             ``params[..., 0]``.
         accumulation: whether gradient accumulation may be used.
+        mem_size: AdaptDL's memo extent (its default is 32). When given, the
+            first table computed already covers ``num_nodes, num_replicas <
+            mem_size`` (up to 128 nodes x 512 replicas), so later queries in that
+            range never call the goodput model again. ``None``: the table grows
+            to what is asked (power-of-two extents). Values never depend on it.
         clean: set non-finite or negative values to 0.
 
     Returns:

@@ -147,3 +147,58 @@ def test_speedup_constructor_errors():
         SpeedupFunction(object())
     with pytest.raises(ValueError, match="atomic_bsz_range"):
         SpeedupFunction(GoodputFunction(PERF, GRAD, 128), atomic_bsz_range=(1, 2, 3))
+
+
+class _SqrtGoodput:
+    """AdaptDL speedup_test.py's model: goodput 32 * sqrt(replicas), counting its calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def optimize(self, num_nodes, num_replicas, max_batch_size=None, atomic_bsz_range=None,
+                 accumulation=False):
+        self.calls.append((np.array(num_nodes), np.array(num_replicas)))
+        return 32 * np.sqrt(num_replicas), 32, 0
+
+
+@pytest.mark.parametrize("mem_size", [None, 32, 4])
+def test_speedup_accepts_adaptdl_mem_size(mem_size):
+    # AdaptDL's test_speedup, with the mem_size argument its constructor takes
+    kwargs = {} if mem_size is None else {"mem_size": mem_size}
+    speedup_fn = SpeedupFunction(_SqrtGoodput(), **kwargs)
+    assert speedup_fn.mem_size == mem_size
+    num_replicas = np.arange(1, 100)
+    assert np.allclose(speedup_fn(1, num_replicas), np.sqrt(num_replicas))
+
+
+def test_speedup_memoize_with_mem_size():
+    # AdaptDL's test_memoize: never-seen, some-seen and all-seen inputs
+    goodput_fn = _SqrtGoodput()
+    speedup_fn = SpeedupFunction(goodput_fn, mem_size=32)
+    goodput_fn.calls.clear()
+    num_nodes = num_replicas = np.arange(1, 10)
+    assert np.allclose(speedup_fn(num_nodes, num_replicas), np.sqrt(num_replicas))
+    assert len(goodput_fn.calls) == 1
+    # the first table covers num_replicas < mem_size: no new call below 32
+    num_nodes = num_replicas = np.arange(1, 20)
+    assert np.allclose(speedup_fn(num_nodes, num_replicas), np.sqrt(num_replicas))
+    num_nodes_3 = num_replicas_3 = np.arange(5, 32)
+    assert np.allclose(speedup_fn(num_nodes_3, num_replicas_3), np.sqrt(num_replicas_3))
+    assert len(goodput_fn.calls) == 1
+    # beyond it the table grows, once
+    assert np.allclose(speedup_fn(1, np.arange(30, 40)), np.sqrt(np.arange(30, 40)))
+    assert speedup_fn(2, 39) == pytest.approx(np.sqrt(39))
+    assert len(goodput_fn.calls) == 2
+    # without mem_size, 1..9 then 1..19 grow the table twice (values are the same)
+    goodput_fn = _SqrtGoodput()
+    speedup_fn = SpeedupFunction(goodput_fn)
+    speedup_fn(np.arange(1, 10), np.arange(1, 10))
+    speedup_fn(np.arange(1, 20), np.arange(1, 20))
+    assert len(goodput_fn.calls) == 3  # the base goodput, then two growths
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "32"])
+def test_speedup_rejects_bad_mem_size(bad):
+    with pytest.raises(ValueError, match=f"mem_size must be a positive integer or None, "
+                                         f"got {bad!r}"):
+        SpeedupFunction(_SqrtGoodput(), mem_size=bad)
