@@ -64,6 +64,7 @@ import logging
 import math
 import numbers
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Self
 
@@ -93,6 +94,7 @@ from goodput_jax.integrations.stats import GradStatsReader
 from goodput_jax.model.formulas import efficiency_np, throughput_np
 from goodput_jax.model.hints import max_replicas_allowed
 from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.runtime.steps import StepRecorder
 from goodput_jax.runtime.timer import OneStepLateTimer
 
 __all__ = ["PRECOMPILE_EXIT_WAIT", "PROFILE_WINDOW", "GoodputHooks", "OneStepLateTimer",
@@ -154,6 +156,11 @@ class GoodputHooks:
             longer than a configuration's whole profile keeps every sample, so
             that configurations profiled in interleaved rounds are compared over
             the same stretch of the job; a shorter one follows drift.
+        steps: the loop's :class:`goodput_jax.runtime.StepRecorder` (with
+            ``runtime.start_job``): :meth:`step` records each step through it (its
+            start, and its device end as soon as it happens), on its recorder (the
+            default ``recorder``); ``record_device_ends`` is then False. This is how
+            the runtime capture and the hooks share one recorder and one job.
 
     Example:
         >>> hooks = GoodputHooks("doc-job", init_batch_size=32, is_primary=False)
@@ -186,6 +193,7 @@ class GoodputHooks:
         refit_tolerance: float = 0.05,
         profile_quantile: float = 0.5,
         profile_window: int = PROFILE_WINDOW,
+        steps: StepRecorder | None = None,
     ):
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
@@ -221,6 +229,16 @@ class GoodputHooks:
             background = not (jax.default_backend() == "cpu" and jax.local_device_count() > 1)
         self.background = bool(background)
         self.is_primary = (jax.process_index() == 0) if is_primary is None else bool(is_primary)
+        if steps is not None:
+            if not isinstance(steps, StepRecorder):
+                raise TypeError(f"steps ({steps!r}) must be a goodput_jax.runtime.StepRecorder")
+            if recorder is None:
+                recorder = steps.recorder
+            elif recorder is not steps.recorder:
+                raise ValueError("steps (a StepRecorder) records to another recorder than "
+                                 "recorder=; pass one recorder (or only steps=)")
+            record_device_ends = False  # the StepRecorder records each step's device end
+        self._steps = steps
         if recorder is None:
             from goodput_jax.measure.recorder import GoodputRecorder
 
@@ -255,6 +273,7 @@ class GoodputHooks:
         self._since_fit = 0.0
         self._steps_seen = 0
         self._stats = GradStatsReader(self.stats_every)
+        self._warned_missing = False
         self.perf_params: PerfParams | None = None
         self.model_error = float("nan")
         self.model_errors: dict[tuple[int, int, int], float] = {}
@@ -358,7 +377,10 @@ class GoodputHooks:
             ``fn``'s outputs.
         """
         fa = time.perf_counter()
-        if self._put is not None and type(step) is int and step >= 0:
+        steps = self._steps
+        if steps is not None:
+            steps.start(step)  # the StepRecorder's start (its compile and readiness rules)
+        elif self._put is not None and type(step) is int and step >= 0:
             self._put(self._start_code, _wall(), step)  # the recorder's sink: one call
         else:
             self.recorder.record_step_start_time(step)
@@ -367,6 +389,8 @@ class GoodputHooks:
         fb = time.perf_counter()
         out = fn(*args, **kwargs)
         fc = time.perf_counter()
+        if steps is not None:
+            steps.track(step, out)  # its device end, recorded as soon as it happens
         t1 = self._clock()
         timer = self._timer
         waited0 = timer.waited
@@ -379,6 +403,8 @@ class GoodputHooks:
         if done:
             self._finish_timing(done)
         self._stats.after_step(self._steps_seen, fn, out)
+        if self._stats.missing:
+            self._warn_missing(step)
         self._steps_seen += 1
         if self._since_fit >= self.refit_interval:
             self.maybe_refit()  # folds the timed steps in first (warm-up ones do not count)
@@ -388,6 +414,19 @@ class GoodputHooks:
         # everything on this thread but the dispatch itself and the wait for the device
         self.foreground_seconds += max(time.perf_counter() - fc - waited, 0.0) + (fb - fa)
         return out
+
+    def _warn_missing(self, step: Any) -> None:
+        """Warn once that the steps hand over no gradient statistics, naming the fix."""
+        if self._warned_missing:
+            return
+        self._warned_missing = True
+        warnings.warn(
+            f"GoodputHooks({self.job_name!r}): step {step}'s outputs hold no gradient "
+            "statistics, so suggest() and the hints' efficiency stay None; put "
+            "gradient_noise_scale(M0) first in the optax chain and return the optimizer state "
+            "(or gradstats.stats_summary(gradstats.get_grad_stats(opt_state)); Flax NNX: "
+            "goodput_jax.integrations.nnx.stats_summary(optimizer)) from the step, or set "
+            "them with hooks.update_grad_params()", UserWarning, stacklevel=3)
 
     def _finish_timing(self, done: list[tuple[int, float, float, Any]]) -> None:
         code = self._end_code
@@ -431,6 +470,8 @@ class GoodputHooks:
         self._pending_accum = 0
         self._finish_timing(self._timer.dispatched(step, box[0] if box else None, t0, t1, tag))
         self._stats.after_step(self._steps_seen, None, box[0] if box else None)
+        if self._stats.missing:
+            self._warn_missing(step)
         self._steps_seen += 1
         self.maybe_refit()
 
@@ -863,8 +904,29 @@ class GoodputHooks:
     # ------------------------------------------------------------------ lifecycle
     @contextlib.contextmanager
     def job(self) -> Iterator[GoodputHooks]:
-        """Job start on enter; on a normal exit: the last step, a final refit + hints, job end."""
-        self.recorder.record_job_start_time()
+        """The job around the training loop: on a normal exit, the last step, a final refit +
+        hints.
+
+        When the recorder has not started a job, ``job()`` records the job start on enter
+        and the job end on exit (after the ``steps=`` StepRecorder's last device ends).
+        When it has (``runtime.start_job(recorder)``, ``recorder.record_job_start_time()``:
+        :attr:`GoodputRecorder.job_started`), ``job()`` joins that job: no second job
+        start, and no job end either (whoever started the job ends it, after
+        ``steps.close()``).
+
+        Example:
+            >>> from goodput_jax import goodput
+            >>> rec = goodput.GoodputRecorder("j", "goodput_j")
+            >>> rec.record_job_start_time()       # e.g. runtime.start_job(rec)
+            >>> hooks = GoodputHooks("j", init_batch_size=8, recorder=rec, is_primary=False)
+            >>> with hooks.job():                 # joins: no second job start
+            ...     _ = hooks.step(0, lambda x: x + 1, 1)
+            >>> rec.job_started                   # the job is still the caller's to end
+            True
+        """
+        joined = bool(self.recorder.job_started)
+        if not joined:
+            self.recorder.record_job_start_time()
         yield self
         self.flush()
         self.wait_refit()
@@ -872,7 +934,10 @@ class GoodputHooks:
             _ = self.grad_params
             self.refit()
             self.publish()
-        self.recorder.record_job_end_time()
+        if not joined:
+            if self._steps is not None:
+                self._steps.finish()
+            self.recorder.record_job_end_time()
 
     def close(self) -> None:
         """Finish the pending step and refit; close the recorder if these hooks created it."""

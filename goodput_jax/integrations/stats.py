@@ -79,6 +79,9 @@ class GradStatsReader:
         # (its stats_summary() is whichever call was last)
         self._last_summary: Any = None
         self._last_out: Any = None
+        #: whether the last step whose statistics were due handed over none (and none
+        #: were set): :class:`GoodputHooks` warns once
+        self.missing = False
 
     def after_step(self, index: int, fn: Any, out: Any) -> None:
         """After the loop's ``index``-th step ``fn`` returned ``out``: take its statistics when due.
@@ -98,11 +101,13 @@ class GradStatsReader:
             if callable(summary):
                 self._summary_of = summary
                 self.pending = self._last_summary = _checked(summary(), fn)
+                self.missing = False
             elif out is None:
+                self.missing = self._params is None
                 return
             else:
                 self._summary_of = self._last_summary = None
-                self.observe(out)
+                self.missing = not self.observe(out) and self._params is None
             every = self.every
             self._next = index + (min(10, every) if index < every else every)
         elif self._summary_of is not None:
@@ -117,22 +122,32 @@ class GradStatsReader:
                 isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(out)):
             self.observe(out)
 
-    def observe(self, outputs: Any) -> None:
-        """Take the statistics from any :class:`GradStatsState` in ``outputs``.
+    def observe(self, outputs: Any) -> bool:
+        """Take the statistics from ``outputs``: a
+        :class:`~goodput_jax.model.gradstats.StatsSummary` in them (the step computed it:
+        kept as it is, no device program), else any :class:`GradStatsState` (also inside
+        an optimizer state or a Flax NNX ``nnx.Optimizer``, whose arrays sit in
+        ``OptArray`` boxes).
 
-        Dispatches an on-device copy (the step may donate the original on its
-        next call) and reads it back only when the statistics are needed.
+        A :class:`GradStatsState` is reduced by one small on-device program (the step
+        may donate the original on its next call); either is read back only when the
+        statistics are needed. Returns whether ``outputs`` held statistics.
         """
-        found = [
-            x
-            for x in jax.tree.leaves(
-                outputs, is_leaf=lambda x: isinstance(x, gradstats.GradStatsState)
-            )
-            if isinstance(x, gradstats.GradStatsState)
-        ]
+        kinds = (gradstats.StatsSummary, gradstats.GradStatsState)
+        found = [x for x in jax.tree.leaves(outputs, is_leaf=lambda x: isinstance(x, kinds))
+                 if isinstance(x, kinds)]
+        summaries = [x for x in found if isinstance(x, gradstats.StatsSummary)]
+        if summaries:
+            self.pending = summaries[0]
+            return True
         if found:
             st = found[0]
             leaves = jax.tree.leaves(st)
+            if len(leaves) == len(st) and not all(
+                    isinstance(f, (jax.Array, np.ndarray, np.generic, int, float, bool))
+                    for f in st):
+                # boxed fields (Flax NNX's OptArray): the same arrays, unboxed
+                st = gradstats.GradStatsState(*leaves)
             if all(isinstance(x, jax.Array) for x in leaves):
                 if all(x.sharding.is_fully_replicated for x in leaves):
                     # one device's copy: a single-device program (~30 us to dispatch on
@@ -141,6 +156,8 @@ class GradStatsReader:
                 self.pending = _stats_summary(st)
             else:
                 self.pending = st
+            return True
+        return False
 
     def set(self, grad_params: Any, count: float = math.inf) -> None:
         """Set the statistics directly: :class:`GradParams`, a
@@ -151,8 +168,10 @@ class GradStatsReader:
             self.pending = None
             self._params = GradParams(float(grad_params.sqr), float(grad_params.var))
             self.count = count
-        else:
-            self.pending = gradstats.get_grad_stats(grad_params)
+        elif not self.observe(grad_params):
+            raise ValueError(f"grad_params ({grad_params!r:.80}) holds no gradient statistics: "
+                             "pass GradParams, a StatsSummary, or an optimizer state (optax "
+                             "or Flax NNX) built with gradient_noise_scale")
 
     @property
     def grad_params(self) -> GradParams | None:
