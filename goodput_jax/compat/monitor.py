@@ -144,6 +144,7 @@ class GoodputMonitor(_BaseMonitor):
             configured_ideal_step_time, step_deviation_interval_seconds, **kwargs,
         )
         self._gcm = None
+        self._defer_gcm_flush = False
         self._google_calc = None
         #: what the GCE metadata server said (None when it was not asked)
         self.gce_metadata = None
@@ -158,7 +159,8 @@ class GoodputMonitor(_BaseMonitor):
             opts, self.gce_metadata = fill_gcp_options(opts)
             self.gcp_options = opts
             if opts.project_id and opts.location:
-                self._gcm = CloudMonitoringExporter(opts, job_name, client=gcm_client)
+                self._gcm = CloudMonitoringExporter(opts, job_name, client=gcm_client,
+                                                    clock=self._now, elastic=self.elastic_tags)
                 _log.info("goodput monitor: sending Cloud Monitoring metrics to project %r, "
                           "location %r", opts.project_id, opts.location)
             else:
@@ -185,7 +187,9 @@ class GoodputMonitor(_BaseMonitor):
     def upload_hang_status(self, last_step: int | None = None, *, flush: bool = True
                            ) -> dict[str, float]:
         values = super().upload_hang_status(last_step, flush=flush)
-        if self._gcm is not None and values and self.gcp_options.enable_gcp_goodput_metrics:
+        # the hang metrics (custom ones among them) only when a threshold asks for them
+        if self._gcm is not None and values and self.hang_threshold_seconds is not None \
+                and self.gcp_options.enable_gcp_goodput_metrics:
             md = self.gce_metadata
             self._gcm.send(self._gcm.hang_metrics(
                 values["hang/seconds_since_last_step"], bool(values.get("hang/hung", 0.0)),
@@ -237,7 +241,27 @@ class GoodputMonitor(_BaseMonitor):
         # recorders of the same job write what they hold (e.g. the job end just recorded).
         if final:
             flush_live_recorders(self.job_name, self.stop_timeout if timeout is None else timeout)
-        return super()._stop(name, timeout, final)
+        done = super()._stop(name, timeout, final)
+        if not self._defer_gcm_flush:
+            self._flush_gcm(timeout)
+        return done
+
+    def _flush_gcm(self, timeout: float | None) -> bool:
+        """Send the Cloud Monitoring points still held for their series' sampling period,
+        waiting until it has passed (see ``docs/maxtext.md``)."""
+        if self._gcm is None:
+            return True
+        return self._gcm.flush(self.stop_timeout if timeout is None else timeout)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop every uploader (each after a final upload), send the Cloud Monitoring
+        points still held, and close the event file. Idempotent."""
+        self._defer_gcm_flush = True
+        try:
+            ok = super().close(timeout)
+        finally:
+            self._defer_gcm_flush = False
+        return self._flush_gcm(timeout) and ok
 
     def _final(self, skip_final_flush: bool | None) -> bool:
         skip = self.skip_final_flush if skip_final_flush is None else bool(skip_final_flush)
@@ -282,9 +306,15 @@ class GoodputMonitor(_BaseMonitor):
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop every uploader, each after a final upload (idempotent); the rolling-window
-        one first, as MaxText does."""
-        if self.rolling_windows_seconds:
-            self.stop_rolling_window_goodput_uploader(timeout=timeout)
-        self.stop_goodput_uploader(timeout=timeout)
-        if self.monitor_step_time_deviation:
-            self.stop_step_deviation_uploader(timeout=timeout)
+        one first, as MaxText does. Then the Cloud Monitoring points held for their
+        series' sampling period are sent, after one wait for it (at most 5 s)."""
+        self._defer_gcm_flush = True  # one wait for the sampling period, after all three
+        try:
+            if self.rolling_windows_seconds:
+                self.stop_rolling_window_goodput_uploader(timeout=timeout)
+            self.stop_goodput_uploader(timeout=timeout)
+            if self.monitor_step_time_deviation:
+                self.stop_step_deviation_uploader(timeout=timeout)
+        finally:
+            self._defer_gcm_flush = False
+        self._flush_gcm(timeout)

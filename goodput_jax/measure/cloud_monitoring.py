@@ -101,6 +101,16 @@ CUSTOM_PREFIX = "custom.googleapis.com/goodput_jax/"
 #: environment variable naming the metadata server ``host[:port]`` (Google's clients'
 #: name for it; a test points it at a loopback server).
 METADATA_HOST_ENV = "GCE_METADATA_HOST"
+#: its older name, which google-auth still reads when ``GCE_METADATA_HOST`` is unset
+METADATA_ROOT_ENV = "GCE_METADATA_ROOT"
+#: environment variable naming the Cloud Monitoring endpoint the exporter's client talks
+#: to: ``host[:port]`` (TLS, default credentials) or ``insecure://host:port`` (plaintext,
+#: no credentials: an emulator or a loopback test server). See ``docs/maxtext.md``.
+MONITORING_ENDPOINT_ENV = "GOODPUT_JAX_MONITORING_ENDPOINT"
+#: Cloud Monitoring's write rule: at most one point per time series per this many
+#: seconds (points closer together are refused). The exporter keeps its points apart by
+#: at least this much (see :class:`CloudMonitoringExporter`); not configurable.
+SAMPLING_PERIOD_SECONDS = 5.0
 DEFAULT_METADATA_HOST = "metadata.google.internal"
 _DMI_PRODUCT = "/sys/class/dmi/id/product_name"
 #: machine-type prefixes (longest first) -> the accelerator label Google's library sends
@@ -130,17 +140,19 @@ def on_gce(product_file: str = _DMI_PRODUCT) -> bool:
 
 
 def metadata_host() -> str | None:
-    """The metadata server to ask: ``$GCE_METADATA_HOST``, else
-    ``metadata.google.internal`` on a Google VM, else None (not on GCP: no request).
+    """The metadata server to ask: ``$GCE_METADATA_HOST``, else ``$GCE_METADATA_ROOT``
+    (google-auth reads the two in this order), else ``metadata.google.internal`` on a
+    Google VM, else None (not on GCP: no request).
 
     Example:
         >>> os.environ["GCE_METADATA_HOST"] = "127.0.0.1:8080"  # doctest: +SKIP
         >>> metadata_host()                                      # doctest: +SKIP
         '127.0.0.1:8080'
     """
-    host = os.environ.get(METADATA_HOST_ENV, "").strip()
-    if host:
-        return host
+    for env in (METADATA_HOST_ENV, METADATA_ROOT_ENV):
+        host = os.environ.get(env, "").strip()
+        if host:
+            return host
     return DEFAULT_METADATA_HOST if on_gce() else None
 
 
@@ -168,8 +180,9 @@ def get_gcp_metadata(category: str, attribute: str, *, host: str | None = None,
     """
     host = metadata_host() if host is None else host
     if not host:
-        raise MetadataUnavailable(f"no metadata server (${METADATA_HOST_ENV} is not set and "
-                                  "this is not a Google VM)")
+        raise MetadataUnavailable(f"no metadata server (${METADATA_HOST_ENV} and "
+                                  f"${METADATA_ROOT_ENV} are not set and this is not a "
+                                  "Google VM)")
     name, _, port = host.rpartition(":") if host.count(":") == 1 else (host, "", "")
     conn = http.client.HTTPConnection(name or host, int(port) if port else 80, timeout=timeout)
     path = f"/computeMetadata/v1/{category}/{attribute}"
@@ -252,8 +265,8 @@ def read_gce_metadata(*, host: str | None = None, timeout: float = 1.0,
     """
     host = metadata_host() if host is None else host
     if not host:
-        return GCEMetadata(error=f"not on GCP (${METADATA_HOST_ENV} is not set and "
-                                 f"{_DMI_PRODUCT} does not name Google)")
+        return GCEMetadata(error=f"not on GCP (${METADATA_HOST_ENV} and ${METADATA_ROOT_ENV} "
+                                 f"are not set and {_DMI_PRODUCT} does not name Google)")
     if cached:
         with _METADATA_LOCK:
             hit = _METADATA_CACHE.get(host)
@@ -319,40 +332,120 @@ def fill_gcp_options(options: Any, metadata: GCEMetadata | None = None) -> tuple
 
 #: not sent (as the reference: asynchronous loading is not an activity to report)
 _EXCLUDED = {"DATA_LOADING_ASYNC"}
+#: sent only by an elastic monitor (``elastic=True``), as only Google's elastic
+#: calculator has them
+_ELASTIC_SOURCES = {"ELASTIC_SLICE_DOWN", "ELASTIC_SCALE_UP", "ELASTIC_REINITIALIZATION"}
+#: sent only when they hold time: Google's calculator has infrastructure recovery only
+#: after a disruption and no recompilation bucket at all (goodput_jax's own)
+_ONLY_WHEN_NONZERO = {"INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION", "RECOMPILATION"}
 _MAX_SERIES_PER_CALL = 200  # Cloud Monitoring's limit per CreateTimeSeries
 
 
+def make_client(endpoint: str | None = None) -> Any:
+    """A ``monitoring_v3.MetricServiceClient``, for ``endpoint`` or
+    ``$GOODPUT_JAX_MONITORING_ENDPOINT`` (default: Google's endpoint).
+
+    ``host[:port]`` talks TLS with the default credentials (a private or regional
+    endpoint); ``insecure://host:port`` talks plaintext gRPC without credentials (an
+    emulator, a loopback test server).
+
+    Raises:
+        ValueError: an ``insecure://`` endpoint without ``host:port``.
+        ImportError: google-cloud-monitoring is not installed (extra ``gcp``).
+
+    Example:
+        >>> make_client("insecure://127.0.0.1:9").__class__.__name__  # doctest: +SKIP
+        'MetricServiceClient'
+    """
+    try:
+        from google.cloud import monitoring_v3
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ImportError("Cloud Monitoring needs google-cloud-monitoring: "
+                          "pip install 'goodput-jax[gcp]'") from e
+    endpoint = (os.environ.get(MONITORING_ENDPOINT_ENV, "") if endpoint is None
+                else endpoint).strip()
+    if not endpoint:
+        return monitoring_v3.MetricServiceClient()
+    if endpoint.startswith("insecure://"):
+        target = endpoint[len("insecure://"):]
+        if not target or ":" not in target:
+            raise ValueError(f"{MONITORING_ENDPOINT_ENV} ({endpoint!r}) must be "
+                             "insecure://host:port")
+        import grpc
+        from google.cloud.monitoring_v3.services.metric_service.transports import (
+            MetricServiceGrpcTransport,
+        )
+
+        return monitoring_v3.MetricServiceClient(
+            transport=MetricServiceGrpcTransport(channel=grpc.insecure_channel(target)))
+    return monitoring_v3.MetricServiceClient(client_options={"api_endpoint": endpoint})
+
+
+def series_key(metric: dict) -> tuple:
+    """What identifies a metric dict's time series: its type, labels, resource type
+    and resource labels (two points with the same key are points of one series)."""
+    return (metric["metric_type"], tuple(sorted(metric["metric_labels"].items())),
+            metric.get("resource_type", RESOURCE_TYPE),
+            tuple(sorted(metric["resource_labels"].items())))
+
+
 class CloudMonitoringExporter:
-    """Sends a job's goodput metrics to Cloud Monitoring (see the module docstring).
+    """Sends a job's goodput metrics to Cloud Monitoring (see the module docstring),
+    within the service's write rules.
+
+    Cloud Monitoring refuses a point written less than 5 s
+    (:data:`SAMPLING_PERIOD_SECONDS`) after the previous point of its series, and one
+    whose end time is not after it. Every send goes through one lock and stamps its
+    points with the clock (never earlier than an earlier send's stamp), and a point
+    that comes within the period of its series' last point is **held**: the newest
+    held value of a series replaces an older one (merge), and it goes out with the
+    first send at least the period after that last point. :meth:`flush` (the
+    monitor's stop) **waits** until the held points may go and sends them, so a
+    job's final values are kept; what is still held when its timeout runs out is
+    dropped and counted (:attr:`dropped`).
 
     Args:
         gcp_options: :class:`goodput_jax.goodput.GCPOptions` (``project_id`` required).
         job_name: the workload id.
-        client: a ``monitoring_v3.MetricServiceClient`` (default: built here).
+        client: a ``monitoring_v3.MetricServiceClient`` (default: :func:`make_client`,
+            which reads ``$GOODPUT_JAX_MONITORING_ENDPOINT``).
+        clock: "now" as float UTC seconds (default ``time.time``); the points' end times.
+        elastic: the job may be elastic: send the ``ELASTIC_*`` badput sources (as
+            Google's elastic monitor).
 
     Raises:
         ValueError: no ``project_id``.
     """
 
-    def __init__(self, gcp_options: Any, job_name: str, client: Any = None):
+    def __init__(self, gcp_options: Any, job_name: str, client: Any = None, *,
+                 clock: Any = None, elastic: bool = False):
         project = getattr(gcp_options, "project_id", None)
         if not isinstance(project, str) or not project:
             raise ValueError(f"gcp_options.project_id ({project!r}) must be a non-empty string "
                              "to send metrics to Cloud Monitoring")
+        if clock is not None and not callable(clock):
+            raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
         self.options = gcp_options
         self.job_name = job_name
         self.project_name = f"projects/{project}"
-        if client is None:
-            try:
-                from google.cloud import monitoring_v3
-            except ImportError as e:  # pragma: no cover - depends on the install
-                raise ImportError("Cloud Monitoring needs google-cloud-monitoring: "
-                                  "pip install 'goodput-jax[gcp]'") from e
-            client = monitoring_v3.MetricServiceClient()
-        self.client = client
+        self.client = make_client() if client is None else client
+        self.elastic = bool(elastic)
+        self._clock = clock or time.time
+        self._lock = threading.RLock()
+        self._last_end: dict[tuple, float] = {}
+        self._held: dict[tuple, dict] = {}
+        self._latest = -math.inf
         self.sent = 0
         self.errors = 0
+        #: points held back and then dropped (a flush that ran out of time)
+        self.dropped = 0
         self.last_error: str | None = None
+
+    @property
+    def held(self) -> int:
+        """Points waiting for their series' sampling period to pass."""
+        with self._lock:
+            return len(self._held)
 
     # ------------------------------------------------------------ metric dicts
     def resource_labels(self) -> dict[str, str]:
@@ -385,7 +478,7 @@ class CloudMonitoringExporter:
                        {"goodput_source": "TOTAL"})]
         for bt, secs in details["badput_time"].items():
             name = GOOGLE_NAMES.get(bt.name, bt.name)
-            if name in _EXCLUDED or bt.name == "CUSTOM_BADPUT_EVENTS":
+            if not self._sends_source(name, secs) or bt.name == "CUSTOM_BADPUT_EVENTS":
                 continue
             out.append(self._m("badput_time", float(secs), {"badput_source": name}))
         by_type: dict[str, float] = {}
@@ -401,15 +494,33 @@ class CloudMonitoringExporter:
         out.append(self._m("total_elapsed_time", float(details["total_time"]),
                            {"window_type": "cumulative"}))
         if step_deviation is not None and getattr(step_deviation, "num_steps", 0):
-            dev = step_deviation.deviations
-            out.append(self._m("step_time_deviation", float(abs(dev).mean()), {}))
+            out += self.step_deviation_metrics(step_deviation)
             ideal = float(step_deviation.ideal_step_time)
-            if math.isfinite(ideal):
+            if math.isfinite(ideal):  # one meaning: the ideal step time (s), only
                 out.append(self._m("performance", ideal, {}, with_labels=False))
         if include_slice_efficiency:
             out += self._slice_efficiency(details, {"window_type": "CUMULATIVE",
                                                     "rolling_window_size": "0"})
         return out
+
+    def _sends_source(self, name: str, value: Any) -> bool:
+        """Whether a badput source goes out, as Google's library sends them: never
+        asynchronous loading, ``ELASTIC_*`` only from an elastic monitor,
+        infrastructure recovery and recompilation only when they hold time."""
+        if name in _EXCLUDED or (name in _ELASTIC_SOURCES and not self.elastic):
+            return False
+        if name in _ONLY_WHEN_NONZERO:
+            return isinstance(value, dict) or float(value) > 0
+        return True
+
+    def step_deviation_metrics(self, step_deviation: Any) -> list[dict]:
+        """``step_time_deviation``: the mean absolute step deviation (s), empty when
+        there is no step (the step-deviation uploader's metric, and part of each
+        goodput upload)."""
+        if step_deviation is None or not getattr(step_deviation, "num_steps", 0):
+            return []
+        mean = float(abs(step_deviation.deviations).mean())
+        return [self._m("step_time_deviation", mean, {})] if math.isfinite(mean) else []
 
     def _slice_efficiency(self, details: dict, labels: dict) -> list[dict]:
         out = []
@@ -444,7 +555,7 @@ class CloudMonitoringExporter:
                                {"goodput_source": getattr(gtype, "name", str(gtype)), **window}))
         for bt, pct in (details.get("interval_badput") or {}).items():
             name = GOOGLE_NAMES.get(bt.name, bt.name)
-            if name in _EXCLUDED:
+            if not self._sends_source(name, pct):
                 continue
             if isinstance(pct, dict):
                 for sub, v in sorted(pct.items()):
@@ -535,13 +646,66 @@ class CloudMonitoringExporter:
 
     # ------------------------------------------------------------ sending
     def send(self, metrics: list[dict], now: float | None = None) -> int:
-        """Send metric dicts as time series (one point each at ``now``); returns how many.
+        """Send metric dicts as time series, one point each, within the write rules.
 
-        Errors are logged and counted, not raised.
+        The points' end time is ``now`` (default: the clock), never earlier than an
+        earlier send's. A point within the sampling period of its series' last point
+        is held (see the class docstring); held points whose period has passed go
+        out with this call. Errors are logged and counted, not raised.
+
+        Returns:
+            How many points were sent now.
         """
+        with self._lock:
+            t = float(self._clock() if now is None else now)
+            t = max(t, self._latest)
+            self._latest = t
+            for m in metrics:  # in order: a later value of a series replaces an earlier one
+                self._held[series_key(m)] = m
+            return self._send_due(t)
+
+    def _send_due(self, t: float) -> int:
+        due = [(k, m) for k, m in self._held.items()
+               if t - self._last_end.get(k, -math.inf) >= SAMPLING_PERIOD_SECONDS]
+        for k, _ in due:
+            del self._held[k]
+            self._last_end[k] = t
+        return self._write([m for _, m in due], t) if due else 0
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Send every held point, waiting (at most ``timeout`` s of real time) until
+        each series' sampling period has passed; drop and count what is left then.
+
+        Returns:
+            True when nothing was left held.
+        """
+        deadline = time.monotonic() + max(0.0, float(timeout))
+        while True:
+            with self._lock:
+                if not self._held:
+                    return True
+                t = max(float(self._clock()), self._latest)
+                self._latest = t
+                self._send_due(t)
+                if not self._held:
+                    return True
+                wait = min(self._last_end[k] for k in self._held) \
+                    + SAMPLING_PERIOD_SECONDS - t
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    n = len(self._held)
+                    self._held.clear()
+                    self.dropped += n
+                    _log.warning("Cloud Monitoring: %d point(s) dropped: their series' %gs "
+                                 "sampling period had not passed when the flush timed out",
+                                 n, SAMPLING_PERIOD_SECONDS)
+                    return False
+            # real time passes; a test's clock may move on its own
+            time.sleep(max(0.001, min(wait, left, 0.05)))
+
+    def _write(self, metrics: list[dict], now: float) -> int:
         from google.cloud import monitoring_v3
 
-        now = time.time() if now is None else float(now)
         seconds = int(now)
         nanos = int((now - seconds) * 1e9)
         series = []
@@ -597,13 +761,13 @@ class CloudMonitoringExporter:
         return self.send(metrics, now) if metrics else 0
 
     def send_step_deviation(self, calculator: Any, now: float | None = None) -> int:
-        """Send the mean step deviation as ``performance`` (the step-deviation uploader)."""
+        """Send ``step_time_deviation`` (the step-deviation uploader).
+
+        Google's step-deviation uploader sends the mean deviation as ``performance``,
+        which its goodput uploader fills with the ideal step time; here
+        ``performance`` keeps that one meaning and the deviation goes to its own
+        series (the same one each goodput upload updates)."""
         from goodput_jax.measure.calculator import GoodputCalculator
 
-        stats = GoodputCalculator.get_step_deviation(calculator)
-        if not stats.num_steps:
-            return 0
-        mean = float(stats.deviations.mean())
-        if not math.isfinite(mean):
-            return 0
-        return self.send([self._m("performance", mean, {}, with_labels=False)], now)
+        metrics = self.step_deviation_metrics(GoodputCalculator.get_step_deviation(calculator))
+        return self.send(metrics, now) if metrics else 0

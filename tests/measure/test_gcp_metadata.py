@@ -120,16 +120,20 @@ def test_maxtext_wrapper_with_default_gcp_options_sends_metrics_with_metadata_de
         step_deviation_interval_seconds=3600, enable_pathways_goodput=False,
         enable_gcp_goodput_metrics=True, enable_gcp_step_deviation_metrics=True,
         enable_rolling_window_goodput=True, rolling_windows_seconds=[30])
+    # the clock stands still, so the final uploads' points (within 5 s of the first
+    # ones) wait for a sampling period that never passes: a short stop timeout drops them
+    # (their values are the first ones': the job has ended)
     with LoopbackMetricService() as srv:
         if wrapper == "maxtext_module":
             mon = _maxtext_0_2_5_monitor(config, store=store, clock=lambda: now[0],
-                                         gcm_client=srv.client())
+                                         gcm_client=srv.client(), stop_timeout=0.2)
             mon.close()
         else:
             with goodput.maybe_monitor_goodput(config, process_index=0, store=store,
-                                               clock=lambda: now[0],
+                                               clock=lambda: now[0], stop_timeout=0.2,
                                                gcm_client=srv.client()) as mon:
                 pass
+        assert not srv.refused and mon.cloud_monitoring.dropped > 0
         assert mon.job_name == "mt"  # goodput_job_name wins over run_name
         assert (mon.gcp_options.project_id, mon.gcp_options.location) == (
             "fake-proj", "us-central2-b")
