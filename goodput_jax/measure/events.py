@@ -67,6 +67,10 @@ class EventKind(str, enum.Enum):
     ELASTIC_REINIT_START = "elastic_reinit_start"
     ELASTIC_REINIT_END = "elastic_reinit_end"
     ELASTIC_SLICE_COUNTS = "elastic_slice_counts"
+    #: One compiled step program's cost from XLA's cost analysis, read by the runtime
+    #: capture when the program is first seen (point event; ``step`` = the first step run
+    #: with it; payload = :meth:`goodput_jax.measure.productivity.ProgramCost.to_payload`).
+    PROGRAM_COST = "program_cost"
 
 
 #: start kind -> end kind, for every start/end pair.
@@ -116,6 +120,7 @@ KIND_CODES: dict[EventKind, int] = {
     EventKind.ELASTIC_REINIT_START: 25,
     EventKind.ELASTIC_REINIT_END: 26,
     EventKind.ELASTIC_SLICE_COUNTS: 27,
+    EventKind.PROGRAM_COST: 28,
 }
 #: code -> kind (index = code).
 KINDS_BY_CODE: tuple[EventKind, ...] = tuple(

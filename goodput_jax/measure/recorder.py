@@ -52,6 +52,7 @@ from goodput_jax.measure.events import (
     new_run_id,
     to_timestamp,
 )
+from goodput_jax.measure.productivity import ProgramCost
 from goodput_jax.measure.stores import EventStore, resolve_store
 
 logger = logging.getLogger(__name__)
@@ -533,6 +534,28 @@ class GoodputRecorder:
             raise ValueError(f"hints ({hints!r}) must be JSON-serialisable: {e}") from None
         t = self._now() if timestamp is None else to_timestamp(timestamp, name="timestamp")
         self._put(_K[EventKind.HINTS], t, None, None, dict(hints))
+
+    def record_program_cost(self, cost: ProgramCost, step: int | None = None,
+                            timestamp: Any = None) -> None:
+        """Record a compiled step program's cost (XLA's cost analysis, per device).
+
+        Fed by the JAX runtime capture (``goodput_jax.runtime.StepRecorder``) when a step
+        program is first seen; ``step`` is the first step run with it. The calculator's
+        :meth:`~goodput_jax.measure.calculator.GoodputCalculator.get_program_goodput`
+        reads it (MFU, roofline, program goodput).
+
+        Example:
+            >>> from goodput_jax.measure.productivity import ProgramCost
+            >>> GoodputRecorder("j", "l").record_program_cost(
+            ...     ProgramCost("jit(step)", 2e9, 0.0, 1e7, "cpu"), step=0)
+        """
+        if not self._enabled:
+            return
+        if not isinstance(cost, ProgramCost):
+            raise TypeError(f"cost ({cost!r}) must be a goodput_jax.measure.productivity.ProgramCost")
+        t = self._now() if timestamp is None else to_timestamp(timestamp, name="timestamp")
+        self._put(_K[EventKind.PROGRAM_COST], t, None if step is None else check_step(step),
+                  None, cost.to_payload())
 
     def record_compilation(self, duration_s: float, end_time: Any = None, *,
                            recompile: bool = False, name: str = "") -> None:

@@ -36,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import logging
 import queue
@@ -46,8 +47,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Self
 
+from goodput_jax.measure.productivity import DevicePeak, lookup_peak
 from goodput_jax.measure.recorder import StepSink
 from goodput_jax.runtime.compile import attach
+from goodput_jax.runtime.program import _devices_of, measured_peak, program_cost
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +81,16 @@ _getprofile, _setprofile = sys.getprofile, sys.setprofile
 _WATCHING: weakref.WeakSet = weakref.WeakSet()
 #: finish() checks this often whether the watcher it waits on is still alive
 _FINISH_POLL_S = 0.5
+
+
+class _NoCompiles:
+    """Stands in for an attachment when program costs are off (its count never moves)."""
+
+    __slots__ = ()
+    compilations = 0
+
+
+_NO_COMPILES = _NoCompiles()
 
 
 class _Marker:
@@ -198,6 +211,14 @@ class StepRecorder:
             attachment then knows when training started: compiles before and
             within the first step are program startup, later repeats are
             recompiles).
+        program_costs: record each step program's cost (XLA's cost analysis, per
+            device) with its device's peak when a step call compiles it, and at the
+            first call (needs ``compile_times``): the input of program goodput and MFU
+            (``GoodputCalculator.get_program_goodput``). The read hits JAX's caches (no
+            compilation is added; well under 1 ms per program); on a device the peak
+            table does not know (a CPU) a measured peak is probed once per process.
+        peak: the device's peak to record instead of the table's or a measured one.
+        peak_table: entries that extend or override the published peak table.
 
     Attributes:
         tracked: steps handed over (counted by the watcher as it takes them; exact once
@@ -221,19 +242,30 @@ class StepRecorder:
 
     # Slots: the per-step path reads its fields from the object itself (fewer cache lines
     # on a training thread whose caches the device's compute or the input pipeline evicted).
-    __slots__ = ("__weakref__", "_att", "_due", "_enabled", "_first", "_handed", "_head",
+    __slots__ = ("__weakref__", "_att", "_catt", "_cost_first", "_cost_peak", "_cost_table", "_due", "_enabled", "_first", "_handed", "_head",
                  "_hook_backoff", "_hook_need", "_hook_skip", "_hooked", "_idle", "_live", "_lock", "_next", "_pending",
                  "_record_end", "_seen", "_sem", "_sink", "_sink_ready", "_slow_starts", "_span_listener",
                  "_start_step", "_thread", "_warned", "hook_claims", "observed", "recorder", "span_claims",
                  "unobserved")
 
-    def __init__(self, recorder: Any, *, compile_times: bool = True):
+    def __init__(self, recorder: Any, *, compile_times: bool = True, program_costs: bool = True,
+                 peak: DevicePeak | None = None, peak_table: dict[str, DevicePeak] | None = None):
         if not callable(getattr(recorder, "record_step_device_end_time", None)):
             raise TypeError(f"recorder ({recorder!r}) must be a GoodputRecorder "
                             "(it has no record_step_device_end_time method)")
         self.recorder = recorder
         self._enabled = bool(getattr(recorder, "logging_enabled", True))
         self._att = attach(recorder) if compile_times and self._enabled else None
+        if peak is not None and not isinstance(peak, DevicePeak):
+            raise TypeError(f"peak ({peak!r}) must be a goodput_jax.measure.productivity.DevicePeak")
+        # program costs: read when a compile happens within a step call (the attachment's
+        # count moved) and at the first call; ``_catt`` is read twice per step
+        costs = program_costs and self._att is not None \
+            and callable(getattr(recorder, "record_program_cost", None))
+        self._catt: Any = self._att if costs else _NO_COMPILES
+        self._cost_first = costs
+        self._cost_peak = peak
+        self._cost_table = peak_table
         # handover to the watcher: a deque, plus a wake-up only when the watcher sits idle
         self._pending: collections.deque = collections.deque()
         self._sem: queue.SimpleQueue = queue.SimpleQueue()
@@ -483,7 +515,10 @@ class StepRecorder:
             if not self._enabled:
                 return fn(*args, **kwargs)
             self.start(step)
+            c = self._catt.compilations
             out = fn(*args, **kwargs)
+            if self._catt.compilations != c or self._cost_first:
+                self._program_seen(step, fn, args, kwargs)
             self.track(step, out)
             return out
         if self._hooked is not None:
@@ -493,7 +528,10 @@ class StepRecorder:
             self._poll()
             t = _time()
         sink(_START, t, step)
+        c = self._catt.compilations
         out = fn(*args, **kwargs)
+        if self._catt.compilations != c:
+            self._program_seen(step, fn, args, kwargs)
         if self._hook_skip:
             self._hook_skip -= 1
             self._pending.append((step, out))
@@ -549,7 +587,11 @@ class StepRecorder:
                 rec._poll()
                 t = _time()
             sink(_START, t, step)
+            catt = rec._catt
+            c = catt.compilations
             out = fn(*args)
+            if catt.compilations != c:
+                rec._program_seen(step, fn, args, {})
             if rec._hook_skip:
                 rec._hook_skip -= 1
                 pending_append((step, out))
@@ -564,6 +606,27 @@ class StepRecorder:
         recorded.__name__ = recorded.__qualname__ = f"recorded_{getattr(fn, '__name__', 'step')}"
         recorded.__doc__ = f"``{recorded.__name__}(step, *args)``: {fn!r} recorded by a StepRecorder."
         return recorded
+
+    # ------------------------------------------------------ program cost
+    def _program_seen(self, step: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        """A step call compiled (or is the first): record the program's cost (training
+        thread; JAX's caches answer, well under a millisecond; a measured peak once per
+        process on a device the table does not know)."""
+        self._cost_first = False
+        if getattr(fn, "lower", None) is None:
+            return  # not a jitted function: no one program to analyse
+        try:
+            cost = program_cost(fn, *args, **kwargs)
+            peak = self._cost_peak
+            if peak is None:
+                peak = lookup_peak(cost.device_kind, self._cost_table)
+            if peak is None:
+                peak = measured_peak(_devices_of(args, kwargs)[0])
+            cost = dataclasses.replace(cost, peak=peak)
+            self.recorder.record_program_cost(cost, step if type(step) is int and step >= 0 else None)
+        except Exception:  # noqa: BLE001 - never break the training loop
+            logger.warning("goodput runtime: reading the program cost of %r failed", fn,
+                           exc_info=True)
 
     # ------------------------------------------------------ readiness hook
     def _track_hooked(self, step: int, outputs: Any) -> None:

@@ -40,6 +40,7 @@ from goodput_jax.measure.engine.codes import (
     NB,
     PENDING,
     POINT_KINDS,
+    PROGRAM_COST,
     REINIT_START,
     SLICE_COUNTS,
     SPAN_END_START,
@@ -125,6 +126,7 @@ class Engine:
         self.compilations = 0
         self.device_runs = 0  # runs whose leader recorded device step ends (runtime capture)
         self.hints: Any = None
+        self.programs: list[tuple[float, Any, Any]] = []  # PROGRAM_COST rows
         self.last_ckpt_step: int | None = None
         self.flat_save = 0.0  # Orbax checkpoint-manager statistics (flat seconds)
         self.flat_restore = 0.0
@@ -444,6 +446,10 @@ class Engine:
         """Rows that attribute no time: hints, checkpoint progress and statistics."""
         if kind == HINTS:
             self.hints = label  # the payload travels in the label column
+            return
+        if kind == PROGRAM_COST:
+            # (time, first step, payload) of each compiled step program, in record order
+            self.programs.append((t, step, label))
             return
         if kind == CKPT_PROGRESS:
             # informational (its time is the checkpoint's start, usually in the past)

@@ -86,6 +86,7 @@ _LABELLED_KINDS = (
     KIND_CODES[EventKind.ELASTIC_WAIT_START],
     KIND_CODES[EventKind.ELASTIC_WAIT_END],
     KIND_CODES[EventKind.ELASTIC_SLICE_COUNTS],
+    KIND_CODES[EventKind.PROGRAM_COST],
 )
 
 #: One raw row as read by :meth:`SQLiteStore.read_rows`:
