@@ -1,19 +1,21 @@
-"""``goodput-jax cluster``: the cluster runtime on Ray (needs the 'cluster' extra).
+"""goodput-jax cluster: the cluster runtime on Ray (needs the 'cluster' extra).
 
-Subcommands::
+Subcommands:
 
-    up      start a local cluster (a head + worker raylets, in a loopback-only
-            network and PID namespace) or attach to --address, and run the
-            controller until 'down' (or Ctrl-C)
-    down    ask a cluster started by 'up' to stop
-    submit  submit a job (a JSON spec file, or --name/--entry-point ...)
-    status  jobs and their allocations, restarts, errors
-    cancel  stop a job
-    logs    one process's output of a job's launch
-    demo    a local two-type cluster, small real Flax jobs arriving under Sia
+    up          start a local cluster (a head + worker raylets, in a loopback-only
+                network and PID namespace) or attach to --address, and run the
+                controller until 'down' (or Ctrl-C)
+    down        ask a cluster started by 'up' to stop
+    submit      submit a job (a JSON spec file, or --name/--entry-point ...)
+    status      jobs and their allocations, restarts, errors
+    cancel      stop a job
+    reallocate  move a job to given nodes (it checkpoints and restarts there)
+    logs        one process's output of a job's launch
+    demo        a local two-type cluster, small real Flax jobs arriving under Sia
 
-Every subcommand but 'up --address' and 'demo' works on the cluster's state
-directory (--state-dir) and needs no Ray connection.
+submit, status, cancel, reallocate and logs reach the cluster either by its
+address (--address ray://HEAD:10001 or HOST:PORT: over Ray, no shared files) or
+by its state directory (--state-dir: files only, no Ray connection).
 
 Example:
     $ goodput-jax cluster up --state-dir /tmp/gjc --nodes a:2,a:2,b:2 &
@@ -35,9 +37,13 @@ from goodput_jax.cli._common import HelpFormatter, UserError, positive_float, po
 HELP = "run jobs on a Ray cluster scheduled by goodput (Pollux / Sia; 'cluster' extra)"
 
 
-def _state(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--state-dir", required=True,
+def _state(p: argparse.ArgumentParser, address: bool = False) -> None:
+    p.add_argument("--state-dir", required=not address, default=None,
                    help="the cluster's state directory (jobs, logs, checkpoints, controller state)")
+    if address:
+        p.add_argument("--address", default=None,
+                       help="the cluster's Ray address (ray://HOST:10001 or HOST:PORT) instead "
+                            "of --state-dir")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -66,7 +72,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     down.set_defaults(run=run_down)
 
     s = sub.add_parser("submit", help="submit a job", formatter_class=HelpFormatter)
-    _state(s)
+    _state(s, address=True)
     s.add_argument("--spec", default=None, help="a JSON job spec file (instead of the options)")
     s.add_argument("--name", help="job name")
     s.add_argument("--entry-point", help="'module:function' or a script.py")
@@ -76,22 +82,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="comma-separated types it may run on (empty: any)")
     s.add_argument("--not-preemptible", action="store_true", help="never move it once running")
     s.add_argument("--max-retries", type=int, default=2, help="crashes retried before 'failed'")
+    s.add_argument("--hooks", default=None,
+                   help='JSON keyword arguments of its GoodputHooks, e.g. \'{"init_batch_size": 32}\'')
+    s.add_argument("--adaptive", default=None,
+                   help="JSON keyword arguments of its AdaptiveBatchSize")
+    s.add_argument("--stop-timeout", type=positive_float, default=60.0,
+                   help="seconds a cooperative stop may take before it is forced")
     s.add_argument("args", nargs=argparse.REMAINDER, help="after --: the job's arguments")
     s.set_defaults(run=run_submit)
 
     st = sub.add_parser("status", help="jobs and allocations", formatter_class=HelpFormatter)
-    _state(st)
+    _state(st, address=True)
     st.add_argument("job", nargs="?", default=None, help="one job (default: all)")
     st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(run=run_status)
 
     c = sub.add_parser("cancel", help="stop a job", formatter_class=HelpFormatter)
-    _state(c)
+    _state(c, address=True)
     c.add_argument("job")
     c.set_defaults(run=run_cancel)
 
+    r = sub.add_parser("reallocate", help="move a job to given nodes",
+                       formatter_class=HelpFormatter)
+    _state(r, address=True)
+    r.add_argument("job")
+    r.add_argument("--to", required=True,
+                   help="node labels, one per replica: n0,n1 or n0:2 (two replicas on n0)")
+    r.set_defaults(run=run_reallocate)
+
     lg = sub.add_parser("logs", help="a job process's output", formatter_class=HelpFormatter)
-    _state(lg)
+    _state(lg, address=True)
     lg.add_argument("job")
     lg.add_argument("--attempt", type=int, default=None, help="launch number (default: latest)")
     lg.add_argument("--rank", type=int, default=0, help="process rank")
@@ -109,7 +129,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _client(args: argparse.Namespace):
     from goodput_jax.cluster.api import ClusterClient
 
+    address = getattr(args, "address", None)
+    if address is not None and args.state_dir is not None:
+        raise UserError("give --address or --state-dir, not both")
+    if address is None and args.state_dir is None:
+        raise UserError("give the cluster's --address or its --state-dir")
+    if address is not None:
+        _require()
+        return ClusterClient(address=address)
     return ClusterClient(args.state_dir)
+
+
+def _json_arg(name: str, text: str | None) -> dict:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise UserError(f"{name} ({text!r}) is not JSON") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{name} ({text!r}) must be a JSON object")
+    return value
 
 
 def run_submit(args: argparse.Namespace) -> int:
@@ -132,7 +172,9 @@ def run_submit(args: argparse.Namespace) -> int:
         spec = JobSpec(args.name, args.entry_point, args=tuple(rest),
                        min_replicas=args.min_replicas, max_replicas=args.max_replicas,
                        accelerator_types=types, preemptible=not args.not_preemptible,
-                       max_retries=args.max_retries)
+                       max_retries=args.max_retries, stop_timeout=args.stop_timeout,
+                       hooks=_json_arg("hooks", args.hooks),
+                       adaptive=_json_arg("adaptive", args.adaptive))
     print(_client(args).submit(spec))
     return 0
 
@@ -168,6 +210,18 @@ def run_cancel(args: argparse.Namespace) -> int:
     except KeyError as e:
         raise UserError(str(e.args[0])) from None
     print(f"cancel requested: {args.job}")
+    return 0
+
+
+def run_reallocate(args: argparse.Namespace) -> int:
+    from goodput_jax.cluster.controller import parse_allocation
+
+    to = parse_allocation(args.to)
+    try:
+        did = _client(args).reallocate(args.job, to)
+    except KeyError as e:
+        raise UserError(str(e.args[0])) from None
+    print(f"{args.job}: {did}")
     return 0
 
 
@@ -209,36 +263,53 @@ def run_up(args: argparse.Namespace) -> int:
     from goodput_jax.cluster.api import ClusterClient
     from goodput_jax.cluster.controller import start_controller
 
-    cluster = None
-    if args.address is None:
-        from goodput_jax.cluster.local import LocalCluster
+    from goodput_jax.cluster.controller import stop_controller
+    from goodput_jax.cluster.launch import NAMESPACE
 
-        cluster = LocalCluster(nodes)
-    else:
-        import ray
-
-        ray.init(address=args.address)
     client = ClusterClient(args.state_dir)
-    if os.path.exists(client.sd.down_path()):
-        os.remove(client.sd.down_path())
-    actor = start_controller(args.state_dir, policy=args.policy, interval=args.interval,
-                             fake_devices=args.address is None)
-    print(f"cluster up: state in {client.sd.root}; 'goodput-jax cluster down --state-dir "
-          f"{args.state_dir}' stops it", flush=True)
-    import ray
-
+    os.makedirs(client.sd.root, exist_ok=True)
+    # Ray's own messages (its node-IP probes, a dead raylet's state dump) go to
+    # STATE_DIR/ray.log, not to this command's output
+    saved = os.dup(2)
+    ray_log = os.open(os.path.join(client.sd.root, "ray.log"),
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(ray_log, 2)
+    os.close(ray_log)
+    cluster = None
     try:
-        while not os.path.exists(client.sd.down_path()):
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        ray.get(actor.shutdown.remote())
-        if cluster is not None:
-            cluster.shutdown()
+        if args.address is None:
+            from goodput_jax.cluster.local import LocalCluster
+
+            cluster = LocalCluster(nodes)
+            address = cluster.address
         else:
-            ray.shutdown()
-    print("cluster down")
+            import ray
+
+            ray.init(address=args.address, namespace=NAMESPACE, log_to_driver=False)
+            address = args.address
+        if os.path.exists(client.sd.down_path()):
+            os.remove(client.sd.down_path())
+        actor = start_controller(args.state_dir, policy=args.policy, interval=args.interval,
+                                 fake_devices=args.address is None)
+        print(f"cluster up at {address}: state in {client.sd.root}; 'goodput-jax cluster "
+              f"down --state-dir {args.state_dir}' stops it", flush=True)
+        try:
+            while not os.path.exists(client.sd.down_path()):
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stop_controller(actor)
+            if cluster is not None:
+                cluster.shutdown()
+            else:
+                import ray
+
+                ray.shutdown()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    print("cluster down", flush=True)
     return 0
 
 

@@ -1,8 +1,9 @@
 """goodput_jax.cluster: the runtime that schedules real JAX jobs on Ray by goodput.
 
-Jobs (:class:`JobSpec`) are submitted to a cluster's state directory
-(:class:`ClusterClient`: ``submit``, ``status``, ``cancel``, ``logs``); a
-controller actor (:mod:`.controller`) reads each job's published hints, runs
+Jobs (:class:`JobSpec`) are submitted to a cluster by its address or its state
+directory (:class:`ClusterClient`: ``submit``, ``status``, ``cancel``,
+``reallocate``, ``logs``); a controller actor (:mod:`.controller`, named and
+detached, restarted by Ray) keeps a typed :class:`JobRecord` per job, reads each job's published hints, runs
 Pollux (one accelerator type) or Sia (several), and restarts only the jobs whose
 allocation changed, from their checkpoints, after a cooperative stop
 (:class:`goodput_jax.adaptive.stop.StopRequest`). :class:`LocalCluster` runs a
@@ -27,9 +28,17 @@ _EXPORTS: dict[str, str] = {
     "ClusterClient": "goodput_jax.cluster.api",
     "JobContext": "goodput_jax.cluster.context",
     "job_context": "goodput_jax.cluster.context",
+    "mark_stopped": "goodput_jax.cluster.context",
     "Controller": "goodput_jax.cluster.controller",
-    "RayLauncher": "goodput_jax.cluster.controller",
+    "RayLauncher": "goodput_jax.cluster.launch",
     "start_controller": "goodput_jax.cluster.controller",
+    "stop_controller": "goodput_jax.cluster.controller",
+    "ClusterState": "goodput_jax.cluster.record",
+    "JobRecord": "goodput_jax.cluster.record",
+    "JobStatus": "goodput_jax.cluster.record",
+    "Launcher": "goodput_jax.cluster.record",
+    "read_state": "goodput_jax.cluster.record",
+    "scheduling_timeline": "goodput_jax.cluster.record",
     "make_policy": "goodput_jax.cluster.controller",
     "NodeRecord": "goodput_jax.cluster.plan",
     "RoundPlan": "goodput_jax.cluster.plan",

@@ -6,6 +6,12 @@ checkpoint and record, the stop request, the hooks' and controller's settings).
 A ``module:function`` entry point receives it as its argument; a script reads it
 with :func:`job_context` (from ``$GOODPUT_JAX_CLUSTER_CONTEXT``).
 
+A job that checkpoints and returns because the runtime asked it to stop says so
+with :meth:`JobContext.mark_stopped` (or the module's :func:`mark_stopped`)
+before it returns (a ``module:function`` may return
+:data:`goodput_jax.cluster.runner.STOPPED` instead): the runtime then relaunches
+it; a job that returns without it is recorded as finished.
+
 Example:
     >>> ctx = JobContext(job="j", attempt=0, rank=0, num_processes=1, coordinator=None,
     ...                  local_devices=2, accelerator_type="a", nodes=("n0",),
@@ -27,7 +33,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CONTEXT_ENV", "JobContext", "job_context"]
+__all__ = ["CONTEXT_ENV", "JobContext", "job_context", "mark_stopped", "stop_marked"]
+
+_STOPPED: list[bool] = [False]
+
+
+def mark_stopped() -> None:
+    """Record that this process stops on the runtime's request (it checkpointed and
+    returns early): the launch counts as stopped, not finished.
+
+    Example:
+        >>> reset_stopped(); stop_marked()
+        False
+        >>> mark_stopped(); stop_marked()
+        True
+        >>> reset_stopped()
+    """
+    _STOPPED[0] = True
+
+
+def stop_marked() -> bool:
+    """Whether :func:`mark_stopped` was called in this process (since its launch began)."""
+    return _STOPPED[0]
+
+
+def reset_stopped() -> None:
+    """Clear the mark (the runner does, before it runs the entry point)."""
+    _STOPPED[0] = False
 
 #: Environment variable holding a process's JobContext as JSON.
 CONTEXT_ENV = "GOODPUT_JAX_CLUSTER_CONTEXT"
@@ -124,6 +156,10 @@ class JobContext:
                 return int(fh.read().strip() or -1) == self.attempt
         except (FileNotFoundError, ValueError):
             return True
+
+    def mark_stopped(self) -> None:
+        """This process checkpointed and returns on a stop request (see :func:`mark_stopped`)."""
+        mark_stopped()
 
     def log_progress(self, **record: Any) -> None:
         """Append one JSON line (rank 0 only) to the job's progress log, flushed.

@@ -1,45 +1,48 @@
 """The controller: every round, hints -> policy -> the jobs whose allocation changed.
 
 :class:`Controller` is the logic, driven by :meth:`Controller.tick` (called
-every ``poll`` seconds by :class:`ControllerActor`, a Ray actor on the head
-node). A tick
+every ``poll`` seconds by :class:`ControllerActor`, a named, detached Ray actor
+in the runtime's namespace that Ray restarts if it dies). A tick
 
-1. takes in submitted specs and cancel requests from the state directory;
+1. takes in submitted specs, cancel and reallocation requests (from the state
+   directory; a client with the cluster's address calls :meth:`Controller.submit`,
+   :meth:`~Controller.cancel` and :meth:`~Controller.reallocate` through the actor);
 2. reads Ray's node table; a node that disappeared takes its jobs down: they
-   are stopped and restart from their last checkpoint on what is left;
+   are stopped and restart from their last checkpoint on what is left. The nodes
+   of a launch that died of a system error are held out of rounds and launches
+   until the node table drops them or ``node_grace`` passes;
 3. looks at each launch: finished, stopped on request (relaunch on the new
    allocation), crashed (retry with exponential backoff, ``failed`` with the
    error after ``spec.max_retries``), or a stop past its deadline (forced);
 4. runs a round (:func:`goodput_jax.cluster.plan.plan_round`) every
    ``interval`` seconds (60 by default, as Pollux and Sia) and after an
-   arrival, a finish or a node change: the latest hints of every job from its
-   goodput store, JobInfo/NodeInfo with AdaptDL's rules, Pollux on one type or
-   Sia on several; only jobs whose allocation changed are touched: a running
-   one gets a cooperative stop request (it checkpoints at its next step
-   boundary) and is relaunched on its new allocation;
-5. persists its state (``controller.json``); a new controller rebuilds from it,
-   relaunching the jobs that were running from their checkpoints.
+   arrival, a finish or a node change; only jobs whose allocation changed are
+   touched: a running one gets a cooperative stop request (it checkpoints at its
+   next step boundary) and is relaunched on its new allocation;
+5. persists its state (``controller.json``, :class:`~goodput_jax.cluster.record.ClusterState`)
+   when it changed. A new controller reads it and re-attaches to the launches
+   still running (their processes are detached actors, not the controller's);
+   only a launch that did not survive is relaunched from its checkpoint.
 
-Launching is delegated to a launcher (:class:`RayLauncher`: one placement group
-per launch, one bundle per allocated node, one process per node); tests of the
-logic may pass another object with the same four methods.
+Each job is a :class:`~goodput_jax.cluster.record.JobRecord`; its status changes
+only through the record's transition methods. Launching is delegated to a
+:class:`~goodput_jax.cluster.record.Launcher` (:class:`~goodput_jax.cluster.launch.RayLauncher`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import glob
+import json
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from goodput_jax.cluster.launch import NAMESPACE, RayLauncher
 from goodput_jax.cluster.plan import (
     ACCEL,
-    NODE_PREFIX,
     NodeRecord,
     capacity_of,
     job_info,
@@ -47,18 +50,25 @@ from goodput_jax.cluster.plan import (
     nodes_from_ray,
     plan_round,
 )
+from goodput_jax.cluster.record import (
+    ClusterState,
+    JobRecord,
+    JobStatus,
+    Launcher,
+    read_state,
+)
 from goodput_jax.cluster.spec import JobSpec, validate
 from goodput_jax.cluster.state import StateDir
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ACTIVE", "Controller", "ControllerActor", "RayLauncher", "make_policy"]
-
-#: Name prefix of the runtime's placement groups.
-PG_PREFIX = "gj-"
+__all__ = ["ACTIVE", "CONTROLLER_NAME", "Controller", "ControllerActor", "RayLauncher",
+           "checkpoint_store", "make_policy", "start_controller"]
 
 #: Job states the scheduler allocates for.
 ACTIVE = ("queued", "running", "stopping", "retrying")
+#: The controller actor's name (in the runtime's namespace, :data:`NAMESPACE`).
+CONTROLLER_NAME = "goodput_jax_controller"
 
 
 def make_policy(name: str, **kwargs: Any) -> Any:
@@ -98,97 +108,27 @@ def group_allocation(allocation: Sequence[str]) -> list[tuple[str, int]]:
     return sorted(counts.items(), key=lambda kv: (kv[0] != first, -kv[1], kv[0]))
 
 
-class RayLauncher:
-    """Launches a job's processes on Ray: one placement group, one bundle per node.
+def checkpoint_store(url: str) -> bool:
+    """Fold a SQLite goodput store's write-ahead log into its database file
+    (``PRAGMA wal_checkpoint(TRUNCATE)``), so the ``.db`` file alone holds every
+    event; True when done (False: not a SQLite file, none there, or busy)."""
+    if not isinstance(url, str) or not url.startswith("sqlite:///"):
+        return False
+    path = url[len("sqlite:///"):]
+    if not os.path.exists(path):
+        return False
+    import sqlite3
 
-    Bundle ``i`` holds ``{gj_node_<label>: 0.001, gj_accel: devices}`` (it can
-    only land on that node); the process of rank ``i`` is a Ray task in it
-    (``max_calls=1``: a fresh process, so JAX starts with its own device count,
-    set through ``XLA_FLAGS`` in the task's runtime environment).
-
-    Args:
-        fake_devices: the accelerators are fake CPU devices (local clusters, CI).
-    """
-
-    def __init__(self, fake_devices: bool = True):
-        import ray
-
-        from goodput_jax.cluster.runner import run_replica
-
-        self._ray = ray
-        self.fake_devices = fake_devices
-        self._task = ray.remote(max_calls=1, num_cpus=0, max_retries=0)(run_replica)
-
-    def launch(self, spec: JobSpec, groups: list[tuple[str, int]], contexts: list[dict],
-               log_paths: list[str]) -> dict:
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        bundles = [{f"{NODE_PREFIX}{label}": 0.001, ACCEL: float(k)} for label, k in groups]
-        pg = placement_group(bundles, strategy="SPREAD" if len(bundles) > 1 else "PACK",
-                             name=f"{PG_PREFIX}{spec.name}-{contexts[0]['attempt']}")
-        refs = []
-        for i, ((_, k), ctx, log) in enumerate(zip(groups, contexts, log_paths)):
-            env = dict(spec.env)
-            if self.fake_devices:
-                env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                                    f" --xla_force_host_platform_device_count={k}").strip()
-                env["JAX_PLATFORMS"] = "cpu"
-            refs.append(self._task.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=i),
-                runtime_env={"env_vars": env}).remote(ctx, spec.entry_point, log))
-        return {"pg": pg, "refs": refs}
-
-    def remove_stale(self) -> list[str]:
-        """Remove the runtime's placement groups left by a dead controller (their tasks
-        died with it, their reservations did not); returns their names."""
-        from ray.util import get_placement_group, placement_group_table
-
-        gone = []
-        for info in placement_group_table().values():
-            name = info.get("name") or ""
-            if name.startswith(PG_PREFIX) and info.get("state") != "REMOVED":
-                try:
-                    self._ray.util.remove_placement_group(get_placement_group(name))
-                    gone.append(name)
-                except Exception as e:  # noqa: BLE001 - removed meanwhile
-                    logger.debug("stale placement group %s: %s", name, e)
-        return gone
-
-    def poll(self, handle: dict) -> tuple[str, Any] | None:
-        """None: running; ``("ok", [results])``; ``("error", (message, system))``."""
-        ray = self._ray
-        refs = handle["refs"]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        results = []
-        for ref in ready:
-            try:
-                results.append(ray.get(ref, timeout=5))
-            except ray.exceptions.RayTaskError as e:
-                cause = e.cause
-                text = f"{type(cause).__name__}: {cause}" if cause is not None else str(e)
-                return "error", (_one_line(text), False)
-            except ray.exceptions.RayError as e:
-                return "error", (_one_line(f"{type(e).__name__}: {e}"), True)
-        if len(ready) < len(refs):
-            return None
-        return "ok", results
-
-    def kill(self, handle: dict) -> None:
-        ray = self._ray
-        for ref in handle["refs"]:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception as e:  # noqa: BLE001 - already finished or its node is gone
-                logger.debug("cancel: %s", e)
-        self.release(handle)
-
-    def release(self, handle: dict) -> None:
+    try:
+        conn = sqlite3.connect(path, timeout=5.0)
         try:
-            self._ray.util.remove_placement_group(handle["pg"])
-        except Exception as e:  # noqa: BLE001 - its node is gone
-            logger.debug("remove_placement_group: %s", e)
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        logger.warning("store %s: checkpoint failed: %s", path, e)
+        return False
+    return busy == 0
 
 
 def ray_nodes() -> list[NodeRecord]:
@@ -196,6 +136,27 @@ def ray_nodes() -> list[NodeRecord]:
     import ray
 
     return nodes_from_ray(ray.nodes())
+
+
+def parse_allocation(text: str) -> list[str]:
+    """``"n0:2,n1"`` -> ``["n0", "n0", "n1"]`` (node labels, one per replica).
+
+    Example:
+        >>> parse_allocation("n1:2,n0")
+        ['n1', 'n1', 'n0']
+        >>> parse_allocation("n1:x")
+        Traceback (most recent call last):
+        ...
+        ValueError: to ('n1:x'): each entry is LABEL or LABEL:REPLICAS with REPLICAS >= 1
+    """
+    out: list[str] = []
+    for part in str(text).split(","):
+        label, sep, k = part.strip().partition(":")
+        if not label or (sep and (not k.isdigit() or int(k) < 1)):
+            raise ValueError(f"to ({text!r}): each entry is LABEL or LABEL:REPLICAS with "
+                             f"REPLICAS >= 1")
+        out += [label] * (int(k) if sep else 1)
+    return out
 
 
 class Controller:
@@ -206,71 +167,87 @@ class Controller:
         policy: ``"sia"``, ``"pollux"`` or a policy object; ``"auto"``: Pollux on
             a one-type cluster, Sia on a mixed one.
         interval: seconds between periodic rounds (60).
-        launcher: starts and stops launches (default :class:`RayLauncher`).
+        launcher: a :class:`~goodput_jax.cluster.record.Launcher` (the actor passes a
+            :class:`RayLauncher`); None: nothing can launch (plans only).
         nodes: returns the live :class:`NodeRecord` list (default: Ray's table).
         clock: POSIX seconds.
         round_on_events: also run a round right after an arrival, a finish or a
             node change (default True; AdaptDL allocates new jobs at once too).
         node_grace: seconds a launch that died of a system error waits for the
-            node table to show a dead node before counting as a crash.
-        coordinator_port: returns a port for a launch's ``jax.distributed``
-            coordinator (default: a random one in 20000-40000).
+            node table to show a dead node before counting as a crash (its nodes
+            are held out of rounds meanwhile).
     """
 
     def __init__(self, state_dir: str, *, policy: Any = "auto", interval: float = 60.0,
-                 launcher: Any = None, nodes: Callable[[], list[NodeRecord]] | None = None,
+                 launcher: Launcher | None = None,
+                 nodes: Callable[[], list[NodeRecord]] | None = None,
                  clock: Callable[[], float] = time.time, round_on_events: bool = True,
-                 node_grace: float = 15.0, coordinator_port: Callable[[], int] | None = None):
+                 node_grace: float = 15.0):
         if not (isinstance(interval, (int, float)) and interval > 0):
             raise ValueError(f"interval ({interval!r}) must be > 0 seconds")
         self.sd = StateDir(state_dir)
         self.interval = float(interval)
         self._policy_arg = policy
+        self._policy_name: str | None = None
         self.policy: Any = None if isinstance(policy, str) else policy
         self.launcher = launcher
         self._nodes = nodes or ray_nodes
         self.clock = clock
         self.round_on_events = bool(round_on_events)
         self.node_grace = float(node_grace)
-        self._port = coordinator_port or (lambda: random.randint(20000, 40000))
         self.handles: dict[str, Any] = {}
         self._calcs: dict[str, Any] = {}
         self.alive: list[NodeRecord] = []
+        #: label -> until when it is held out (a launch on it died of a system error)
+        self.suspect_nodes: dict[str, float] = {}
         self.last_round = -float("inf")
         self.trigger = True
         self._taken: list[str] = []
-        saved = self.sd.read_json(self.sd.controller_path, {}) or {}
-        self.jobs: dict[str, dict] = saved.get("jobs", {})
-        self.rounds: list[dict] = saved.get("rounds", [])
-        self.round_seconds: list[float] = saved.get("round_seconds", [])
+        self._written: str | None = None
+        state = read_state(self.sd.root)
+        self.jobs: dict[str, JobRecord] = state.jobs
+        self.rounds: list[dict] = state.rounds
+        self.round_seconds: list[float] = state.round_seconds
         self.restored = bool(self.jobs)
+        #: jobs whose running launch this controller found again at start
+        self.reattached: list[str] = []
         now = self.clock()
-        for name, job in self.jobs.items():  # rebuild: what ran restarts from its checkpoint
-            if job["status"] in ("running", "stopping"):
-                alloc = job.get("next_allocation") if job["status"] == "stopping" else None
-                job["allocation"] = alloc if alloc is not None else job["allocation"]
-                job["status"] = "retrying" if job["allocation"] else "queued"
-                job["retry_at"] = now
-                job["relaunch_reason"] = "rebuilt"
-                job["restarts"] += 1
-                self._event(job, now, "controller restarted")
+        for name, job in self.jobs.items():
+            if job.status not in (JobStatus.RUNNING, JobStatus.STOPPING):
+                continue
+            handle = None
+            if self.launcher is not None and job.attempt >= 0 and job.allocation:
+                handle = self.launcher.attach(name, job.attempt,
+                                              len(group_allocation(job.allocation)))
+            if handle is not None:
+                self.handles[name] = handle
+                self.reattached.append(name)
+                job.event(now, "re-attached", attempt=job.attempt)
+                logger.info("job %s: re-attached to launch %d", name, job.attempt)
+            else:  # its launch did not survive: relaunch from its checkpoint
+                job.rebuild(now)
                 logger.info("job %s: relaunching from its checkpoint", name)
 
     # ------------------------------------------------------------------ helpers
-    def _event(self, job: dict, now: float, what: str, **extra: Any) -> None:
-        job["events"].append({"t": now, "what": what, **extra})
-
     def _policy(self, types: set) -> Any:
         if self.policy is None or self._policy_arg == "auto":
             want = self._policy_arg if self._policy_arg != "auto" else (
                 "sia" if len(types) > 1 else "pollux")
-            if self.policy is None or getattr(self, "_policy_name", None) != want:
+            if self.policy is None or self._policy_name != want:
                 self.policy = make_policy(want)
                 self._policy_name = want
         return self.policy
 
+    def usable(self, now: float | None = None) -> list[NodeRecord]:
+        """The live nodes that rounds and launches may use (not held out as suspect)."""
+        now = self.clock() if now is None else now
+        return [n for n in self.alive if self.suspect_nodes.get(n.label, -1.0) <= now]
+
     def _hints(self, name: str) -> Any:
-        store = self.jobs[name]["spec"]["store"]
+        spec = self.jobs[name].spec
+        if spec is None or spec.store is None:
+            return None
+        store = spec.store
         if store.startswith("sqlite:///") and not os.path.exists(store[len("sqlite:///"):]):
             return None
         calc = self._calcs.get(name)
@@ -293,52 +270,99 @@ class Controller:
             logger.warning("job %s: malformed hints ignored: %s", name, e)
             return None
 
+    def _close_store(self, name: str) -> None:
+        """Close this controller's reader of a job's store and fold its WAL in."""
+        calc = self._calcs.pop(name, None)
+        if calc is not None:
+            try:
+                calc.store.close()
+            except Exception as e:  # noqa: BLE001 - closing a reader
+                logger.debug("close %s: %s", name, e)
+        spec = self.jobs[name].spec if name in self.jobs else None
+        if spec is not None and spec.store:
+            checkpoint_store(spec.store)
+
+    def state(self) -> ClusterState:
+        """The controller's state as saved."""
+        return ClusterState(self.jobs, self.rounds, self.round_seconds, updated=self.clock())
+
     def persist(self) -> None:
-        self.sd.write_json(self.sd.controller_path, {
-            "jobs": self.jobs, "rounds": self.rounds[-200:],
-            "round_seconds": self.round_seconds[-200:], "updated": self.clock()})
+        """Write ``controller.json`` (only when something changed)."""
+        data = self.state().to_json()
+        data.pop("updated")
+        text = json.dumps(data, sort_keys=True, default=str)
+        if text == self._written:
+            return
+        self.sd.write_json(self.sd.controller_path, {**data, "updated": self.clock()})
+        self._written = text
 
     # ------------------------------------------------------------------ inputs
+    def submit(self, spec: JobSpec | dict, now: float | None = None) -> str:
+        """Take in a job now (validated against the live nodes, defaults filled once).
+
+        Raises:
+            ValueError / TypeError: a spec that cannot run or a name already known,
+                in one line; nothing is changed.
+        """
+        now = self.clock() if now is None else now
+        spec = JobSpec.from_json(spec) if isinstance(spec, dict) else spec
+        validate(spec, capacity_of(self.alive) if self.alive else None)
+        if spec.name in self.jobs:
+            raise ValueError(f"name ({spec.name!r}) is already submitted")
+        self.jobs[spec.name] = JobRecord.new(self.sd.fill_defaults(spec), now)
+        self.trigger = True
+        return spec.name
+
+    def cancel(self, name: str, now: float | None = None) -> str:
+        """Stop ``name`` for good (its checkpoints stay); returns its new status.
+
+        Raises:
+            KeyError: an unknown job.
+        """
+        now = self.clock() if now is None else now
+        job = self._job(name)
+        if job.status.active:
+            self._kill(name)
+            job.cancel(now)
+            self._close_store(name)
+            self.trigger = True
+        return job.status.value
+
+    def _job(self, name: str) -> JobRecord:
+        if name not in self.jobs:
+            raise KeyError(f"job ({name!r}) is not known to the cluster at {self.sd.root}")
+        return self.jobs[name]
+
     def _ingest(self, now: float) -> None:
-        cap = capacity_of(self.alive)
         for path in sorted(glob.glob(os.path.join(self.sd.inbox, "*.json"))):
             data = self.sd.read_json(path)
             self._taken.append(path)  # removed once the job is in controller.json
-            try:
-                spec = validate(JobSpec.from_json(data), cap if self.alive else None)
-                spec = dataclasses.replace(
-                    spec, store=spec.store or self.sd.default_store(spec.name),
-                    checkpoint_dir=spec.checkpoint_dir or self.sd.default_checkpoint_dir(spec.name))
-                error = None
-            except (TypeError, ValueError) as e:
-                spec, error = None, _one_line(e)
-            name = (data or {}).get("name", os.path.basename(path)[:-5])
+            name = (data or {}).get("name", os.path.basename(path)[:-5]) \
+                if isinstance(data, dict) else os.path.basename(path)[:-5]
             if name in self.jobs:
                 logger.warning("job %s submitted twice; the second is ignored", name)
                 continue
-            self.jobs[name] = {
-                "spec": spec.to_json() if spec else data, "status": "failed" if error else "queued",
-                "error": error, "allocation": [], "next_allocation": None, "attempt": -1,
-                "restarts": 0, "failures": 0, "submitted": now, "started": None,
-                "finished": None, "retry_at": None, "deadline": None, "suspect_since": None,
-                "events": [], "launches": [],
-            }
-            self._event(self.jobs[name], now, "submitted" if not error else "refused",
-                        error=error)
-            self.trigger = True
+            try:
+                self.submit(data, now)
+            except (TypeError, ValueError) as e:
+                self.jobs[name] = JobRecord.refused(name, data, _one_line(e), now)
         for path in sorted(glob.glob(os.path.join(self.sd.requests, "cancel-*"))):
             name = os.path.basename(path)[len("cancel-"):]
             os.remove(path)
-            job = self.jobs.get(name)
-            if job and job["status"] in ACTIVE:
-                self._kill(name)
-                job["status"], job["allocation"], job["finished"] = "cancelled", [], now
-                self._event(job, now, "cancelled")
-                self.trigger = True
+            if name in self.jobs:
+                self.cancel(name, now)
+        for path in sorted(glob.glob(os.path.join(self.sd.requests, "reallocate-*.json"))):
+            data = self.sd.read_json(path) or {}
+            os.remove(path)
+            name = os.path.basename(path)[len("reallocate-"):-len(".json")]
+            try:
+                self.reallocate(name, data.get("allocation", []))
+            except (KeyError, TypeError, ValueError) as e:
+                logger.warning("reallocation of %s refused: %s", name, _one_line(e))
 
     def _kill(self, name: str) -> None:
         handle = self.handles.pop(name, None)
-        if handle is not None:
+        if handle is not None and self.launcher is not None:
             self.launcher.kill(handle)
 
     # ------------------------------------------------------------------ the tick
@@ -359,177 +383,171 @@ class Controller:
                 "updated": now})
         self.alive = alive
         labels = {n.label for n in alive}
+        for label in [k for k, until in self.suspect_nodes.items()
+                      if until <= now or k not in labels]:
+            del self.suspect_nodes[label]
+            self.trigger = True
         self._ingest(now)
         for name, job in self.jobs.items():
-            if job["status"] not in ACTIVE:
+            if not job.status.active:
                 continue
-            lost = [n for n in job["allocation"] if n not in labels]
+            lost = [n for n in job.allocation if n not in labels]
             if lost:
-                self._lose(name, job, now, sorted(set(lost)))
+                self._kill(name)
+                job.lose_node(now, lost)
+                self.trigger = True
                 continue
             handle = self.handles.get(name)
-            if handle is None:
+            if handle is None or self.launcher is None:
                 continue
             res = self.launcher.poll(handle)
             if res is None:
-                if job["status"] == "stopping" and now > job["deadline"]:
+                if job.status == JobStatus.STOPPING and job.deadline is not None \
+                        and now > job.deadline:
                     self._kill(name)
-                    self._event(job, now, "stop forced")
+                    job.event(now, "stop forced")
                     self._stopped(name, job, now, forced=True)
                 continue
             kind, value = res
             if kind == "ok":
                 self.launcher.release(self.handles.pop(name))
                 if all(r["status"] == "finished" for r in value):
-                    job["status"], job["allocation"], job["finished"] = "finished", [], now
-                    self._event(job, now, "finished")
+                    job.finish(now)
+                    self._close_store(name)
                     self.trigger = True
-                else:
+                elif job.status == JobStatus.STOPPING:
+                    self._stopped(name, job, now, forced=False)
+                else:  # stopped without being asked (its own stop request): queue it
+                    job.request_stop(now, [], reason="stopped by itself")
                     self._stopped(name, job, now, forced=False)
             else:
                 message, system = value
-                if system and job["suspect_since"] is None:
-                    job["suspect_since"] = now  # wait for the node table to tell
-                    job["suspect_error"] = message
-                    continue
-                if system and now - job["suspect_since"] < self.node_grace:
-                    continue
-                self._crash(name, job, now, job.get("suspect_error") or message)
-        for name, job in self.jobs.items():
-            if job["status"] == "retrying" and now >= job["retry_at"]:
-                reason = job.pop("relaunch_reason", None) or "retry"
-                if job["allocation"] and all(n in labels for n in job["allocation"]):
-                    self._launch(name, job, now, reason)
+                if system:
+                    if job.suspect_since is None:
+                        job.suspect(now, message)  # wait for the node table to tell
+                        for label in job.allocation:
+                            self.suspect_nodes[label] = now + self.node_grace
+                        continue
+                    if now - job.suspect_since < self.node_grace:
+                        continue
+                self._kill(name)
+                if job.crash(now, job.suspect_error or message):
+                    if system:  # its nodes are held out: the next round places it
+                        job.requeue(now)
+                        self.trigger = True
                 else:
-                    job["status"], job["allocation"] = "queued", []
+                    self._close_store(name)
+                    self.trigger = True
+        usable = {n.label for n in self.usable(now)}
+        for name, job in self.jobs.items():
+            if job.status == JobStatus.RETRYING and job.retry_at is not None \
+                    and now >= job.retry_at:
+                if job.allocation and all(n in usable for n in job.allocation):
+                    self._launch(name, job, now, job.relaunch_reason or "retry")
+                else:
+                    job.requeue(now)
                     self.trigger = True
         if rounds and self.alive and (now - self.last_round >= self.interval
-                           or (self.trigger and self.round_on_events)):
+                                      or (self.trigger and self.round_on_events)):
             self.run_round(now)
         self.persist()
         for path in self._taken:
-            os.remove(path)
+            if os.path.exists(path):
+                os.remove(path)
         self._taken.clear()
 
-    def _lose(self, name: str, job: dict, now: float, lost: list) -> None:
-        self._kill(name)
-        job["restarts"] += 1
-        job["status"], job["allocation"], job["next_allocation"] = "queued", [], None
-        job["suspect_since"] = None
-        self._event(job, now, "node lost", nodes=lost)
-        self.trigger = True
-
-    def _stopped(self, name: str, job: dict, now: float, forced: bool) -> None:
-        nxt = job["next_allocation"] or []
-        job["next_allocation"] = None
-        self._event(job, now, "stopped", forced=forced)
-        if nxt and all(n in {a.label for a in self.alive} for n in nxt):
-            job["allocation"] = list(nxt)
-            self._launch(name, job, now, "reallocation")
+    def _stopped(self, name: str, job: JobRecord, now: float, forced: bool) -> None:
+        nxt = job.stopped(now, forced=forced)
+        usable = {a.label for a in self.usable(now)}
+        if nxt and all(n in usable for n in nxt):
+            self._launch(name, job, now, "reallocation", nxt)
         else:
-            job["status"], job["allocation"] = "queued", []
             self.trigger = True
-
-    def _crash(self, name: str, job: dict, now: float, message: str) -> None:
-        self._kill(name)
-        job["failures"] += 1
-        job["suspect_since"] = None
-        job["error"] = message
-        spec = job["spec"]
-        self._event(job, now, "crashed", error=message)
-        if job["failures"] > spec["max_retries"]:
-            job["status"], job["allocation"], job["finished"] = "failed", [], now
-            self._event(job, now, "failed", error=message)
-            self.trigger = True
-        else:
-            job["status"] = "retrying"
-            job["retry_at"] = now + spec["retry_backoff"] * 2 ** (job["failures"] - 1)
 
     # ------------------------------------------------------------------ launches
-    def _launch(self, name: str, job: dict, now: float, reason: str) -> None:
-        spec = JobSpec.from_json(job["spec"])
-        groups = group_allocation(job["allocation"])
+    def _launch(self, name: str, job: JobRecord, now: float, reason: str,
+                allocation: Sequence[str] | None = None) -> None:
+        from goodput_jax.adaptive.stop import StopRequest
+        from goodput_jax.cluster.context import JobContext
+
+        spec = job.spec
+        if spec is None or self.launcher is None:
+            raise RuntimeError(f"job {name!r} cannot be launched (no spec or no launcher)")
+        alloc = list(allocation if allocation is not None else job.allocation)
+        groups = group_allocation(alloc)
         by_label = {n.label: n for n in self.alive}
-        job["attempt"] += 1
-        coord = (f"{by_label[groups[0][0]].address}:{self._port()}" if len(groups) > 1
-                 else None)
+        atype = by_label[groups[0][0]].accelerator_type
+        attempt = job.launch(now, alloc, reason, nodes=[g[0] for g in groups],
+                             accelerator_type=atype)
+        # rank 0's process reserves the coordinator's port on its own node (launch.py)
+        coord = f"{by_label[groups[0][0]].address}:0" if len(groups) > 1 else None
         jd = self.sd.job_dir(name)
         os.makedirs(jd, exist_ok=True)
         contexts, logs = [], []
         for rank, (label, k) in enumerate(groups):
-            from goodput_jax.cluster.context import JobContext
-
             ctx = JobContext(
-                job=name, attempt=job["attempt"], rank=rank, num_processes=len(groups),
+                job=name, attempt=attempt, rank=rank, num_processes=len(groups),
                 coordinator=coord, local_devices=k,
                 accelerator_type=by_label[label].accelerator_type,
                 nodes=tuple(g[0] for g in groups), devices_per_process=tuple(g[1] for g in groups),
-                checkpoint_dir=spec.checkpoint_dir or self.sd.default_checkpoint_dir(name),
-                store=spec.store or self.sd.default_store(name),
+                checkpoint_dir=spec.checkpoint_dir or "", store=spec.store or "",
                 stop_path=self.sd.stop_path(name), progress_path=self.sd.progress_path(name),
                 hooks=spec.hooks, adaptive=spec.adaptive, args=spec.args)
             contexts.append(ctx.to_json())
-            logs.append(self.sd.log_path(name, job["attempt"], rank))
-        from goodput_jax.adaptive.stop import StopRequest
-
+            logs.append(self.sd.log_path(name, attempt, rank))
         StopRequest(self.sd.stop_path(name)).clear()  # served (or moot): the launch starts clean
         with open(os.path.join(jd, "attempt.tmp"), "w") as fh:  # the fence (JobContext.is_current)
-            fh.write(str(job["attempt"]))
+            fh.write(str(attempt))
         os.replace(os.path.join(jd, "attempt.tmp"), os.path.join(jd, "attempt"))
         self.handles[name] = self.launcher.launch(spec, groups, contexts, logs)
-        job["status"] = "running"
-        job["started"] = job["started"] or now
-        job["launches"].append({"t": now, "attempt": job["attempt"], "reason": reason,
-                                "allocation": list(job["allocation"]),
-                                "devices": len(job["allocation"]),
-                                "nodes": [g[0] for g in groups],
-                                "type": by_label[groups[0][0]].accelerator_type})
-        self._event(job, now, "launched", attempt=job["attempt"], reason=reason,
-                    allocation=list(job["allocation"]))
 
     # ------------------------------------------------------------------ rounds
-    def job_infos(self, now: float, hints: dict | None = None) -> dict:
+    def job_infos(self, now: float, hints: dict | None = None,
+                  nodes: Sequence[NodeRecord] | None = None) -> dict:
         """The JobInfo of every active job (``hints``: by job; default: read them now)."""
-        types = sorted({n.accelerator_type for n in self.alive})
+        types = sorted({n.accelerator_type for n in (self.alive if nodes is None else nodes)})
         infos = {}
         for name, job in self.jobs.items():
-            if job["status"] not in ACTIVE:
+            if not job.status.active or job.spec is None:
                 continue
-            spec = JobSpec.from_json(job["spec"])
             h = hints[name] if hints is not None and name in hints else self._hints(name)
-            infos[name] = job_info(spec, h, job["submitted"], types=types,
-                                   num_restarts=job["restarts"],
-                                   restarting=job["status"] == "stopping",
-                                   age=now - job["submitted"])
+            infos[name] = job_info(job.spec, h, job.submitted, types=types,
+                                   num_restarts=job.restarts,
+                                   restarting=job.status == JobStatus.STOPPING,
+                                   age=now - job.submitted)
         return infos
 
     def current_allocations(self) -> dict:
         """What each active job holds (a stopping job: where it goes next)."""
-        out = {}
-        for name, job in self.jobs.items():
-            if job["status"] not in ACTIVE:
-                continue
-            nxt = job["next_allocation"]
-            out[name] = list(nxt) if (job["status"] == "stopping" and nxt is not None) \
-                else list(job["allocation"])
-        return out
+        return {name: job.current_allocation() for name, job in self.jobs.items()
+                if job.status.active}
 
     def plan(self, now: float | None = None) -> tuple[Any, dict]:
         """One round's decision without acting on it: ``(RoundPlan, seconds per part)``.
 
         The parts: ``hints`` (read every active job's latest hints from its store),
         ``infos`` (JobInfo/NodeInfo), ``policy`` (the policy's optimize and the diff).
+        The nodes are the usable ones (:meth:`usable`); a job held on a suspect node
+        keeps it.
         """
         now = self.clock() if now is None else now
         t0 = time.perf_counter()
         hints = {name: self._hints(name) for name, job in self.jobs.items()
-                 if job["status"] in ACTIVE}
+                 if job.status.active}
         t1 = time.perf_counter()
+        usable = self.usable(now)
         infos = self.job_infos(now, hints)
-        nodes = node_infos(self.alive)
+        nodes = node_infos(usable)
+        labels = {n.label for n in usable}
+        current = {k: [n for n in v if n in labels]
+                   for k, v in self.current_allocations().items()}
         t2 = time.perf_counter()
         policy = self._policy({n.accelerator_type for n in self.alive})
-        plan = plan_round(policy, infos, nodes, self.current_allocations())
+        plan = plan_round(policy, infos, nodes, current) if nodes else None
+        if plan is None:
+            from goodput_jax.cluster.plan import RoundPlan
+
+            plan = RoundPlan({k: tuple(sorted(v)) for k, v in current.items()}, (), "none")
         t3 = time.perf_counter()
         return plan, {"hints": t1 - t0, "infos": t2 - t1, "policy": t3 - t2, "total": t3 - t0}
 
@@ -553,7 +571,7 @@ class Controller:
 
         with lock if lock is not None else contextlib.nullcontext():
             alive = self.alive or self._nodes()
-            infos = self.job_infos(self.clock()) if alive else {}
+            infos = self.job_infos(self.clock(), nodes=alive) if alive else {}
             policy = self._policy({n.accelerator_type for n in alive}) if alive else None
         if not alive:
             return {"jobs": len(infos), "skipped": "no nodes"}
@@ -577,6 +595,7 @@ class Controller:
         self.round_seconds.append(seconds["total"])
         self.rounds.append({"t": now, "policy": plan.policy, "changed": list(plan.changed),
                             "allocations": {k: list(v) for k, v in plan.allocations.items()}})
+        del self.rounds[:-200], self.round_seconds[:-200]
         return plan
 
     def reallocate(self, name: str, allocation: Sequence[str]) -> str:
@@ -592,96 +611,164 @@ class Controller:
         (a queued job given no devices).
 
         Raises:
-            KeyError / ValueError: an unknown job, an inactive one or an unknown node.
+            KeyError / ValueError: an unknown job, an inactive one, an unknown node, a
+                node without that many free devices, a type the job may not use, or a
+                replica count outside the job's bounds; nothing is changed.
         """
-        job = self.jobs[name]
-        if job["status"] not in ACTIVE:
-            raise ValueError(f"job ({name!r}) is {job['status']}, not active")
-        labels = {n.label for n in self.alive}
-        bad = [n for n in allocation if n not in labels]
+        job = self._job(name)
+        if isinstance(allocation, str) or not all(isinstance(a, str) for a in allocation):
+            raise TypeError(f"allocation ({allocation!r}) must be a list of node labels")
+        allocation = list(allocation)
+        if not job.status.active:
+            raise ValueError(f"job ({name!r}) is {job.status.value}, not active")
+        by_label = {n.label: n for n in self.alive}
+        bad = [n for n in allocation if n not in by_label]
         if bad:
-            raise ValueError(f"allocation: unknown node {bad[0]!r}")
-        return self._apply(name, job, list(allocation), self.clock())
+            raise ValueError(f"allocation: unknown node {bad[0]!r} (the cluster has: "
+                             f"{', '.join(sorted(by_label)) or 'none'})")
+        spec = job.spec
+        if allocation and spec is not None:
+            if not spec.min_replicas <= len(allocation) <= spec.max_replicas:
+                raise ValueError(f"allocation ({len(allocation)} replicas) must be within "
+                                 f"{spec.min_replicas}-{spec.max_replicas} for job {name!r}")
+            types = {by_label[n].accelerator_type for n in allocation}
+            if len(types) > 1:
+                raise ValueError(f"allocation: nodes of one type only, got {sorted(types)}")
+            t = types.pop()
+            if spec.accelerator_types and t not in spec.accelerator_types:
+                raise ValueError(f"allocation: type {t!r} is not one of job {name!r}'s "
+                                 f"({', '.join(spec.accelerator_types)})")
+            used: dict[str, int] = {}
+            for other, rec in self.jobs.items():
+                if other != name and rec.status.active:
+                    for n in rec.current_allocation():
+                        used[n] = used.get(n, 0) + 1
+            for label, k in group_allocation(allocation):
+                free = by_label[label].devices - used.get(label, 0)
+                if k > free:
+                    raise ValueError(f"allocation: node {label!r} has {free} free devices, "
+                                     f"{k} asked")
+        return self._apply(name, job, allocation, self.clock())
 
-    def _apply(self, name: str, job: dict, new: list, now: float) -> str:
+    def _apply(self, name: str, job: JobRecord, new: list, now: float) -> str:
         """Act on ``job``'s new allocation ``new``; returns what was done (see
         :meth:`reallocate`)."""
-        status = job["status"]
-        if status == "queued":
+        status = job.status
+        if status == JobStatus.QUEUED:
             if not new:
                 return "unchanged"
-            job["allocation"] = new
-            self._launch(name, job, now, "allocated" if job["attempt"] < 0 else "resumed")
+            self._launch(name, job, now, "allocated" if job.attempt < 0 else "resumed", new)
             return "launched"
-        if status == "running":
-            job["next_allocation"] = new
-            job["status"] = "stopping"
-            job["deadline"] = now + float(job["spec"]["stop_timeout"])
-            job["restarts"] += 1
+        if status == JobStatus.RUNNING:
+            reason = f"reallocation to {len(new)} devices" if new else "preempted"
+            job.request_stop(now, new, reason=reason)
             from goodput_jax.adaptive.stop import StopRequest
 
-            StopRequest(self.sd.stop_path(name)).request(
-                f"reallocation to {len(new)} devices" if new else "preempted")
-            self._event(job, now, "stop requested", to=new)
+            StopRequest(self.sd.stop_path(name)).request(reason)
             return "stop requested"
-        if status == "stopping":
-            if new != job["next_allocation"]:
-                job["next_allocation"] = new
-                self._event(job, now, "retargeted", to=new)
+        if status == JobStatus.STOPPING:
+            job.retarget(now, new)
             return "retargeted"
-        # retrying
-        job["allocation"] = new
-        if not new:
-            job["status"] = "queued"
+        job.move_retry(new)
         return "retry moved"
 
     # ------------------------------------------------------------------ reading
     def status(self) -> dict:
-        """Jobs (status, allocation, attempts, restarts, error) and the nodes."""
-        return {"jobs": self.jobs, "nodes": [n.__dict__ for n in self.alive],
-                "rounds": len(self.rounds)}
+        """Jobs (their records as JSON), the nodes and the round count."""
+        return {"jobs": {n: j.to_json() for n, j in self.jobs.items()},
+                "nodes": [n.__dict__ for n in self.alive], "rounds": len(self.rounds),
+                "suspect_nodes": sorted(self.suspect_nodes)}
+
+    def logs(self, name: str, attempt: int | None = None, rank: int = 0) -> str:
+        """One process's output of one launch (default: the latest, rank 0).
+
+        Read from the state directory on this node, or, for a running launch whose
+        file is not here (another node), from its process over Ray.
+
+        Raises:
+            KeyError: an unknown job.
+        """
+        job = self._job(name)
+        attempt = job.attempt if attempt is None else int(attempt)
+        if attempt < 0:
+            return ""
+        try:
+            with open(self.sd.log_path(name, attempt, rank)) as fh:
+                return fh.read()
+        except FileNotFoundError:
+            pass
+        handle = self.handles.get(name)
+        if handle is not None and attempt == job.attempt and self.launcher is not None:
+            return self.launcher.log_tail(handle, rank) or ""
+        return ""
 
     def shutdown(self) -> None:
-        """Force-stop every launch (the jobs keep their checkpoints) and persist."""
+        """Force-stop every launch (the jobs keep their checkpoints), fold every SQLite
+        store's write-ahead log into its database, and persist."""
         for name in list(self.handles):
             self._kill(name)
+        for name in list(self.jobs):
+            self._close_store(name)
+        self.persist()
+
+    def detach(self) -> None:
+        """Let go without stopping anything (a controller handing over): close the
+        stores' readers and persist."""
+        for name in list(self._calcs):
+            calc = self._calcs.pop(name)
+            try:
+                calc.store.close()
+            except Exception as e:  # noqa: BLE001 - closing a reader
+                logger.debug("close %s: %s", name, e)
         self.persist()
 
 
 class ControllerActor:
-    """A Ray actor running :class:`Controller` every ``poll`` seconds on its own thread.
+    """The Ray actor running :class:`Controller` every ``poll`` seconds on its own thread.
 
-    Create it with :func:`start_controller`; ``status()``, ``round_now()`` and
-    ``shutdown()`` are its remote methods.
+    Create it with :func:`start_controller`: a named (:data:`CONTROLLER_NAME`),
+    detached actor in the runtime's namespace (:data:`NAMESPACE`) that Ray restarts
+    when its process dies (``max_restarts``); the restarted actor reads the saved
+    state and re-attaches to the launches still running. Its remote methods serve
+    clients that have only the cluster's address (:class:`~goodput_jax.cluster.ClusterClient`).
 
     At startup it turns on JAX's persistent compilation cache in
     ``STATE_DIR/jax-cache`` (``compile_cache``) and compiles the policy in the
     background (:meth:`Controller.precompile`): first for the jobs it holds (rounds
     wait for this, at most ``precompile_wait`` seconds; ticks go on), then for half
     and twice as many (``precompile_more``). ``status()["precompile"]`` reports it.
+    ``job_cache``: every job's processes share a persistent compilation cache in
+    ``STATE_DIR/jax-cache-jobs`` (a relaunch loads what its earlier launch compiled).
     """
 
     def __init__(self, state_dir: str, policy: str = "auto", interval: float = 60.0,
                  poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0,
                  policy_kwargs: dict | None = None, compile_cache: bool = True,
                  precompile: bool = True, precompile_more: bool = True,
-                 precompile_wait: float = 120.0):
+                 precompile_wait: float = 120.0, job_cache: bool = True):
         logging.basicConfig(level=logging.INFO)
+        sd = StateDir(state_dir)
         if compile_cache:
             from goodput_jax.sched.warmup import enable_compilation_cache
 
-            enable_compilation_cache(StateDir(state_dir).compile_cache)
+            enable_compilation_cache(sd.compile_cache)
         if policy != "auto" and policy_kwargs:
             policy = make_policy(policy, **policy_kwargs)
-        launcher = RayLauncher(fake_devices)
-        #: Placement groups of a previous controller, removed at start.
-        self.stale_removed = launcher.remove_stale()
+        launcher = RayLauncher(fake_devices, compile_cache=(
+            os.path.join(sd.root, "jax-cache-jobs") if job_cache else None))
         self.controller = Controller(state_dir, policy=policy, interval=interval,
                                      launcher=launcher, node_grace=node_grace)
+        from goodput_jax.cluster.launch import pg_name
+
+        keep = {pg_name(n, self.controller.jobs[n].attempt) for n in self.controller.handles}
+        #: Placement groups and launch actors of a previous controller that nothing
+        #: re-attached to, removed at start.
+        self.stale_removed = launcher.remove_stale(keep)
         self.poll = float(poll)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.errors: list[str] = []
+        self.started = time.time()
         self.precompiled = threading.Event()
         self.precompile_info: list[dict] = []
         self._precompile_more = bool(precompile_more)
@@ -718,6 +805,7 @@ class ControllerActor:
             except Exception as e:
                 logger.exception("controller tick failed")
                 self.errors.append(_one_line(e))
+                del self.errors[:-50]
             self._stop.wait(self.poll)
 
     def status(self) -> dict:
@@ -725,9 +813,34 @@ class ControllerActor:
             out = self.controller.status()
             out["errors"] = list(self.errors[-20:])
             out["restored"] = self.controller.restored
+            out["reattached"] = list(self.controller.reattached)
             out["stale_removed"] = list(self.stale_removed)
             out["precompile"] = list(self.precompile_info)
+            out["started"] = self.started
+            out["pid"] = os.getpid()
             return out
+
+    def jobs(self) -> dict:
+        """Every job's record as JSON, by name."""
+        with self._lock:
+            return {n: j.to_json() for n, j in self.controller.jobs.items()}
+
+    def capacity(self) -> dict:
+        """``{type: [nodes, devices per node]}`` of the live nodes."""
+        with self._lock:
+            return {t: list(v) for t, v in capacity_of(self.controller.alive).by_type.items()}
+
+    def submit(self, spec: dict) -> str:
+        with self._lock:
+            return self.controller.submit(spec)
+
+    def cancel(self, name: str) -> str:
+        with self._lock:
+            return self.controller.cancel(name)
+
+    def logs(self, name: str, attempt: int | None = None, rank: int = 0) -> str:
+        with self._lock:
+            return self.controller.logs(name, attempt, rank)
 
     def round_now(self) -> list:
         with self._lock:
@@ -737,7 +850,11 @@ class ControllerActor:
         with self._lock:
             return self.controller.reallocate(name, allocation)
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def shutdown(self) -> bool:
+        """Stop every launch and the loop (the cluster is going down)."""
         self._stop.set()
         self._thread.join(timeout=30)
         with self._lock:
@@ -747,21 +864,45 @@ class ControllerActor:
 
 def start_controller(state_dir: str, *, policy: str = "auto", interval: float = 60.0,
                      poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0,
-                     policy_kwargs: dict | None = None,
-                     name: str = "goodput_jax_controller", **actor_kwargs: Any) -> Any:
+                     policy_kwargs: dict | None = None, name: str = CONTROLLER_NAME,
+                     max_restarts: int = -1, **actor_kwargs: Any) -> Any:
     """Start the controller actor on this driver's node (the head); returns its handle.
 
-    ``policy_kwargs`` go to the policy's constructor (with ``policy`` "sia" or "pollux");
-    ``actor_kwargs`` (``compile_cache``, ``precompile``, ``precompile_more``,
-    ``precompile_wait``) to :class:`ControllerActor`.
+    The actor is named ``name`` in the runtime's namespace (:data:`NAMESPACE`),
+    detached (it outlives this driver: stop it with ``shutdown()`` and
+    ``ray.kill``) and restarted by Ray up to ``max_restarts`` times (-1: always).
+    ``policy_kwargs`` go to the policy's constructor (with ``policy`` "sia" or
+    "pollux"); ``actor_kwargs`` (``compile_cache``, ``precompile``,
+    ``precompile_more``, ``precompile_wait``, ``job_cache``) to :class:`ControllerActor`.
+
+    Raises:
+        ValueError: a controller of that name is already running.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    try:
+        ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        pass
+    else:
+        raise ValueError(f"name ({name!r}): a controller is already running in namespace "
+                         f"{NAMESPACE!r}")
     here = ray.get_runtime_context().get_node_id()
-    actor = ray.remote(num_cpus=0, max_concurrency=4)(ControllerActor).options(
-        name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+    actor = ray.remote(num_cpus=0, max_concurrency=8)(ControllerActor).options(
+        name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=max_restarts,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
     ).remote(os.path.abspath(state_dir), policy, interval, poll, fake_devices, node_grace,
              policy_kwargs, **actor_kwargs)
     ray.get(actor.status.remote())
     return actor
+
+
+def stop_controller(actor: Any) -> None:
+    """Shut the controller down (its launches stop) and end its actor for good."""
+    import ray
+
+    try:
+        ray.get(actor.shutdown.remote(), timeout=120)
+    finally:
+        ray.kill(actor, no_restart=True)

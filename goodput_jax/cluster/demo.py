@@ -117,7 +117,9 @@ def run_demo(out: str, *, jobs=DEMO_JOBS, interval: float = 5.0, timeout: float 
                 time.sleep(2.0)
                 break
             time.sleep(0.5)
-        ray.get(ctl.shutdown.remote())
+        from goodput_jax.cluster.controller import stop_controller
+
+        stop_controller(ctl)
     finally:
         cluster.shutdown()
         os.dup2(saved_stderr, 2)

@@ -6,7 +6,10 @@ file, initialises ``jax.distributed`` when the launch has several processes
 (coordinator on the first replica's node; CPU collectives over gloo), and
 runs the entry point: ``module:function`` is called with the context, a script
 runs as ``__main__`` with the spec's arguments. The return value tells the
-controller whether the job finished or stopped on request (:data:`STOPPED`).
+controller whether the job finished or stopped on request: a ``module:function``
+returns :data:`STOPPED`, a script (or a function) calls
+:func:`goodput_jax.cluster.context.mark_stopped` (``job_context().mark_stopped()``)
+before it returns; anything else that returns is finished.
 
 The process's device count comes from its environment, set by the launcher
 before JAX starts (``XLA_FLAGS=--xla_force_host_platform_device_count=N`` for
@@ -21,7 +24,9 @@ import os
 import runpy
 import sys
 
-from goodput_jax.cluster.context import CONTEXT_ENV, JobContext
+from collections.abc import Callable
+
+from goodput_jax.cluster.context import CONTEXT_ENV, JobContext, reset_stopped, stop_marked
 
 __all__ = ["STOPPED", "run_replica"]
 
@@ -38,8 +43,12 @@ def _redirect(path: str) -> None:
     os.close(fd)
 
 
-def run_replica(context: dict, entry_point: str, log_path: str) -> dict:
+def run_replica(context: dict, entry_point: str, log_path: str,
+                on_distributed: Callable[[], None] | None = None) -> dict:
     """Run one process of a launch; returns ``{"status": "finished"|"stopped", ...}``.
+
+    ``on_distributed`` is called once ``jax.distributed`` is up (the launcher then
+    releases the coordinator port it held).
 
     Raises:
         whatever the entry point raises (the controller counts it as a crash).
@@ -60,12 +69,16 @@ def run_replica(context: dict, entry_point: str, log_path: str) -> dict:
                                    num_processes=ctx.num_processes, process_id=ctx.rank,
                                    initialization_timeout=120)
         distributed = True
+    if on_distributed is not None:
+        on_distributed()
+    reset_stopped()
     try:
         if entry_point.endswith(".py"):
             old = sys.argv
             sys.argv = [entry_point, *ctx.args]
             try:
-                result = runpy.run_path(entry_point, run_name="__main__").get("RESULT")
+                runpy.run_path(entry_point, run_name="__main__")
+                result = None
             finally:
                 sys.argv = old
         else:
@@ -81,6 +94,6 @@ def run_replica(context: dict, entry_point: str, log_path: str) -> dict:
             jax.distributed.shutdown()
         except Exception as e:  # noqa: BLE001 - a peer already gone; the job's result stands
             print(f"[goodput_jax.cluster] jax.distributed.shutdown: {e}", flush=True)
-    status = STOPPED if result == STOPPED else "finished"
+    status = STOPPED if (result == STOPPED or stop_marked()) else "finished"
     print(f"[goodput_jax.cluster] {status}", flush=True)
     return {"status": status, "rank": ctx.rank, "pid": os.getpid()}

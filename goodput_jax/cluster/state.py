@@ -10,6 +10,7 @@
       jax-cache/             the controller's persistent JAX compilation cache (the
                              policies' compiled programs; safe to delete)
       requests/cancel-NAME   cancel requests; requests/down: stop the cluster
+      requests/reallocate-NAME.json  a move by hand ({"allocation": [labels]})
       jobs/NAME/             per job: ckpt/, goodput.db, stop, progress.jsonl,
                              log-ATTEMPT-RANK.txt
 
@@ -82,6 +83,18 @@ class StateDir:
 
     def default_store(self, name: str) -> str:
         return "sqlite:///" + os.path.join(self.job_dir(name), "goodput.db")
+
+    def fill_defaults(self, spec: Any) -> Any:
+        """``spec`` with its checkpoint directory and goodput store filled in (the one
+        place the defaults are decided: ``jobs/NAME/ckpt`` and ``jobs/NAME/goodput.db``)."""
+        import dataclasses
+
+        return dataclasses.replace(
+            spec, store=spec.store or self.default_store(spec.name),
+            checkpoint_dir=spec.checkpoint_dir or self.default_checkpoint_dir(spec.name))
+
+    def reallocate_path(self, name: str) -> str:
+        return os.path.join(self.requests, f"reallocate-{name}.json")
 
     def down_path(self) -> str:
         return os.path.join(self.requests, "down")

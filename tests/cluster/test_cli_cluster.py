@@ -50,3 +50,44 @@ def test_help_lists_the_subcommands(capsys):
     out = capsys.readouterr().out
     for word in ("up", "submit", "status", "cancel", "logs", "demo", "down"):
         assert word in out
+
+
+def test_reallocate_through_the_state_dir_and_its_refusals(tmp_path, capsys):
+    """Fails on the CLI without a 'reallocate' subcommand."""
+    from goodput_jax.cluster.record import ClusterState, JobRecord
+    from goodput_jax.cluster.spec import JobSpec
+
+    sd = StateDir(tmp_path / "state")
+    sd.write_json(sd.cluster_path, {"capacity": {"a": [2, 2]},
+                                    "nodes": [{"label": "n0"}, {"label": "n1"}]})
+    rec = JobRecord.new(JobSpec("j1", EX, max_replicas=2), now=0.0)
+    rec.launch(1.0, ["n0"], "allocated", nodes=["n0"], accelerator_type="a")
+    sd.write_json(sd.controller_path, ClusterState({"j1": rec}).to_json())
+    state = str(tmp_path / "state")
+    assert main(["cluster", "reallocate", "--state-dir", state, "j1", "--to", "n1:2"]) == 0
+    assert capsys.readouterr().out.strip() == "j1: requested"
+    assert json.loads(open(sd.reallocate_path("j1")).read()) == {"allocation": ["n1", "n1"]}
+    import os
+
+    os.remove(sd.reallocate_path("j1"))
+    for argv, word in ((["nope", "--to", "n0"], "'nope'"), (["j1", "--to", "n7"], "'n7'"),
+                       (["j1", "--to", "n0:x"], "'n0:x'")):
+        assert main(["cluster", "reallocate", "--state-dir", state, *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and word in err, err
+    assert not os.path.exists(sd.requests) or not os.listdir(sd.requests)
+
+
+def test_bad_addresses_are_one_line_errors(capsys):
+    assert main(["cluster", "status", "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'127.0.0.1:1'" in err, err
+    assert main(["cluster", "status"]) == 2
+    assert "--address" in capsys.readouterr().err
+
+
+def test_help_has_no_restructuredtext_markup(capsys):
+    """Fails on the help that printed ``goodput-jax cluster``."""
+    assert main(["cluster", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "`" not in out and "::" not in out and "reallocate" in out

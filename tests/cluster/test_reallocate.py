@@ -5,6 +5,7 @@ import pytest
 
 from goodput_jax.cluster.controller import Controller
 from goodput_jax.cluster.plan import NodeRecord
+from goodput_jax.cluster.record import JobStatus
 from goodput_jax.cluster.spec import JobSpec
 from goodput_jax.cluster.state import StateDir
 
@@ -19,7 +20,9 @@ def _controller(root, status):
     sd.write_json(sd.controller_path, {"jobs": {"j": job}})
     ctl = Controller(str(root), nodes=lambda: [], clock=lambda: 1000.0)
     # as saved (the constructor rebuilds a running job: it relaunches from its checkpoint)
-    ctl.jobs["j"].update(status=status, events=[], restarts=0, allocation=["n0", "n0"])
+    rec = ctl.jobs["j"]
+    rec.status, rec.events, rec.restarts, rec.allocation = JobStatus(status), [], 0, ["n0", "n0"]
+    rec.retry_at = 0.0
     ctl.alive = [NodeRecord("n0", "a", 2), NodeRecord("n1", "a", 2)]
     return ctl, sd
 
@@ -28,24 +31,24 @@ def test_a_running_job_is_asked_to_stop_then_a_second_move_retargets(tmp_path):
     ctl, _ = _controller(tmp_path, "running")
     assert ctl.reallocate("j", ["n1"]) == "stop requested"
     job = ctl.jobs["j"]
-    assert job["status"] == "stopping" and job["next_allocation"] == ["n1"]
-    assert [e["what"] for e in job["events"]] == ["stop requested"]
+    assert job.status == "stopping" and job.next_allocation == ["n1"]
+    assert [e["what"] for e in job.events] == ["stop requested"]
     # already stopping (here for the first move; in a cluster, often for a round): the
     # restart goes to the new place, with no second stop request
     assert ctl.reallocate("j", ["n1", "n1"]) == "retargeted"
-    assert job["next_allocation"] == ["n1", "n1"]
-    assert [e["what"] for e in job["events"]] == ["stop requested", "retargeted"]
-    assert job["events"][-1]["to"] == ["n1", "n1"] and job["restarts"] == 1
+    assert job.next_allocation == ["n1", "n1"]
+    assert [e["what"] for e in job.events] == ["stop requested", "retargeted"]
+    assert job.events[-1]["to"] == ["n1", "n1"] and job.restarts == 1
     assert ctl.reallocate("j", ["n1", "n1"]) == "retargeted"  # the same place: no new event
-    assert len(job["events"]) == 2
+    assert len(job.events) == 2
 
 
 def test_a_retrying_job_retries_on_the_new_place(tmp_path):
     ctl, _ = _controller(tmp_path, "retrying")
     assert ctl.reallocate("j", ["n1"]) == "retry moved"
-    assert ctl.jobs["j"]["allocation"] == ["n1"] and ctl.jobs["j"]["status"] == "retrying"
+    assert ctl.jobs["j"].allocation == ["n1"] and ctl.jobs["j"].status == "retrying"
     assert ctl.reallocate("j", []) == "retry moved"
-    assert ctl.jobs["j"]["status"] == "queued"
+    assert ctl.jobs["j"].status == "queued"
     assert ctl.reallocate("j", []) == "unchanged"
 
 
@@ -54,7 +57,7 @@ def test_moves_of_inactive_jobs_and_to_unknown_nodes_are_refused(tmp_path, statu
     ctl, _ = _controller(tmp_path, status)
     with pytest.raises(ValueError, match=rf"job \('j'\) is {status}, not active"):
         ctl.reallocate("j", ["n1"])
-    ctl.jobs["j"]["status"] = "running"
+    ctl.jobs["j"].status = JobStatus.RUNNING
     with pytest.raises(ValueError, match=r"allocation: unknown node 'n9'"):
         ctl.reallocate("j", ["n1", "n9"])
     with pytest.raises(KeyError):
