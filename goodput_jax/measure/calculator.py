@@ -52,9 +52,23 @@ from typing import Any
 
 import numpy as np
 
+from goodput_jax.measure.advice import CheckpointAdvice, FinishForecast, checkpoint_advice, finish_forecast
 from goodput_jax.measure.badput import BUCKET_NAMES, BadputType
 from goodput_jax.measure.engine import Engine, StreamKeys
+from goodput_jax.measure.engine.codes import payload
 from goodput_jax.measure.events import KIND_CODES, EventKind, check_job_name, to_timestamp
+from goodput_jax.measure.productivity import (
+    DevicePeak,
+    ProductivityGoodput,
+    ProgramCost,
+    ProgramGoodput,
+    SchedulingTimeline,
+    combine_programs,
+    lookup_peak,
+    productivity,
+    program_stats,
+    timeline_from_segments,
+)
 from goodput_jax.measure.stores import EventStore, resolve_store
 from goodput_jax.measure.stragglers import Stragglers, step_stragglers
 
@@ -524,6 +538,199 @@ class GoodputCalculator:
             k, r, h, t, st = k[sel], r[sel], h[sel], t[sel], st[sel]
         return step_stragglers(k, r, h, t, st, run_ids=names, job_time=total)
 
+    # ------------------------------------------------ ML Productivity Goodput (issue 35)
+    def get_program_goodput(self, peak: DevicePeak | None = None,
+                            peak_table: dict[str, DevicePeak] | None = None) -> ProgramGoodput:
+        """Program goodput and MFU of the productive steps, from the recorded program costs.
+
+        Each ``PROGRAM_COST`` event (``goodput_jax.runtime.StepRecorder`` records one when a
+        step call compiles a program) covers the productive steps from its step until the
+        next program's; its steps' median device-true step time is measured against the
+        roofline: compute time ``flops / peak FLOP/s``, memory time ``bytes / bandwidth``,
+        ideal step time = the larger, program goodput = ideal / actual, MFU = compute /
+        actual. A program's first step (its compile) is left out when it has others.
+
+        Args:
+            peak: the device peak to use for every program (overrides everything else).
+            peak_table: entries that extend or override the published table, looked up by
+                the program's ``device_kind`` before the peak the runtime recorded.
+
+        Returns:
+            :class:`~goodput_jax.measure.productivity.ProgramGoodput` (``programs`` empty and
+            NaN figures when no program cost was recorded).
+
+        Raises:
+            NoEventsError: the store holds no events for the job.
+
+        Example:
+            >>> pg = calc.get_program_goodput()                         # doctest: +SKIP
+            >>> pg.mfu, pg.programs[0].bound                            # doctest: +SKIP
+        """
+        if peak is not None and not isinstance(peak, DevicePeak):
+            raise TypeError(f"peak ({peak!r}) must be a goodput_jax.measure.productivity.DevicePeak")
+        with self._lock:
+            self.refresh()
+            eng = self._engine
+            self._require_events(eng)
+            rows = list(eng.programs)
+            steps = np.frombuffer(eng.live_steps, dtype=np.int64).copy()
+            secs = np.frombuffer(eng.live_secs, dtype=np.float64).copy()
+        return _program_goodput(rows, steps, secs, peak, peak_table)
+
+    def get_scheduling_timeline(self, now: Any = None) -> SchedulingTimeline:
+        """The job's scheduling timeline derived from its own events (jobs outside the
+        cluster runtime): held except elastic waits for slices and the downtime between a
+        crashed run and the next one (see
+        :func:`~goodput_jax.measure.productivity.timeline_from_segments`).
+
+        Example:
+            >>> calc.get_scheduling_timeline().scheduling_goodput      # doctest: +SKIP
+        """
+        tl = self.timeline(now)
+        return timeline_from_segments(tl["segments"], tl["crashes"], tl["restarts"])
+
+    def get_productivity_goodput(self, scheduling: SchedulingTimeline | None = None, *,
+                                 peak: DevicePeak | None = None,
+                                 peak_table: dict[str, DevicePeak] | None = None,
+                                 now: Any = None) -> ProductivityGoodput:
+        """ML Productivity Goodput = scheduling x runtime x program goodput, and ETTR.
+
+        Args:
+            scheduling: the job's :class:`~goodput_jax.measure.productivity.SchedulingTimeline`
+                from the cluster runtime (queued, running, stopping, relaunching, ...);
+                None derives it from the recorder's events
+                (:meth:`get_scheduling_timeline`).
+            peak, peak_table: as for :meth:`get_program_goodput`.
+            now: "now" for a live job (default: the calculator's clock).
+
+        Returns:
+            :class:`~goodput_jax.measure.productivity.ProductivityGoodput` (fractions).
+            Runtime goodput = productive time / held time; ETTR = productive time / total
+            wall time (waits included).
+
+        Example:
+            >>> r = calc.get_productivity_goodput()                     # doctest: +SKIP
+            >>> r.scheduling_goodput * r.runtime_goodput * r.program_goodput  # doctest: +SKIP
+        """
+        if scheduling is not None and not isinstance(scheduling, SchedulingTimeline):
+            raise TypeError(f"scheduling ({scheduling!r}) must be a SchedulingTimeline or None")
+        t = self._now() if now is None else to_timestamp(now, name="now")
+        program = self.get_program_goodput(peak, peak_table)
+        with self._lock:
+            self.refresh()
+            productive = self._engine.totals(t)[0]
+        if scheduling is None:
+            return productivity(self.get_scheduling_timeline(t), productive, program, "events")
+        return productivity(scheduling, productive, program, "timeline")
+
+    def _save_marks(self) -> tuple[np.ndarray, np.ndarray]:
+        """(times, steps) of the checkpoint saves' starts of each run's first host."""
+        code = KIND_CODES[EventKind.CHECKPOINT_SAVE_START]
+        ts: list[np.ndarray] = []
+        st: list[np.ndarray] = []
+        cursor = None
+        while True:
+            cols, cursor, done = self.store.read_columns(self.job_name, cursor, self._CHUNK)
+            if cols is not None and cols["kind"].size:
+                sel = cols["kind"] == code
+                if sel.any():
+                    hosts = np.array([self.store.stream_info(int(sid))[1]
+                                      for sid in cols["stream"][sel].tolist()])
+                    keep = hosts == hosts.min()
+                    ts.append(cols["ts"][sel][keep])
+                    st.append(cols["step"][sel][keep])
+            if done:
+                break
+        if not ts:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        return np.concatenate(ts), np.concatenate(st).astype(np.int64)
+
+    def get_checkpoint_advice(self, mtbf_s: float | None = None, *,
+                              save_cost_s: float | None = None,
+                              restart_s: float | None = None,
+                              method: str = "daly") -> CheckpointAdvice:
+        """How often to checkpoint: the Young/Daly interval, in steps, and its goodput.
+
+        From the measured blocking cost of a save (checkpoint-save badput / saves), the
+        observed mean time between disruptions (job time / disruptions) or ``mtbf_s``, the
+        measured cost of a restart (infrastructure recovery and restore badput per
+        disruption), and the median productive step time. The predicted goodput at the
+        suggestion and at today's interval (the median steps between saves) come from
+        Daly's expectation under Poisson failures (:mod:`goodput_jax.measure.advice`).
+
+        Args:
+            mtbf_s: mean time between failures in seconds (None: observed; a job with no
+                disruption yet needs it).
+            save_cost_s: override the measured save cost.
+            restart_s: override the measured restart cost.
+            method: ``'daly'`` (default) or ``'young'``.
+
+        Raises:
+            ValueError: no save recorded and no ``save_cost_s``; no disruption observed and
+                no ``mtbf_s``; no productive step yet.
+
+        Example:
+            >>> calc.get_checkpoint_advice(mtbf_s=12 * 3600).interval_steps  # doctest: +SKIP
+        """
+        det = self.get_job_goodput_details()
+        dev = self.get_step_deviation()
+        if dev.num_steps == 0:
+            raise ValueError(f"job {self.job_name!r} has no productive step yet: "
+                             "no step time to turn an interval into steps")
+        times, steps = self._save_marks()
+        bad = det["badput_time"]
+        if save_cost_s is None:
+            if times.size == 0:
+                raise ValueError(f"save_cost_s (None): job {self.job_name!r} recorded no "
+                                 "checkpoint save; pass save_cost_s")
+            save_cost_s = bad[BadputType.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME] / times.size
+            save_cost_s = max(save_cost_s, 1e-9)
+        disruptions = det["num_disruptions"]
+        source = "given"
+        if mtbf_s is None:
+            if disruptions == 0:
+                raise ValueError(f"mtbf_s (None): job {self.job_name!r} saw no disruption "
+                                 "yet; pass the mean time between failures in seconds")
+            mtbf_s, source = det["total_time"] / disruptions, "observed"
+        if restart_s is None:
+            lost = bad[BadputType.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION] \
+                + bad[BadputType.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME]
+            restart_s = lost / disruptions if disruptions else 0.0
+        current = None
+        good = steps[steps >= 0]
+        if good.size >= 2:
+            gaps = np.diff(np.sort(good))
+            gaps = gaps[gaps > 0]
+            if gaps.size:
+                current = int(np.median(gaps))
+        return checkpoint_advice(save_cost_s, mtbf_s, dev.median, restart_s=restart_s,
+                                 current_interval_steps=current, mtbf_source=source,
+                                 method=method)
+
+    def get_finish_forecast(self, target_step: int, now: Any = None) -> FinishForecast:
+        """When the job reaches ``target_step`` at its current rates, and the badput expected
+        on the way.
+
+        Work left = steps left x the median productive step time; each productive second
+        brings along today's recurring badput per productive second (every bucket except
+        the one-time accelerator initialisation, training preparation and program
+        startup).
+
+        Example:
+            >>> calc.get_finish_forecast(10_000).finish_time            # doctest: +SKIP
+        """
+        t = self._now() if now is None else to_timestamp(now, name="now")
+        det = self.get_job_goodput_details()
+        dev = self.get_step_deviation()
+        if dev.num_steps == 0:
+            raise ValueError(f"job {self.job_name!r} has no productive step yet: no rate to "
+                             "forecast from")
+        once = (BadputType.ACCELERATOR_INITIALIZATION, BadputType.TRAINING_PREP,
+                BadputType.PROGRAM_STARTUP, BadputType.DATA_LOADING_ASYNC)
+        recurring = {b.name: float(v) for b, v in det["badput_time"].items() if b not in once}
+        return finish_forecast(target_step, det["last_productive_step"], dev.median,
+                               max(det["productive_time"], 1e-12), recurring, t)
+
     def get_latest_hints(self) -> dict | None:
         """Payload of the latest ``HINTS`` event (from ``record_hints``), or None."""
         with self._lock:
@@ -558,6 +765,43 @@ def _select(cols: dict, mask: np.ndarray) -> dict:
     labels = {pos[i]: v for i, v in cols["labels"].items() if i in pos}
     return {"kind": cols["kind"][idx], "stream": cols["stream"][idx], "ts": cols["ts"][idx],
             "step": cols["step"][idx], "labels": labels}
+
+
+def _program_goodput(rows: list, steps: np.ndarray, secs: np.ndarray, peak: DevicePeak | None,
+                     peak_table: dict[str, DevicePeak] | None) -> ProgramGoodput:
+    """Each recorded program's stats over its productive steps (see
+    ``GoodputCalculator.get_program_goodput``)."""
+    progs = []
+    for t, step, label in rows:
+        p = payload(label)
+        try:
+            cost = ProgramCost.from_payload(p)
+        except (KeyError, TypeError, ValueError):
+            continue
+        first = int(step) if step is not None and int(step) >= 0 else None
+        progs.append((first, t, cost))
+    known = [x for x in progs if x[0] is not None]
+    known.sort(key=lambda x: x[0])
+    out = []
+    for i, (first, _t, cost) in enumerate(known):
+        nxt = known[i + 1][0] if i + 1 < len(known) else None
+        sel = steps >= first
+        if nxt is not None:
+            sel &= steps < nxt
+        times = secs[sel]
+        if times.size > 1 and steps[sel][0] == first:
+            times = times[1:]  # the program's first step holds its compile
+        # the caller's peak, then the caller's table, then what the runtime recorded, then
+        # the published table
+        pk = peak
+        if pk is None and peak_table:
+            pk = lookup_peak(cost.device_kind, peak_table)
+        if pk is None:
+            pk = cost.peak if cost.peak is not None else lookup_peak(cost.device_kind)
+        if pk is None:
+            continue
+        out.append(program_stats(cost, pk, times.tolist(), first))
+    return combine_programs(out)
 
 
 def mad_limit(step_times: Any) -> float:

@@ -94,40 +94,40 @@ def program_cost(fn: Any, *args: Any, **kwargs: Any) -> ProgramCost:
         device_kind=str(devices[0].device_kind), num_devices=len(devices))
 
 
+def _best(fn: Any, *args: Any, reps: int) -> float:
+    fn(*args).block_until_ready()
+    best = math.inf
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn(*args).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def _probe(device: Any, out: list) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     cpu = device.platform == "cpu"
-    n = 1024 if cpu else 8192
     dtype = jnp.float32 if cpu else jnp.bfloat16
     mm = jax.jit(lambda a, b: a @ b)
-    a = jax.device_put(jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype), device)
-    mm(a, a).block_until_ready()
-    best = math.inf
-    for _ in range(5):
-        t = time.perf_counter()
-        mm(a, a).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    flops = 2.0 * n ** 3 / best
+    flops = 0.0
+    for n in ((512, 1024) if cpu else (4096, 8192)):  # the best of two sizes, 7 runs each
+        a = jax.device_put(jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype),
+                           device)
+        flops = max(flops, 2.0 * n ** 3 / _best(mm, a, a, reps=7))
     m = (16 if cpu else 256) * 2 ** 20  # float32 elements: 64 MiB (CPU) / 1 GiB
     scale = jax.jit(lambda x: x * 1.000001)
     x = jax.device_put(jnp.ones((m,), jnp.float32), device)
-    scale(x).block_until_ready()
-    best = math.inf
-    for _ in range(5):
-        t = time.perf_counter()
-        scale(x).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    out.append((flops, 2.0 * 4 * m / best))
+    out.append((flops, 2.0 * 4 * m / _best(scale, x, reps=5)))
 
 
 def measured_peak(device: Any = None) -> DevicePeak:
     """A measured peak for ``device`` (default: the first device), cached per process.
 
-    A square matmul (1024² float32 on a CPU, 8192² bfloat16 elsewhere; best of 5) gives
-    FLOP/s, a scale of a 64 MiB (CPU) / 1 GiB array (read + write; best of 5) gives bytes/s.
+    Square matmuls (512² and 1024² float32 on a CPU, 4096² and 8192² bfloat16 elsewhere;
+    the best of 7 runs of each) give FLOP/s, a scale of a 64 MiB (CPU) / 1 GiB array (read + write; best of 5) gives bytes/s.
     It runs on its own thread, so an attached recorder does not count its compiles as the
     training thread's (~0.1-0.5 s on a CPU, once).
 
