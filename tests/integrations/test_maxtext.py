@@ -487,3 +487,55 @@ def test_maybe_instrument_checkpoint_manager_passes_through_when_off(tmp_path):
     assert goodput.get_goodput_job_name(_config(tmp_path, goodput_job_name="g")) == "g"
     with pytest.raises(ValueError, match=r"config.goodput_job_name \(3\)"):
         goodput.get_goodput_job_name(_config(tmp_path, goodput_job_name=3))
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_maxtext_wrapper_with_default_settings_sends_nothing_cloud_monitoring_refuses(
+        tmp_path, monkeypatch, run):
+    """Acceptance (issue 35): MaxText's wrapper with its default settings (Cloud Monitoring
+    on for goodput and step deviation, the step-deviation uploader running, the project
+    and zone from the metadata server, the client built by goodput_jax, pointed at the
+    rule-enforcing loopback MetricService by ``$GOODPUT_JAX_MONITORING_ENDPOINT``) sends
+    no point the service refuses, none is dropped, the final upload is kept, no hang
+    metric is created, and the badput sources are Google's. The upload intervals are
+    10 ms of real time and the clock moves 0.25 s at every reading, so the uploaders
+    meet the 5 s sampling period many times in a run of about a second."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("google.cloud.monitoring_v3")
+    from goodput_jax.measure import cloud_monitoring as cm
+    from tests.measure._gce_metadata_server import FakeMetadataServer
+    from tests.measure.test_cloud_monitoring import LoopbackMetricService, SteppingClock
+    from tests.measure.test_monitoring_rules import GOOGLE_SOURCES, HANG_TYPES
+
+    config = _config(tmp_path, steps=30, goodput_upload_interval_seconds=0.01,
+                     step_deviation_interval_seconds=0.01, enable_gcp_goodput_metrics=True,
+                     enable_gcp_step_deviation_metrics=True)
+    store = SQLiteStore(str(tmp_path / "g.db"))
+    clk = SteppingClock(step=0.25)
+    with FakeMetadataServer() as md, LoopbackMetricService() as srv:
+        monkeypatch.delenv("GCE_METADATA_HOST")
+        monkeypatch.setenv("GCE_METADATA_ROOT", md.host)  # google-auth's older name
+        monkeypatch.setenv(cm.MONITORING_ENDPOINT_ENV, f"insecure://127.0.0.1:{srv.port}")
+        recorder = goodput.create_goodput_recorder(config, process_index=0, store=store,
+                                                   clock=clk)
+        recorder.record_job_start_time()
+        with goodput.maybe_monitor_goodput(config, process_index=0, store=store,
+                                           clock=clk) as mon:
+            train_loop(config, recorder)
+            recorder.record_job_end_time()
+        recorder.close()
+        exp = mon.cloud_monitoring
+    assert mon.gcp_options.project_id == "fake-proj" and exp is not None
+    assert srv.refused == [], srv.refused[:3]
+    assert exp.errors == 0 and exp.dropped == 0 and exp.held == 0
+    w = "compute.googleapis.com/workload/"
+    sent = {k[0] for k in srv.points}
+    assert {w + "goodput_time", w + "performance", w + "step_time_deviation"} <= sent
+    assert not sent & HANG_TYPES  # no hang threshold: no hang metric, no custom metric
+    sources = {dict(k[1])["badput_source"] for k in srv.points if k[0] == w + "badput_time"}
+    assert sources == GOOGLE_SOURCES
+    details = goodput.GoodputCalculator(mon.job_name, None, store=store, clock=clk
+                                        ).get_job_goodput_details()
+    [elapsed] = [pts for k, pts in srv.points.items() if k[0] == w + "total_elapsed_time"]
+    assert elapsed[-1][1] == pytest.approx(details["total_time"])  # the final upload was kept
+    store.close()
