@@ -12,10 +12,14 @@ resource (``location``, ``workload_id`` = the job, ``replica_id``):
 ``compute.googleapis.com/workload/disruptions``            disruptions (int)
 ``compute.googleapis.com/workload/max_productive_steps``   last productive step (int)
 ``compute.googleapis.com/workload/total_elapsed_time``     job seconds
-``compute.googleapis.com/workload/step_time_deviation``    mean absolute step deviation (s)
-``compute.googleapis.com/workload/performance``            ideal step time (s); the step-deviation
-                                                           uploader sends the mean deviation
+``compute.googleapis.com/workload/step_time_deviation``    mean absolute step deviation (s; also
+                                                           the step-deviation uploader's metric)
+``compute.googleapis.com/workload/performance``            ideal step time (s), its one meaning
 =========================================================  ===================================
+
+Badput sources as Google's library sends them: never ``DATA_LOADING_ASYNC``;
+``ELASTIC_*`` only from an elastic monitor; ``INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION``
+and ``RECOMPILATION`` (goodput_jax's own) only when they hold time.
 
 With the rolling-window uploader (``rolling_window_size`` = the window in seconds):
 
@@ -32,7 +36,8 @@ Elastic jobs with ``include_slice_efficiency``:
 from the goodput upload; ``window_type=INTERVAL`` from the rolling window). All as
 ml-goodput-measurement names and labels them.
 
-Hang detection (goodput_jax's own, see ``docs/maxtext.md``):
+Hang detection (goodput_jax's own, see ``docs/maxtext.md``; sent only when the monitor
+has a hang threshold):
 
 =========================================================  ===================================
 ``compute.googleapis.com/workload_process/heartbeat``      True while the job steps, False once
@@ -58,14 +63,21 @@ whole job):
 
 Empty ``GCPOptions`` fields (project, zone, accelerator type) are filled from the
 GCE metadata server, as Google's library does (:func:`fill_gcp_options`): the
-host is ``$GCE_METADATA_HOST`` (as Google's client libraries read it) or, on a
+host is ``$GCE_METADATA_HOST`` (as Google's client libraries read it), else
+``$GCE_METADATA_ROOT`` (as google-auth reads it), or, on a
 machine whose DMI product name says Google, ``metadata.google.internal``; each
 request has a short timeout and the whole lookup a deadline.
 
 The client is the real ``google-cloud-monitoring`` ``MetricServiceClient``
-(extra ``gcp``), injected (``client=``) or built from the default credentials.
+(extra ``gcp``), injected (``client=``) or built by :func:`make_client` (default
+credentials; ``$GOODPUT_JAX_MONITORING_ENDPOINT`` names another endpoint).
 A failed send is logged and counted (:attr:`CloudMonitoringExporter.errors`);
 it never stops the monitor.
+
+The service's write rules are kept (:class:`CloudMonitoringExporter`): at most one
+point per time series per :data:`SAMPLING_PERIOD_SECONDS` (5 s), end times increasing
+per series; a point that would come too soon is held (the newest value wins) and sent
+later, and :meth:`CloudMonitoringExporter.flush` waits for the period at stop.
 
 Example:
     >>> from goodput_jax.goodput import GCPOptions

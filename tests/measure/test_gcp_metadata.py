@@ -158,6 +158,17 @@ def test_maxtext_wrapper_with_default_gcp_options_sends_metrics_with_metadata_de
     store.close()
 
 
+def test_gce_metadata_root_is_read_as_google_auth_reads_it(monkeypatch):
+    """google-auth reads ``GCE_METADATA_HOST``, else its older name ``GCE_METADATA_ROOT``."""
+    with FakeMetadataServer() as md:
+        monkeypatch.delenv(cm.METADATA_HOST_ENV, raising=False)
+        monkeypatch.setenv(cm.METADATA_ROOT_ENV, md.host)
+        assert cm.metadata_host() == md.host
+        assert cm.read_gce_metadata(cached=False).project_id == "fake-proj"
+        monkeypatch.setenv(cm.METADATA_HOST_ENV, "127.0.0.1:9")  # the newer name wins
+        assert cm.metadata_host() == "127.0.0.1:9"
+
+
 def test_no_metadata_server_logs_and_disables_cloud_monitoring(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv(cm.METADATA_HOST_ENV, f"127.0.0.1:{closed_port()}")
     store = SQLiteStore(str(tmp_path / "g.db"))
@@ -183,8 +194,9 @@ def test_no_metadata_server_logs_and_disables_cloud_monitoring(tmp_path, monkeyp
     with FakeMetadataServer(flavor=False) as impostor:
         md = cm.read_gce_metadata(host=impostor.host, cached=False)
     assert md.project_id is None and "without Metadata-Flavor: Google" in md.error
-    # not on GCP and no GCE_METADATA_HOST: nothing is asked
+    # not on GCP and no GCE_METADATA_HOST / GCE_METADATA_ROOT: nothing is asked
     monkeypatch.delenv(cm.METADATA_HOST_ENV)
+    monkeypatch.delenv(cm.METADATA_ROOT_ENV, raising=False)
     if not cm.on_gce():
         assert cm.metadata_host() is None
         assert "not on GCP" in cm.read_gce_metadata().error
