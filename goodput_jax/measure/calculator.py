@@ -156,7 +156,8 @@ class GoodputCalculator:
         logger_name: kept for drop-in compatibility with ml-goodput-measurement
             (the store decides where events live).
         store: an EventStore, a store URL, or None (``$GOODPUT_JAX_STORE`` or
-            ``./goodput.db``).
+            ``./goodput.db``). A SQLite file that does not exist is not created (the job
+            reads as having no events until a recorder writes it).
         clock: returns "now" as float UTC seconds (or an aware datetime); time of
             a running job counts up to now. Default ``time.time``.
         configured_ideal_step_time: ideal step time (s) for
@@ -184,7 +185,8 @@ class GoodputCalculator:
             raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
         self.job_name = job_name
         self.logger_name = logger_name
-        self.store = resolve_store(store)
+        # a reader creates no file: a store path nobody wrote to reads as empty
+        self.store = resolve_store(store, reader=True)
         self._clock = clock or time.time
         self.configured_ideal_step_time = check_ideal(configured_ideal_step_time)
         self._lock = threading.RLock()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,10 @@ class BackendInit:
         device_count: ``jax.device_count()`` (all processes).
         local_device_count: ``jax.local_device_count()``.
         platform: the default backend's platform (``cpu``, ``gpu``, ``tpu``).
+        measured: False when the backend was already started before
+            :func:`init_backend` ran (``jax.devices()``, an array...): the start-up was
+            not measured (the times span only a lookup) and :func:`start_job` records
+            no accelerator initialisation for it.
 
     Example:
         >>> BackendInit(10.0, 10.5, 0, 1, 8, 8, "tpu").seconds
@@ -57,6 +62,7 @@ class BackendInit:
     device_count: int
     local_device_count: int
     platform: str
+    measured: bool = True
 
     @property
     def seconds(self) -> float:
@@ -67,6 +73,25 @@ class BackendInit:
 _lock = threading.Lock()
 _measured: BackendInit | None = None
 _init_recorded = False
+_warned_late = False
+
+#: the warning when the backend was started before init_backend (once per process)
+LATE_INIT_WARNING = (
+    "goodput_jax.runtime.init_backend(): JAX's backend was already started before this call "
+    "(by jax.devices(), jax.process_index(), or creating an array), so its start-up cannot be "
+    "measured; no accelerator initialisation is recorded. Fix: call runtime.init_backend() "
+    "first, before anything touches JAX's backend (e.g. logging_enabled="
+    "(runtime.init_backend().process_index == 0) instead of jax.process_index() == 0).")
+
+
+def _backend_started() -> bool | None:
+    """Whether JAX's backend is already up (None when this JAX cannot tell)."""
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # pragma: no cover - a JAX without the module
+        return None
+    fn = getattr(xla_bridge, "backends_are_initialized", None)
+    return bool(fn()) if callable(fn) else None
 
 
 def init_backend(setup: Callable[[], Any] | None = None) -> BackendInit:
@@ -74,8 +99,9 @@ def init_backend(setup: Callable[[], Any] | None = None) -> BackendInit:
 
     Call it before anything else touches the backend (``jax.process_index()``,
     ``jax.devices()``, creating an array): JAX starts its backend only once,
-    so a backend started earlier cannot be measured (the call then measures
-    only the lookup, a few microseconds).
+    so a backend started earlier cannot be measured. Then it warns once
+    (``RuntimeWarning``, naming the fix) and returns ``measured=False``:
+    :func:`start_job` records the job start but no accelerator initialisation.
 
     Args:
         setup: optional callable run first, inside the timing: e.g.
@@ -99,19 +125,28 @@ def init_backend(setup: Callable[[], Any] | None = None) -> BackendInit:
                         "call wrapped in a lambda) or None")
     import jax
 
+    global _warned_late
     with _lock:
         if _measured is not None:
             return _measured
+        started = _backend_started()
         t0 = time.time()
         if setup is not None:
             setup()
         jax.devices()
         t1 = time.time()
+        if started is None:  # this JAX cannot say: a lookup takes microseconds, a start-up not
+            started = setup is None and t1 - t0 < 1e-3
         _measured = BackendInit(
             start_time=t0, end_time=t1, process_index=jax.process_index(),
             process_count=jax.process_count(), device_count=jax.device_count(),
-            local_device_count=jax.local_device_count(), platform=jax.default_backend())
-        return _measured
+            local_device_count=jax.local_device_count(), platform=jax.default_backend(),
+            measured=not started)
+        warn = started and not _warned_late
+        _warned_late = _warned_late or started
+    if warn:
+        warnings.warn(LATE_INIT_WARNING, RuntimeWarning, stacklevel=2)
+    return _measured
 
 
 def measured_init() -> BackendInit | None:
@@ -168,8 +203,9 @@ def start_job(recorder: Any, init: BackendInit | None = None, *,
         raise TypeError(f"init ({init!r}) must be a BackendInit from runtime.init_backend()")
     if init is not None:
         recorder.record_job_start_time(init.start_time)
-        recorder.record_tpu_init_start_time(init.start_time)
-        recorder.record_tpu_init_end_time(init.end_time)
+        if init.measured:  # (a backend started before init_backend was not measured)
+            recorder.record_tpu_init_start_time(init.start_time)
+            recorder.record_tpu_init_end_time(init.end_time)
     att = attach(recorder)
     if not compile_times:
         att.detach()

@@ -414,3 +414,26 @@ def test_vectorised_path_equals_row_loop(tl):
     assert fast.pending == pytest.approx(slow.pending, abs=1e-9)
     assert fast.async_data_loading() == pytest.approx(slow.async_data_loading(), abs=1e-6)
     np.testing.assert_allclose(fast.inferred_startup(), slow.inferred_startup(), atol=1e-6)
+
+
+def test_calculator_for_a_missing_store_creates_no_file(tmp_path, monkeypatch):
+    """Issue 33: ``GoodputCalculator`` for a missing job created an empty ./goodput.db."""
+    from goodput_jax.measure.events import Event
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GOODPUT_JAX_STORE", raising=False)
+    calc = GoodputCalculator("missing")  # the default store, ./goodput.db
+    with pytest.raises(NoEventsError, match="missing"):
+        calc.get_job_goodput()
+    explicit = GoodputCalculator("missing", store=f"sqlite:///{tmp_path / 'other.db'}")
+    with pytest.raises(NoEventsError):
+        explicit.get_job_goodput_details()
+    assert list(tmp_path.iterdir()) == []
+    # once a recorder writes the file, the same calculator reads it
+    st = SQLiteStore(str(tmp_path / "goodput.db"))
+    st.append([Event(EventKind.JOB_START, "missing", "r", 0, 0.0),
+               Event(EventKind.STEP_START, "missing", "r", 0, 1.0, step=0),
+               Event(EventKind.JOB_END, "missing", "r", 0, 2.0)])
+    st.close()
+    assert calc.get_job_goodput()[0] == pytest.approx(50.0)

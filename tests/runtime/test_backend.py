@@ -84,3 +84,41 @@ def test_start_job_arguments(tmp_path):
     assert [(e.kind.value, e.timestamp) for e in evs] == [
         ("job_start", 100.0), ("accelerator_init_start", 100.0), ("accelerator_init_end", 100.25)]
     store.close()
+
+
+def test_init_backend_after_the_backend_started_warns_once_and_records_no_init(tmp_path):
+    """Issue 33: ``init_backend()`` after ``jax.devices()`` recorded 0 s with no warning."""
+    db = tmp_path / "late.db"
+    script = tmp_path / "late.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, warnings
+        import jax
+        jax.devices()  # the backend starts here, before init_backend
+        from goodput_jax import goodput, runtime
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            init = runtime.init_backend()
+            again = runtime.init_backend()
+            rec = goodput.GoodputRecorder("late", "l", True, store="sqlite:///{db}")
+            runtime.start_job(rec, compile_times=False)
+            rec.record_job_end_time()
+            rec.close()
+        print(json.dumps({{"measured": init.measured, "same": again is init,
+                          "warnings": [str(x.message) for x in w
+                                       if issubclass(x.category, RuntimeWarning)]}}))
+        """))
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("XLA_FLAGS", None)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=180, env=env, check=False)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["measured"] is False and out["same"] is True
+    assert len(out["warnings"]) == 1, out  # once
+    assert "already started" in out["warnings"][0]
+    assert "call runtime.init_backend() first" in out["warnings"][0]  # names the fix
+    store = SQLiteStore(str(db), create=False)
+    kinds = [e.kind.value for e in store.read_events("late")[0]]
+    store.close()
+    assert kinds[0] == "job_start" and "accelerator_init_start" not in kinds

@@ -26,11 +26,14 @@ __all__ = ["DEFAULT_STORE_URL", "BasicStore", "EventStore", "RowStoreAdapter", "
            "as_event_store", "open_store", "resolve_store"]
 
 
-def open_store(url: str | None = None, **kwargs) -> EventStore:
+def open_store(url: str | None = None, *, reader: bool = False, **kwargs) -> EventStore:
     """Open the store named by ``url`` (or ``$GOODPUT_JAX_STORE``, or ./goodput.db).
 
     Supported: ``sqlite:///relative/path`` and ``sqlite:////absolute/path``
     (SQLAlchemy's convention), a bare file path, and ``gcl://PROJECT/LOGGER`` (needs the ``gcp`` extra).
+    With ``reader=True`` (the calculator's) a SQLite file that does not exist is not
+    created: it is read as empty until a recorder creates it
+    (:class:`~goodput_jax.measure.stores.sqlite.PendingSQLiteStore`).
     """
     if url is None:
         url = os.environ.get(ENV_VAR) or DEFAULT_STORE_URL
@@ -51,17 +54,19 @@ def open_store(url: str | None = None, **kwargs) -> EventStore:
         )
     else:
         path = url
-    from goodput_jax.measure.stores.sqlite import SQLiteStore
+    from goodput_jax.measure.stores.sqlite import PendingSQLiteStore, SQLiteStore
 
+    if reader and path != ":memory:" and not os.path.exists(path):
+        return PendingSQLiteStore(path, **kwargs)
     return SQLiteStore(path, **kwargs)
 
 
-def resolve_store(store: EventStore | str | None) -> EventStore:
+def resolve_store(store: EventStore | str | None, *, reader: bool = False) -> EventStore:
     """Accept an EventStore instance, a URL, or None (environment / default).
 
     A :class:`BasicStore` (no ``flush`` / columnar read) comes back wrapped in a
-    :class:`RowStoreAdapter`.
+    :class:`RowStoreAdapter`. ``reader=True``: see :func:`open_store` (creates no file).
     """
     if store is None or isinstance(store, str):
-        return open_store(store)
+        return open_store(store, reader=reader)
     return as_event_store(store)
