@@ -1,0 +1,212 @@
+"""The cluster report (goodput_jax.cluster.report) on a synthetic state directory, no Ray.
+
+The state is what the controller writes (controller.json's job records, events,
+launches and rounds; cluster.json's live nodes; each job's progress log), for three
+jobs on a:2, a:2, b:2: a policy move (j1), a node loss (a1, under j3) and a quiet
+round. One job has a real goodput store written by the GoodputRecorder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from goodput_jax.cluster.report import (
+    ClusterTimeline,
+    build_timeline,
+    render_html,
+    timeline_from_state,
+    write_cluster_report,
+)
+from goodput_jax.cluster.state import StateDir
+
+T0 = 1_750_000_000.0
+
+
+def ev(t, what, **kw):
+    return {"t": T0 + t, "what": what, **kw}
+
+
+def launch(t, attempt, reason, alloc, kind):
+    return {"t": T0 + t, "attempt": attempt, "reason": reason, "allocation": alloc,
+            "devices": len(alloc), "nodes": sorted(set(alloc)), "type": kind}
+
+
+def job(status, submitted, finished, events, launches, store, restarts=0):
+    return {"status": status, "submitted": T0 + submitted,
+            "finished": None if finished is None else T0 + finished, "restarts": restarts,
+            "failures": 0, "error": None, "allocation": [], "attempt": len(launches) - 1,
+            "spec": {"name": "x", "store": store}, "events": events, "launches": launches}
+
+
+def write_state(root) -> StateDir:
+    sd = StateDir(root)
+    a4 = ["a0", "a0", "a1", "a1"]
+    jobs = {
+        "j1": job("finished", 0, 70, [
+            ev(0, "submitted"), ev(1, "launched", attempt=0, reason="allocated", allocation=a4),
+            ev(10, "stop requested", to=["a0", "a0"]), ev(14, "stopped", forced=False),
+            ev(14, "launched", attempt=1, reason="reallocation", allocation=["a0", "a0"]),
+            ev(70, "finished")],
+            [launch(1, 0, "allocated", a4, "a"), launch(14, 1, "reallocation", ["a0", "a0"], "a")],
+            f"sqlite:///{root}/jobs/j1/goodput.db", restarts=1),
+        "j2": job("finished", 10, 90, [
+            ev(10, "submitted"),
+            ev(10, "launched", attempt=0, reason="allocated", allocation=["b0", "b0"]),
+            ev(90, "finished")],
+            [launch(10, 0, "allocated", ["b0", "b0"], "b")], f"sqlite:///{root}/jobs/j2/goodput.db"),
+        "j3": job("running", 20, None, [
+            ev(20, "submitted"),
+            ev(20, "launched", attempt=0, reason="allocated", allocation=["a1", "a1"]),
+            ev(50, "node lost", nodes=["a1"]),
+            ev(70, "launched", attempt=1, reason="resumed", allocation=["a0", "a0"])],
+            [launch(20, 0, "allocated", ["a1", "a1"], "a"),
+             launch(70, 1, "resumed", ["a0", "a0"], "a")],
+            f"sqlite:///{root}/jobs/j3/goodput.db", restarts=1),
+    }
+    rounds = [
+        {"t": T0 + 1, "policy": "sia", "changed": ["j1"], "allocations": {"j1": a4}},
+        {"t": T0 + 10, "policy": "sia", "changed": ["j1", "j2"],
+         "allocations": {"j1": ["a0", "a0"], "j2": ["b0", "b0"]}},
+        {"t": T0 + 20, "policy": "sia", "changed": ["j3"],
+         "allocations": {"j1": ["a0", "a0"], "j2": ["b0", "b0"], "j3": ["a1", "a1"]}},
+        {"t": T0 + 51, "policy": "sia", "changed": [],
+         "allocations": {"j1": ["a0", "a0"], "j2": ["b0", "b0"], "j3": []}},
+        {"t": T0 + 70, "policy": "sia", "changed": ["j3"],
+         "allocations": {"j2": ["b0", "b0"], "j3": ["a0", "a0"]}},
+    ]
+    sd.write_json(sd.controller_path, {"jobs": jobs, "rounds": rounds, "updated": T0 + 100})
+    sd.write_json(sd.cluster_path, {"nodes": [
+        {"label": "a0", "accelerator_type": "a", "devices": 2},
+        {"label": "b0", "accelerator_type": "b", "devices": 2}],
+        "capacity": {"a": [1, 2], "b": [1, 2]}, "updated": T0 + 50})
+    progress = {"j1": [(0, 6.0), (1, 18.5), (1, 19.0)], "j3": [(0, 24.0), (1, 76.0)]}
+    for name, steps in progress.items():
+        import os
+        os.makedirs(sd.job_dir(name), exist_ok=True)
+        with open(sd.progress_path(name), "w") as fh:
+            for attempt, t in steps:
+                fh.write(json.dumps({"attempt": attempt, "event": "launch", "t": T0 + t - 1})
+                         + "\n")
+                fh.write(json.dumps({"attempt": attempt, "event": "step", "step": 1,
+                                     "t": T0 + t}) + "\n")
+    return sd
+
+
+def write_goodput(sd: StateDir):
+    """j1's real goodput store: 70 s of job, a step every 2 s from 2 s to 62 s."""
+    from goodput_jax.measure.recorder import GoodputRecorder
+
+    rec = GoodputRecorder("j1", "goodput_j1", True, store=sd.default_store("j1"),
+                          synchronous=True)
+    rec.record_job_start_time(T0 + 0.0)
+    for i, t in enumerate(range(2, 63, 2)):
+        rec.record_step_start_time(i, T0 + t)
+    rec.record_job_end_time(T0 + 70.0)
+    rec.close()
+
+
+def test_timeline_from_state(tmp_path):
+    sd = write_state(tmp_path / "state")
+    write_goodput(sd)
+    tl = timeline_from_state(sd.root, now=T0 + 100)
+    assert isinstance(tl, ClusterTimeline) and (tl.start, tl.end) == (T0, T0 + 100)
+    # a1 is gone from the node table: kept, as lost
+    assert [(n.label, n.accelerator_type, n.devices, n.alive) for n in tl.nodes] == [
+        ("a0", "a", 2, True), ("a1", "a", 2, False), ("b0", "b", 2, True)]
+    j1, j2, j3 = tl.jobs
+    assert [(la.attempt, la.start - T0, la.end - T0, la.ended_by) for la in j1.launches] == [
+        (0, 1.0, 14.0, "stopped"), (1, 14.0, 70.0, "finished")]
+    assert j1.launches[0].allocation == ("a0", "a0", "a1", "a1")
+    (r1,) = j1.restarts
+    assert (r1.attempt, r1.cause, r1.requested - T0, r1.launched - T0, r1.first_step - T0,
+            r1.cost) == (1, "stop requested", 10.0, 14.0, 18.5, 8.5)
+    assert (j1.queued_before_start, j1.between_launches, j1.jct) == (1.0, 0.0, 70.0)
+    # j3: lost its node at 50, waited, relaunched at 70, first step at 76; still running
+    (r3,) = j3.restarts
+    assert (r3.cause, r3.requested - T0, r3.cost) == ("node lost", 50.0, 26.0)
+    assert [(la.end, la.ended_by) for la in j3.launches] == [(T0 + 50, "node lost"),
+                                                            (None, None)]
+    assert (j3.between_launches, j3.jct, j3.status) == (20.0, None, "running")
+    assert (j2.restarts, j2.jct, j2.queued_before_start) == ((), 80.0, 0.0)
+    # goodput: j1's from its store, as the calculator gives it; no store for the others
+    from goodput_jax.measure.calculator import GoodputCalculator
+
+    calc = GoodputCalculator("j1", store=sd.default_store("j1"))
+    assert j1.goodput == calc.get_job_goodput()[0] and 80.0 < j1.goodput < 100.0
+    calc.store.close()
+    assert (j2.goodput, j3.goodput) == (None, None)
+    # the policy's decisions: rounds that changed something, with the old allocation
+    assert [(r.t - T0, r.changed) for r in tl.rounds] == [
+        (1.0, ("j1",)), (10.0, ("j1", "j2")), (20.0, ("j3",)), (70.0, ("j3",))]
+    assert tl.rounds[1].previous == {"j1": ("a0", "a0", "a1", "a1"), "j2": ()}
+    assert tl.rounds[3].previous == {"j3": ()}  # the quiet round at 51 had taken it away
+    assert tl.rounds_without_change == 1
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.svg = set(), None
+        self.rects, self.lost, self.rounds = {}, {}, {}
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "svg":
+            self.svg = a["id"]
+            self.rects[self.svg], self.lost[self.svg], self.rounds[self.svg] = [], 0, 0
+        cls = a.get("class", "")
+        if tag == "rect" and cls == "launch":
+            self.rects[self.svg].append(a["data-job"])
+        if cls in ("node-lost", "round"):
+            getattr(self, "lost" if cls == "node-lost" else "rounds")[self.svg] += 1
+
+
+def test_render_html(tmp_path):
+    sd = write_state(tmp_path / "state")
+    out = write_cluster_report(sd.root, tmp_path / "report.html", now=T0 + 100)
+    page = open(out, encoding="utf-8").read()
+    p = _Page()
+    p.feed(page)
+    assert {"gantt", "headline", "allocation", "jobs", "restarts", "rounds", "events",
+            "job-j1", "job-j2", "job-j3"} <= p.ids
+    # both drawings (wide, narrow): one bar per device per launch: j1 4 + 2, j2 2, j3 2 + 2
+    assert sorted(p.rects) == ["gantt", "gantt-narrow"]
+    for svg in p.rects:
+        assert sorted(p.rects[svg]) == ["j1"] * 6 + ["j2"] * 2 + ["j3"] * 4
+        assert p.lost[svg] == 1 and p.rounds[svg] == 4
+    assert "a1 (lost)" in page
+    assert "2 restarts costing 34.5 s in all" in page
+    assert re.search(r"j1: a0\u00d72 a1\u00d72 \u2192 a0\u00d72", page)
+    assert "<script" not in page
+    # bad input: one line naming the value, nothing written
+    with pytest.raises(ValueError, match="holds no controller state"):
+        write_cluster_report(tmp_path / "empty", tmp_path / "x.html")
+    with pytest.raises(ValueError, match="does not exist"):
+        write_cluster_report(sd.root, tmp_path / "nowhere" / "x.html")
+    assert not (tmp_path / "x.html").exists()
+    with pytest.raises(TypeError, match="ClusterTimeline"):
+        render_html({}, tmp_path / "y.html")
+
+
+def test_launch_end_with_a_bounded_history():
+    # the 'launched' event of attempt 0 was dropped: its end is the first ending event
+    # after its start, and a launch without one ends when the next began
+    rec = {"status": "running", "submitted": 0.0, "events_dropped": 5,
+           "events": [{"t": 30.0, "what": "crashed", "error": "boom"},
+                      {"t": 31.0, "what": "launched", "attempt": 1, "reason": "retry"}],
+           "launches": [{"t": 10.0, "attempt": 0, "reason": "allocated", "allocation": ["n"]},
+                        {"t": 31.0, "attempt": 1, "reason": "retry", "allocation": ["n"]},
+                        {"t": 40.0, "attempt": 2, "reason": "retry", "allocation": ["n"]}]}
+    (j,) = build_timeline({"j": rec}, now=50.0).jobs
+    assert [(la.end, la.ended_by) for la in j.launches] == [
+        (30.0, "crashed"), (40.0, "relaunched"), (None, None)]
+    assert [(r.cause, r.requested) for r in j.restarts] == [("crashed", 30.0), ("retry", 40.0)]
+    assert j.events_dropped == 5
+    with pytest.raises(ValueError, match="job 'j': submitted must be a finite time"):
+        build_timeline({"j": dict(rec, submitted="soon")})
