@@ -56,6 +56,7 @@ from goodput_jax._progress import ProgressBar
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.recorder import GoodputRecorder
 from goodput_jax.measure.stores.sqlite import SQLiteStore
+from goodput_jax.report.labels import accumulation_note, format_duration, plural
 from goodput_jax.report.text import format_report
 
 __all__ = ["MAX_DEVICES", "DemoConfig", "ProgressBar", "configure_devices", "main"]
@@ -415,9 +416,10 @@ def format_model_summary(hooks: Any) -> str:
         lines.append("  gradient noise: no statistics collected")
     else:
         scale = float(noise_scale(gp, m0))  # inf when |G|^2 is 0
-        lines.append(f"  gradient noise: |G|^2 = {gp.sqr:.4g}, tr(Sigma) = {gp.var:.4g} "
-                     f"(at M0 = {m0})")
-        lines.append(f"  gradient noise scale B_noise = M0 * tr(Sigma) / |G|^2 = {scale:.4g} samples")
+        # GradParams.var is the variance of an M0-sample batch gradient, tr(Sigma)/M0
+        lines.append(f"  gradient noise: |G|^2 = {gp.sqr:.4g}, tr(Sigma)/M0 = {gp.var:.4g} "
+                     f"(the variance of an M0 = {m0} sample batch gradient)")
+        lines.append(f"  gradient noise scale B_noise = tr(Sigma) / |G|^2 = {scale:.4g} samples")
     fn = hooks.goodput_function()
     if gp is not None and fn is not None:
         bs = hooks.batch_size
@@ -429,9 +431,10 @@ def format_model_summary(hooks: Any) -> str:
     else:
         n = sum(1 for e in hooks.profile.values() if e.optim_count)
         lines.append(f"  step-time model fitted to {n} profiled configurations:")
-        lines.append(f"    compute  T_c(b) = {p.alpha_c * 1e3:.3f} ms + {p.beta_c * 1e3:.4f} ms * b")
-        lines.append(f"    network  T_r(r) = {p.alpha_r * 1e3:.3f} ms + {p.beta_r * 1e3:.4f} ms"
-                     f" * (r - 2)   [nodes: {p.alpha_n * 1e3:.3f} + {p.beta_n * 1e3:.4f} * (r - 2)]")
+        d = format_duration
+        lines.append(f"    compute  T_c(b) = {d(p.alpha_c)} + {d(p.beta_c)} * b")
+        lines.append(f"    network  T_r(r) = {d(p.alpha_r)} + {d(p.beta_r)} * (r - 2)   "
+                     f"[across nodes: {d(p.alpha_n)} + {d(p.beta_n)} * (r - 2)]")
         lines.append(f"    overlap  gamma = {p.gamma:.3f}   (T = (T_c^g + T_r^g)^(1/g))")
         # the statistic the fit used (warm-up steps dropped; a quantile, not a mean that a
         # stalled step skews)
@@ -449,37 +452,50 @@ def format_model_summary(hooks: Any) -> str:
     sug = hooks.suggest()
     if sug is None:
         lines.append("  suggestion: none yet (needs both a fit and gradient statistics)")
+        return "\n".join(lines)
+    # the confidence comes first: every predicted speedup below is read in its light
+    if sug.confident:
+        lines.append(f"  confidence: the step-time model is {sug.model_error:.0%} off the "
+                     f"{sug.profiled_configs} profiled configurations (median; confident at "
+                     f"<= 15%)")
+        rough = ""
     else:
+        why = (f"only {sug.profiled_configs} profiled configuration"
+               + ("" if sug.profiled_configs == 1 else "s")
+               if sug.profiled_configs < 2 else
+               f"the step-time model is {sug.model_error:.0%} off the profiled "
+               f"configurations (median; confident at <= 15%)")
+        lines.append(f"  LOW CONFIDENCE: {why}; the predicted speedups below are rough")
+        rough = " (low confidence)"
+    reps = plural(hooks.num_replicas, "replica")
+    lines.append(
+        f"  suggested for {reps}: batch {sug.batch_size} "
+        f"(atomic {sug.atomic_bsz} x {sug.accum_steps + 1} micro-steps x {reps}), "
+        f"efficiency {sug.efficiency:.3f}")
+    lines.append(
+        f"  predicted speedup {sug.predicted_speedup:.2f}x{rough} over the current batch "
+        f"{hooks.batch_size} (goodput {sug.current_goodput:.1f} -> {sug.goodput:.1f} "
+        f"samples/s at M0-equivalent progress)")
+    if sug.best_batch_size != sug.batch_size:
         lines.append(
-            f"  suggested for {hooks.num_replicas} replicas: batch {sug.batch_size} "
-            f"(atomic {sug.atomic_bsz} x {sug.accum_steps + 1} micro-steps x {hooks.num_replicas} "
-            f"replicas), efficiency {sug.efficiency:.3f}")
-        lines.append(
-            f"  predicted speedup {sug.predicted_speedup:.2f}x over the current batch "
-            f"{hooks.batch_size} (goodput {sug.current_goodput:.1f} -> {sug.goodput:.1f} "
-            f"samples/s at M0-equivalent progress)")
-        if sug.best_batch_size != sug.batch_size:
-            lines.append(
-                f"  (the smallest batch within 5% of the best predicted goodput: the optimum, "
-                f"batch {sug.best_batch_size} at {sug.best_goodput:.1f} samples/s, sits on a "
-                f"flat curve)")
-        sizes = default_atomic_sizes(hooks)
-        run = hooks.suggest(atomic_sizes=sizes)
-        lines.append(
-            f"  on AdaptiveBatchSize's buckets (micro-batches {', '.join(map(str, sizes))}, "
-            f"1-8 micro-steps: no new compiles):")
-        lines.append(
-            f"    batch {run.batch_size} (atomic {run.atomic_bsz} x {run.accum_steps + 1} "
-            f"micro-steps x {hooks.num_replicas} replicas), efficiency {run.efficiency:.3f}, "
-            f"predicted speedup {run.predicted_speedup:.2f}x"
-            + ("" if run.best_batch_size == run.batch_size else
-               f" (within 5% of the best, batch {run.best_batch_size})"))
-        if not sug.confident:
-            why = (f"only {sug.profiled_configs} profiled configuration"
-                   if sug.profiled_configs < 2 else
-                   f"the step-time model is {sug.model_error:.0%} off the profiled "
-                   f"configurations (median; confident at <= 15%)")
-            lines.append(f"  low confidence: {why}")
+            f"  (the smallest batch within 5% of the best predicted goodput: the optimum, "
+            f"batch {sug.best_batch_size} at {sug.best_goodput:.1f} samples/s, sits on a "
+            f"flat curve)")
+    note = accumulation_note(sug, hooks.local_bsz_bounds)
+    if note:
+        lines.append(f"  {note}")
+    sizes = default_atomic_sizes(hooks)
+    run = hooks.suggest(atomic_sizes=sizes)
+    micro = "1-8 micro-steps" if hooks.gradient_accumulation else "no accumulation"
+    lines.append(
+        f"  on AdaptiveBatchSize's buckets (micro-batches {', '.join(map(str, sizes))}, "
+        f"{micro}: no new compiles):")
+    lines.append(
+        f"    batch {run.batch_size} (atomic {run.atomic_bsz} x {run.accum_steps + 1} "
+        f"micro-steps x {reps}), efficiency {run.efficiency:.3f}, "
+        f"predicted speedup {run.predicted_speedup:.2f}x{rough}"
+        + ("" if run.best_batch_size == run.batch_size else
+           f" (within 5% of the best, batch {run.best_batch_size})"))
     return "\n".join(lines)
 
 

@@ -98,7 +98,7 @@ def test_demo_quick_measures_the_job(demo_run):
 def test_demo_quick_prints_the_model(demo_run):
     r, out, _ = demo_run
     text = r.stdout
-    m = re.search(r"gradient noise scale B_noise = M0 \* tr\(Sigma\) / \|G\|\^2 = ([\d.e+]+) samples",
+    m = re.search(r"gradient noise scale B_noise = tr\(Sigma\) / \|G\|\^2 = ([\d.e+]+) samples",
                   text)
     assert m and float(m.group(1)) > 0
     assert re.search(r"statistical efficiency at batch 64: 1\.000", text)  # M0 = 2 x 32

@@ -7,7 +7,11 @@
   :meth:`goodput_jax.adaptive.AdaptiveBatchSize.candidates` both use it.
 * :func:`search`: the smallest total batch within a tolerance of the best predicted
   goodput, as a :class:`Suggestion`, never predicted slower than the running
-  configuration when that one is itself a candidate.
+  configuration when that one is itself a candidate. One replica follows the rule of
+  many: its per-replica batch grows within ``local_bsz_bounds`` and accumulation is
+  used beyond them (AdaptDL's optimizer instead holds one replica's per-replica batch
+  at ``init_batch_size``, so one replica always suggested its starting batch; that rule
+  stays the default of :meth:`GoodputFunction.optimize`, the schedulers' reference).
 """
 
 from __future__ import annotations
@@ -43,6 +47,12 @@ class Suggestion(NamedTuple):
         best_batch_size: total batch of the goodput's argmax (the suggestion is
             the smallest batch within the tolerance of it).
         best_goodput: predicted goodput at ``best_batch_size``.
+        with_accumulation_batch_size, with_accumulation_speedup: when the job does not
+            allow gradient accumulation, the suggestion the same search would make with
+            it (total batch, predicted speedup over the running configuration), so a
+            report can say what the limit costs (it pays where the per-replica batch
+            bound holds the batch back and the all-reduce is worth amortising). 0 / nan
+            when accumulation is allowed, or with ``atomic_sizes``.
     """
 
     atomic_bsz: int
@@ -58,6 +68,8 @@ class Suggestion(NamedTuple):
     confident: bool = False
     best_batch_size: int = 0
     best_goodput: float = float("nan")
+    with_accumulation_batch_size: int = 0
+    with_accumulation_speedup: float = float("nan")
 
 
 def feasible_configs(num_replicas: int, atomic_sizes: Any, max_accum_steps: int, *,
@@ -112,8 +124,11 @@ def _discrete(fn: Any, nodes: int, reps: int, rows: np.ndarray,
 def _continuous(fn: Any, nodes: int, reps: int, cap: int, init_batch_size: int,
                 bounds: tuple, accumulation: bool, tolerance: float) -> tuple[tuple, tuple]:
     def best_under(c: int) -> tuple[float, int, int]:
+        # one replica follows the rule of many (its per-replica batch grows within the
+        # bounds), as feasible_configs and AdaptiveBatchSize do; AdaptDL's fixed-M0 rule
+        # stays the default of GoodputFunction.optimize (the schedulers' reference)
         return fn.optimize(nodes, reps, max_batch_size=c, atomic_bsz_range=bounds,
-                           accumulation=accumulation)
+                           accumulation=accumulation, adaptdl_single_replica=False)
 
     top = pick = best_under(cap)
     if tolerance > 0:
@@ -194,6 +209,13 @@ def search(fn: Any, *, num_nodes: int, num_replicas: int, max_batch_size: int,
         goodput, bsz, steps = current_goodput, cur_b, cur_s
     total = num_replicas * int(bsz) * (int(steps) + 1)
     speedup = float(goodput) / current_goodput if current_goodput > 0 else float("nan")
+    acc_total, acc_speedup = 0, float("nan")
+    if atomic_sizes is None and not gradient_accumulation:
+        _, (acc_good, acc_b, acc_s) = _continuous(fn, num_nodes, num_replicas, max_batch_size,
+                                                  m0, local_bsz_bounds, True, tolerance)
+        acc_total = num_replicas * int(acc_b) * (int(acc_s) + 1)
+        if current_goodput > 0:
+            acc_speedup = float(acc_good) / current_goodput
     return Suggestion(
         atomic_bsz=int(bsz), accum_steps=int(steps), batch_size=total,
         goodput=float(goodput), current_goodput=current_goodput, predicted_speedup=speedup,
@@ -203,4 +225,6 @@ def search(fn: Any, *, num_nodes: int, num_replicas: int, max_batch_size: int,
                        and model_error <= 0.15),
         best_batch_size=num_replicas * int(top[1]) * (int(top[2]) + 1),
         best_goodput=float(top[0]),
+        with_accumulation_batch_size=acc_total,
+        with_accumulation_speedup=acc_speedup,
     )

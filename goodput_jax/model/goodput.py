@@ -75,6 +75,7 @@ from goodput_jax.model.types import GradParams, PerfParams
 __all__ = [
     "NUM_CANDIDATES",
     "GoodputFunction",
+    "batch_plan",
     "GradParams",
     "PerfParams",
     "efficiency_fn",
@@ -172,7 +173,7 @@ def goodput_fn(
     return thr * efficiency_fn(grad, init_batch_size, r * b * (s + 1.0))
 
 
-@functools.partial(jax.jit, static_argnames=("accumulation",))
+@functools.partial(jax.jit, static_argnames=("accumulation", "adaptdl_single_replica"))
 def optimize_fn(
     perf: PerfParams,
     grad: GradParams,
@@ -184,11 +185,13 @@ def optimize_fn(
     max_atomic_bsz: Any,
     *,
     accumulation: bool = False,
+    adaptdl_single_replica: bool = True,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Best ``(goodput, atomic_bsz, accum_steps)`` per configuration (pure, jitted).
 
-    All arguments broadcast together (params included); ``accumulation`` is
-    static. See the module docstring for the search and the bounds encoding
+    All arguments broadcast together (params included); ``accumulation`` and
+    ``adaptdl_single_replica`` are static (the latter: AdaptDL's one-replica rule,
+    see :func:`batch_plan`). See the module docstring for the search and the bounds encoding
     (no max batch size: ``max_batch_size = init_batch_size``; no atomic range:
     ``min_atomic_bsz = 1``, ``max_atomic_bsz = inf``).
 
@@ -234,12 +237,14 @@ def optimize_fn(
     local = batch / r
     if accumulation:
         steps = jnp.maximum(_ceil_tol(local / max_atomic) - 1.0, 0.0)
-        force = (r == 1.0) & (local > m0 * (1.0 + (1e-8 if dt == jnp.float64 else 2e-6)))
-        steps = jnp.where(force, jnp.maximum(steps, 1.0), steps)
+        if adaptdl_single_replica:
+            force = (r == 1.0) & (local > m0 * (1.0 + (1e-8 if dt == jnp.float64 else 2e-6)))
+            steps = jnp.where(force, jnp.maximum(steps, 1.0), steps)
         atomic = _ceil_tol(local / (steps + 1.0))
     else:
         steps = jnp.zeros_like(local)
-        atomic = jnp.where(r == 1.0, m0, _ceil_tol(local))
+        atomic = (jnp.where(r == 1.0, m0, _ceil_tol(local)) if adaptdl_single_replica
+                  else _ceil_tol(local))
     good = goodput_fn(perf, grad, m0, n, r, atomic, steps)
     good = jnp.where((min_atomic <= atomic) & (atomic <= max_atomic), good, 0.0)
     full = shape + (NUM_CANDIDATES,)
@@ -268,8 +273,9 @@ def _unpack(packed):
     return PerfParams(*(packed[i] for i in range(7))), GradParams(packed[7], packed[8]), packed[9]
 
 
-@functools.partial(jax.jit, static_argnames=("accumulation",))
-def _optimize_packed(packed, num_nodes, num_replicas, bounds, accumulation):
+@functools.partial(jax.jit, static_argnames=("accumulation", "adaptdl_single_replica"))
+def _optimize_packed(packed, num_nodes, num_replicas, bounds, accumulation,
+                     adaptdl_single_replica=True):
     perf, grad, m0 = _unpack(packed)
     g, b, s = optimize_fn(
         perf,
@@ -281,6 +287,7 @@ def _optimize_packed(packed, num_nodes, num_replicas, bounds, accumulation):
         bounds[1],
         bounds[2],
         accumulation=accumulation,
+        adaptdl_single_replica=adaptdl_single_replica,
     )
     return jnp.stack([g, b.astype(g.dtype), s.astype(g.dtype)])
 
@@ -313,7 +320,61 @@ def _efficiency_packed(packed, batch_size):
 _T64 = np.linspace(0.0, 1.0, NUM_CANDIDATES)
 
 
-def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation):
+def batch_plan(init_batch_size: float, num_replicas: float, batch_size: Any,
+               max_atomic_bsz: float = math.inf, accumulation: bool = False,
+               adaptdl_single_replica: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """How ``optimize`` runs a total batch: ``(atomic_bsz, accum_steps)`` as float64 arrays.
+
+    The rule of :func:`optimize_fn` (AdaptDL's), in float64 numpy, for anything that
+    draws or lists the configurations the optimizer considers (the report's curves):
+
+    * ``accumulation=True``: ``s = ceil(local / max_atomic_bsz) - 1``, at least 1 on
+      one replica when ``local > M0``; ``b = ceil(local / (s + 1))``;
+    * ``accumulation=False``: ``s = 0``; ``b = M0`` on one replica (its batch cannot
+      grow: the per-replica batch stays the one the job was set up with), else
+      ``ceil(local)``;
+
+    with ``local = batch_size / num_replicas``. The total batch that runs is
+    ``num_replicas * b * (s + 1)``: on one replica without accumulation, ``M0`` for
+    every ``batch_size``. Bounds on ``b`` are the caller's to check.
+
+    ``adaptdl_single_replica=False`` drops the one-replica special case (one replica
+    follows the rule of many: its per-replica batch grows within ``max_atomic_bsz``,
+    accumulation only beyond it), which is how a job's own search
+    (:func:`goodput_jax.integrations.search.search`) and the
+    :class:`~goodput_jax.adaptive.AdaptiveBatchSize` buckets treat one replica.
+
+    Example:
+        >>> batch_plan(64, 1, [64, 256], accumulation=False)
+        (array([64., 64.]), array([0., 0.]))
+        >>> batch_plan(64, 1, [64, 256], accumulation=True)
+        (array([ 64., 128.]), array([0., 1.]))
+        >>> batch_plan(64, 2, [256], max_atomic_bsz=64, accumulation=True)
+        (array([64.]), array([1.]))
+        >>> batch_plan(64, 1, [64, 256], accumulation=False, adaptdl_single_replica=False)
+        (array([ 64., 256.]), array([0., 0.]))
+    """
+    m0, r = float(init_batch_size), float(num_replicas)
+    local = np.asarray(batch_size, dtype=np.float64) / r
+    hi = float(max_atomic_bsz)
+    if not math.isfinite(hi):
+        hi = math.inf
+    if accumulation:
+        x = local / hi
+        steps = np.maximum(np.ceil(x - 1e-8 * np.maximum(1.0, x)) - 1.0, 0.0)
+        if r == 1 and adaptdl_single_replica:
+            steps = np.where(local > m0 * (1.0 + 1e-8), np.maximum(steps, 1.0), steps)
+        x = local / (steps + 1.0)
+        atomic = np.ceil(x - 1e-8 * np.maximum(1.0, x))
+    else:
+        steps = np.zeros_like(local)
+        atomic = (np.full_like(local, m0) if r == 1 and adaptdl_single_replica
+                  else np.ceil(local - 1e-8 * np.maximum(1.0, local)))
+    return atomic, steps
+
+
+def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation,
+                        adaptdl_single_replica=True):
     """float64 numpy twin of :func:`optimize_fn` for ONE (num_nodes, num_replicas).
 
     Same formulas, tolerances and tie-breaking (parity-tested against the
@@ -324,22 +385,9 @@ def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation):
     if not math.isfinite(hi):
         hi = max_bs
     min_bs = max(m0, lo * r)
-    local = (min_bs * (max_bs / min_bs) ** _T64) / r
-    local[-1] = max_bs / r
-    if accumulation:
-        x = local / hi
-        steps = np.maximum(np.ceil(x - 1e-8 * np.maximum(1.0, x)) - 1.0, 0.0)
-        if r == 1:
-            steps = np.where(local > m0 * (1.0 + 1e-8), np.maximum(steps, 1.0), steps)
-        x = local / (steps + 1.0)
-        atomic = np.ceil(x - 1e-8 * np.maximum(1.0, x))
-    else:
-        steps = np.zeros(NUM_CANDIDATES)
-        atomic = (
-            np.full(NUM_CANDIDATES, float(m0))
-            if r == 1
-            else np.ceil(local - 1e-8 * np.maximum(1.0, local))
-        )
+    batch = min_bs * (max_bs / min_bs) ** _T64
+    batch[-1] = max_bs
+    atomic, steps = batch_plan(m0, r, batch, hi, accumulation, adaptdl_single_replica)
     # the twin's formulas on arrays of 50 candidates; the network time once, on scalars
     net = formulas.network_time(formulas.SCALAR_NP, perf, np.float64(n), np.float64(r))
     batch = r * atomic * (steps + 1.0)
@@ -530,6 +578,8 @@ class GoodputFunction:
         max_batch_size=None,
         atomic_bsz_range=None,
         accumulation=False,
+        *,
+        adaptdl_single_replica=True,
     ):
         """Best ``(goodput, atomic_bsz, accum_steps)`` for each ``(num_nodes, num_replicas)``.
 
@@ -539,6 +589,10 @@ class GoodputFunction:
             atomic_bsz_range: ``(min, max)`` per-replica batch size, either may be
                 ``None``/0 (no bound).
             accumulation: allow gradient accumulation.
+            adaptdl_single_replica: AdaptDL's rule (default): one replica keeps its
+                per-replica batch at ``init_batch_size`` and grows the batch only by
+                accumulation. False: one replica follows the rule of many (see
+                :func:`batch_plan`), as the job's own search does.
 
         Returns:
             ``(goodput, atomic_bsz, accum_steps)``: Python ``float, int, int`` when
@@ -583,6 +637,7 @@ class GoodputFunction:
                     float(lo),
                     float(hi),
                     accumulation,
+                    bool(adaptdl_single_replica),
                 )
         else:
             _check_nodes(num_nodes, num_replicas)
@@ -590,7 +645,8 @@ class GoodputFunction:
         if not scalar:
             num_nodes, num_replicas = np.asarray(num_nodes), np.asarray(num_replicas)
         out = np.asarray(
-            _optimize_packed(self._packed(), num_nodes, num_replicas, bounds, bool(accumulation))
+            _optimize_packed(self._packed(), num_nodes, num_replicas, bounds, bool(accumulation),
+                             bool(adaptdl_single_replica))
         )
         if scalar:
             return float(out[0]), int(out[1]), int(out[2])

@@ -21,7 +21,11 @@ from typing import Any
 
 from goodput_jax.model.hints import Hints
 
-__all__ = ["ModelCurves", "model_curves", "parse_hints"]
+__all__ = ["SUGGESTION_TOLERANCE", "ModelCurves", "model_curves", "parse_hints"]
+
+#: the suggestion's rule (``GoodputHooks.suggest``'s default): the smallest batch within
+#: this fraction of the best modelled goodput
+SUGGESTION_TOLERANCE = 0.05
 
 
 @dataclasses.dataclass
@@ -45,6 +49,22 @@ class ModelCurves:
             ascending: those given to :func:`model_curves`, else the two the hints
             prove (``maxProfiledReplicas`` and the running ``numReplicas``). The
             counts in between were not necessarily measured.
+        accumulation: whether the job allows gradient accumulation
+            (``gradientAccumulation``). The batch curve follows the job's own limits
+            and the rule of the job's search (:func:`goodput_jax.model.goodput.batch_plan`
+            with ``adaptdl_single_replica=False``, as
+            :func:`goodput_jax.integrations.search.search`): the star lies on it.
+        batch_sizes_with_accumulation, goodput_with_accumulation,
+            efficiency_with_accumulation: when the job does not allow accumulation,
+            the batch curve with it (empty otherwise).
+        suggested_with_accumulation: ``(batch_size, replicas, goodput)``: the smallest
+            batch on that curve within 5% of its best (the suggestion's rule), or None.
+        goodput_vs_replicas_as_configured: when the job does not allow accumulation,
+            the best goodput per replica count under its own limits (empty otherwise).
+            :attr:`goodput_vs_replicas` always allows accumulation: one replica can
+            then run any batch that more replicas run, so the curve is never
+            superlinear; without it, one replica is held within its per-replica bound
+            while two replicas run twice that, and the curve can jump.
     """
 
     batch_sizes: list[float]
@@ -57,6 +77,12 @@ class ModelCurves:
     suggested: tuple[int, int, float] | None
     hints: Hints
     profiled_replica_counts: tuple[int, ...] = ()
+    accumulation: bool = True
+    batch_sizes_with_accumulation: list[float] = dataclasses.field(default_factory=list)
+    goodput_with_accumulation: list[float] = dataclasses.field(default_factory=list)
+    efficiency_with_accumulation: list[float] = dataclasses.field(default_factory=list)
+    suggested_with_accumulation: tuple[int, int, float] | None = None
+    goodput_vs_replicas_as_configured: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def extrapolated_replicas(self) -> list[int]:
@@ -110,7 +136,7 @@ def model_curves(hints: Hints | Mapping[str, Any] | None, points: int = 48, *,
         return None
     import numpy as np
 
-    from goodput_jax.model.goodput import GoodputFunction
+    from goodput_jax.model.goodput import GoodputFunction, batch_plan
 
     fn = GoodputFunction(h.perf_params, h.grad_params, h.init_batch_size)
     m0 = h.init_batch_size
@@ -120,28 +146,40 @@ def model_curves(hints: Hints | Mapping[str, Any] | None, points: int = 48, *,
     accum = h.accum_steps or 0
     max_bs = h.max_batch_size or m0
     lo, hi = h.local_bsz_bounds or (None, None)
-    accumulation = h.gradient_accumulation
-    hi_b = float(hi) if hi else math.inf
+    accumulation = bool(h.gradient_accumulation)
     top = max(max_bs, r * atomic * (accum + 1), 2 * m0)
-    bs = np.unique(np.round(np.geomspace(max(m0, r * (lo or 1)), top, points)).astype(int))
-    gvb, evb, keep = [], [], []
-    for b in bs:
-        local = b / r
-        steps = max(0, math.ceil(local / hi_b) - 1) if accumulation and math.isfinite(hi_b) else 0
-        a = max(1, math.ceil(local / (steps + 1)))
-        if not accumulation and a > hi_b:
-            continue
-        if r * a * (steps + 1) < m0:
-            continue
-        keep.append(float(r * a * (steps + 1)))
-        gvb.append(float(fn.evaluate(n, r, a, steps)))
-        evb.append(float(fn.efficiency(r * a * (steps + 1))))
+    grid = np.unique(np.round(np.geomspace(max(m0, r * (lo or 1)), top, points)).astype(int))
+
+    def batch_curve(acc: bool) -> tuple[list[float], list[float], list[float]]:
+        # what the optimizer would run for each total batch (its rule), inside the limits
+        a, st = batch_plan(m0, r, grid, hi if hi else math.inf, acc,
+                           adaptdl_single_replica=False)
+        total = r * a * (st + 1)
+        ok = (a >= (lo or 1)) & (a <= (hi or math.inf)) & (total >= m0)
+        seen: dict[float, tuple[float, float]] = {}
+        for t, aa, ss in zip(total[ok], a[ok], st[ok], strict=True):
+            seen.setdefault(float(t), (float(aa), float(ss)))
+        sizes = sorted(seen)
+        good = [float(fn.evaluate(n, r, int(seen[t][0]), int(seen[t][1]))) for t in sizes]
+        return sizes, good, [float(fn.efficiency(t)) for t in sizes]
+
+    keep, gvb, evb = batch_curve(accumulation)
     cur = (r * atomic * (accum + 1), r, float(fn.evaluate(n, r, atomic, accum)))
     sug = None
     if h.suggested_batch_size:
         sa = h.suggested_atomic_bsz or max(1, h.suggested_batch_size // r)
         ss = h.suggested_accum_steps or 0
         sug = (r * sa * (ss + 1), r, float(fn.evaluate(n, r, sa, ss)))
+    acc_sizes: list[float] = []
+    acc_good: list[float] = []
+    acc_eff: list[float] = []
+    acc_sug = None
+    if not accumulation:
+        acc_sizes, acc_good, acc_eff = batch_curve(True)
+        within = [i for i, g in enumerate(acc_good)
+                  if g >= (1.0 - SUGGESTION_TOLERANCE) * max(acc_good)]
+        if within:
+            acc_sug = (int(acc_sizes[within[0]]), r, acc_good[within[0]])
     profiled = max(h.max_profiled_replicas or 0, r)
     if profiled_replicas is None:
         counts = {r} | ({h.max_profiled_replicas} if h.max_profiled_replicas else set())
@@ -152,10 +190,18 @@ def model_curves(hints: Hints | Mapping[str, Any] | None, points: int = 48, *,
         profiled = max([profiled, *counts])
     max_r = max(8, 2 * r, 2 * profiled)
     reps = list(range(1, max_r + 1))
-    gvr = []
-    for rr in reps:
-        g, _b, _s = fn.optimize(min(n, rr), rr, max_batch_size=max(max_bs, rr * (lo or 1)),
-                                atomic_bsz_range=(lo, hi), accumulation=accumulation)
-        gvr.append(float(g))
+
+    def replica_curve(acc: bool) -> list[float]:
+        return [float(fn.optimize(min(n, rr), rr, max_batch_size=max(max_bs, rr * (lo or 1)),
+                                  atomic_bsz_range=(lo, hi), accumulation=acc,
+                                  adaptdl_single_replica=False)[0])
+                for rr in reps]
+
+    gvr = replica_curve(True)
     return ModelCurves(keep, gvb, evb, reps, gvr, profiled, cur, sug, h,
-                       profiled_replica_counts=tuple(sorted(counts)))
+                       profiled_replica_counts=tuple(sorted(counts)),
+                       accumulation=accumulation, batch_sizes_with_accumulation=acc_sizes,
+                       goodput_with_accumulation=acc_good,
+                       efficiency_with_accumulation=acc_eff, suggested_with_accumulation=acc_sug,
+                       goodput_vs_replicas_as_configured=[] if accumulation
+                       else replica_curve(False))

@@ -19,11 +19,12 @@ from typing import Any
 
 from goodput_jax.measure.calculator import goodput_percent
 from goodput_jax.report.curves import ModelCurves
-from goodput_jax.report.labels import BUCKET_LABELS
+from goodput_jax.report.labels import BUCKET_LABELS, plural
 from goodput_jax.report.text import badput_rows
 from goodput_jax.report.timeline import CATEGORY_NAMES, Timeline
 
 __all__ = [
+    "ACCUMULATION_OFF_LABEL",
     "COLORS",
     "DPI",
     "EXTRAPOLATED_LABEL",
@@ -61,6 +62,9 @@ COLORS: dict[str, str] = {
 
 #: legend entry of the replica curve's extrapolated part
 EXTRAPOLATED_LABEL = "extrapolated beyond profiled"
+
+#: legend entry of the batch curve with gradient accumulation, for a job that does not allow it
+ACCUMULATION_OFF_LABEL = "with gradient accumulation (off for this job)"
 
 FONT = 11  # points; figures are drawn at about the width they are shown (<= 800 px)
 DPI = 100
@@ -185,9 +189,14 @@ def draw_breakdown(ax: Any, details: Mapping[str, Any]) -> None:
 
 def draw_batch_curve(ax: Any, mc: ModelCurves) -> None:
     """Modelled goodput and efficiency vs total batch size; current and suggested marked."""
-    h1 = ax.plot(mc.batch_sizes, mc.goodput_vs_batch, color="#1f77b4",
-                 label="modelled goodput (left axis)")
+    style = "-" if len(mc.batch_sizes) > 1 else "s"  # one replica, no accumulation: M0 only
+    h1 = ax.plot(mc.batch_sizes, mc.goodput_vs_batch, style, color="#1f77b4",
+                 label="modelled goodput (left axis)"
+                 + ("" if mc.accumulation else ", this job's limits"))
     ax.set_xscale("log", base=2)
+    if mc.goodput_with_accumulation:
+        h1 += ax.plot(mc.batch_sizes_with_accumulation, mc.goodput_with_accumulation, "--",
+                      color="#1f77b4", alpha=0.6, label=ACCUMULATION_OFF_LABEL)
     b, r, g = mc.current
     h1 += ax.plot([b], [g], "o", color="black", markersize=8, label=f"current: batch {b}")
     if mc.suggested is not None:
@@ -195,15 +204,23 @@ def draw_batch_curve(ax: Any, mc: ModelCurves) -> None:
         gain = f" ({sg / g:.2f}x)" if g > 0 else ""
         h1 += ax.plot([sb], [sg], "*", color="#d62728", markersize=15,
                       label=f"suggested: batch {sb}{gain}")
+    if mc.suggested_with_accumulation is not None and mc.suggested is not None \
+            and mc.suggested_with_accumulation[2] > 1.05 * mc.suggested[2]:
+        ab, _, ag = mc.suggested_with_accumulation
+        gain = f" ({ag / g:.2f}x)" if g > 0 else ""
+        h1 += ax.plot([ab], [ag], "*", markerfacecolor="none", markeredgecolor="#d62728",
+                      markersize=15, label=f"with accumulation: batch {ab}{gain}")
     ax.set_xlabel("total batch size (samples, log scale)", fontsize=FONT)
-    ax.set_title(f"Modelled goodput vs batch size ({r} replicas)", fontsize=FONT + 1)
+    ax.set_title(f"Modelled goodput vs batch size ({plural(r, 'replica')})", fontsize=FONT + 1)
     ax.set_ylabel("modelled goodput (samples/s)", fontsize=FONT)
     # goodput peaks at 80% of the height, under the efficiency line (near 1.0 of 1.1)
-    ax.set_ylim(0, max([*mc.goodput_vs_batch, g]) * 1.25 or 1.0)
+    ax.set_ylim(0, max([*mc.goodput_vs_batch, *mc.goodput_with_accumulation, g]) * 1.25 or 1.0)
     _samples_per_s(ax)
     ax.tick_params(labelsize=FONT - 1)
     ax2 = ax.twinx()
-    h2 = ax2.plot(mc.batch_sizes, mc.efficiency_vs_batch, color="#ff7f0e", linestyle=":",
+    eff_x = mc.batch_sizes_with_accumulation or mc.batch_sizes
+    eff_y = mc.efficiency_with_accumulation or mc.efficiency_vs_batch
+    h2 = ax2.plot(eff_x, eff_y, color="#ff7f0e", linestyle=":",
                   linewidth=2, label="statistical efficiency (right axis)")
     ax2.set_ylim(0, 1.1)
     ax2.set_ylabel("statistical efficiency (0-1)", color="#ff7f0e", fontsize=FONT)
@@ -241,6 +258,14 @@ def draw_replica_curve(ax: Any, mc: ModelCurves) -> None:
                            label="model only")
         handles.append(ax.axvspan(p, mc.replicas[-1] + 0.5, color="#999999", alpha=0.18,
                                   linewidth=0, label=f"{EXTRAPOLATED_LABEL} (> {p} replicas)"))
+    if mc.goodput_vs_replicas_as_configured:
+        own = [(rr, gj) for rr, gj, ga in zip(mc.replicas, mc.goodput_vs_replicas_as_configured,
+                                              mc.goodput_vs_replicas, strict=True)
+               if gj < 0.995 * ga]
+        if own:
+            handles += ax.plot(*zip(*own, strict=True), "v", color="#1f77b4",
+                               markerfacecolor="none", markersize=8, linestyle="none",
+                               label="this job's limits (no accumulation)")
     b, r, g = mc.current
     handles += ax.plot([r], [g], "o", color="black", markersize=8,
                        label=f"current: batch {b}")

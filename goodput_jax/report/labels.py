@@ -17,13 +17,23 @@ Example:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from typing import Any, NamedTuple
 
 # The badput vocabulary (bucket labels) is owned by goodput_jax.measure.badput; re-exported
 # here so the report's words are found in one place.
 from goodput_jax.measure.badput import BUCKET_LABELS, OPTIONAL_BUCKETS
 
-__all__ = ["BUCKET_LABELS", "HINT_LABELS", "OPTIONAL_BUCKETS", "HintLabel"]
+__all__ = [
+    "BUCKET_LABELS",
+    "HINT_LABELS",
+    "OPTIONAL_BUCKETS",
+    "HintLabel",
+    "accumulation_note",
+    "format_bounds",
+    "format_duration",
+    "plural",
+]
 
 
 class HintLabel(NamedTuple):
@@ -80,3 +90,86 @@ HINT_LABELS: dict[str, HintLabel] = {
     "min_throughput_by_type": HintLabel("throughput at minimum devices, per type", "samples/s",
                                         "Sia's bootstrap profile"),
 }
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless ``n`` is 1.
+
+    Example:
+        >>> plural(1, "replica"), plural(4, "replica")
+        ('1 replica', '4 replicas')
+    """
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def format_duration(seconds: float, digits: int = 4) -> str:
+    """A duration with ``digits`` significant digits in a unit that keeps it readable
+    (s, ms, us, ns), so that a slope of 30 ns per sample does not print as 0.0000 ms.
+
+    Example:
+        >>> format_duration(1.019e-3), format_duration(4.5e-6), format_duration(3e-8)
+        ('1.019 ms', '4.5 us', '30 ns')
+        >>> format_duration(2.5), format_duration(0.0), format_duration(float("nan"))
+        ('2.5 s', '0 s', 'n/a')
+    """
+    if not math.isfinite(seconds):
+        return "n/a"
+    a = abs(seconds)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        if a >= scale:
+            return f"{seconds / scale:.{digits}g} {unit}"
+    if a == 0.0:
+        return "0 s"
+    return f"{seconds:.{digits}g} s"
+
+
+def format_bounds(bounds: Any, unit: str = "") -> str:
+    """A ``(min, max)`` pair where None is no limit, in words.
+
+    Example:
+        >>> format_bounds((8, 512)), format_bounds((None, 512)), format_bounds((8, None))
+        ('8 to 512', 'at most 512', 'at least 8')
+        >>> format_bounds(None), format_bounds((None, None))
+        ('no limits', 'no limits')
+    """
+    lo, hi = (None, None) if bounds is None else tuple(bounds)
+    u = f" {unit}" if unit else ""
+    if lo is None and hi is None:
+        return "no limits"
+    if hi is None:
+        return f"at least {lo}{u}"
+    if lo is None:
+        return f"at most {hi}{u}"
+    return f"{lo} to {hi}{u}"
+
+
+def accumulation_note(suggestion: Any, local_bsz_bounds: Any = None) -> str | None:
+    """One sentence when the job's ``gradient_accumulation=False`` holds the suggestion back
+    by more than 5%: why, and what the model predicts with accumulation; else None.
+
+    Args:
+        suggestion: a :class:`~goodput_jax.integrations.search.Suggestion`.
+        local_bsz_bounds: the job's per-replica batch bounds.
+
+    Example:
+        >>> from goodput_jax.integrations.search import Suggestion
+        >>> s = Suggestion(32, 0, 128, 10.0, 10.0, 1.0, 1.0, num_replicas=4,
+        ...                with_accumulation_batch_size=1024, with_accumulation_speedup=1.88)
+        >>> print(accumulation_note(s, (8, 32)))  # doctest: +NORMALIZE_WHITESPACE
+        gradient accumulation is off for this job (gradient_accumulation=False): the
+        per-replica batch is capped at 32 samples, so a larger batch needs gradient
+        accumulation. With it, the model predicts batch 1024 at 1.88x; pass
+        gradient_accumulation=True to allow it.
+    """
+    acc = suggestion.with_accumulation_speedup
+    if not (isinstance(acc, float) and math.isfinite(acc)):
+        return None
+    here = suggestion.predicted_speedup
+    if math.isfinite(here) and acc <= 1.05 * here:
+        return None
+    hi = None if local_bsz_bounds is None else tuple(local_bsz_bounds)[1]
+    why = ("the per-replica batch is capped at " + (f"{hi} samples" if hi else "its bound")
+           + ", so a larger batch needs gradient accumulation")
+    return (f"gradient accumulation is off for this job (gradient_accumulation=False): {why}. "
+            f"With it, the model predicts batch {suggestion.with_accumulation_batch_size} at "
+            f"{acc:.2f}x; pass gradient_accumulation=True to allow it.")

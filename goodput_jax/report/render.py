@@ -41,7 +41,7 @@ from goodput_jax.report.figures import (
     figure_pngs,
     text_png,
 )
-from goodput_jax.report.labels import HINT_LABELS
+from goodput_jax.report.labels import HINT_LABELS, format_bounds, plural
 from goodput_jax.report.text import (
     GOODPUT_ROW,
     badput_rows,
@@ -53,6 +53,7 @@ from goodput_jax.report.timeline import Timeline, build_timeline
 
 __all__ = [
     "GOODPUT_MEANINGS",
+    "accumulation_sentence",
     "json_key",
     "render_html",
     "render_png",
@@ -170,8 +171,7 @@ def _hint_value(name: str, value: Any) -> str:
     if name == "grad_params":
         return f"|G|^2 (norm) {value.sqr:.4g}; tr(Sigma)/M0 (var) {value.var:.4g}"
     if name == "local_bsz_bounds":
-        lo, hi = value
-        return f"{_fmt(lo)} to {_fmt(hi)}"
+        return format_bounds(value)
     if name == "perf_params_by_type":
         return "; ".join(f"{k}: gamma {v.gamma:.3g}, compute {v.alpha_c * 1e3:.4g} ms + "
                          f"{v.beta_c * 1e3:.4g} ms/sample" for k, v in value.items())
@@ -180,6 +180,28 @@ def _hint_value(name: str, value: Any) -> str:
     if name == "predicted_speedup" and value is not None:
         return f"{value:.3g}"
     return _fmt(value)
+
+
+def accumulation_sentence(mc: ModelCurves) -> str | None:
+    """What gradient accumulation, which the job does not allow, would give (>5% more), or None.
+
+    Example:
+        >>> accumulation_sentence(model_curves(hints))  # doctest: +SKIP
+        'Gradient accumulation is off for this job: ...'
+    """
+    if mc.accumulation or mc.suggested_with_accumulation is None:
+        return None
+    ab, r, ag = mc.suggested_with_accumulation
+    ref = mc.suggested[2] if mc.suggested is not None else mc.current[2]
+    if not ag > 1.05 * ref:
+        return None
+    gc = mc.current[2]
+    why = ("the per-replica batch is held within its bounds "
+           f"({format_bounds(mc.hints.local_bsz_bounds, 'samples')})")
+    gain = f" ({ag / gc:.2f}x the running configuration)" if gc > 0 else ""
+    return (f"Gradient accumulation is off for this job (gradientAccumulation: no): {why}. "
+            f"With it, the model predicts batch {ab} at {ag:,.0f} samples/s{gain}; "
+            "allow it with GoodputHooks(..., gradient_accumulation=True).")
 
 
 def json_key(field_name: str) -> str:
@@ -341,12 +363,16 @@ def _write_html(calculator: GoodputCalculator, path: str | os.PathLike, data: _D
     if mc is not None:
         b, r, gc = mc.current
         headline += (f"<br>Modelled goodput now: <b>{gc:,.0f} samples/s</b> "
-                     f"(batch {b} on {r} replicas)")
+                     f"(batch {b} on {plural(r, 'replica')})")
         if mc.suggested is not None:
             sb, _, sg = mc.suggested
             gain = f", {sg / gc:.2f}x" if gc > 0 else ""
             headline += f"; suggested batch {sb}: <b>{sg:,.0f} samples/s</b>{gain}"
         headline += "."
+        note = accumulation_sentence(mc)
+        if note:
+            headline += f'<br><span id="accumulation-off">{html.escape(note)}</span>'
+
     defs = "\n".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(x)}</dd>"
                      for t, x in GOODPUT_MEANINGS)
     nrun = len(data.timeline.run_ids)
@@ -354,26 +380,40 @@ def _write_html(calculator: GoodputCalculator, path: str | os.PathLike, data: _D
         model_html = f'<p class="note" id="no-model">{html.escape(data.no_model_reason)}</p>'
     else:
         b, r, _ = mc.current
-        ext = (f" The step-time model was profiled on up to {mc.profiled_replicas} replicas; "
+        ext = (f" The step-time model was profiled on up to "
+               f"{plural(mc.profiled_replicas, 'replica')}; "
                f"beyond that (dashed line, grey band, legend \"{EXTRAPOLATED_LABEL}\") the "
                "curve is an extrapolation of the fitted model, not a measurement."
                if mc.extrapolated_replicas else
                f" Every replica count shown was within the profiled range "
-               f"(up to {mc.profiled_replicas} replicas).")
+               f"(up to {plural(mc.profiled_replicas, 'replica')}).")
+        if mc.accumulation:
+            batch_how = ("using gradient accumulation where the per-replica batch would "
+                         "exceed its limit")
+            acc_star, own = "", ""
+        else:
+            batch_how = ("within this job's limits: it does not allow gradient "
+                         "accumulation, so the per-replica batch stays within its bounds "
+                         f"({format_bounds(mc.hints.local_bsz_bounds, 'samples')}); the "
+                         "dashed line is the same model with accumulation")
+            acc_star = (", hollow star: the suggestion with accumulation"
+                        if mc.suggested_with_accumulation is not None else "")
+            own = (" Hollow triangles: this job's own limits (no accumulation) where they "
+                   "give less.")
         model_html = f"""<p class="explain">Both plots show <b>modelled goodput</b> in samples/s
 of useful progress (M0 = {mc.hints.init_batch_size} samples), predicted from the fitted
 step-time model and gradient statistics; they are predictions, not measurements.</p>
 <div class="plots" id="model-curves">
 <figure>{img("batch", "modelled goodput vs total batch size")}
 <figcaption id="caption-batch">Modelled goodput (samples/s, left axis, blue) against the total
-batch size (samples, log scale) on the current {r} replicas, using gradient accumulation where
-the per-replica batch would exceed its limit; the dotted orange line is the statistical
-efficiency (0-1, right axis). Black dot: the running configuration (batch {b}); red star: the
-model's suggestion.</figcaption></figure>
+batch size (samples, log scale) on the current {plural(r, "replica")}, {batch_how}; the dotted
+orange line is the statistical efficiency (0-1, right axis). Black dot: the running
+configuration (batch {b}); red star: the model's suggestion{acc_star}.</figcaption></figure>
 <figure>{img("replicas", "best modelled goodput vs replicas")}
 <figcaption id="caption-replicas">Best modelled goodput (samples/s) for each number of replicas
-(devices), each at its best batch size; the dotted grey line is perfect linear scaling from one
-replica.{ext}</figcaption></figure>
+(devices), each at its best batch size, with gradient accumulation allowed (so one replica
+can run any batch more replicas run, and the curve cannot rise faster than linearly); the
+dotted grey line is perfect linear scaling from one replica.{own}{ext}</figcaption></figure>
 </div>"""
     hints_html = ""
     if data.hints is not None:

@@ -60,17 +60,21 @@ def _hooks(atomic, accumulation=False):
 
 
 def test_suggest_never_returns_a_configuration_predicted_slower_than_the_running_one():
-    # One replica without accumulation: AdaptDL's continuous optimum is the initial batch
-    # (32), predicted 0.75x of the running 64; the suggestion used to be that switch.
+    # One replica: the optimum is 115; with a 20% tolerance the smallest batch within it
+    # (44) is predicted 0.8x of the running 64: the suggestion used to be that switch.
     h = _hooks(64)
     fn = h.goodput_function()
-    assert fn.optimize(1, 1, max_batch_size=1024)[1] == 32
+    assert fn.optimize(1, 1, max_batch_size=1024, adaptdl_single_replica=False)[1] == 115
     cur = goodput_np(fn.perf_params, fn.grad_params, 32, 1, 1, 64, 0)
-    assert goodput_np(fn.perf_params, fn.grad_params, 32, 1, 1, 32, 0) < 0.8 * cur
-    s = h.suggest()
+    assert goodput_np(fn.perf_params, fn.grad_params, 32, 1, 1, 44, 0) < 0.9 * cur
+    s = h.suggest(tolerance=0.2)
     assert (s.atomic_bsz, s.accum_steps, s.batch_size) == (64, 0, 64)
     assert s.predicted_speedup == 1.0 and s.goodput == pytest.approx(cur)
-    assert s.best_batch_size == 32  # the optimum searched is still reported
+    assert s.best_batch_size == 115  # the optimum searched is still reported
+    # without a tolerance the optimum itself is the suggestion (one replica grows its
+    # per-replica batch like many do; AdaptDL's rule held it at the initial 32)
+    s = h.suggest(tolerance=0.0)
+    assert s.batch_size == 115 and s.predicted_speedup > 1.05
     # the tolerance gives up to 20% of the optimum for a smaller batch, never below the
     # running configuration: 128 is the listed optimum, 64 (running) within 20% of it
     s = _hooks(64).suggest(tolerance=0.2, atomic_sizes=[32, 64, 128, 256])
