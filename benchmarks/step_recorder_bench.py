@@ -32,6 +32,8 @@ alternate between the arms and end with ``block_until_ready``:
 - a badput span's start where a StepRecorder polls a step still running (its span-start
   listener's worst case): microseconds per ``with rec.data_loading(): pass`` beyond the same
   on a recorder no StepRecorder watches. Target: < 5 us.
+- program cost: compiles with and without reading each compiled step's cost (equal), and
+  the time of one read per distinct program (target <= 1 ms); the measured peak's probe.
 - truth: a Python-heavy loader (6 ms of Python holding the GIL) and ``float(loss)`` each
   step, recorded, against the device's truth from a ``jax.profiler`` trace of the same run
   (goodput, data-loading badput against the device's idle time in the loads, step time).
@@ -474,6 +476,55 @@ def python_heavy_truth(size: int, steps: int, load_s: float, recorder_cls=None) 
             "span_claims": getattr(steps_rec, "span_claims", 0), "steps": steps}
 
 
+def program_cost_cost(programs: int) -> dict:
+    """Program goodput's read of the compiled step's cost (issue 35): a loop whose step is
+    compiled for ``programs`` distinct shapes, recorded with ``program_costs`` off and on
+    (each arm with its own jitted function, so both compile everything): the compiles the
+    attachment counted in each arm (equal: the read adds none), and the time of one
+    ``program_cost`` read per distinct program (median, max; JAX's caches answer). The
+    measured peak's probe runs once per process (reported apart)."""
+    import jax
+    import jax.numpy as jnp
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.runtime.program import measured_peak, program_cost
+
+    t = time.perf_counter()
+    peak = measured_peak()
+    probe_s = time.perf_counter() - t
+    sizes = [32 + 16 * i for i in range(programs)]
+    xs = [jnp.ones((n, n)) for n in sizes]
+    out: dict = {"probe_s": probe_s, "peak": peak, "programs": programs}
+    with tempfile.TemporaryDirectory() as d:
+        for arm in (False, True):
+            @jax.jit
+            def f(x):
+                return jnp.tanh(x @ x), jnp.sum(x)
+
+            rec = goodput.GoodputRecorder(f"pc{arm}", "l", True, store=f"sqlite:///{d}/pc{arm}.db")
+            steps = runtime.StepRecorder(rec, program_costs=arm)
+            for i, x in enumerate(xs):
+                steps(i, f, x)
+            steps.finish()
+            out[f"compiles_{arm}"] = runtime.attached(rec).compilations
+            steps.close()
+            rec.close()
+            if arm:
+                reads = []
+                for x in xs:
+                    t = time.perf_counter()
+                    program_cost(f, x)
+                    reads.append(time.perf_counter() - t)
+                out["read_ms_median"] = 1e3 * statistics.median(reads)
+                out["read_ms_max"] = 1e3 * max(reads)
+                from goodput_jax.measure.calculator import GoodputCalculator
+
+                calc = GoodputCalculator(f"pc{arm}", store=f"sqlite:///{d}/pc{arm}.db")
+                out["recorded"] = len(calc.get_program_goodput().programs)
+                calc.store.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds (a few seconds)")
@@ -492,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     sc = sync_loop_cost(size, rounds, args.steps)
     sp = span_cost(size, 10 if args.quick else 40, 100)
     pt = python_heavy_truth(size, 60 if args.quick else 200, 0.006)
+    pg = program_cost_cost(4 if args.quick else 12)
     print(f"StepRecorder overhead: jax {jax.__version__}, {jax.devices()[0].device_kind} "
           f"({jax.default_backend()}), Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs; {rounds} rounds x {args.steps} steps per arm, matrix {size}")
@@ -538,6 +590,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'  step time (ms, mean)':<44}{pt['step_ms']:>12.3f}{pt['truth_step_ms']:>14.3f}")
     print(f"{'  device ends seen by the hook / at a span':<44}"
           f"{pt['hook_claims']:>5d} /{pt['span_claims']:>5d} of {pt['steps']}")
+    print(f"Program cost (XLA cost analysis), {pg['programs']} distinct compiled step programs:")
+    print(f"{'  compiles, program_costs off / on':<44}{pg['compiles_False']:>6d} / "
+          f"{pg['compiles_True']:<4d}{'equal':>8}")
+    print(f"{'  one read per program (ms, median)':<44}{pg['read_ms_median']:>12.3f}{'<= 1':>10}")
+    print(f"{'  one read per program (ms, max)':<44}{pg['read_ms_max']:>12.3f}{'<= 1':>10}")
+    print(f"{'  programs recorded':<44}{pg['recorded']:>12d}")
+    print(f"{'  peak probe, once per process (s)':<44}{pg['probe_s']:>12.3f}")
+    print(f"{'  measured peak (GFLOP/s, GB/s)':<44}{pg['peak'].flops_per_s / 1e9:>12.1f}"
+          f"{pg['peak'].bytes_per_s / 1e9:>10.2f}")
     return 0
 
 
