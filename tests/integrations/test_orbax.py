@@ -34,6 +34,28 @@ def state():
     return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.adam(1e-3))
 
 
+class _InnerTimes:
+    """Times the real manager's own calls that the wrapper records: the saves that save
+    (``should_save`` steps), ``wait_until_finished``, ``close`` and ``restore``."""
+
+    def __init__(self, manager):
+        self.save = self.restore = 0.0
+        for name in ("save", "wait_until_finished", "close", "restore"):
+            setattr(manager, name, self._wrap(name, getattr(manager, name)))
+
+    def _wrap(self, name, fn):
+        def timed(*args, **kwargs):
+            t0 = time.time()
+            out = fn(*args, **kwargs)
+            dt = time.time() - t0
+            if name == "restore":
+                self.restore += dt
+            elif name != "save" or out:  # a skipped save is not recorded
+                self.save += dt
+            return out
+        return timed
+
+
 def _timed(fn):
     t0 = time.time()
     out = fn()
@@ -48,6 +70,7 @@ def test_orbax_saves_and_restores_are_checkpoint_badput(tmp_path, state, use_asy
     opts = ocp.CheckpointManagerOptions(save_interval_steps=2, max_to_keep=3,
                                         enable_async_checkpointing=use_async)
     mngr = instrument(ocp.CheckpointManager(tmp_path / "ckpt", options=opts), rec)
+    inner = _InnerTimes(mngr.manager)  # Orbax's own calls, timed inside the recorded spans
     save_s, background = 0.0, 0.0
     for step in range(5):
         st = state.replace(step=step)
@@ -78,11 +101,16 @@ def test_orbax_saves_and_restores_are_checkpoint_badput(tmp_path, state, use_asy
     bad = GoodputCalculator("ck", "ck", store=store).get_job_goodput_details()["badput_time"]
     save_b = bad[BadputType.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME]
     restore_b = bad[BadputType.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME]
-    # the seconds match timing taken around the calls (the recorder's own calls are inside)
-    assert save_b == pytest.approx(save_s, rel=0.05, abs=2e-3)
-    assert save_b == pytest.approx(mngr.save_seconds, rel=0.02, abs=1e-3)
-    assert restore_b == pytest.approx(restore_s, rel=0.05, abs=2e-3)
-    assert restore_b > 0 and save_b > 0
+    # The recorded seconds are bracketed: at least Orbax's own calls (timed inside the
+    # recorded spans), at most the timing taken around the wrapper's calls. A loaded machine
+    # widens the gap between the two (the wrapper's and the recorder's own Python; a ratio
+    # to the outer timing failed at 0.0766 against 0.0821 s) but cannot push the recorded
+    # time outside it; a span that missed part of a save, or took in time outside the
+    # calls, does. The float timestamps' rounding is the only slack.
+    eps = 1e-5
+    assert inner.save > 0 and inner.restore > 0
+    assert inner.save - eps <= save_b <= mngr.save_seconds + eps <= save_s + 2 * eps
+    assert inner.restore - eps <= restore_b <= restore_s + eps
     if use_async:  # the background commit, overlapped with training, is not badput
         assert save_b < save_s + 0.5 * background
     store.close()
