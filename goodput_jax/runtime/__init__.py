@@ -8,6 +8,9 @@
 * :class:`StepRecorder`: step ends taken on the device (outputs ready, observed
   off the training thread), so asynchronous dispatch is measured, not guessed;
   :func:`finish_steps` waits until those of a recorder are all recorded.
+* :func:`program_cost` / :func:`device_peak` / :func:`measured_peak`: a compiled step's
+  FLOPs and bytes from XLA, and the device's peak (program goodput; the StepRecorder
+  records them).
 
 Importing this package does not import JAX (each function does, when called).
 
@@ -22,6 +25,7 @@ Example:
 
 from goodput_jax.runtime.backend import BackendInit, init_backend, measured_init, start_job
 from goodput_jax.runtime.compile import Attachment, attach, attached, detach, listener
+from goodput_jax.runtime.program import device_peak, measured_peak, program_cost
 from goodput_jax.runtime.steps import StepRecorder, finish_steps
 from goodput_jax.runtime.timer import OneStepLateTimer
 
@@ -33,9 +37,12 @@ __all__ = [
     "attach",
     "attached",
     "detach",
+    "device_peak",
     "finish_steps",
     "init_backend",
     "listener",
     "measured_init",
+    "measured_peak",
+    "program_cost",
     "start_job",
 ]

@@ -497,3 +497,25 @@ def test_row25d_orbax_instrument_events_give_way_to_queued_steps():
     assert d["last_checkpointed_step"] == 3
     np_steps = calc.get_step_deviation()
     assert np_steps.step_times.tolist() == pytest.approx([1.0, 0.6, 0.4, 0.4, 1.0])
+
+
+def test_row27_program_cost_attributes_no_time():
+    # steps 0-2 at [1,2), [2,3), [3,5); job end 5; a program cost at step 0 (t=1.5) and one
+    # at step 2 (t=3.5, inside the step): the buckets are exactly as without them
+    from goodput_jax.measure.events import Event
+    from goodput_jax.measure.productivity import ProgramCost
+
+    spec = [(K.JOB_START, 0), (K.STEP_START, 1, 0), (K.STEP_START, 2, 1),
+            (K.STEP_START, 3, 2), (K.JOB_END, 5)]
+    g0, b0, last0, _ = measure([("r1", 0, spec)])
+    store = new_store()
+    evs = events("job", "r1", spec)
+    cost = ProgramCost("jit(f)", 1e9, 0.0, 1e6, "cpu").to_payload()
+    evs.insert(2, Event(K.PROGRAM_COST, "job", "r1", 0, 1.5, step=0, payload=cost))
+    evs.insert(5, Event(K.PROGRAM_COST, "job", "r1", 0, 3.5, step=2, payload=cost))
+    store.append(evs)
+    calc = calc_for(store, "job")
+    g, b, last = calc.get_job_goodput(include_badput_breakdown=True)
+    assert (g, last) == (pytest.approx(g0), last0) and g0 == pytest.approx(80.0)
+    assert b == pytest.approx(b0)
+    assert calc.get_scheduling_timeline().scheduling_goodput == 1.0
