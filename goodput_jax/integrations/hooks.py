@@ -556,7 +556,7 @@ class GoodputHooks:
         Dispatches an on-device copy (the step may donate the original on its
         next call) and reads it back only when the statistics are needed.
         """
-        self._stats.observe(outputs)
+        self._stats.observe(outputs, wait=True)
 
     def update_grad_params(self, grad_params: Any) -> None:
         """Set the gradient statistics directly (``GradParams``, ``StatsSummary``, opt state)."""
@@ -905,7 +905,7 @@ class GoodputHooks:
     @contextlib.contextmanager
     def job(self) -> Iterator[GoodputHooks]:
         """The job around the training loop: on a normal exit, the last step, a final refit +
-        hints.
+        hints (booked as the custom badput ``"model refit"``).
 
         When the recorder has not started a job, ``job()`` records the job start on enter
         and the job end on exit (after the ``steps=`` StepRecorder's last device ends).
@@ -929,11 +929,15 @@ class GoodputHooks:
             self.recorder.record_job_start_time()
         yield self
         self.flush()
-        self.wait_refit()
         if self.is_primary and self._prof.has_optim():
-            _ = self.grad_params
-            self.refit()
-            self.publish()
+            # the final fit, booked where the report shows it (custom badput "model refit")
+            with self.recorder.badput("model refit"):
+                self.wait_refit()
+                _ = self.grad_params
+                self.refit()
+                self.publish()
+        else:
+            self.wait_refit()
         if not joined:
             if self._steps is not None:
                 self._steps.finish()

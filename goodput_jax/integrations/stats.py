@@ -14,6 +14,7 @@ step still running.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import jax
@@ -22,7 +23,7 @@ import numpy as np
 from goodput_jax.model import gradstats
 from goodput_jax.model.types import GradParams
 
-__all__ = ["GradStatsReader"]
+__all__ = ["GradStatsReader", "summary_program"]
 
 
 @jax.jit
@@ -35,6 +36,77 @@ def _stats_summary(st: Any) -> Any:
     eager ops on the host).
     """
     return gradstats.stats_summary(st)
+
+
+#: Compiled summary programs, per (device, field types), shared by every reader in the
+#: process: a Compiled, or None while its compile runs on a background thread.
+_SUMMARY_PROGRAMS: dict[tuple, Any] = {}
+_SUMMARY_THREADS: dict[tuple, threading.Thread] = {}
+_SUMMARY_LOCK = threading.Lock()
+
+
+def _summary_key(st: Any) -> tuple | None:
+    """The program key of a :class:`GradStatsState` of single-device arrays on one device
+    (None otherwise: such a state takes the jitted summary on the calling thread)."""
+    leaves = jax.tree.leaves(st)
+    shardings = {x.sharding for x in leaves}
+    if len(shardings) != 1:
+        return None
+    (sh,) = shardings
+    if not isinstance(sh, jax.sharding.SingleDeviceSharding):
+        return None
+    return (sh, tuple((x.shape, str(x.dtype), bool(x.weak_type)) for x in leaves))
+
+
+def summary_program(st: Any, *, wait: bool = False) -> Any:
+    """The compiled summary program for ``st`` (a :class:`GradStatsState` of device arrays),
+    compiled once per process on a background thread.
+
+    The first request for a kind of state starts the compile on a (non-daemon) thread and
+    returns None (``wait=True``: waits for it): the training thread never compiles it, so
+    the hooks add no compile to the job's program startup, and every
+    :class:`GradStatsReader` (every :class:`GoodputHooks`) in the process shares it. A
+    state that is not on one device (sharded fields) gets the jitted summary, compiled on
+    the calling thread.
+
+    Example:
+        >>> import jax
+        >>> st = jax.device_put(gradstats.init_grad_stats(), jax.devices()[0])
+        >>> prog = summary_program(st, wait=True)
+        >>> int(prog(st).count), summary_program(st) is prog
+        (0, True)
+    """
+    key = _summary_key(st)
+    if key is None:
+        return _stats_summary
+    with _SUMMARY_LOCK:
+        if key in _SUMMARY_PROGRAMS:
+            prog = _SUMMARY_PROGRAMS[key]
+            thread = _SUMMARY_THREADS.get(key)
+        else:
+            prog = None
+            _SUMMARY_PROGRAMS[key] = None
+            specs = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+                x.shape, x.dtype, sharding=x.sharding, weak_type=x.weak_type), st)
+
+            def compile_it() -> None:
+                try:
+                    exe = _stats_summary.lower(specs).compile()
+                except Exception:  # noqa: BLE001 - the jitted summary serves instead
+                    exe = _stats_summary
+                with _SUMMARY_LOCK:
+                    _SUMMARY_PROGRAMS[key] = exe
+
+            # not a daemon: an interpreter that exits while XLA compiles on a daemon
+            # thread aborts (see integrations.fit.precompile_fit_once)
+            thread = threading.Thread(target=compile_it, name="goodput-summary-compile")
+            _SUMMARY_THREADS[key] = thread
+            thread.start()
+    if prog is None and wait and thread is not None:
+        thread.join()
+        with _SUMMARY_LOCK:
+            prog = _SUMMARY_PROGRAMS[key]
+    return prog
 
 
 def _checked(summary: Any, fn: Any) -> Any:
@@ -120,9 +192,9 @@ class GradStatsReader:
             self.pending = self._last_summary
         elif out is not None and not any(
                 isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(out)):
-            self.observe(out)
+            self.observe(out, wait=True)
 
-    def observe(self, outputs: Any) -> bool:
+    def observe(self, outputs: Any, *, wait: bool = False) -> bool:
         """Take the statistics from ``outputs``: a
         :class:`~goodput_jax.model.gradstats.StatsSummary` in them (the step computed it:
         kept as it is, no device program), else any :class:`GradStatsState` (also inside
@@ -131,7 +203,10 @@ class GradStatsReader:
 
         A :class:`GradStatsState` is reduced by one small on-device program (the step
         may donate the original on its next call); either is read back only when the
-        statistics are needed. Returns whether ``outputs`` held statistics.
+        statistics are needed. That program is compiled once per process on a background
+        thread (:func:`summary_program`); until it is ready a state is skipped (the next
+        read takes the statistics), unless ``wait``. Returns whether ``outputs`` held
+        statistics.
         """
         kinds = (gradstats.StatsSummary, gradstats.GradStatsState)
         found = [x for x in jax.tree.leaves(outputs, is_leaf=lambda x: isinstance(x, kinds))
@@ -153,7 +228,10 @@ class GradStatsReader:
                     # one device's copy: a single-device program (~30 us to dispatch on
                     # the CPU backend vs ~200 us for one replicated over every device)
                     st = jax.tree.map(lambda x: x.addressable_shards[0].data, st)
-                self.pending = _stats_summary(st)
+                prog = summary_program(st, wait=wait)
+                if prog is None:  # compiling in the background: the next read takes them
+                    return True
+                self.pending = prog(st)
             else:
                 self.pending = st
             return True
@@ -168,7 +246,7 @@ class GradStatsReader:
             self.pending = None
             self._params = GradParams(float(grad_params.sqr), float(grad_params.var))
             self.count = count
-        elif not self.observe(grad_params):
+        elif not self.observe(grad_params, wait=True):
             raise ValueError(f"grad_params ({grad_params!r:.80}) holds no gradient statistics: "
                              "pass GradParams, a StatsSummary, or an optimizer state (optax "
                              "or Flax NNX) built with gradient_noise_scale")

@@ -293,7 +293,7 @@ def test_real_flax_training_run_end_to_end(tmp_path):
     with hooks.job():
         for bsz in (8, 16, 32):
             hooks.set_config(atomic_bsz=bsz)
-            for _ in range(5):
+            for _ in range(10):  # Adam: the statistics start once nu rests on ~20 steps
                 k = jax.random.fold_in(key, step)
                 x = jax.random.normal(k, (bsz, 8))
                 batch = {"x": x, "y": x @ w_true + 0.5 * jax.random.normal(k, (bsz,))}
