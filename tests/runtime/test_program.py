@@ -134,3 +134,33 @@ def test_mfu_from_device_true_step_time_matches_profiler(tmp_path):
         if err <= 0.05:
             break
     assert errs[-1][2] <= 0.05, errs
+
+
+def test_cost_is_per_device_for_a_sharded_step(tmp_path):
+    """Two CPU devices (a fresh process): a row-sharded matmul costs each device half."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = tmp_path / "sharded.py"
+    script.write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        from goodput_jax.runtime import program_cost
+        mesh = jax.make_mesh((2,), ("d",))
+        n = 256
+        a = jax.device_put(jnp.ones((n, n)), NamedSharding(mesh, P("d", None)))
+        b = jax.device_put(jnp.ones((n, n)), NamedSharding(mesh, P()))
+        f = jax.jit(lambda a, b: a @ b)
+        f(a, b)
+        c = program_cost(f, a, b)
+        print(c.flops / (2 * n ** 3), c.num_devices)
+        """))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=180, env=env, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0.5", "2"]
