@@ -52,8 +52,8 @@ slice-efficiency and hang metrics go to Cloud Monitoring (``docs/maxtext.md``).
 
 Example:
     >>> from goodput_jax import goodput
-    >>> goodput.BadputType.TPU_INITIALIZATION is goodput.BadputType.ACCELERATOR_INITIALIZATION
-    True
+    >>> goodput.BadputType.TPU_INITIALIZATION.name  # Google's names, as in its library
+    'TPU_INITIALIZATION'
     >>> rec = goodput.GoodputRecorder("j", "goodput_j", True, enable_goodput_recording=False)
     >>> rec.logging_enabled
     False

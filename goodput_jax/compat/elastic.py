@@ -19,7 +19,7 @@ from typing import Any
 from goodput_jax.compat.calculator import GoodputCalculator
 from goodput_jax.compat.enums import BadputType
 from goodput_jax.compat.monitor import GoodputMonitor
-from goodput_jax.compat.options import GCPOptions, to_ts
+from goodput_jax.compat.options import GCPOptions, local_time, to_ts
 from goodput_jax.compat.recorder import GoodputRecorder
 from goodput_jax.measure.calculator import breakdown as percentages
 from goodput_jax.measure.events import KIND_CODES, EventKind
@@ -59,20 +59,21 @@ class ElasticGoodputRecorder(GoodputRecorder):
     def record_elastic_wait_start_time(self, event_type: str, start_time: Any = None) -> None:
         """Record the start of a wait for slices (``event_type``: e.g. ``"slice_down"``,
         ``"scale_up"``)."""
-        self._record(EventKind.ELASTIC_WAIT_START, start_time, "start_time",
+        self._record(EventKind.ELASTIC_WAIT_START, local_time(start_time), "start_time",
                      label=_label(event_type))
 
     def record_elastic_wait_end_time(self, event_type: str, end_time: Any = None) -> None:
         """Record the end of the wait of the same ``event_type``."""
-        self._record(EventKind.ELASTIC_WAIT_END, end_time, "end_time", label=_label(event_type))
+        self._record(EventKind.ELASTIC_WAIT_END, local_time(end_time), "end_time",
+                     label=_label(event_type))
 
     def record_elastic_reinit_start_time(self, start_time: Any = None) -> None:
         """Record the start of an elastic re-initialisation."""
-        self._record(EventKind.ELASTIC_REINIT_START, start_time, "start_time")
+        self._record(EventKind.ELASTIC_REINIT_START, local_time(start_time), "start_time")
 
     def record_elastic_reinit_end_time(self, end_time: Any = None) -> None:
         """Record the end of the elastic re-initialisation."""
-        self._record(EventKind.ELASTIC_REINIT_END, end_time, "end_time")
+        self._record(EventKind.ELASTIC_REINIT_END, local_time(end_time), "end_time")
 
 
 def _label(event_type: Any) -> str:
@@ -120,7 +121,7 @@ class ElasticGoodputCalculator(GoodputCalculator):
     def _with_elastic(self, breakdown: dict, flat: dict) -> dict:
         if breakdown:
             for bt in _ELASTIC:
-                breakdown[bt] = float(flat.get(bt, 0.0))
+                breakdown[bt] = float(flat.get(bt.measure, 0.0))
         return breakdown
 
     def get_job_goodput(self, include_badput_breakdown: bool = False,
@@ -161,7 +162,7 @@ class ElasticGoodputCalculator(GoodputCalculator):
         if "badput_time" in out and "productive_time" in out:
             base = super(GoodputCalculator, self).get_job_goodput_details()
             for bt in _ELASTIC:
-                out["badput_time"][bt] = base["badput_time"][bt]
+                out["badput_time"][bt] = base["badput_time"][bt.measure]
         with self._lock:
             records = list(self._engine.slice_counts)
             start = self._engine.first_t

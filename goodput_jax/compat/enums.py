@@ -1,14 +1,19 @@
 """ml-goodput-measurement's enums, entry keys and badput-breakdown shape.
 
-``BadputType`` is the measure room's (``goodput_jax.measure.badput``), with
-Google's spellings as aliases (``TPU_INITIALIZATION`` is
-``ACCELERATOR_INITIALIZATION``); the TensorBoard names of Google's layout are
-``goodput_jax.measure.badput.GOOGLE_NAMES``.
+``BadputType`` is Google's: its members are named and numbered as in
+``ml_goodput_measurement`` (``BadputType.TPU_INITIALIZATION.name ==
+"TPU_INITIALIZATION"``, ``DATA_LOADING_SYNC.name == "DATA_LOADING_SYNC"``), with
+goodput_jax's spellings as aliases (``ACCELERATOR_INITIALIZATION``, ``DATA_LOADING``)
+and goodput_jax's ``RECOMPILATION`` after Google's fourteen. The measure room's
+enum (``goodput_jax.measure.badput.BadputType``, whose canonical names are goodput_jax's)
+maps onto it by value (:meth:`BadputType.of`, :attr:`BadputType.measure`).
 
 Example:
     >>> MetricType.GOODPUT_TIME.value, IntervalMetricType.INTERVAL_SIZE.value
     ('goodput_time', 'interval_size')
-    >>> BadputType.TPU_INITIALIZATION is BadputType.ACCELERATOR_INITIALIZATION
+    >>> BadputType.TPU_INITIALIZATION.name, BadputType.DATA_LOADING_SYNC.name
+    ('TPU_INITIALIZATION', 'DATA_LOADING_SYNC')
+    >>> BadputType.ACCELERATOR_INITIALIZATION is BadputType.TPU_INITIALIZATION
     True
 """
 
@@ -17,7 +22,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from goodput_jax.measure.badput import BadputType
+from goodput_jax.measure.badput import BadputType as MeasureBadputType
 
 __all__ = [
     "GOOGLE_BREAKDOWN_KEYS",
@@ -54,6 +59,49 @@ _ELASTIC_WAIT_START_TIME = "elastic_wait_start_time"
 _ELASTIC_WAIT_END_TIME = "elastic_wait_end_time"
 _ELASTIC_REINIT_START_TIME = "elastic_reinit_start_time"
 _ELASTIC_REINIT_END_TIME = "elastic_reinit_end_time"
+
+
+class BadputType(enum.Enum):
+    """The type of badput, as ml-goodput-measurement names and numbers it.
+
+    ``ACCELERATOR_INITIALIZATION`` and ``DATA_LOADING`` (goodput_jax's names) are
+    aliases; ``RECOMPILATION`` is goodput_jax's own (measured recompilations).
+
+    Example:
+        >>> BadputType.of(MeasureBadputType.ACCELERATOR_INITIALIZATION).name
+        'TPU_INITIALIZATION'
+        >>> BadputType.DATA_LOADING_SYNC.measure.name
+        'DATA_LOADING'
+    """
+
+    TPU_INITIALIZATION = 1
+    ACCELERATOR_INITIALIZATION = 1  # noqa: PIE796 - goodput_jax's name, an alias
+    TRAINING_PREP = 2
+    PROGRAM_STARTUP = 3
+    DATA_LOADING_SYNC = 4
+    DATA_LOADING = 4  # noqa: PIE796 - goodput_jax's name, an alias
+    DATA_LOADING_ASYNC = 5
+    UNPRODUCTIVE_CHECKPOINT_SAVE_TIME = 6
+    UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME = 7
+    WASTED_PROGRESS_FROM_DISRUPTION = 8
+    INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION = 9
+    CUSTOM_BADPUT_EVENTS = 10
+    OTHER = 11
+    ELASTIC_SLICE_DOWN = 12
+    ELASTIC_SCALE_UP = 13
+    ELASTIC_REINITIALIZATION = 14
+    #: measured ``recompile=True`` compilations (goodput_jax only)
+    RECOMPILATION = 15
+
+    @classmethod
+    def of(cls, badput_type: Any) -> BadputType:
+        """The member for a measure-room ``BadputType`` (or one of these)."""
+        return cls(badput_type.value)
+
+    @property
+    def measure(self) -> MeasureBadputType:
+        """The measure room's member (the calculators' own keys)."""
+        return MeasureBadputType(self.value)
 
 
 class GoodputType(enum.Enum):
@@ -104,18 +152,19 @@ def google_breakdown(flat: dict, custom: dict[str, float], scale: float) -> dict
     """A breakdown in Google's shape, from goodput_jax's flat one.
 
     Args:
-        flat: ``{BadputType: value}`` (seconds or %, as
+        flat: ``{measure BadputType: value}`` (seconds or %, as
             :func:`goodput_jax.measure.calculator.breakdown` returns).
         custom: custom badput seconds by label; each becomes ``{LABEL.upper(): value}``
             under ``CUSTOM_BADPUT_EVENTS`` (labels equal after upper-casing add up).
         scale: factor applied to the custom seconds (``100 / total`` for %, 1 for s).
 
     Returns:
-        ``{BadputType: value}`` with :data:`GOOGLE_BREAKDOWN_KEYS` in order (missing
-        ones 0.0), custom badput as a dict, and ``RECOMPILATION`` only if any.
+        ``{BadputType: value}`` (Google's members) with :data:`GOOGLE_BREAKDOWN_KEYS`
+        in order (missing ones 0.0), custom badput as a dict, and ``RECOMPILATION``
+        only if any.
 
     Example:
-        >>> out = google_breakdown({BadputType.OTHER: 25.0}, {"eval": 2.0}, 10.0)
+        >>> out = google_breakdown({MeasureBadputType.OTHER: 25.0}, {"eval": 2.0}, 10.0)
         >>> out[BadputType.OTHER], out[BadputType.CUSTOM_BADPUT_EVENTS]
         (25.0, {'EVAL': 20.0})
         >>> BadputType.RECOMPILATION in out
@@ -130,8 +179,8 @@ def google_breakdown(flat: dict, custom: dict[str, float], scale: float) -> dict
                 by_type[key] = by_type.get(key, 0.0) + scale * secs
             out[k] = by_type
         else:
-            out[k] = float(flat.get(k, 0.0))
-    rec = float(flat.get(BadputType.RECOMPILATION, 0.0))
+            out[k] = float(flat.get(k.measure, flat.get(k, 0.0)))
+    rec = float(flat.get(MeasureBadputType.RECOMPILATION, 0.0))
     if rec:
         out[BadputType.RECOMPILATION] = rec
     return out

@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import numbers
 from typing import Any
 
@@ -78,8 +79,27 @@ def check_positive(name: str, value: Any) -> float:
     return float(value)
 
 
+def local_time(value: Any) -> Any:
+    """A naive datetime read as local time, as Google's library reads it
+    (``datetime.timestamp()``); anything else unchanged.
+
+    Example:
+        >>> import datetime
+        >>> naive = datetime.datetime(2024, 1, 1, 12, 0)
+        >>> local_time(naive).timestamp() == naive.timestamp()
+        True
+        >>> local_time(5.0)
+        5.0
+    """
+    if isinstance(value, datetime.datetime) and (
+            value.tzinfo is None or value.tzinfo.utcoffset(value) is None):
+        return value.astimezone()  # a naive datetime is local time
+    return value
+
+
 def to_ts(value: Any, name: str) -> float:
-    """UTC seconds from a datetime or a number (``goodput_jax.measure.events.to_timestamp``).
+    """UTC seconds from a datetime (a naive one as local time, as Google's library) or a
+    number (``goodput_jax.measure.events.to_timestamp``).
 
     Example:
         >>> import datetime
@@ -89,7 +109,7 @@ def to_ts(value: Any, name: str) -> float:
     """
     from goodput_jax.measure.events import to_timestamp
 
-    return to_timestamp(value, name=name)
+    return to_timestamp(local_time(value), name=name)
 
 
 def cloud_logger_store(cloud_logger: Any, store: Any) -> Any:
