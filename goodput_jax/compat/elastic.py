@@ -23,6 +23,7 @@ from goodput_jax.compat.options import GCPOptions, local_time, to_ts
 from goodput_jax.compat.recorder import GoodputRecorder
 from goodput_jax.measure.calculator import breakdown as percentages
 from goodput_jax.measure.events import KIND_CODES, EventKind
+from goodput_jax.measure.tensorboard import check_tensorboard_dir
 
 __all__ = ["ElasticGoodputCalculator", "ElasticGoodputMonitor", "ElasticGoodputRecorder",
            "slice_efficiency"]
@@ -209,6 +210,8 @@ class ElasticGoodputMonitor(GoodputMonitor):
         max_logs_retention_period: datetime.timedelta | None = None,
         **kwargs: Any,
     ):
+        if isinstance(tensorboard_dir, (str, os.PathLike)):  # before the store is opened
+            check_tensorboard_dir(os.fspath(tensorboard_dir))
         self.include_slice_efficiency = bool(include_slice_efficiency)
         #: the store this monitor opened for its calculator (closed by :meth:`close`)
         self._own_store = None

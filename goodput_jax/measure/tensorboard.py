@@ -37,12 +37,17 @@ def _protocol(path: str) -> str | None:
 
 
 def check_tensorboard_dir(tensorboard_dir: str) -> str | None:
-    """Validate a remote ``tensorboard_dir`` (``gs://...``) before anything is written.
+    """Validate ``tensorboard_dir`` before anything is written: a local directory must
+    be creatable and writable (checked without creating anything), a remote one
+    (``gs://...``) needs its file system's package.
 
     Returns:
         The protocol (``"gs"``), or None for a local directory.
 
     Raises:
+        ValueError: a local directory that cannot be written (a path component is a
+            file, no write permission, a read-only file system), naming
+            ``tensorboard_dir`` and its value.
         ImportError: the file system's package is missing (e.g. ``gcsfs`` for
             ``gs://``: ``pip install 'goodput-jax[gcp]'``).
 
@@ -52,6 +57,7 @@ def check_tensorboard_dir(tensorboard_dir: str) -> str | None:
     """
     proto = _protocol(tensorboard_dir)
     if proto is None:
+        _check_local_dir(tensorboard_dir)
         return None
     pkg, extra = _REMOTE_PACKAGES.get(proto, (None, None))
     try:
@@ -65,6 +71,30 @@ def check_tensorboard_dir(tensorboard_dir: str) -> str | None:
         raise ImportError(f"tensorboard_dir ({tensorboard_dir!r}) needs {need} to write "
                           f"{proto}:// event files: {e}") from None
     return proto
+
+
+def _check_local_dir(tensorboard_dir: str) -> None:
+    path = tensorboard_dir[len("file://"):] if tensorboard_dir.startswith("file://") \
+        else tensorboard_dir
+    probe = os.path.abspath(os.path.expanduser(path))
+    while not os.path.lexists(probe):  # the nearest existing ancestor: created from there
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    why = None
+    if not os.path.isdir(probe):
+        why = f"{probe!r} is not a directory"
+    elif not os.access(probe, os.W_OK | os.X_OK):
+        why = f"no permission to write in {probe!r}"
+    else:
+        try:
+            if os.statvfs(probe).f_flag & os.ST_RDONLY:
+                why = f"{probe!r} is on a read-only file system"
+        except OSError as e:  # pragma: no cover - depends on the platform
+            why = f"{probe!r}: {e}"
+    if why is not None:
+        raise ValueError(f"tensorboard_dir ({tensorboard_dir!r}) is not writable: {why}")
 
 
 class RemoteEventFile:

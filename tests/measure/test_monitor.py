@@ -493,3 +493,48 @@ def test_hint_scalars_from_the_training_hooks_keys():
         "model/accumulation_steps": 1.0, "model/num_replicas": 4.0, "model/num_nodes": 1.0,
         "model/grad_norm_sqr": 0.5, "model/grad_variance": 1.0,
     }
+
+
+def _tree(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, dirs, files in os.walk(root) for f in files + dirs)
+
+
+@pytest.mark.parametrize("layout", ["goodput_jax", "reference", "elastic"])
+def test_an_unwritable_tensorboard_dir_fails_at_construction(tmp_path, monkeypatch, layout):
+    """A tensorboard_dir that cannot be written (here a path through a regular file, which
+    no user, root included, can create) is refused at construction with a one-line
+    ValueError naming the argument and the value, before any file is created (not a
+    warning at every upload interval)."""
+    from goodput_jax import goodput, monitoring_elastic
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    bad = str(blocker / "tb")
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)  # the default store (./goodput.db) would land here
+    monkeypatch.delenv("GOODPUT_JAX_STORE", raising=False)
+    before = _tree(tmp_path)
+    with pytest.raises(ValueError) as e:
+        if layout == "goodput_jax":
+            GoodputMonitor("job", "goodput_job", bad, 30, True)
+        elif layout == "reference":
+            goodput.GoodputMonitor("job", "goodput_job", bad, 30, True)
+        else:
+            monitoring_elastic.ElasticGoodputMonitor("job", "goodput_job", bad, 30, True)
+    msg = str(e.value)
+    assert msg.startswith(f"tensorboard_dir ({bad!r}) is not writable") and "\n" not in msg
+    assert "is not a directory" in msg
+    assert _tree(tmp_path) == before  # nothing created: no store, no event file
+
+
+def test_a_tensorboard_dir_without_write_permission_fails_at_construction(tmp_path):
+    if os.geteuid() == 0:  # root writes anywhere; the path-through-a-file test covers root
+        ro = "/proc/1/tb"  # proc: no directory can be created there, not even by root
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        ro = str(locked / "tb")
+    with pytest.raises(ValueError, match=r"^tensorboard_dir \('.*'\) is not writable: "):
+        GoodputMonitor("job", "goodput_job", ro, 30, True, store=":memory:")
