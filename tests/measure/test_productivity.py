@@ -220,3 +220,36 @@ def test_advice_needs_mtbf_without_disruptions():
     with pytest.raises(ValueError, match="mtbf_s"):
         calc_for(store).get_checkpoint_advice()
     assert calc_for(store).get_checkpoint_advice(mtbf_s=100.0).current_interval_steps is None
+
+
+def test_program_cost_through_a_row_store():
+    """A store without a columnar read (RowColumns: the Cloud Logging stores' path) hands the
+    program cost's payload to the calculator too."""
+    from goodput_jax.measure.calculator import GoodputCalculator
+    from goodput_jax.measure.stores import as_event_store
+
+    class ListStore:
+        url = "list://"
+
+        def __init__(self):
+            self.events = []
+
+        def append(self, evs):
+            self.events.extend(evs)
+
+        def read_events(self, job_name, cursor=None, limit=None):
+            evs = [e for e in self.events if e.job_name == job_name]
+            start = cursor or 0
+            end = len(evs) if limit is None else min(len(evs), start + limit)
+            return evs[start:end], end
+
+        def list_jobs(self):
+            return sorted({e.job_name for e in self.events})
+
+        def close(self):
+            pass
+
+    store = as_event_store(ListStore())
+    _job_with_programs(store)
+    pg = GoodputCalculator("job", store=store, clock=lambda: 1e6).get_program_goodput()
+    assert len(pg.programs) == 2 and pg.program_goodput == pytest.approx(0.5)

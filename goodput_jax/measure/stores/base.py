@@ -32,7 +32,7 @@ __all__ = ["BasicStore", "EventStore", "RowColumns", "RowStoreAdapter", "StoreEr
 
 #: kinds whose payload (not label) a columnar read returns in ``labels``
 _PAYLOAD_KINDS = frozenset({EventKind.HINTS, EventKind.COMPILATION, EventKind.CHECKPOINT_STATS,
-                            EventKind.ELASTIC_SLICE_COUNTS})
+                            EventKind.ELASTIC_SLICE_COUNTS, EventKind.PROGRAM_COST})
 
 
 class StoreError(RuntimeError):
