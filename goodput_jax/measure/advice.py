@@ -122,6 +122,10 @@ class CheckpointAdvice:
     current_interval_steps: int | None
     current_predicted_goodput: float | None
 
+    def as_dict(self) -> dict:
+        """JSON-ready dict of every field."""
+        return dataclasses.asdict(self)
+
 
 def checkpoint_advice(save_cost_s: float, mtbf_s: float, step_time_s: float, *,
                       restart_s: float = 0.0, current_interval_steps: int | None = None,
@@ -179,6 +183,10 @@ class FinishForecast:
     seconds_left: float
     finish_time: float
     expected_badput: dict[str, float]
+
+    def as_dict(self) -> dict:
+        """JSON-ready dict of every field."""
+        return dataclasses.asdict(self)
 
 
 def finish_forecast(target_step: int, current_step: int, step_time_s: float,

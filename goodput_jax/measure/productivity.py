@@ -356,6 +356,16 @@ class ProgramStats:
     bound: str
     arithmetic_intensity: float
 
+    def as_dict(self) -> dict:
+        """Flat JSON-ready dict (the cost's and peak's figures prefixed)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("cost", "peak")}
+        out.update(name=self.cost.name, flops=self.cost.flops,
+                   bytes_accessed=self.cost.bytes_accessed, device_kind=self.cost.device_kind,
+                   peak_flops_per_s=self.peak.flops_per_s, peak_bytes_per_s=self.peak.bytes_per_s,
+                   peak_source=self.peak.source)
+        return out
+
 
 def program_stats(cost: ProgramCost, peak: DevicePeak, step_times: Iterable[float],
                   first_step: int = 0) -> ProgramStats:
@@ -401,6 +411,11 @@ class ProgramGoodput:
     program_goodput: float
     mfu: float
     num_steps: int
+
+    def as_dict(self) -> dict:
+        """JSON-ready dict (``programs`` as a list of :meth:`ProgramStats.as_dict`)."""
+        return {"program_goodput": self.program_goodput, "mfu": self.mfu,
+                "num_steps": self.num_steps, "programs": [p.as_dict() for p in self.programs]}
 
 
 def combine_programs(programs: Iterable[ProgramStats]) -> ProgramGoodput:
@@ -456,6 +471,17 @@ class ProductivityGoodput:
     scheduling_source: str
     timeline: SchedulingTimeline
     program: ProgramGoodput
+
+    def as_dict(self) -> dict:
+        """The scalars as a flat JSON-ready dict (what a report row or a monitor writes).
+
+        Example:
+            >>> tl = SchedulingTimeline.of([SchedulingSpan(0, 10, True, "running")])
+            >>> productivity(tl, 5.0, ProgramGoodput((), 0.5, 0.4, 1)).as_dict()["ettr"]
+            0.5
+        """
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("timeline", "program")}
 
 
 def productivity(timeline: SchedulingTimeline, productive_s: float, program: ProgramGoodput,

@@ -253,3 +253,22 @@ def test_program_cost_through_a_row_store():
     _job_with_programs(store)
     pg = GoodputCalculator("job", store=store, clock=lambda: 1e6).get_program_goodput()
     assert len(pg.programs) == 2 and pg.program_goodput == pytest.approx(0.5)
+
+
+def test_results_as_dicts_are_json_ready():
+    import json
+
+    store = new_store()
+    end = _job_with_programs(store)
+    calc = calc_for(store, now=end)
+    r = calc.get_productivity_goodput()
+    d = json.loads(json.dumps(r.as_dict()))
+    assert d["ml_productivity_goodput"] == pytest.approx(r.ml_productivity_goodput)
+    assert set(d) >= {"scheduling_goodput", "runtime_goodput", "program_goodput", "ettr", "mfu"}
+    p = json.loads(json.dumps(r.program.as_dict()))
+    assert [q["bound"] for q in p["programs"]] == ["compute", "memory"]
+    assert p["programs"][0]["peak_source"] == "user"
+    f = calc.get_finish_forecast(20)
+    assert json.loads(json.dumps(f.as_dict()))["steps_left"] == 20 - f.current_step
+    a = calc.get_checkpoint_advice(mtbf_s=100.0, save_cost_s=1.0)
+    assert json.loads(json.dumps(a.as_dict()))["interval_steps"] == a.interval_steps
