@@ -164,3 +164,36 @@ def test_cost_is_per_device_for_a_sharded_step(tmp_path):
                        timeout=180, env=env, check=False)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0.5", "2"]
+
+
+def test_step_recorder_records_each_compiled_program_once(tmp_path):
+    """A new batch shape compiles a new program: its cost is recorded at that step; steps
+    that compile nothing record nothing (and a plain Python step records no cost)."""
+    db = tmp_path / "shapes.db"
+    rec = goodput.GoodputRecorder("shapes", "l", True, store=f"sqlite:///{db}")
+    peak = DevicePeak("cpu", 1e11, 1e10, "user")
+    steps = runtime.StepRecorder(rec, peak=peak)
+
+    @jax.jit
+    def f(x):
+        return x @ x.T, jnp.sum(x)
+
+    small, big = jnp.ones((16, 32)), jnp.ones((64, 32))
+    jax.block_until_ready((small, big))
+    rec.record_job_start_time()
+    for step in range(8):
+        out = steps(step, f, small if step < 4 else big)
+        float(out[1])
+    steps(8, lambda x: x + 1, 1)  # not jitted: nothing to analyse
+    steps.close()
+    rec.record_job_end_time()
+    rec.close()
+    store = SQLiteStore(str(db), create=False)
+    costs = [e for e in store.read_events("shapes")[0] if e.kind.value == "program_cost"]
+    store.close()
+    assert [e.step for e in costs] == [0, 4]
+    # x @ x.T: 2 n^2 32 FLOPs; the sum: n 32 - 1 adds (XLA counts exactly)
+    assert [e.payload["flops"] for e in costs] == [2 * n * n * 32 + n * 32 - 1 for n in (16, 64)]
+    assert costs[0].payload["peak"]["source"] == "user"
+    pg = GoodputCalculator("shapes", store=f"sqlite:///{db}").get_program_goodput()
+    assert [(p.first_step, p.num_steps) for p in pg.programs] == [(0, 3), (4, 4)]
