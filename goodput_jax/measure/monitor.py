@@ -329,6 +329,10 @@ class GoodputMonitor:
         self._step_clock = _StepClock(self.calculator.store, job_name)
         #: Whether the last hang check found the job hung (see :meth:`upload_hang_status`).
         self.hung = False
+        #: Set while the goodput uploader makes its final upload at stop: the process is
+        #: finishing, so the hang check reports the job not hung (MaxText stops the
+        #: monitor before it records the job end).
+        self._stopping = False
         #: The slowest host of the last straggler upload (None: none yet, or one host).
         self.slowest_host: int | None = None
         self._straggler_uploads = 0
@@ -487,7 +491,8 @@ class GoodputMonitor:
                            ) -> dict[str, float]:
         """Check for a hang now: write ``hang/seconds_since_last_step`` (and with a
         ``hang_threshold_seconds``, ``hang/hung`` 0/1); log when the job becomes hung
-        and when it steps again.
+        and when it steps again. A job that has ended, or whose monitor is making the
+        goodput uploader's final upload at stop, is not hung.
 
         Runs in every goodput upload; call it directly for one check.
 
@@ -505,13 +510,14 @@ class GoodputMonitor:
         values = {"hang/seconds_since_last_step": secs}
         thr = self.hang_threshold_seconds
         if thr is not None:
-            hung = not ended and secs >= thr
+            hung = not ended and not self._stopping and secs >= thr
             if hung and not self.hung:
                 _log.warning("goodput monitor: job %r is hung: no step for %.1fs "
                              "(hang_threshold_seconds=%g)", self.job_name, secs, thr)
             elif self.hung and not hung:
                 _log.info("goodput monitor: job %r %s", self.job_name,
-                          "ended" if ended else "is stepping again")
+                          "ended" if ended else "is finishing (monitor stopped)"
+                          if self._stopping else "is stepping again")
             self.hung = hung
             values["hang/hung"] = 1.0 if hung else 0.0
         step = last_step if last_step is not None else self._step_clock.last_step
@@ -674,6 +680,8 @@ class GoodputMonitor:
                 return False
             up = _Uploader(name, interval, poll, self._on_error)
             self._uploaders[name] = up
+            if name == "goodput":
+                self._stopping = False
             up.start()
         return True
 
@@ -683,6 +691,8 @@ class GoodputMonitor:
             up = self._uploaders.pop(name, None)
         if up is None:
             return True
+        if name == "goodput" and final:
+            self._stopping = True  # its final upload: the job is not hung, it is finishing
         done = up.stop(timeout, final)
         if not done:
             _log.warning(

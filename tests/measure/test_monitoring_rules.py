@@ -246,3 +246,41 @@ def test_the_endpoint_comes_from_the_environment(tmp_path, monkeypatch):
     store.close()
     with pytest.raises(ValueError, match=r"GOODPUT_JAX_MONITORING_ENDPOINT \('insecure://x'\)"):
         cm.make_client("insecure://x")
+
+
+def test_maxtexts_order_the_monitor_stops_before_the_job_end_and_ends_not_hung(tmp_path):
+    """MaxText's ``run`` leaves ``maybe_monitor_goodput`` before ``maybe_record_goodput(JOB)``
+    records the job end: the final upload at stop sees no job end, here after a stall
+    past the threshold (a long final save, say). The process is finishing, not hung: the
+    last points say so."""
+    store = SQLiteStore(str(tmp_path / "g.db"))
+    clk = SteppingClock(start=T0, step=0.25)
+    rec = goodput.GoodputRecorder("job", "goodput_job", True, store=store, clock=clk,
+                                  synchronous=True)
+    with LoopbackMetricService() as srv:
+        mon = monitoring.GoodputMonitor(
+            "job", "goodput_job", str(tmp_path / "tb"), 0.01, True,
+            gcp_options=OPTS, store=store, clock=clk, gcm_client=srv.client(),
+            hang_threshold_seconds=20.0, stop_timeout=10.0)
+        rec.record_job_start_time()
+        mon.start()
+        for step in range(5):
+            rec.record_step_start_time(step)
+        deadline = time.monotonic() + 20
+
+        def hung_points():
+            return [v for k, pts in list(srv.points.items())
+                    if k[0] == cm.CUSTOM_PREFIX + "hung" for _, v in pts]
+
+        while True not in hung_points() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mon.hung and True in hung_points()
+        mon.stop()  # leaving maybe_monitor_goodput ...
+        rec.record_job_end_time()  # ... then maybe_record_goodput(JOB) records the end
+        rec.close()
+        mon.close()
+    assert not srv.refused and mon.cloud_monitoring.dropped == 0
+    assert hung_points()[-1] is False and not mon.hung
+    [beat] = [pts for k, pts in srv.points.items() if k[0] == cm.HEARTBEAT_METRIC]
+    assert beat[-1][1] is True
+    store.close()
