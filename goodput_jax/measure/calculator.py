@@ -62,6 +62,7 @@ from goodput_jax.measure.productivity import (
     ProductivityGoodput,
     ProgramCost,
     ProgramGoodput,
+    SchedulingSpan,
     SchedulingTimeline,
     combine_programs,
     lookup_peak,
@@ -80,6 +81,9 @@ class NoEventsError(ValueError):
 #: The badput types of the engine's per-bucket seconds, in their order: ``acc[i]`` of
 #: ``Engine.totals()`` is ``BUCKET_TYPES[i]`` (the seam :func:`breakdown` and the drop-ins use).
 BUCKET_TYPES: tuple[BadputType, ...] = tuple(BadputType[name] for name in BUCKET_NAMES)
+#: buckets of time a job outside the cluster runtime waited for its resources
+_WAIT_BUCKETS = (BUCKET_TYPES.index(BadputType.ELASTIC_SLICE_DOWN),
+                 BUCKET_TYPES.index(BadputType.ELASTIC_SCALE_UP))
 
 
 
@@ -608,7 +612,9 @@ class GoodputCalculator:
         Returns:
             :class:`~goodput_jax.measure.productivity.ProductivityGoodput` (fractions).
             Runtime goodput = productive time / held time; ETTR = productive time / total
-            wall time (waits included).
+            wall time (waits included). Derived from the events, a job that never waited
+            (no elastic wait, no disruption) is one held span of its time, read from the
+            incremental state; otherwise the job is replayed for the exact spans.
 
         Example:
             >>> r = calc.get_productivity_goodput()                     # doctest: +SKIP
@@ -620,10 +626,18 @@ class GoodputCalculator:
         program = self.get_program_goodput(peak, peak_table)
         with self._lock:
             self.refresh()
-            productive = self._engine.totals(t)[0]
-        if scheduling is None:
+            eng = self._engine
+            productive, acc, _ = eng.totals(t)
+            waited = sum(acc[i] for i in _WAIT_BUCKETS) > 0 or eng.disruptions > 0
+            first_t, total = eng.first_t, productive + sum(acc)
+        if scheduling is not None:
+            return productivity(scheduling, productive, program, "timeline")
+        if waited:  # the exact spans: a replay of the job (O(history))
             return productivity(self.get_scheduling_timeline(t), productive, program, "events")
-        return productivity(scheduling, productive, program, "timeline")
+        # nothing waited (no elastic wait, no disruption): one held span of the job's time,
+        # from the incremental state (O(new events))
+        spans = (SchedulingSpan(first_t, first_t + total, True, "running"),) if total > 0 else ()
+        return productivity(SchedulingTimeline(spans), productive, program, "events")
 
     def _save_marks(self) -> tuple[np.ndarray, np.ndarray]:
         """(times, steps) of the checkpoint saves' starts of each run's first host."""
@@ -674,8 +688,8 @@ class GoodputCalculator:
         Example:
             >>> calc.get_checkpoint_advice(mtbf_s=12 * 3600).interval_steps  # doctest: +SKIP
         """
-        det = self.get_job_goodput_details()
-        dev = self.get_step_deviation()
+        det = GoodputCalculator.get_job_goodput_details(self)  # the base shape (drop-in)
+        dev = GoodputCalculator.get_step_deviation(self)
         if dev.num_steps == 0:
             raise ValueError(f"job {self.job_name!r} has no productive step yet: "
                              "no step time to turn an interval into steps")
@@ -722,8 +736,8 @@ class GoodputCalculator:
             >>> calc.get_finish_forecast(10_000).finish_time            # doctest: +SKIP
         """
         t = self._now() if now is None else to_timestamp(now, name="now")
-        det = self.get_job_goodput_details()
-        dev = self.get_step_deviation()
+        det = GoodputCalculator.get_job_goodput_details(self)  # the base shape (drop-in)
+        dev = GoodputCalculator.get_step_deviation(self)
         if dev.num_steps == 0:
             raise ValueError(f"job {self.job_name!r} has no productive step yet: no rate to "
                              "forecast from")

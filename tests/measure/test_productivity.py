@@ -272,3 +272,14 @@ def test_results_as_dicts_are_json_ready():
     assert json.loads(json.dumps(f.as_dict()))["steps_left"] == 20 - f.current_step
     a = calc.get_checkpoint_advice(mtbf_s=100.0, save_cost_s=1.0)
     assert json.loads(json.dumps(a.as_dict()))["interval_steps"] == a.interval_steps
+
+
+def test_fast_path_without_waits_equals_the_replayed_timeline():
+    store = new_store()
+    end = _job_with_programs(store)
+    calc = calc_for(store, now=end + 5.0)  # a live tail after the job end: not job time
+    r = calc.get_productivity_goodput()
+    exact = calc.get_scheduling_timeline()
+    assert len(r.timeline.spans) == 1 and exact.held_s == exact.total_s
+    assert r.total_s == pytest.approx(exact.total_s) and r.held_s == pytest.approx(exact.held_s)
+    assert r.timeline.start == exact.start and r.timeline.end == pytest.approx(exact.end)
