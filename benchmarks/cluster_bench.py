@@ -25,12 +25,15 @@ clusters there.
    ``restart`` is a new controller after ``jax.clear_caches()``, its precompile
    loading the programs from the persistent cache, then its first round. The
    targets: 1 s (100 jobs), 5 s (1000 jobs) per round.
-2. **Restart per reallocation**: a real job (the example Flax MLP) on a two-node
-   cluster, moved by hand between 1 and 2 devices (the controller's
-   ``reallocate``, the path a round takes); each move's time from the stop
-   request to the end of the first step on the new allocation, in parts:
-   notice (to the next step boundary), checkpoint, exit, relaunch (Ray task and
-   process start), setup (imports, model), restore, first step (compile).
+2. **Restarts**: real jobs (the example Flax MLP) on a three-node cluster (2
+   devices each): one job alone moved by hand between 1 and 2 devices (the
+   controller's ``reallocate``, the path a round takes), three jobs moved to
+   the next node at the same moment, and a node loss (its raylet killed). Each
+   restart's time from the stop request (the kill) to the end of the first step
+   on the new allocation, in parts: notice (to the next step boundary; for a
+   node loss, until the controller saw it), checkpoint, exit, relaunch (actor
+   and process start), setup (imports, model), restore, first step (compile,
+   or a load from the jobs' shared persistent compilation cache).
 """
 
 from __future__ import annotations
@@ -108,13 +111,14 @@ def _make_state(work: str, n_jobs: int, rng: random.Random) -> str:
 
 def _round(ctl) -> tuple[dict, object]:
     """One controller round (plan + the allocations becoming the current ones)."""
+    from goodput_jax.cluster.record import JobStatus
     from goodput_jax.sched.warmup import CompileCounter
 
     with CompileCounter() as counter:
         plan, sec = ctl.plan()
     for name, alloc in plan.allocations.items():  # the next round's current state
-        ctl.jobs[name]["allocation"] = list(alloc)
-        ctl.jobs[name]["status"] = "running" if alloc else "queued"
+        ctl.jobs[name].allocation = list(alloc)  # (the bench sets the state, no launcher)
+        ctl.jobs[name].status = JobStatus.RUNNING if alloc else JobStatus.QUEUED
     return {**sec, "compiles": counter.compiles}, plan
 
 
@@ -209,69 +213,149 @@ def print_rounds(rounds: list) -> None:
               f"{r['warm_policy']:>7.3f} {r['placed']:>7d}")
 
 
-def bench_restart(work: str, moves: int, labels: list) -> list:
+def _parts(job: dict, prog: list, a: int, t_req: float, stop_ev: dict | None) -> dict:
+    """The parts of one restart of attempt ``a`` (its request at ``t_req``)."""
+    launch = next(p for p in prog if p["attempt"] == a and p["event"] == "launch")
+    restore = next(p for p in prog if p["attempt"] == a and p["event"] == "restore")
+    first = next(p for p in prog if p["attempt"] == a and p["event"] == "step")
+    setup_end = launch["t"] - restore["seconds"]  # t0 of the new process (before restore)
+    entry = setup_end - launch["startup"]
+    save = next((p for p in prog if p["attempt"] == a - 1 and p["event"] == "save"
+                 and p.get("reason") == "stop"), None)
+    last = max((p["step"] for p in prog if p["attempt"] < a and p["event"] == "step"),
+               default=-1)
+    if save is not None and stop_ev is not None:  # a cooperative stop
+        notice, ck, ex = (save["t"] - save["seconds"] - t_req, save["seconds"],
+                          stop_ev["t"] - save["t"])
+        ended = stop_ev["t"]
+    else:  # a node loss: the stop is the node table noticing
+        notice, ck, ex = (stop_ev["t"] - t_req) if stop_ev else 0.0, 0.0, 0.0
+        ended = stop_ev["t"] if stop_ev else t_req
+    return {"devices": launch["devices"], "notice": notice, "checkpoint": ck, "exit": ex,
+            "relaunch": entry - ended, "setup": launch["startup"],
+            "restore": restore["seconds"], "first_step": first["seconds"],
+            "total": first["t"] - t_req, "lost_steps": max(0, last + 1 - restore["step"])}
+
+
+def bench_restart(work: str, moves: int, labels: list, cluster) -> dict:
+    """One job moved by hand ``moves`` times; three jobs moved together; a node loss."""
     import ray
 
     from goodput_jax.cluster import ClusterClient, JobSpec, start_controller
+    from goodput_jax.cluster.controller import stop_controller
 
     sd = os.path.join(work, "restart")
     ctl = start_controller(sd, policy="pollux", interval=1e6, poll=0.1)
     client = ClusterClient(sd)
     while client.capacity() is None:
         time.sleep(0.1)
-    client.submit(JobSpec("bench", EX, args=("--steps", "100000", "--ckpt-every", "100000",
-                                             "--step-sleep", "0.02"),
-                          min_replicas=1, max_replicas=2, stop_timeout=120))
+    args = ("--steps", "100000", "--ckpt-every", "100000", "--step-sleep", "0.02")
 
-    def steps_in(attempt: int) -> int:
-        return sum(1 for p in client.progress("bench")
+    def steps_in(name: str, attempt: int) -> int:
+        return sum(1 for p in client.progress(name)
                    if p["event"] == "step" and p["attempt"] == attempt)
 
-    x, y = labels
-    targets = [[x, x], [y], [y, y], [x]]
-    deadline = time.monotonic() + 300
-    attempt = 0
-    for m in range(moves):
-        while steps_in(attempt) < 20 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        did = ray.get(ctl.reallocate.remote("bench", targets[m % len(targets)]))
+    def wait_steps(name: str, attempt: int, n: int, deadline: float) -> None:
+        while steps_in(name, attempt) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} attempt {attempt}: {client.status(name)['status']}")
+            time.sleep(0.1)
+
+    def move(name: str, to: list) -> None:
+        did = ray.get(ctl.reallocate.remote(name, to))
         if did != "stop requested":  # a round moved it first: this move's cost is not one
-            raise RuntimeError(f"move {m}: the controller {did} (the job was not running)")
-        attempt += 1
-        while steps_in(attempt) < 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
-    client.cancel("bench")
-    while client.status("bench")["status"] != "cancelled" and time.monotonic() < deadline:
-        time.sleep(0.2)
-    ray.get(ctl.shutdown.remote())
-    job = client.status("bench")
-    prog = client.progress("bench")
-    requests = [e for e in job["events"] if e["what"] == "stop requested"]
+            raise RuntimeError(f"{name}: the controller {did} (the job was not running)")
+
+    out: dict = {"one": [], "three": [], "node_loss": []}
+    # 1. one job alone, moved between 1 and 2 devices
+    x, y, z = labels
+    client.submit(JobSpec("one", EX, args=args, min_replicas=1, max_replicas=2, stop_timeout=120))
+    targets = [[x, x], [y], [y, y], [x]]
+    deadline = time.monotonic() + 600
+    for m in range(moves):
+        wait_steps("one", m, 20, deadline)
+        move("one", targets[m % len(targets)])
+        wait_steps("one", m + 1, 1, deadline)
+    client.cancel("one")
+    while client.status("one")["status"] != "cancelled":
+        time.sleep(0.1)
+    job, prog = client.status("one"), client.progress("one")
+    req = [e for e in job["events"] if e["what"] == "stop requested"]
     stopped = [e for e in job["events"] if e["what"] == "stopped"]
-    rows = []
-    for a in range(1, attempt + 1):
-        req, stop_ev = requests[a - 1], stopped[a - 1]
-        save = next(p for p in prog if p["attempt"] == a - 1 and p["event"] == "save")
-        launch = next(p for p in prog if p["attempt"] == a and p["event"] == "launch")
-        restore = next(p for p in prog if p["attempt"] == a and p["event"] == "restore")
-        first = next(p for p in prog if p["attempt"] == a and p["event"] == "step")
-        setup_end = launch["t"] - restore["seconds"]  # t0 of the new process (before restore)
-        entry = setup_end - launch["startup"]
-        rows.append({
-            "from": save["devices"], "to": launch["devices"],
-            "notice": save["t"] - save["seconds"] - req["t"], "checkpoint": save["seconds"],
-            "exit": stop_ev["t"] - save["t"], "relaunch": entry - stop_ev["t"],
-            "setup": launch["startup"], "restore": restore["seconds"],
-            "first_step": first["seconds"], "total": first["t"] - req["t"],
-            "lost_steps": save["step"] - restore["step"]})
-    return rows
+    out["one"] = [_parts(job, prog, a, req[a - 1]["t"], stopped[a - 1])
+                  for a in range(1, moves + 1)]
+    # 2. three jobs on three nodes, each moved to the next node at the same moment
+    names = ["t0", "t1", "t2"]
+    for n in names:
+        client.submit(JobSpec(n, EX, args=args, min_replicas=1, max_replicas=1,
+                              stop_timeout=120))
+    deadline = time.monotonic() + 600
+    for n, label in zip(names, labels):  # one each on x, y, z (a round placed them)
+        while client.status(n)["status"] != "running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{n}: {client.status(n)['status']}")
+            time.sleep(0.1)
+        att = client.status(n)["attempt"]
+        if ray.get(ctl.reallocate.remote(n, [label])) == "stop requested":
+            wait_steps(n, att + 1, 1, deadline)
+    for n in names:
+        wait_steps(n, client.status(n)["attempt"], 20, deadline)
+    here = {n: client.status(n)["allocation"][0] for n in names}
+    before = {n: client.status(n)["attempt"] for n in names}
+    ring = {x: y, y: z, z: x}
+    for n in names:
+        move(n, [ring[here[n]]])
+    for n in names:
+        wait_steps(n, before[n] + 1, 1, deadline)
+    for n in names:
+        job, prog = client.status(n), client.progress(n)
+        req = [e for e in job["events"] if e["what"] == "stop requested"][-1]
+        stop_ev = [e for e in job["events"] if e["what"] == "stopped"][-1]
+        out["three"].append({"job": n, **_parts(job, prog, before[n] + 1, req["t"], stop_ev)})
+    # 3. a node loss: the node of t0 goes away, t0 restarts from its checkpoint elsewhere
+    victim = "t0"
+    node = client.status(victim)["allocation"][0]
+    for n in names[1:]:
+        client.cancel(n)
+    while any(client.status(n)["status"] != "cancelled" for n in names[1:]):
+        time.sleep(0.1)
+    att = client.status(victim)["attempt"]
+    wait_steps(victim, att, 30, deadline)
+    # it restarts from the checkpoint of its last stop (the steps since are redone: "lost")
+    t_kill = time.time()
+    cluster.kill_node(node)
+    wait_steps(victim, att + 1, 1, deadline)
+    job, prog = client.status(victim), client.progress(victim)
+    lost = [e for e in job["events"] if e["what"] == "node lost"][-1]
+    out["node_loss"].append({"job": victim, "node": node,
+                             **_parts(job, prog, att + 1, t_kill, lost)})
+    stop_controller(ctl)
+    return out
+
+
+def _print_restarts(restarts: dict) -> None:
+    parts = ("notice", "checkpoint", "exit", "relaunch", "setup", "restore", "first_step")
+    print(f"{'restart (s)':<26}" + "".join(f"{p:>11}" for p in parts)
+          + f"{'total':>9}{'lost':>6}")
+    for kind, label in (("one", "one job"), ("three", "three jobs together"),
+                        ("node_loss", "node loss")):
+        for r in restarts.get(kind, []):
+            name = f"{label}: {r.get('job', '')} -> {r['devices']} dev"
+            print(f"{name:<26}" + "".join(f"{r[p]:>11.2f}" for p in parts)
+                  + f"{r['total']:>9.2f}{r['lost_steps']:>6d}")
+    one = [r["total"] for r in restarts.get("one", [])]
+    if one:
+        print(f"one job: median {statistics.median(one):.2f} s over {len(one)} moves; "
+              f"three together: max {max((r['total'] for r in restarts['three']), default=0):.2f}"
+              f" s; node loss: {restarts['node_loss'][0]['total'] if restarts['node_loss'] else 0:.2f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="100 jobs only, 1 warm round, 2 moves")
-    ap.add_argument("--reallocations", type=int, default=3)
+    ap.add_argument("--reallocations", type=int, default=5)
     ap.add_argument("--rounds-only", action="store_true", help="skip the reallocation part")
+    ap.add_argument("--restarts-only", action="store_true", help="skip the controller rounds")
     args = ap.parse_args(argv)
     from goodput_jax.cluster.local import LocalCluster, in_sandbox, run_sandboxed
 
@@ -288,26 +372,24 @@ def main(argv: list[str] | None = None) -> int:
     moves = 2 if args.quick else args.reallocations
     with LocalCluster([("a", 4), ("b", 4)]) as c:
         table = ray.nodes()
-        print("controller rounds ...", flush=True)
-        rounds = bench_rounds(table, work, sizes, 1 if args.quick else 3)
-        restarts = []
+        rounds = []
+        if not args.restarts_only:
+            print("controller rounds ...", flush=True)
+            rounds = bench_rounds(table, work, sizes, 1 if args.quick else 3)
+        restarts: dict = {}
         if not args.rounds_only:
             c.kill_node("n0")
             c.kill_node("n1")
-            labels = [c.add_node("a", 2), c.add_node("a", 2)]
+            labels = [c.add_node("a", 2), c.add_node("a", 2), c.add_node("a", 2)]
             print("restarts ...", flush=True)
-            restarts = bench_restart(work, moves, labels)
+            restarts = bench_restart(work, moves, labels, c)
     print()
     print(f"cluster_bench: {platform.node()} {os.cpu_count()} CPUs, python "
           f"{platform.python_version()}, jax {jax.__version__}, ray {ray.__version__}")
-    print_rounds(rounds)
+    if rounds:
+        print_rounds(rounds)
     print()
-    parts = ("notice", "checkpoint", "exit", "relaunch", "setup", "restore", "first_step")
-    print(f"{'reallocation (s)':<18}" + "".join(f"{p:>11}" for p in parts)
-          + f"{'total':>9}{'lost':>6}")
-    for r in restarts:
-        print(f"{r['from']} -> {r['to']} devices    " + "".join(f"{r[p]:>11.2f}" for p in parts)
-              + f"{r['total']:>9.2f}{r['lost_steps']:>6d}")
+    _print_restarts(restarts)
     with open(os.path.join(work, "cluster_bench.json"), "w") as fh:
         json.dump({"rounds": rounds, "restarts": restarts}, fh, indent=1)
     print(f"\n(raw numbers: {os.path.join(work, 'cluster_bench.json')})")

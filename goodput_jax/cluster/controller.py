@@ -383,6 +383,8 @@ class Controller:
                 "updated": now})
         self.alive = alive
         labels = {n.label for n in alive}
+        if self.launcher is not None:
+            self.launcher.warm([n.label for n in self.usable(now)])
         for label in [k for k, until in self.suspect_nodes.items()
                       if until <= now or k not in labels]:
             del self.suspect_nodes[label]
@@ -608,7 +610,7 @@ class Controller:
         ``"retargeted"`` (it was already stopping, for a round or an earlier move: it
         is relaunched on ``allocation`` instead; no new stop request), ``"retry moved"``
         (it was waiting to retry: it retries on ``allocation``) or ``"unchanged"``
-        (a queued job given no devices).
+        (a queued job given no devices, or a job moved to where it is).
 
         Raises:
             KeyError / ValueError: an unknown job, an inactive one, an unknown node, a
@@ -648,6 +650,8 @@ class Controller:
                 if k > free:
                     raise ValueError(f"allocation: node {label!r} has {free} free devices, "
                                      f"{k} asked")
+        if sorted(allocation) == sorted(job.current_allocation()):
+            return "unchanged"
         return self._apply(name, job, allocation, self.clock())
 
     def _apply(self, name: str, job: JobRecord, new: list, now: float) -> str:
@@ -739,13 +743,15 @@ class ControllerActor:
     and twice as many (``precompile_more``). ``status()["precompile"]`` reports it.
     ``job_cache``: every job's processes share a persistent compilation cache in
     ``STATE_DIR/jax-cache-jobs`` (a relaunch loads what its earlier launch compiled).
+    ``spares``: one warm spare process per node, its imports done, that the next
+    launch there takes (:meth:`~goodput_jax.cluster.launch.RayLauncher.warm`).
     """
 
     def __init__(self, state_dir: str, policy: str = "auto", interval: float = 60.0,
                  poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0,
                  policy_kwargs: dict | None = None, compile_cache: bool = True,
                  precompile: bool = True, precompile_more: bool = True,
-                 precompile_wait: float = 120.0, job_cache: bool = True):
+                 precompile_wait: float = 120.0, job_cache: bool = True, spares: bool = True):
         logging.basicConfig(level=logging.INFO)
         sd = StateDir(state_dir)
         if compile_cache:
@@ -755,15 +761,13 @@ class ControllerActor:
         if policy != "auto" and policy_kwargs:
             policy = make_policy(policy, **policy_kwargs)
         launcher = RayLauncher(fake_devices, compile_cache=(
-            os.path.join(sd.root, "jax-cache-jobs") if job_cache else None))
+            os.path.join(sd.root, "jax-cache-jobs") if job_cache else None),
+            spares=spares, state_root=sd.root)
         self.controller = Controller(state_dir, policy=policy, interval=interval,
                                      launcher=launcher, node_grace=node_grace)
-        from goodput_jax.cluster.launch import pg_name
-
-        keep = {pg_name(n, self.controller.jobs[n].attempt) for n in self.controller.handles}
         #: Placement groups and launch actors of a previous controller that nothing
         #: re-attached to, removed at start.
-        self.stale_removed = launcher.remove_stale(keep)
+        self.stale_removed = launcher.remove_stale(list(self.controller.handles.values()))
         self.poll = float(poll)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -873,7 +877,8 @@ def start_controller(state_dir: str, *, policy: str = "auto", interval: float = 
     ``ray.kill``) and restarted by Ray up to ``max_restarts`` times (-1: always).
     ``policy_kwargs`` go to the policy's constructor (with ``policy`` "sia" or
     "pollux"); ``actor_kwargs`` (``compile_cache``, ``precompile``,
-    ``precompile_more``, ``precompile_wait``, ``job_cache``) to :class:`ControllerActor`.
+    ``precompile_more``, ``precompile_wait``, ``job_cache``, ``spares``) to
+    :class:`ControllerActor`.
 
     Raises:
         ValueError: a controller of that name is already running.

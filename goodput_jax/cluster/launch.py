@@ -40,7 +40,8 @@ from goodput_jax.cluster.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NAMESPACE", "PG_PREFIX", "RayLauncher", "ReplicaActor", "actor_name", "pg_name"]
+__all__ = ["NAMESPACE", "PG_PREFIX", "PRELOAD", "RayLauncher", "ReplicaActor", "actor_name",
+           "pg_name"]
 
 #: The Ray namespace of the runtime's controller and launches.
 NAMESPACE = "goodput_jax"
@@ -63,6 +64,23 @@ def actor_name(job: str, attempt: int, rank: int) -> str:
     return f"{pg_name(job, attempt)}-r{rank}"
 
 
+#: What a spare process imports while it waits (the example jobs' heavy imports).
+PRELOAD = ("jax", "flax.linen", "optax", "orbax.checkpoint", "goodput_jax.adaptive",
+           "goodput_jax.adaptive.checkpoint", "goodput_jax.integrations.hooks")
+#: Name prefix of the spare processes (``gj-spare-K-LABEL``).
+SPARE_PREFIX = f"{PG_PREFIX}spare-"
+
+
+def _import_all(modules: tuple[str, ...]) -> None:
+    import importlib
+
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except Exception as e:  # noqa: BLE001 - a missing extra: the job imports what it needs
+            logger.debug("preload %s: %s", m, e)
+
+
 def _one_line(text: str) -> str:
     lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
     return (lines[-1] if lines else "error")[:300]
@@ -80,12 +98,34 @@ class ReplicaActor:
         rank0: the actor name of rank 0 (multi-node launches).
     """
 
-    def __init__(self, context: dict, entry_point: str, log_path: str,
-                 rank0: str | None = None):
+    def __init__(self, context: dict | None = None, entry_point: str | None = None,
+                 log_path: str | None = None, rank0: str | None = None,
+                 preload: tuple[str, ...] = ()):
         self._result: tuple[str, Any] | None = None
         self._coordinator: str | None = None
         self._reserved: socket.socket | None = None
         self._log_path = log_path
+        self._started = False
+        self._preload = threading.Thread(target=_import_all, args=(tuple(preload),),
+                                         name="gj-preload", daemon=True)
+        self._preload.start()
+        if context is not None:
+            self.start(context, entry_point, log_path, rank0)
+
+    def ready(self) -> bool:
+        """Whether the preloaded modules are imported (a spare is warm)."""
+        return not self._preload.is_alive()
+
+    def start(self, context: dict, entry_point: str, log_path: str, rank0: str | None = None,
+              env: dict | None = None, reserved: Any = None) -> bool:
+        """Run one process of a launch in this process (a spare is started this way;
+        ``env`` is applied first: the device count, before JAX starts its backend;
+        ``reserved`` is the launch's placement group being ready, resolved by Ray)."""
+        if self._started:
+            raise RuntimeError("this process already runs a launch")
+        self._started = True
+        self._log_path = log_path
+        os.environ.update(env or {})
         ctx = dict(context)
         if ctx["num_processes"] > 1 and ctx["rank"] == 0:
             host = str(ctx["coordinator"]).rsplit(":", 1)[0]
@@ -99,15 +139,17 @@ class ReplicaActor:
         self._thread = threading.Thread(target=self._run, args=(ctx, entry_point, log_path, rank0),
                                         name="gj-replica", daemon=True)
         self._thread.start()
+        return True
 
     def _run(self, ctx: dict, entry_point: str, log_path: str, rank0: str | None) -> None:
         from goodput_jax.cluster.runner import run_replica
 
+        self._preload.join()
         try:
             if ctx["num_processes"] > 1 and ctx["rank"] > 0:
                 import ray
 
-                peer = ray.get_actor(rank0, namespace=NAMESPACE)
+                peer = wait_for_actor(rank0, timeout=120)
                 ctx["coordinator"] = ray.get(peer.coordinator.remote(), timeout=120)
             self._result = ("ok", run_replica(ctx, entry_point, log_path,
                                               on_distributed=self._release_port))
@@ -131,6 +173,8 @@ class ReplicaActor:
 
     def log_tail(self, chars: int = 100_000) -> str:
         """The end of this process's log (read on its own node)."""
+        if self._log_path is None:
+            return ""
         try:
             with open(self._log_path, "rb") as fh:
                 fh.seek(0, os.SEEK_END)
@@ -153,26 +197,93 @@ class RayLauncher:
             its previous launch compiled.
     """
 
-    def __init__(self, fake_devices: bool = True, compile_cache: str | None = None):
+    def __init__(self, fake_devices: bool = True, compile_cache: str | None = None, *,
+                 spares: bool = False, state_root: str | None = None,
+                 preload: tuple[str, ...] = PRELOAD, replenish_delay: float = 10.0):
         import ray
 
         self._ray = ray
         self.fake_devices = fake_devices
         self.compile_cache = compile_cache
+        self.spares = bool(spares)
+        self.preload = tuple(preload)
+        self.replenish_delay = float(replenish_delay)
         self._actor = ray.remote(ReplicaActor)
+        self._book = os.path.join(state_root, "launches.json") if state_root else None
+        #: label -> (name, handle) of a warm spare process on that node
+        self._spare: dict[str, tuple[str, Any]] = {}
+        self._due: dict[str, float] = {}
+        if self.spares:
+            self._adopt_spares()
 
-    def _env(self, spec: JobSpec, devices: int) -> dict:
+    # ---------------------------------------------------------------- spares
+    def _adopt_spares(self) -> None:
+        for info in self._ray.util.list_named_actors(all_namespaces=True):
+            name = info.get("name", "") if isinstance(info, dict) else str(info)
+            ns = info.get("namespace") if isinstance(info, dict) else NAMESPACE
+            if ns == NAMESPACE and name.startswith(SPARE_PREFIX):
+                label = name[len(SPARE_PREFIX):].split("-", 1)[1]
+                if label in self._spare:
+                    continue
+                try:
+                    self._spare[label] = (name, self._ray.get_actor(name, namespace=NAMESPACE))
+                except ValueError:
+                    continue
+
+    def _base_env(self) -> dict:
         env = {}
         if self.compile_cache:
             env.update({"JAX_COMPILATION_CACHE_DIR": self.compile_cache,
                         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
+        if self.fake_devices:
+            env["JAX_PLATFORMS"] = "cpu"
+        return env
+
+    def warm(self, labels: list[str]) -> None:
+        """Keep one spare process per node of ``labels`` (spares on): a process that has
+        imported :data:`PRELOAD` and waits for a launch, so a launch on that node skips
+        the process start and the imports. A used spare is replaced after
+        ``replenish_delay`` seconds (not while its launch starts on the same CPUs)."""
+        if not self.spares:
+            return
+        now = time.monotonic()
+        for label in [k for k in self._spare if k not in labels]:
+            name, handle = self._spare.pop(label)
+            try:
+                self._ray.kill(handle, no_restart=True)
+            except Exception as e:  # noqa: BLE001 - its node is gone
+                logger.debug("spare %s: %s", name, e)
+        for label in labels:
+            if label in self._spare or self._due.get(label, 0.0) > now:
+                continue
+            name = f"{SPARE_PREFIX}{int(time.time() * 1000)}-{label}"
+            handle = self._actor.options(
+                name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0,
+                max_restarts=0, max_concurrency=4, resources={f"{NODE_PREFIX}{label}": 0.001},
+                runtime_env={"env_vars": self._base_env()},
+            ).remote(None, None, None, None, self.preload)
+            self._spare[label] = (name, handle)
+
+    def _env(self, spec: JobSpec, devices: int) -> dict:
+        env = self._base_env()
         env.update(spec.env)
         if self.fake_devices:
             env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                                 f" --xla_force_host_platform_device_count={devices}").strip()
-            env["JAX_PLATFORMS"] = "cpu"
         return env
+
+    def _remember(self, pg: str, names: list[str] | None) -> None:
+        if self._book is None:
+            return
+        from goodput_jax.cluster.state import StateDir
+
+        book = StateDir.read_json(self._book, {}) or {}
+        if names is None:
+            book.pop(pg, None)
+        else:
+            book[pg] = names
+        StateDir.write_json(self._book, book)
 
     def launch(self, spec: JobSpec, groups: list[tuple[str, int]], contexts: list[dict],
                log_paths: list[str]) -> dict:
@@ -183,9 +294,19 @@ class RayLauncher:
         bundles = [{f"{NODE_PREFIX}{label}": 0.001, ACCEL: float(k)} for label, k in groups]
         pg = placement_group(bundles, strategy="SPREAD" if len(bundles) > 1 else "PACK",
                              name=pg_name(spec.name, attempt), lifetime="detached")
-        names = [actor_name(spec.name, attempt, i) for i in range(len(groups))]
+        use = [self.spares and not spec.env and label in self._spare for label, _ in groups]
+        names = [self._spare[label][0] if u else actor_name(spec.name, attempt, i)
+                 for i, ((label, _), u) in enumerate(zip(groups, use))]
+        self._remember(pg_name(spec.name, attempt), names)
         actors = []
-        for i, ((_, k), ctx, log) in enumerate(zip(groups, contexts, log_paths)):
+        for i, ((label, k), ctx, log) in enumerate(zip(groups, contexts, log_paths)):
+            if use[i]:
+                _, spare = self._spare.pop(label)
+                self._due[label] = time.monotonic() + self.replenish_delay
+                env = {"XLA_FLAGS": self._env(spec, k)["XLA_FLAGS"]} if self.fake_devices else {}
+                spare.start.remote(ctx, spec.entry_point, log, names[0], env, pg.ready())
+                actors.append(spare)
+                continue
             actors.append(self._actor.options(
                 name=names[i], namespace=NAMESPACE, lifetime="detached", num_cpus=0,
                 max_restarts=0, max_concurrency=4,
@@ -193,13 +314,18 @@ class RayLauncher:
                     pg, placement_group_bundle_index=i),
                 runtime_env={"env_vars": self._env(spec, k)},
             ).remote(ctx, spec.entry_point, log, names[0]))
-        return {"pg": pg, "actors": actors, "names": names}
+        return {"pg": pg, "actors": actors, "names": names,
+                "pg_name": pg_name(spec.name, attempt), "spares": sum(use)}
 
     def attach(self, name: str, attempt: int, ranks: int) -> dict | None:
         """The handle of a launch still running (every rank's actor alive), or None."""
         from ray.util import get_placement_group
 
-        names = [actor_name(name, attempt, i) for i in range(ranks)]
+        from goodput_jax.cluster.state import StateDir
+
+        book = StateDir.read_json(self._book, {}) if self._book else {}
+        names = (book or {}).get(pg_name(name, attempt)) or \
+            [actor_name(name, attempt, i) for i in range(ranks)]
         actors = []
         for n in names:
             try:
@@ -210,7 +336,8 @@ class RayLauncher:
             pg = get_placement_group(pg_name(name, attempt))
         except ValueError:
             pg = None
-        handle = {"pg": pg, "actors": actors, "names": names}
+        handle = {"pg": pg, "actors": actors, "names": names,
+                  "pg_name": pg_name(name, attempt)}
         if len(actors) < ranks or pg is None:
             self.kill(handle)
             return None
@@ -222,17 +349,20 @@ class RayLauncher:
             return None
         return handle
 
-    def remove_stale(self, keep: set[str] = frozenset()) -> list[str]:
-        """Remove the runtime's placement groups and launch actors not in ``keep`` (a
-        dead controller's that nothing re-attached); returns their names."""
+    def remove_stale(self, keep: list[dict] = ()) -> list[str]:
+        """Remove the runtime's placement groups and launch actors that none of the
+        handles ``keep`` holds (a dead controller's that nothing re-attached to; this
+        launcher's spares stay); returns their names."""
         from ray.util import get_placement_group, placement_group_table
 
+        keep_actors = {n for h in keep for n in h.get("names", [])}
+        keep_actors |= {name for name, _ in self._spare.values()}
+        keep_pgs = {h.get("pg_name") for h in keep}
         gone = []
         for info in self._ray.util.list_named_actors(all_namespaces=True):
             name = info.get("name", "") if isinstance(info, dict) else str(info)
             ns = info.get("namespace") if isinstance(info, dict) else NAMESPACE
-            if ns == NAMESPACE and name.startswith(PG_PREFIX) and \
-                    name.rsplit("-r", 1)[0] not in keep:
+            if ns == NAMESPACE and name.startswith(PG_PREFIX) and name not in keep_actors:
                 try:
                     self._ray.kill(self._ray.get_actor(name, namespace=NAMESPACE),
                                    no_restart=True)
@@ -241,7 +371,7 @@ class RayLauncher:
                     logger.debug("stale actor %s: %s", name, e)
         for info in placement_group_table().values():
             name = info.get("name") or ""
-            if name.startswith(PG_PREFIX) and name not in keep and \
+            if name.startswith(PG_PREFIX) and name not in keep_pgs and \
                     info.get("state") != "REMOVED":
                 try:
                     self._ray.util.remove_placement_group(get_placement_group(name))
@@ -284,6 +414,8 @@ class RayLauncher:
         self.release(handle)
 
     def release(self, handle: dict) -> None:
+        if handle.get("pg_name"):
+            self._remember(handle["pg_name"], None)
         for a in handle.get("actors", []):  # a finished process still holds its devices
             try:
                 self._ray.kill(a, no_restart=True)

@@ -42,6 +42,8 @@ __all__ = [
 ]
 
 SANDBOX_ENV = "GOODPUT_JAX_SANDBOXED"
+#: The address of every local node (the sandbox has only loopback).
+LOOPBACK = "127.0.0.1"
 _UNSHARE = ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 
@@ -104,6 +106,9 @@ def sandbox_env(ray_tmpdir: str, env: dict | None = None) -> dict:
         # answers within 2 s, so live nodes are not declared dead
         "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "2000",
         "RAY_health_check_failure_threshold": "5", "RAY_DEDUP_LOGS": "0",
+        # every node is on loopback here: Ray takes 127.0.0.1 as the node IP instead of
+        # probing 8.8.8.8 for it (a warning per probe inside a namespace without a route)
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     })
     return out
 
@@ -160,9 +165,10 @@ class LocalCluster:
                                "allow_network=True)")
         from ray.cluster_utils import Cluster
 
+        # the node IP is given (loopback), so Ray does not probe 8.8.8.8 for it
         self._cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "include_dashboard": False, "resources": {"gj_head": 1},
-            "object_store_memory": object_store_memory})
+            "object_store_memory": object_store_memory, "node_ip_address": LOOPBACK})
         self.nodes: dict[str, Any] = {}
         self._added = 0
         self._cpus = cpus_per_node
@@ -171,7 +177,8 @@ class LocalCluster:
             self.add_node(t, d)
         import ray
 
-        ray.init(address=self._cluster.address, include_dashboard=False, log_to_driver=False)
+        ray.init(address=self._cluster.address, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address=LOOPBACK)
         self._ray = ray
 
     @property
@@ -183,7 +190,7 @@ class LocalCluster:
         label = f"n{self._added}"
         self._added += 1
         self.nodes[label] = self._cluster.add_node(
-            num_cpus=self._cpus, object_store_memory=self._osm,
+            num_cpus=self._cpus, object_store_memory=self._osm, node_ip_address=LOOPBACK,
             resources={ACCEL: devices, f"{TYPE_PREFIX}{accelerator_type}": devices,
                        f"{NODE_PREFIX}{label}": 1})
         return label

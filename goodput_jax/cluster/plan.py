@@ -11,7 +11,7 @@ and so do the tests and the benchmark.
 * :func:`node_infos`: the policy's :class:`~goodput_jax.sched.NodeInfo` per node.
 * :func:`job_info`: a job's :class:`~goodput_jax.sched.JobInfo` from its spec and
   latest :class:`~goodput_jax.model.hints.Hints`, with AdaptDL's rules
-  (:func:`goodput_jax.sched.hints.job_info_from_hints`: ``max_replicas`` from the
+  (:func:`goodput_jax.sched.hints.build_job_info`: ``max_replicas`` from the
   replicas profiled so far, linear speedup without a model) and, for Sia, one
   goodput function per accelerator type
   (:func:`~goodput_jax.sched.hints.speedup_fns_by_type`). Where the hints carry
@@ -36,10 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
-
-import numpy as np
 
 from goodput_jax.cluster.spec import Capacity, JobSpec
 from goodput_jax.model.hints import Hints
@@ -136,14 +133,13 @@ def node_infos(records: Sequence[NodeRecord]) -> dict:
             for r in records}
 
 
-def _zero(num_nodes: Any, num_replicas: Any) -> Any:
-    return np.zeros(np.shape(num_replicas))
-
-
 def job_info(spec: JobSpec, hints: Hints | Mapping | None, created: float, *,
              types: Sequence[str] = (), num_restarts: int = 0, restarting: bool = False,
              age: float | None = None) -> Any:
     """The policy's JobInfo of one job (AdaptDL's rules; Sia's goodput per type).
+
+    Through :func:`goodput_jax.sched.hints.build_job_info` with the job's
+    :class:`~goodput_jax.sched.hints.JobFacts` (one replica = one ``gj_accel``).
 
     Args:
         spec: the job's spec (min/max replicas, preemptible, allowed types).
@@ -160,26 +156,13 @@ def job_info(spec: JobSpec, hints: Hints | Mapping | None, created: float, *,
         >>> info.min_replicas, info.max_replicas, info.speedup_fn(1, 3)
         (2, 2, 3)
     """
-    from goodput_jax.sched import JobInfo, job_info_from_hints, speedup_fns_by_type
+    from goodput_jax.sched.hints import JobFacts, build_job_info
 
-    h = Hints() if hints is None else Hints.from_json(hints)
-    job = {"metadata": {"creationTimestamp": datetime.fromtimestamp(created, UTC).isoformat()},
-           "spec": {"template": {"spec": {}}, "minReplicas": spec.min_replicas,
-                    "maxReplicas": spec.max_replicas, "preemptible": spec.preemptible},
-           "status": {"train": h.to_json()}}
-    base = job_info_from_hints(job, {ACCEL: 1})
-    allowed = [t for t in types if not spec.accelerator_types or t in spec.accelerator_types]
-    fns: dict = {}
-    if types:
-        fitted = speedup_fns_by_type(h, allowed) if h.perf_params_by_type else {}
-        for t in types:
-            if t not in allowed:
-                fns[t] = _zero
-            else:
-                fns[t] = fitted.get(t, base.speedup_fn)
-    return JobInfo(base.resources, base.speedup_fn, created, base.min_replicas,
-                   base.max_replicas, base.preemptible, age=age, num_restarts=num_restarts,
-                   goodput_fns=fns or None, restarting=restarting)
+    facts = JobFacts(created, {ACCEL: 1}, min_replicas=spec.min_replicas,
+                     max_replicas=spec.max_replicas, preemptible=spec.preemptible, age=age,
+                     num_restarts=num_restarts, restarting=restarting,
+                     cluster_types=tuple(types), allowed_types=tuple(spec.accelerator_types))
+    return build_job_info(hints, facts)
 
 
 @dataclass(frozen=True)

@@ -473,6 +473,9 @@ class Launcher(Protocol):
     def log_tail(self, handle: Any, rank: int) -> str | None:
         """A running launch's output of ``rank``, read where it runs (None: unreachable)."""
 
+    def warm(self, labels: list[str]) -> None:
+        """Called every tick with the usable nodes (a launcher may keep warm processes)."""
+
 
 # what each event starts, for the scheduling timeline
 _PHASE = {"submitted": ("queued", False), "launched": ("running", True),

@@ -14,22 +14,28 @@ after every arrival, finish or node change), and real small JAX jobs:
 * ``doomed``: fails at once on every attempt; marked failed after its retries.
 
 Once a job on n2 has checkpointed on it, n2's raylet is killed; its jobs restart
-from their checkpoints elsewhere. Before that (once late runs), the controller actor
-is killed and a new one started on the same state directory; it rebuilds from
-controller.json and relaunches what ran. The driver waits for every job, then shuts the
-controller and the cluster down and writes what it saw (the controller's state,
-each job's progress log, the kill, listening sockets left in the namespace) to
-OUT_JSON.
+from their checkpoints elsewhere. Before that (once late runs), the controller
+actor's process is killed (SIGKILL); Ray restarts the actor, which reads
+controller.json and re-attaches to the launches still running (relaunching
+nothing). Once every job is done, a client in another process and directory, with
+only the cluster's address, submits, lists, moves, reads the logs of and cancels a
+job through the CLI. The driver then shuts the controller and the cluster down and
+writes what it saw (the controller's state, each job's progress log, the kill,
+the stores' write-ahead logs, listening sockets left in the namespace) to OUT_JSON.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 
 from goodput_jax.cluster import ClusterClient, JobSpec, LocalCluster, start_controller
+from goodput_jax.cluster.controller import stop_controller
 
 EX = "goodput_jax.cluster.examples:regression"
 
@@ -71,7 +77,7 @@ def main(state_dir: str, out_path: str) -> None:
     common = {"hooks": {"init_batch_size": 32, "max_batch_size": 128}}
     client.submit(JobSpec("span", EX, args=("--steps", "30", "--ckpt-every", "10"),
                           min_replicas=4, max_replicas=4, accelerator_types=("a",), **common))
-    client.submit(JobSpec("flex", EX, args=("--steps", "150", "--ckpt-every", "10",
+    client.submit(JobSpec("flex", EX, args=("--steps", "300", "--ckpt-every", "10",
                                             "--step-sleep", "0.1"),
                           min_replicas=1, max_replicas=2, stop_timeout=60.0, **common))
     client.submit(JobSpec("doomed", "goodput_jax.cluster.examples:always_crash",
@@ -131,20 +137,28 @@ def main(state_dir: str, out_path: str) -> None:
                  150, "flex training again after the move")
         break
     info["phases"]["manual"] = time.time() - t0
-    client.submit(JobSpec("late", EX, args=("--steps", "40", "--ckpt-every", "10",
+    client.submit(JobSpec("late", EX, args=("--steps", "60", "--ckpt-every", "10",
                                             "--step-sleep", "0.1", "--crash-at", "5"),
                           min_replicas=1, max_replicas=1, retry_backoff=0.5, **common))
     # the controller dies; a new one rebuilds from controller.json and relaunches what ran
     wait_for(lambda: client.status().get("late", {}).get("status") == "running", 120,
              "late launched")
     running = sorted(n for n, j in client.status().items() if j["status"] == "running")
+    before = {n: (j["attempt"], len(j["launches"])) for n, j in client.status().items()}
+    old_pid = ray.get(ctl.pid.remote())
     t_kill = time.time()
-    ray.kill(ctl)
-    time.sleep(1.0)
-    ctl = start_controller(state_dir, policy="sia", interval=3.0, poll=0.25, node_grace=8.0,
-                           policy_kwargs={"restart_penalty": 2.0})
-    info["controller_restart"] = {"t": t_kill, "running": running,
-                                  "status": ray.get(ctl.status.remote())}
+    os.kill(old_pid, signal.SIGKILL)  # Ray restarts the actor (max_restarts)
+
+    def restarted():
+        try:
+            st = ray.get(ctl.status.remote(), timeout=10)
+        except Exception:  # noqa: BLE001 - restarting
+            return None
+        return st if st["pid"] != old_pid else None
+
+    st = wait_for(restarted, 120, "controller restarted by Ray")
+    info["controller_restart"] = {"t": t_kill, "running": running, "status": st,
+                                  "before": before, "back_after": time.time() - t_kill}
     info["phases"]["controller_restarted"] = time.time() - t0
 
     victim = wait_for(lambda: next((n for n in ("flex", "late") if saved(n, "n2")), None),
@@ -161,9 +175,15 @@ def main(state_dir: str, out_path: str) -> None:
     except TimeoutError as e:
         info["timeout"] = str(e)
     info["phases"]["all_done"] = time.time() - t0
+    info["address_client"] = address_client(cluster.address)
     info["controller"] = ray.get(ctl.status.remote())
-    ray.get(ctl.shutdown.remote())
+    stop_controller(ctl)
     info["jobs"] = client.status()
+    info["wal_bytes"] = {}
+    for n, j in info["jobs"].items():
+        store = (j.get("spec") or {}).get("store") or ""
+        wal = store[len("sqlite:///"):] + "-wal"
+        info["wal_bytes"][n] = os.path.getsize(wal) if os.path.exists(wal) else 0
     info["progress"] = {n: client.progress(n) for n in names}
     info["logs_tail"] = {n: client.logs(n)[-1500:] for n in names}
     cluster.shutdown()
@@ -172,6 +192,57 @@ def main(state_dir: str, out_path: str) -> None:
     info["phases"]["down"] = time.time() - t0
     with open(out_path, "w") as fh:
         json.dump(info, fh, default=str)
+
+
+ADDRESS_CLIENT = """
+import json, sys, time
+from goodput_jax.cli import main
+from goodput_jax.cluster import ClusterClient
+
+address = sys.argv[1]
+out = {}
+def cli(*argv):
+    return main(["cluster", argv[0], "--address", address, *argv[1:]])
+out["bad_type"] = cli("submit", "--name", "bad", "--entry-point",
+                      "goodput_jax.cluster.examples:regression", "--accelerator-types", "tpu")
+out["submit"] = cli("submit", "--name", "addr", "--entry-point",
+                    "goodput_jax.cluster.examples:regression", "--hooks",
+                    '{"init_batch_size": 32}', "--", "--steps", "2000", "--step-sleep", "0.05")
+client = ClusterClient(address=address)
+deadline = time.time() + 120
+while client.status("addr")["status"] != "running" and time.time() < deadline:
+    time.sleep(0.5)
+job = client.status("addr")
+out["running"] = job["status"]
+out["list"] = cli("status")
+here = ",".join(job["allocation"])
+out["move_same"] = client.reallocate("addr", job["allocation"])
+out["move_bad"] = cli("reallocate", "addr", "--to", "n9")
+out["move_unknown_job"] = cli("reallocate", "nope", "--to", here)
+while "job addr attempt" not in client.logs("addr") and time.time() < deadline:
+    time.sleep(0.5)
+out["logs"] = client.logs("addr")[-400:]
+out["cancel"] = cli("cancel", "addr")
+deadline = time.time() + 60
+while client.status("addr")["status"] != "cancelled" and time.time() < deadline:
+    time.sleep(0.5)
+out["final"] = client.status("addr")["status"]
+out["bad_known"] = "bad" in client.status()
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def address_client(address: str) -> dict:
+    """A client in another process and directory with only the address (and the CLI)."""
+    where = tempfile.mkdtemp(prefix="gj-client-")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    proc = subprocess.run([sys.executable, "-c", ADDRESS_CLIENT, address], cwd=where,
+                          capture_output=True, text=True, timeout=240, env=env)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    out = json.loads(line[-1][7:]) if line else {}
+    out["rc"] = proc.returncode
+    out["stderr"] = proc.stderr[-3000:]
+    return out
 
 
 def _dump(state_dir: str) -> None:

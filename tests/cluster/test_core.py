@@ -117,6 +117,9 @@ class FakeLauncher:
     def log_tail(self, handle, rank):
         return None
 
+    def warm(self, labels):
+        pass
+
 
 NODES = [NodeRecord("n0", "a", 2), NodeRecord("n1", "a", 2)]
 
