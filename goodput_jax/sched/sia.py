@@ -596,9 +596,15 @@ class SiaPolicy:
     the same way). When nodes it ran on are gone, the job keeps its devices on
     the surviving nodes if they still number at least ``max(min_replicas, 1)``
     (it restarts in place on them; no other job gets them); with fewer (or
-    none) it cannot run where it was, so it competes for devices like a queued
-    job, and is pinned again wherever it is placed. A lost node is not a
-    preemption: the policy only ever chooses where a displaced job goes next.
+    none) it cannot run where it was: it is placed first, before the solver
+    shares the rest, at its former device count where that fits (else the
+    largest count below it that fits, else the smallest above), on the type
+    where that count has the best goodput; preemptible jobs give way to it, and
+    it is pinned again where it lands. It waits only when no configuration fits
+    beside the pinned jobs. (Pollux pins the survivors but does not place a
+    displaced job first.) The policy knows a job was displaced from its current
+    allocation (``base_allocations``) naming nodes that are gone: a caller that
+    clears the allocation of a job on a lost node makes it an ordinary queued job.
 
     Jobs carry ``JobInfo.goodput_fns`` (type -> goodput function); a job without
     them (or without a function for some type) can run only on one GPU of the
@@ -743,6 +749,21 @@ class SiaPolicy:
             return None
         return alive
 
+    @staticmethod
+    def _resume_config(cost_row: np.ndarray, configs: SiaConfigs, free: np.ndarray,
+                       size: int) -> int:
+        """Where a displaced non-preemptible job resumes: among the configurations that
+        fit the free devices, its former size (else the largest below it, else the
+        smallest above), the best cost at that size; -1 when nothing fits."""
+        fits = np.isfinite(cost_row) & (configs.gpus <= free[configs.ctype])
+        if not fits.any():
+            return -1
+        sizes = np.unique(configs.gpus[fits])
+        below = sizes[sizes <= size]
+        want = below.max() if below.size else sizes.min()
+        cand = np.nonzero(fits & (configs.gpus == want))[0]
+        return int(cand[np.argmin(cost_row[cand])])
+
     def precompile(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
                    job_counts: Sequence[int] | None = None) -> dict:
         """Compile the solver for ``jobs`` on ``nodes`` (and ``job_counts`` copies of them)
@@ -820,6 +841,19 @@ class SiaPolicy:
                     kept[key] = prev_alloc[key]
                     for n in prev_alloc[key]:
                         capacity[configs.types.index(type_of[n])] -= 1
+        # Non-preemptible jobs displaced by a node loss (they held devices, too few
+        # survive) are placed first, at their former size where it fits.
+        free = np.maximum(capacity, 0).astype(np.int64)
+        for j in np.nonzero(fixed >= 0)[0]:
+            free[configs.ctype[fixed[j]]] -= int(configs.gpus[fixed[j]])
+        displaced = [j for j, key in enumerate(keys)
+                     if not infos[j].preemptible and prev_alloc[key] and key not in kept
+                     and fixed[j] < 0]
+        for j in sorted(displaced, key=lambda j: infos[j].creation_time):
+            c = self._resume_config(cost[j], configs, free, len(prev_alloc[keys[j]]))
+            if c >= 0:
+                fixed[j] = c
+                free[configs.ctype[c]] -= int(configs.gpus[c])
         gain = self.lambda_n - cost  # -inf where invalid
         t0 = time.perf_counter()
         choice, info = solve_assignment(gain, configs.ctype, configs.gpus,

@@ -245,3 +245,26 @@ def test_non_preemptible_job_after_a_node_loss():
     assert alloc["np"] and "a0" not in alloc["np"]
     again = policy.optimize({"np": job(1), **other}, nodes2, alloc)
     assert again["np"] == alloc["np"]
+
+
+def test_displaced_non_preemptible_job_is_placed_first():
+    # a full cluster of preemptible jobs; the non-preemptible "np" ran on a1, which is gone
+    nodes = {"a0": NodeInfo({"gpu": 2}, False, "a"), "b0": NodeInfo({"gpu": 2}, False, "b")}
+    fns = {"a": concave(4.0, 0.9), "b": concave(4.0, 0.9)}
+    jobs = {k: JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 2, goodput_fns=fns, age=1e4)
+            for k in ("p1", "p2")}
+    prev = {"p1": ["a0", "a0"], "p2": ["b0", "b0"], "np": ["a1"]}
+    np_fns = {"a": concave(1.0, 0.9), "b": concave(1.0, 0.9)}
+    for preemptible, placed in ((True, False), (False, True)):
+        jobs["np"] = JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 2, preemptible=preemptible,
+                             goodput_fns=np_fns, age=1e4)
+        alloc = SiaPolicy(resource="gpu").optimize(jobs, nodes, prev)
+        # its former size (one device); a preemptible job in its place just waits
+        assert (len(alloc["np"]) == 1) is placed, (preemptible, alloc)
+        used = [n for a in alloc.values() for n in a]
+        assert all(used.count(n) <= 2 for n in nodes)
+    # nothing fits beside pinned jobs: it waits
+    pinned = {k: JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 2, preemptible=False,
+                         goodput_fns=fns, age=1e4) for k in ("p1", "p2")}
+    alloc = SiaPolicy(resource="gpu").optimize({**pinned, "np": jobs["np"]}, nodes, prev)
+    assert alloc == {"p1": ["a0", "a0"], "p2": ["b0", "b0"], "np": []}
