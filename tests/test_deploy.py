@@ -125,6 +125,10 @@ def test_worker_groups_carry_the_runtime_resources(raycluster):
         assert node.preemptible == (spot == "true"), group["groupName"]
         seen.setdefault(node.accelerator_type, []).append(group["groupName"])
     assert seen == {"v5e": ["v5e", "v5e-spot"], "a100": ["a100"]}
+    # Ray's autoscaler sizes each group within its bounds
+    assert raycluster["spec"]["enableInTreeAutoscaling"] is True
+    for group in groups:
+        assert 0 <= group["minReplicas"] <= group["replicas"] <= group["maxReplicas"], group
     # the head runs no job: no runtime resources, no CPUs for job processes
     head = raycluster["spec"]["headGroupSpec"]["rayStartParams"]
     assert "resources" not in head and head["num-cpus"] == "0"
