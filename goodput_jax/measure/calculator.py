@@ -62,11 +62,11 @@ from goodput_jax.measure.productivity import (
     ProductivityGoodput,
     ProgramCost,
     ProgramGoodput,
-    SchedulingSpan,
     SchedulingTimeline,
     combine_programs,
     lookup_peak,
     productivity,
+    productivity_of,
     program_stats,
     timeline_from_segments,
 )
@@ -598,23 +598,24 @@ class GoodputCalculator:
     def get_productivity_goodput(self, scheduling: SchedulingTimeline | None = None, *,
                                  peak: DevicePeak | None = None,
                                  peak_table: dict[str, DevicePeak] | None = None,
-                                 now: Any = None) -> ProductivityGoodput:
+                                 now: Any = None, spans: bool = False) -> ProductivityGoodput:
         """ML Productivity Goodput = scheduling x runtime x program goodput, and ETTR.
 
         Args:
             scheduling: the job's :class:`~goodput_jax.measure.productivity.SchedulingTimeline`
                 from the cluster runtime (queued, running, stopping, relaunching, ...);
-                None derives it from the recorder's events
-                (:meth:`get_scheduling_timeline`).
+                None derives it from the recorder's events: held is the job's time less
+                its elastic waits for slices and the downtime between a crashed run and
+                the next, read from the running totals (O(new events)).
             peak, peak_table: as for :meth:`get_program_goodput`.
             now: "now" for a live job (default: the calculator's clock).
+            spans: with ``scheduling=None``, also replay the job for the held and waiting
+                spans (:meth:`get_scheduling_timeline`, O(history)) into ``timeline``.
 
         Returns:
             :class:`~goodput_jax.measure.productivity.ProductivityGoodput` (fractions).
             Runtime goodput = productive time / held time; ETTR = productive time / total
-            wall time (waits included). Derived from the events, a job that never waited
-            (no elastic wait, no disruption) is one held span of its time, read from the
-            incremental state; otherwise the job is replayed for the exact spans.
+            wall time (waits included).
 
         Example:
             >>> r = calc.get_productivity_goodput()                     # doctest: +SKIP
@@ -628,16 +629,12 @@ class GoodputCalculator:
             self.refresh()
             eng = self._engine
             productive, acc, _ = eng.totals(t)
-            waited = sum(acc[i] for i in _WAIT_BUCKETS) > 0 or eng.disruptions > 0
-            first_t, total = eng.first_t, productive + sum(acc)
+            total = productive + sum(acc)
+            held = total - sum(acc[i] for i in _WAIT_BUCKETS) - eng.downtime
         if scheduling is not None:
             return productivity(scheduling, productive, program, "timeline")
-        if waited:  # the exact spans: a replay of the job (O(history))
-            return productivity(self.get_scheduling_timeline(t), productive, program, "events")
-        # nothing waited (no elastic wait, no disruption): one held span of the job's time,
-        # from the incremental state (O(new events))
-        spans = (SchedulingSpan(first_t, first_t + total, True, "running"),) if total > 0 else ()
-        return productivity(SchedulingTimeline(spans), productive, program, "events")
+        timeline = self.get_scheduling_timeline(t) if spans else None
+        return productivity_of(total, max(held, 0.0), productive, program, "events", timeline)
 
     def _save_marks(self) -> tuple[np.ndarray, np.ndarray]:
         """(times, steps) of the checkpoint saves' starts of each run's first host."""
