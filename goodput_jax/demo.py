@@ -333,6 +333,10 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
     # outputs and records each step's device end the moment it happens (the hooks' own
     # one-step-late timer sees it only when the next step is dispatched)
     steps = runtime.StepRecorder(rec, compile_times=False)
+    # each configuration's program cost (XLA's cost analysis, per device) against the
+    # device's peak (on a CPU a measured one, probed once per process): program goodput
+    peak = runtime.device_peak(devices[0])
+    costs = {}
     # ahead-of-time compiles: jax.monitoring times them (program startup, measured)
     for r, a in configs:
         mesh = Mesh(devices[:r], ("data",))
@@ -341,6 +345,8 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         p, o = jax.device_put((params, opt_state), rep)
         batch = data.batch(0, r * a, shard)
         compiled[(r, a)] = (fn.lower(p, o, batch).compile(), rep, shard)
+        cost = runtime.program_cost(fn, p, o, batch)  # JAX's cache: no second compile
+        costs[(r, a)] = dataclasses.replace(cost, name=f"train_step r={r} b={a}", peak=peak)
     stop = cfg.crash_at if crash else cfg.steps
     plan = _plan(configs, cfg.profile_steps, stop - start)
     per_round = len(configs) * cfg.profile_steps
@@ -352,6 +358,7 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         if conf != current:
             params, opt_state = jax.device_put((params, opt_state), rep)
             hooks.set_config(num_replicas=conf[0], atomic_bsz=conf[1])
+            rec.record_program_cost(costs[conf], step=step)  # the steps from here run it
             current = conf
         with rec.data_loading():
             if crash and step == cfg.stall_at:

@@ -13,6 +13,7 @@ from goodput_jax.cli._common import (
     check_output_file,
     open_store_for_reading,
     positive_float,
+    positive_int,
     require_extra,
     resolve_job,
     store_url,
@@ -47,6 +48,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--ideal-step-time", type=positive_float, default=None, metavar="SECONDS",
                    help="configured ideal step time for the step-time statistics "
                         "(default: estimated from the steps)")
+    p.add_argument("--target-step", type=positive_int, default=None, metavar="STEP",
+                   help="the step the job trains to: forecast when it gets there at today's "
+                        "rates, with the badput expected on the way")
+    p.add_argument("--mtbf", type=positive_float, default=None, metavar="SECONDS",
+                   help="mean time between failures for the checkpoint-interval advice "
+                        "(default: observed from the job's disruptions)")
     p.set_defaults(run=run)
     return p
 
@@ -54,11 +61,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Adapter: the parsed arguments -> :func:`report`."""
     return report(job=args.job, store=args.store, html=args.html, png=args.png,
-                  ideal_step_time=args.ideal_step_time)
+                  ideal_step_time=args.ideal_step_time, target_step=args.target_step,
+                  mtbf=args.mtbf)
 
 
 def report(*, job: str | None, store: str | None, html: str | None = None,
-           png: str | None = None, ideal_step_time: float | None = None) -> int:
+           png: str | None = None, ideal_step_time: float | None = None,
+           target_step: int | None = None, mtbf: float | None = None) -> int:
     """Print the report of ``job`` in ``store``; write the HTML / PNG pages if asked.
 
     Args:
@@ -67,6 +76,8 @@ def report(*, job: str | None, store: str | None, html: str | None = None,
         html: path of an HTML report to write, or None.
         png: path of a PNG report to write, or None.
         ideal_step_time: configured ideal step time (s), or None to estimate it.
+        target_step: the step the job trains to (the finish forecast), or None.
+        mtbf: mean time between failures (s) for the checkpoint advice, or None (observed).
 
     Returns:
         The exit code (0).
@@ -88,12 +99,13 @@ def report(*, job: str | None, store: str | None, html: str | None = None,
         name = resolve_job(event_store, job)
         calc = GoodputCalculator(name, None, store=event_store,
                                  configured_ideal_step_time=ideal_step_time)
-        text = format_report(calc)
+        text = format_report(calc, target_step=target_step, mtbf_s=mtbf)
         print(text)
         if html or png:
             from goodput_jax.report.render import render_reports
 
-            done = render_reports(calc, html, png, text_report=text)
+            done = render_reports(calc, html, png, text_report=text, target_step=target_step,
+                                  mtbf_s=mtbf)
             if html:
                 print(f"wrote HTML report: {html}")
             if png:

@@ -3,6 +3,9 @@
 Rooms (each imports only the ones above it in this list, plus ``measure`` and ``model``):
 
 * :mod:`~goodput_jax.report.labels`: the words shown (bucket and hint names, units);
+* :mod:`~goodput_jax.report.productivity`: the ML Productivity Goodput panel (the three
+  factors, MFU, the roofline position, the checkpoint and finish advice), from the
+  calculator's typed results;
 * :mod:`~goodput_jax.report.text`: the goodput / badput table as plain text;
 * :mod:`~goodput_jax.report.timeline`: the job's attributed time slices, from the
   one attribution engine (:mod:`goodput_jax.measure.engine`);
@@ -27,11 +30,13 @@ from typing import Any
 
 _EXPORTS: dict[str, str] = {
     "ModelCurves": "curves",
+    "ProductivityPanel": "productivity",
     "Segment": "timeline",
     "Timeline": "timeline",
     "build_timeline": "timeline",
     "format_report": "text",
     "model_curves": "curves",
+    "productivity_panel": "productivity",
     "render_html": "render",
     "render_png": "render",
     "render_reports": "render",
@@ -39,11 +44,13 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "ModelCurves",
+    "ProductivityPanel",
     "Segment",
     "Timeline",
     "build_timeline",
     "format_report",
     "model_curves",
+    "productivity_panel",
     "render_html",
     "render_png",
     "render_reports",

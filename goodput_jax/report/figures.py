@@ -33,6 +33,7 @@ __all__ = [
     "draw_batch_curve",
     "draw_breakdown",
     "draw_replica_curve",
+    "draw_roofline",
     "draw_timeline",
     "figure",
     "figure_pngs",
@@ -288,9 +289,58 @@ def draw_replica_curve(ax: Any, mc: ModelCurves) -> None:
     _legend_below(ax, handles)
 
 
+def draw_roofline(ax: Any, programs: Any) -> None:
+    """Each compiled step program on its device's roofline (log-log): x its arithmetic
+    intensity (FLOPs per byte accessed), y the FLOP/s it achieved (FLOPs per step / the
+    device-true step time); the roof is ``min(peak FLOP/s, intensity x bandwidth)``.
+
+    Args:
+        ax: a matplotlib Axes.
+        programs: :class:`~goodput_jax.measure.productivity.ProgramStats` of the job.
+    """
+    import numpy as np
+
+    progs = [p for p in programs if p.step_time_s > 0 and p.arithmetic_intensity > 0]
+    handles = []
+    roofs = {}
+    for p in progs:
+        roofs.setdefault((p.peak.flops_per_s, p.peak.bytes_per_s), p.peak)
+    xs = [p.arithmetic_intensity for p in progs] + [pk.ridge_point for pk in roofs.values()]
+    lo, hi = (min(xs) / 8, max(xs) * 8) if xs else (0.1, 1000.0)
+    grid = np.geomspace(lo, hi, 200)
+    for i, pk in enumerate(roofs.values()):
+        handles += ax.plot(grid, np.minimum(pk.flops_per_s, grid * pk.bytes_per_s), "-",
+                           color="#444444" if i == 0 else "#999999", linewidth=1.5,
+                           label=f"roofline: {pk.device_kind} ({pk.source} peak)")
+        ax.axvline(pk.ridge_point, color="#bbbbbb", linestyle=":", linewidth=1)
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+    for i, p in enumerate(progs):
+        achieved = p.cost.flops / p.step_time_s
+        handles += ax.plot([p.arithmetic_intensity], [achieved], "o", markersize=8,
+                           color=colors[i % len(colors)],
+                           label=f"{p.cost.name or 'program'}: {p.bound}-bound, "
+                                 f"MFU {100 * p.mfu:.1f}%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte accessed, log)", fontsize=FONT)
+    ax.set_ylabel("FLOP/s per device (log)", fontsize=FONT)
+    ax.set_title("Roofline: where each step program runs", fontsize=FONT + 1)
+    ax.tick_params(labelsize=FONT - 1)
+    ax.yaxis.set_major_formatter(_eng_flops())
+    _legend_below(ax, handles, ncol=1)
+
+
+def _eng_flops():
+    from matplotlib.ticker import EngFormatter
+
+    return EngFormatter(sep="")
+
+
 def figure(which: str, *, timeline: Timeline | None = None,
-           details: Mapping[str, Any] | None = None, curves: ModelCurves | None = None):
-    """One of the report's figures: ``timeline``, ``breakdown``, ``batch`` or ``replicas``.
+           details: Mapping[str, Any] | None = None, curves: ModelCurves | None = None,
+           programs: Any = None):
+    """One of the report's figures: ``timeline``, ``breakdown``, ``batch``, ``replicas`` or
+    ``roofline`` (``programs``: the job's ``ProgramStats``).
 
     Example:
         >>> fig = figure("breakdown", details=calc.get_job_goodput_details())  # doctest: +SKIP
@@ -310,8 +360,12 @@ def figure(which: str, *, timeline: Timeline | None = None,
     elif which == "replicas":
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         draw_replica_curve(ax, curves)
+    elif which == "roofline":
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        draw_roofline(ax, programs or ())
     else:
-        raise ValueError(f"which ({which!r}) must be timeline, breakdown, batch or replicas")
+        raise ValueError(f"which ({which!r}) must be timeline, breakdown, batch, replicas "
+                         "or roofline")
     return fig
 
 
@@ -325,10 +379,13 @@ def png_bytes(fig: Any, dpi: int = DPI) -> bytes:
 
 
 def figure_pngs(timeline: Timeline, details: Mapping[str, Any], curves: ModelCurves | None,
-                dpi: int = DPI) -> dict[str, bytes]:
-    """Every figure of the report as PNG bytes (the model's two only when there are curves)."""
-    which = ["timeline", "breakdown"] + (["batch", "replicas"] if curves else [])
-    return {w: png_bytes(figure(w, timeline=timeline, details=details, curves=curves), dpi)
+                dpi: int = DPI, programs: Any = ()) -> dict[str, bytes]:
+    """Every figure of the report as PNG bytes (the model's two only when there are curves,
+    the roofline only when program costs were recorded)."""
+    which = (["timeline", "breakdown"] + (["batch", "replicas"] if curves else [])
+             + (["roofline"] if programs else []))
+    return {w: png_bytes(figure(w, timeline=timeline, details=details, curves=curves,
+                                programs=programs), dpi)
             for w in which}
 
 

@@ -42,6 +42,15 @@ from goodput_jax.report.figures import (
     text_png,
 )
 from goodput_jax.report.labels import HINT_LABELS, format_bounds, plural
+from goodput_jax.report.productivity import (
+    NO_PROGRAM_COST,
+    ProductivityPanel,
+    advice_lines,
+    factor_rows,
+    merged_programs,
+    productivity_panel,
+    roofline_lines,
+)
 from goodput_jax.report.text import (
     GOODPUT_ROW,
     badput_rows,
@@ -86,9 +95,17 @@ class _Data:
     hints: Hints | None
     no_model_reason: str
     stragglers: Stragglers | None = None
+    panel: ProductivityPanel | None = None
+
+    @property
+    def programs(self) -> tuple:
+        p = None if self.panel is None else self.panel.productivity
+        return () if p is None else tuple(merged_programs(p.program.programs))
 
 
-def _collect(calc: GoodputCalculator, now: float | None) -> _Data:
+def _collect(calc: GoodputCalculator, now: float | None, target_step: int | None = None,
+             mtbf_s: float | None = None) -> _Data:
+    panel = productivity_panel(calc, target_step=target_step, mtbf_s=mtbf_s, now=now)
     details = job_details(calc)
     tl = build_timeline(calc.store, calc.job_name, now=now)
     raw = calc.get_latest_hints()
@@ -103,11 +120,12 @@ def _collect(calc: GoodputCalculator, now: float | None) -> _Data:
                   "step-time model and gradient statistics that GoodputHooks publishes "
                   "(perfParams, gradParams, initBatchSize).")
     st = GoodputCalculator.get_step_stragglers(calc)  # the base shape (see job_details)
-    return _Data(calc, details, tl, curves, hints, reason, st if st.num_hosts > 1 else None)
+    return _Data(calc, details, tl, curves, hints, reason, st if st.num_hosts > 1 else None,
+                 panel)
 
 
 def _pngs(data: _Data, dpi: int) -> dict[str, bytes]:
-    return figure_pngs(data.timeline, data.details, data.curves, dpi)
+    return figure_pngs(data.timeline, data.details, data.curves, dpi, data.programs)
 
 
 def _measured_goodput(details: Mapping[str, Any]) -> float:
@@ -117,7 +135,8 @@ def _measured_goodput(details: Mapping[str, Any]) -> float:
 
 # ---------------------------------------------------------------------- PNG
 def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: int = DPI,
-               now: float | None = None) -> str:
+               now: float | None = None, target_step: int | None = None,
+               mtbf_s: float | None = None) -> str:
     """Write one PNG: a title, the timeline, the breakdown and the model curves, stacked.
 
     Args:
@@ -133,7 +152,7 @@ def render_png(calculator: GoodputCalculator, path: str | os.PathLike, *, dpi: i
         >>> render_png(calc, "report.png")   # doctest: +SKIP
         'report.png'
     """
-    data = _collect(calculator, now)
+    data = _collect(calculator, now, target_step, mtbf_s)
     return _write_png(calculator.job_name, path, data, _pngs(data, dpi), dpi)
 
 
@@ -149,6 +168,8 @@ def _write_png(job: str, path: str | os.PathLike, data: _Data, imgs: dict[str, b
         rows.append([imgs["batch"], imgs["replicas"]])
     else:
         rows.append([text_png([(data.no_model_reason, FONT - 1, "normal")], dpi=dpi)])
+    if "roofline" in imgs:
+        rows.append([imgs["roofline"]])
     return compose_png(path, rows)
 # ---------------------------------------------------------------------- HTML
 def _fmt(v: Any) -> str:
@@ -275,6 +296,58 @@ are compared directly (they must be synchronised).</p>
 {body}"""
 
 
+def _productivity_html(data: _Data, img: Any) -> str:
+    """The ML Productivity Goodput panel: the three factors and their product, ETTR, MFU,
+    the roofline position (figure and one line per program) and the advice."""
+    panel = data.panel
+    if panel is None:
+        return ""
+    p = panel.productivity
+    head = '<h2 id="productivity">ML Productivity Goodput</h2>'
+    explain = ('<p class="explain">Google\'s ML Productivity Goodput is the product of three '
+               "fractions: how much of the job's time it held all its resources (scheduling), "
+               "how much of that time was productive steps (runtime: the measured goodput "
+               "above, over the held time) and how close each step ran to the device's limit "
+               "(program: the roofline's ideal step time over the device-true one). Formulas "
+               f"and sources in {_concepts_link()}.</p>")
+    if p is None:
+        body = (f'<p class="note" id="no-productivity">'
+                f"{html.escape(panel.productivity_reason)}</p>")
+    else:
+        rows = ["<tr><th>factor</th><th>value</th><th>how it is computed</th></tr>"]
+        for name, value, how in factor_rows(p):
+            cls = ' class="good"' if name == "ML Productivity Goodput" else ""
+            rows.append(f"<tr{cls}><td>{html.escape(name)}</td><td>{value}</td>"
+                        f"<td>{html.escape(how)}</td></tr>")
+        src = ("the cluster runtime's timeline" if p.scheduling_source == "timeline" else
+               "the job's own events")
+        held = (f'<p class="explain" id="held">Held {p.held_s:.3f} s of {p.total_s:.3f} s '
+                f"(scheduling from {src}); productive {p.productive_s:.3f} s.</p>")
+        body = (f'<div class="scroll"><table class="buckets" id="productivity-table">\n'
+                + "\n".join(rows) + "\n</table></div>\n" + held)
+        if p.program.programs:
+            lines = "".join(f"<li>{html.escape(x.strip())}</li>" for x in roofline_lines(p))
+            body += (f'\n<figure>{img("roofline", "roofline position of each step program")}'
+                     '<figcaption id="caption-roofline">Each compiled step program on its '
+                     "device's roofline (log-log): x its arithmetic intensity (FLOPs per byte "
+                     "accessed, from XLA's cost analysis), y the FLOP/s it achieved per device "
+                     "(FLOPs per step / its median device-true step time); the line is the "
+                     "roof, min(peak FLOP/s, intensity x memory bandwidth), turning at the "
+                     "dotted ridge point. Left of the ridge a step is memory-bound, right of "
+                     "it compute-bound; the gap to the roof is what program goodput "
+                     "measures.</figcaption></figure>\n"
+                     f'<ul class="explain" id="roofline-programs">{lines}</ul>')
+        else:
+            body += f'\n<p class="note" id="no-program-cost">{html.escape(NO_PROGRAM_COST)}.</p>'
+    advice = "".join(f"<li>{html.escape(x)}</li>" for x in advice_lines(panel))
+    body += ('\n<h3 id="advice-heading">Advice</h3>\n<p class="explain">From the measured '
+             "save cost, disruptions and step time: the Young/Daly checkpoint interval with "
+             "the goodput it predicts (against today's interval), and when the job reaches "
+             "its target step at today's rates.</p>\n"
+             f'<ul id="advice">{advice}</ul>')
+    return f"{head}\n{explain}\n{body}"
+
+
 def _concepts_link() -> str:
     """docs/concepts.md: a file link when the docs sit beside the package, else its name."""
     path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "concepts.md"
@@ -318,7 +391,8 @@ pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 0.85em; }
 
 
 def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
-                text_report: str | None = None, dpi: int = DPI, now: float | None = None) -> str:
+                text_report: str | None = None, dpi: int = DPI, now: float | None = None,
+                target_step: int | None = None, mtbf_s: float | None = None) -> str:
     """Write a self-contained HTML report (plots embedded as PNG, tables, explanations).
 
     Sections: what the two goodputs mean, where the time went (table), the
@@ -331,6 +405,9 @@ def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
         text_report: the plain-text table to include (default: :func:`format_report`).
         dpi: plot resolution.
         now: "now" for a live job.
+        target_step: the step the job trains to (the finish forecast; None: none).
+        mtbf_s: mean time between failures in seconds for the checkpoint advice
+            (None: observed).
 
     Returns:
         The path written.
@@ -339,9 +416,9 @@ def render_html(calculator: GoodputCalculator, path: str | os.PathLike, *,
         >>> render_html(calc, "report.html")   # doctest: +SKIP
         'report.html'
     """
-    data = _collect(calculator, now)
+    data = _collect(calculator, now, target_step, mtbf_s)
     if text_report is None:
-        text_report = format_report(calculator)
+        text_report = format_report(calculator, target_step=target_step, mtbf_s=mtbf_s)
     return _write_html(calculator, path, data, _pngs(data, dpi), text_report)
 
 
@@ -468,6 +545,7 @@ a cross marks the last event of a run that crashed.</figcaption></figure>
 labelled with its share in % of the total job time; the green bar is measured goodput
 ({g:.1f}%).</figcaption></figure>
 {_stragglers_html(data.stragglers)}
+{_productivity_html(data, img)}
 <h2 id="model">Modelled goodput: batch size and replicas</h2>
 {model_html}
 {hints_html}
@@ -481,7 +559,8 @@ labelled with its share in % of the total job time; the green bar is measured go
 
 def render_reports(calculator: GoodputCalculator, html_path: str | os.PathLike | None = None,
                    png_path: str | os.PathLike | None = None, *, text_report: str | None = None,
-                   now: float | None = None) -> dict:
+                   now: float | None = None, target_step: int | None = None,
+                   mtbf_s: float | None = None) -> dict:
     """Write the HTML and/or PNG report, reading the store and drawing each plot once.
 
     Returns:
@@ -491,12 +570,12 @@ def render_reports(calculator: GoodputCalculator, html_path: str | os.PathLike |
         >>> render_reports(calc, "r.html", "r.png")["has_model"]   # doctest: +SKIP
         True
     """
-    data = _collect(calculator, now)
+    data = _collect(calculator, now, target_step, mtbf_s)
     imgs = _pngs(data, DPI) if (html_path is not None or png_path is not None) else {}
     out = {"html": None, "png": None, "has_model": data.curves is not None}
     if html_path is not None:
         if text_report is None:
-            text_report = format_report(calculator)
+            text_report = format_report(calculator, target_step=target_step, mtbf_s=mtbf_s)
         out["html"] = _write_html(calculator, html_path, data, imgs, text_report)
     if png_path is not None:
         out["png"] = _write_png(calculator.job_name, png_path, data, imgs, DPI)

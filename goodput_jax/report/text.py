@@ -17,6 +17,7 @@ from typing import Any
 from goodput_jax.measure.badput import BUCKET_LABELS, BUCKET_NAMES, OPTIONAL_BUCKETS, BadputType
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.stragglers import Stragglers
+from goodput_jax.report.productivity import productivity_lines, productivity_panel
 
 __all__ = ["BADPUT_LABELS", "HOST_TIMED_NOTE", "badput_rows", "format_report", "format_seconds",
            "job_details", "measurement_note", "straggler_lines"]
@@ -103,11 +104,17 @@ def badput_rows(details: dict[str, Any]) -> list[tuple[str, str, float]]:
     return rows
 
 
-def format_report(calculator: GoodputCalculator) -> str:
+def format_report(calculator: GoodputCalculator, *, productivity: bool = True,
+                  target_step: int | None = None, mtbf_s: float | None = None) -> str:
     """The goodput / badput table of a calculator's job as plain text.
 
     Args:
         calculator: a GoodputCalculator (it is refreshed from its store).
+        productivity: also the ML Productivity Goodput section (the three factors, MFU,
+            the roofline position, the checkpoint and finish advice;
+            :mod:`goodput_jax.report.productivity`).
+        target_step: the step the job trains to, for the finish forecast.
+        mtbf_s: mean time between failures (s) for the checkpoint advice (None: observed).
 
     Returns:
         A multi-line string; seconds and percentages per bucket, summing to the total.
@@ -162,6 +169,10 @@ def format_report(calculator: GoodputCalculator) -> str:
     if note is not None:
         lines.append("")
         lines.extend(textwrap.wrap("note: " + note, 96))
+    if productivity:
+        panel = productivity_panel(calculator, target_step=target_step, mtbf_s=mtbf_s)
+        lines.append("")
+        lines.extend(productivity_lines(panel))
     return "\n".join(lines)
 
 
