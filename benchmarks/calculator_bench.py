@@ -173,8 +173,25 @@ def child_ours(path: str, now: float) -> dict:
         t = time.perf_counter()
         g2, _, _ = calc.get_job_goodput(include_badput_breakdown=True)
         inc.append(time.perf_counter() - t)
+    # ML Productivity Goodput and the advice (issue 35), after the incremental rounds
+    t = time.perf_counter()
+    prod = calc.get_productivity_goodput()
+    prod_ms = 1e3 * (time.perf_counter() - t)
+    t = time.perf_counter()
+    calc.get_finish_forecast(step + 10_000)
+    forecast_ms = 1e3 * (time.perf_counter() - t)
+    t = time.perf_counter()
+    try:
+        calc.get_checkpoint_advice(mtbf_s=None if calc.get_job_goodput_details()["num_disruptions"]
+                                   else 86_400.0, save_cost_s=None)
+    except ValueError:  # no save in the timeline
+        calc.get_checkpoint_advice(mtbf_s=86_400.0, save_cost_s=10.0)
+    advice_ms = 1e3 * (time.perf_counter() - t)
     return {"cold_s": cold, "rss_mb": rss, "goodput": g, "last_step": last,
-            "inc_ms": 1e3 * statistics.median(inc), "goodput_after": g2}
+            "inc_ms": 1e3 * statistics.median(inc), "goodput_after": g2,
+            "prod_ms": prod_ms, "prod_source": prod.scheduling_source,
+            "sched_goodput": prod.scheduling_goodput, "forecast_ms": forecast_ms,
+            "advice_ms": advice_ms}
 
 
 def child_recorder(path: str) -> dict:
@@ -303,6 +320,11 @@ def main(argv: list[str] | None = None) -> int:
             rc = rr = rg = sp = ("err" if r else "-")
         print(f"| {n:>9} | {n_events:>9} | {o['cold_s']:>7.2f} | {o['rss_mb']:>7.0f} | "
               f"{o['inc_ms']:>7.2f} | {o['goodput']:>9.2f} | {rc:>10} | {rr:>10} | {rg:>13} | {sp:>7} |")
+    for n, _, _, o, _ in rows:
+        if "prod_ms" in o:
+            print(f"| {n:>9} steps: get_productivity_goodput {o['prod_ms']:.1f} ms (scheduling "
+                  f"{100 * o['sched_goodput']:.2f} %), get_finish_forecast {o['forecast_ms']:.1f} ms, "
+                  f"get_checkpoint_advice {o['advice_ms']:.1f} ms |")
     if "error" in rec:
         print(f"recorder: error {rec['error']}")
     else:

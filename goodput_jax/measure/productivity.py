@@ -455,7 +455,8 @@ class ProductivityGoodput:
         productive_s: productive step time.
         scheduling_source: ``'timeline'`` (a given :class:`SchedulingTimeline`, e.g. the
             cluster runtime's) or ``'events'`` (derived from the recorder's events).
-        timeline: the scheduling timeline used.
+        timeline: the scheduling timeline used (None when the factors came from the
+            calculator's running totals; ``get_scheduling_timeline()`` gives the spans).
         program: the :class:`ProgramGoodput` behind ``program_goodput``.
     """
 
@@ -469,7 +470,7 @@ class ProductivityGoodput:
     held_s: float
     productive_s: float
     scheduling_source: str
-    timeline: SchedulingTimeline
+    timeline: SchedulingTimeline | None
     program: ProgramGoodput
 
     def as_dict(self) -> dict:
@@ -499,7 +500,20 @@ def productivity(timeline: SchedulingTimeline, productive_s: float, program: Pro
         >>> r.scheduling_goodput, r.runtime_goodput, round(r.ml_productivity_goodput, 6), r.ettr
         (0.8, 0.75, 0.3, 0.6)
     """
-    total, held = timeline.total_s, timeline.held_s
+    return productivity_of(timeline.total_s, timeline.held_s, productive_s, program, source,
+                           timeline)
+
+
+def productivity_of(total_s: float, held_s: float, productive_s: float, program: ProgramGoodput,
+                    source: str = "events", timeline: SchedulingTimeline | None = None
+                    ) -> ProductivityGoodput:
+    """:func:`productivity` from the totals (seconds of wall time, held, productive).
+
+    Example:
+        >>> productivity_of(100.0, 80.0, 60.0, ProgramGoodput((), 0.5, 0.4, 1)).ettr
+        0.6
+    """
+    total, held = float(total_s), float(held_s)
     prod = min(max(float(productive_s), 0.0), held)
     sched = held / total if total > 0 else math.nan
     runtime = prod / held if held > 0 else math.nan

@@ -117,6 +117,7 @@ class Engine:
         self.follower_events = 0
         self.dead_hosts = 0  # hosts that started a superseded run and never ended it
         self.disruptions = 0
+        self.downtime = 0.0  # seconds from crashed runs' last events to the next runs' first
         self.window_disruptions = 0  # restarts after a crash inside [ws, we]
         self.ignored = 0
         self.unmatched = 0
@@ -413,7 +414,9 @@ class Engine:
             self.disruptions += 1
             if self.ws <= t <= self.we:
                 self.window_disruptions += 1
-            self.acc[B_INFRA] += self.pending + self._clip(last_t, t)
+            down = self._clip(last_t, t)
+            self.acc[B_INFRA] += self.pending + down
+            self.downtime += down  # (scheduling: the job held nothing until the next run)
             if self.record:
                 self._recategorise(self.pend_segs, PRODUCTIVE, _INFRA)  # (compile time stays)
                 self.crashes.append((last_t, self.runs - 1))
