@@ -288,10 +288,10 @@ class GoodputHooks:
         self.background_seconds = 0.0
         #: Seconds of refits + publishing run inline (``background=False``) by :meth:`maybe_refit`.
         self.inline_refit_seconds = 0.0
-        if self.is_primary:
-            # the fit's program is compiled while the first steps run, not in the first
-            # refit; once per process, and the interpreter's exit waits for it
-            precompile_fit_once()
+        # the fit's program is compiled while the first steps run (not in the first refit),
+        # once per process, starting after the first step's call: the step's own compile,
+        # booked as program startup, does not share the host's cores with it
+        self._fit_precompiled = not self.is_primary
 
     # ------------------------------------------------------------------ configuration
     def config_key(self) -> ProfileKey:
@@ -406,6 +406,8 @@ class GoodputHooks:
         if self._stats.missing:
             self._warn_missing(step)
         self._steps_seen += 1
+        if not self._fit_precompiled:
+            self._precompile_fit()
         if self._since_fit >= self.refit_interval:
             self.maybe_refit()  # folds the timed steps in first (warm-up ones do not count)
         elif len(self._raw) >= RAW_BATCH:
@@ -414,6 +416,13 @@ class GoodputHooks:
         # everything on this thread but the dispatch itself and the wait for the device
         self.foreground_seconds += max(time.perf_counter() - fc - waited, 0.0) + (fb - fa)
         return out
+
+    def _precompile_fit(self) -> None:
+        """Start compiling the fit's program in the background (once per process; the
+        interpreter's exit waits for it): after the first step's call, whose compile it
+        would otherwise slow down on a host with few free cores."""
+        self._fit_precompiled = True
+        precompile_fit_once()
 
     def _warn_missing(self, step: Any) -> None:
         """Warn once that the steps hand over no gradient statistics, naming the fix."""
@@ -473,6 +482,8 @@ class GoodputHooks:
         if self._stats.missing:
             self._warn_missing(step)
         self._steps_seen += 1
+        if not self._fit_precompiled:
+            self._precompile_fit()
         self.maybe_refit()
 
     def observe_step_time(self, seconds: float) -> None:
