@@ -79,8 +79,8 @@ def get_extra_time_from_anomalous_steps(step_times: list[float]) -> float:
 def get_gcp_metadata(category: str, attribute: str, timeout: float = 1.0) -> str | None:
     """Google's ``get_gcp_metadata``: one metadata-server value, None when unavailable.
 
-    The server is ``$GCE_METADATA_HOST`` or, on a Google VM,
-    ``metadata.google.internal`` (:func:`goodput_jax.measure.cloud_monitoring.metadata_host`).
+    The server is ``$GCE_METADATA_HOST``, else ``$GCE_METADATA_ROOT``, or, on a Google
+    VM, ``metadata.google.internal`` (:func:`goodput_jax.measure.cloud_monitoring.metadata_host`).
 
     Example:
         >>> get_gcp_metadata("project", "project-id")  # doctest: +SKIP
