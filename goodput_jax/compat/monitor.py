@@ -46,12 +46,16 @@ class GoodputMonitor(_BaseMonitor):
         gcp_options: :class:`GCPOptions`. With ``monitoring_enabled`` and either
             ``enable_gcp_*`` flag, an empty ``project_id``, ``location`` or
             ``acc_type`` is filled from the GCE metadata server (as Google's
-            library; ``$GCE_METADATA_HOST`` names the server); with a project and a
-            location, goodput, badput, step deviation, rolling-window and hang metrics
-            also go to Cloud Monitoring (needs the ``gcp`` extra), else a warning
-            says why not.
+            library; ``$GCE_METADATA_HOST`` or ``$GCE_METADATA_ROOT`` names the
+            server); with a project and a location, goodput, badput, step deviation,
+            rolling-window (and, with a hang threshold, hang) metrics also go to Cloud
+            Monitoring (needs the ``gcp`` extra; ``$GOODPUT_JAX_MONITORING_ENDPOINT``
+            names another endpoint), within the service's write rules (points of a
+            series at least 5 s apart; the stop waits for the held ones, see
+            ``docs/maxtext.md``), else a warning says why not.
         skip_final_flush: ``stop_*`` skips the final upload.
-        final_flush_timeout_seconds: bound of each ``stop_*`` (s).
+        final_flush_timeout_seconds: bound of each ``stop_*`` (s), the wait for held
+            Cloud Monitoring points included.
         gcs_sync_interval_seconds, cache_dir: accepted; no on-disk cache to sync.
         max_logs_retention_period: passed to the calculator.
         monitor_goodput: MaxText's flag; when given it decides ``monitoring_enabled``.
