@@ -15,8 +15,8 @@ One self-contained HTML page (inline SVG and CSS, no script, no matplotlib) with
 The input is a :class:`ClusterTimeline` (frozen dataclasses). :func:`build_timeline`
 makes one from the runtime's records in their JSON form (pure, no I/O);
 :func:`timeline_from_state` reads them from a cluster's state directory
-(``controller.json``, ``cluster.json``, each job's ``progress.jsonl`` and goodput
-store). :func:`render_html` writes the page; :func:`write_cluster_report` does both
+(``controller.json`` through :func:`goodput_jax.cluster.record.read_state`,
+``cluster.json``, each job's ``progress.jsonl`` and goodput store). :func:`render_html` writes the page; :func:`write_cluster_report` does both
 (what ``goodput-jax cluster report --state-dir D --html OUT`` calls).
 
 Example:
@@ -339,22 +339,23 @@ def timeline_from_state(state_dir: str | os.PathLike, *, now: float | None = Non
     Raises:
         ValueError: ``state_dir`` holds no controller state.
     """
+    from goodput_jax.cluster.record import read_state
     from goodput_jax.cluster.state import StateDir
 
     sd = StateDir(state_dir)
-    saved = sd.read_json(sd.controller_path)
-    if not saved:
+    if not os.path.exists(sd.controller_path):
         raise ValueError(f"state_dir ({os.fspath(state_dir)!r}) holds no controller state "
                          f"(no controller.json)")
-    jobs = saved.get("jobs") or {}
+    state = read_state(sd.root)  # the typed records, any saved format version
+    jobs = {n: rec.to_json() for n, rec in state.jobs.items()}
     nodes = (sd.read_json(sd.cluster_path, {}) or {}).get("nodes") or []
     progress = {n: sd.read_progress(n) for n in jobs}
     scores: dict[str, float | None] = {}
     if goodput:
-        for n, rec in jobs.items():
-            scores[n] = _measured_goodput(n, (rec.get("spec") or {}).get("store"))
-    return build_timeline(jobs, saved.get("rounds") or [], nodes, progress=progress,
-                          goodput=scores, now=now)
+        for n, rec in state.jobs.items():
+            scores[n] = _measured_goodput(n, rec.spec.store if rec.spec is not None else None)
+    return build_timeline(jobs, state.rounds, nodes, progress=progress, goodput=scores,
+                          now=now)
 
 
 def _measured_goodput(name: str, store: str | None) -> float | None:

@@ -21,6 +21,7 @@ from goodput_jax.cluster.report import (
     timeline_from_state,
     write_cluster_report,
 )
+from goodput_jax.cluster.spec import JobSpec
 from goodput_jax.cluster.state import StateDir
 
 T0 = 1_750_000_000.0
@@ -36,10 +37,13 @@ def launch(t, attempt, reason, alloc, kind):
 
 
 def job(status, submitted, finished, events, launches, store, restarts=0):
-    return {"status": status, "submitted": T0 + submitted,
+    name = store.split("/")[-2]
+    spec = JobSpec(name, "goodput_jax.cluster.examples:regression", max_replicas=4, store=store)
+    return {"name": name, "spec": spec.to_json(), "status": status,
+            "submitted": T0 + submitted,
             "finished": None if finished is None else T0 + finished, "restarts": restarts,
             "failures": 0, "error": None, "allocation": [], "attempt": len(launches) - 1,
-            "spec": {"name": "x", "store": store}, "events": events, "launches": launches}
+            "events": events, "launches": launches}
 
 
 def write_state(root) -> StateDir:
@@ -78,7 +82,8 @@ def write_state(root) -> StateDir:
         {"t": T0 + 70, "policy": "sia", "changed": ["j3"],
          "allocations": {"j2": ["b0", "b0"], "j3": ["a0", "a0"]}},
     ]
-    sd.write_json(sd.controller_path, {"jobs": jobs, "rounds": rounds, "updated": T0 + 100})
+    sd.write_json(sd.controller_path, {"version": 2, "jobs": jobs, "rounds": rounds,
+                                       "updated": T0 + 100})
     sd.write_json(sd.cluster_path, {"nodes": [
         {"label": "a0", "accelerator_type": "a", "devices": 2},
         {"label": "b0", "accelerator_type": "b", "devices": 2}],
