@@ -944,6 +944,9 @@ class GoodputHooks:
             # the final fit, booked where the report shows it (custom badput "model refit")
             with self.recorder.badput("model refit"):
                 self.wait_refit()
+                # the fit's program, compiling in the background since the first step: wait
+                # for it rather than compile it a second time on this thread
+                precompile_fit_once().join()
                 _ = self.grad_params
                 self.refit()
                 self.publish()
