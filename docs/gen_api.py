@@ -46,6 +46,7 @@ MODULES: list[tuple[str, str]] = [
     ("goodput_jax.model.goodput", "GoodputFunction: throughput x efficiency, optimize."),
     ("goodput_jax.model.scaling", "Learning-rate scaling rules."),
     ("goodput_jax.integrations.hooks", "Drop-in hooks for Flax / MaxText-style loops."),
+    ("goodput_jax.integrations.nnx", "Flax NNX adapter: statistics, hooks and adaptive step."),
     ("goodput_jax.integrations.orbax", "Orbax checkpointing with goodput events."),
     ("goodput_jax.adaptive", "Adaptive training: batch size, learning rate, elastic restarts."),
     ("goodput_jax.runtime", "Measurements taken from the live JAX runtime."),
