@@ -55,8 +55,9 @@ class ModelCurves:
             with ``adaptdl_single_replica=False``, as
             :func:`goodput_jax.integrations.search.search`): the star lies on it.
         batch_sizes_with_accumulation, goodput_with_accumulation,
-            efficiency_with_accumulation: when the job does not allow accumulation,
-            the batch curve with it (empty otherwise).
+            efficiency_with_accumulation: when the job does not allow accumulation and
+            it would pay (its best goodput more than 5% above the job's), the batch curve
+            with it (empty otherwise).
         suggested_with_accumulation: ``(batch_size, replicas, goodput)``: the smallest
             batch on that curve within 5% of its best (the suggestion's rule), or None.
         goodput_vs_replicas_as_configured: when the job does not allow accumulation,
@@ -176,6 +177,8 @@ def model_curves(hints: Hints | Mapping[str, Any] | None, points: int = 48, *,
     acc_sug = None
     if not accumulation:
         acc_sizes, acc_good, acc_eff = batch_curve(True)
+        if not acc_good or max(acc_good) <= (1.0 + SUGGESTION_TOLERANCE) * max(gvb, default=0.0):
+            acc_sizes, acc_good, acc_eff = [], [], []  # accumulation would not pay
         within = [i for i, g in enumerate(acc_good)
                   if g >= (1.0 - SUGGESTION_TOLERANCE) * max(acc_good)]
         if within:

@@ -24,13 +24,16 @@ from typing import Any
 from goodput_jax.measure.advice import CheckpointAdvice, FinishForecast
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.productivity import ProductivityGoodput, ProgramStats
-from goodput_jax.report.labels import format_duration, plural
+from goodput_jax.report.labels import BUCKET_LABELS, format_duration, plural
 
 __all__ = [
+    "ABOVE_ROOF",
     "FACTOR_MEANINGS",
+    "above_roof",
     "ProductivityPanel",
     "factor_rows",
     "format_fraction",
+    "format_rate",
     "merged_programs",
     "productivity_lines",
     "productivity_panel",
@@ -47,6 +50,13 @@ FACTOR_MEANINGS = (
     ("ETTR", "productive step time / job time (Meta's effective training time ratio)"),
     ("MFU", "FLOPs per step / peak FLOP/s / step time (model FLOPs utilisation)"),
 )
+
+#: shown when a program ran faster than its roofline allows (program goodput above 100%)
+ABOVE_ROOF = ("program goodput above 100%: a step ran faster than its device's roofline "
+              "allows, so the peak it is measured against is too low (a measured peak probed "
+              "on a busy machine, or XLA's bytes counting traffic that stays in cache); pass "
+              "the device's real peak (peak=DevicePeak(...) to the calculator, or "
+              "StepRecorder(peak=...))")
 
 NO_PROGRAM_COST = ("no program cost recorded: program goodput and MFU need "
                    "goodput_jax.runtime.StepRecorder (program_costs=True, the default) "
@@ -116,6 +126,19 @@ def productivity_panel(calculator: GoodputCalculator, *, target_step: int | None
     return ProductivityPanel(prod, prod_why, advice, advice_why, forecast, forecast_why)
 
 
+def format_rate(x: float, unit: str) -> str:
+    """A rate with an SI prefix and 4 significant digits.
+
+    Example:
+        >>> format_rate(9.047e10, "FLOP/s"), format_rate(8.493e8, "B/s")
+        ('90.47 GFLOP/s', '849.3 MB/s')
+    """
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {prefix}{unit}"
+    return f"{x:.4g} {unit}"
+
+
 def format_fraction(x: float | None) -> str:
     """A fraction as a percentage, ``n/a`` when unknown.
 
@@ -171,6 +194,17 @@ def merged_programs(programs: Any) -> list[ProgramStats]:
     return out
 
 
+def above_roof(p: ProductivityGoodput) -> bool:
+    """Whether the job or one of its programs ran above its roofline (goodput > 100%).
+
+    Example:
+        >>> above_roof(calc.get_productivity_goodput())  # doctest: +SKIP
+        False
+    """
+    vals = [p.program_goodput] + [s.program_goodput for s in p.program.programs]
+    return any(math.isfinite(v) and v > 1.0 + 1e-9 for v in vals)
+
+
 def roofline_lines(p: ProductivityGoodput) -> list[str]:
     """One line per distinct compiled program: where it sits on its device's roofline."""
     out = []
@@ -178,8 +212,9 @@ def roofline_lines(p: ProductivityGoodput) -> list[str]:
         peak = s.peak
         out.append(
             f"  {s.cost.name or 'program'} on {s.cost.device_kind or 'device'}"
-            f" ({plural(s.cost.num_devices, 'device')}, peak {peak.flops_per_s / 1e12:.4g} "
-            f"TFLOP/s, {peak.bytes_per_s / 1e9:.4g} GB/s, {peak.source}): "
+            f" ({plural(s.cost.num_devices, 'device')}, peak "
+            f"{format_rate(peak.flops_per_s, 'FLOP/s')}, {format_rate(peak.bytes_per_s, 'B/s')},"
+            f" {peak.source}): "
             f"{s.bound}-bound, {s.arithmetic_intensity:.3g} FLOP/byte against a ridge of "
             f"{peak.ridge_point:.3g}; step {format_duration(s.step_time_s)} against an "
             f"ideal {format_duration(s.ideal_step_time_s)} (compute "
@@ -211,7 +246,8 @@ def advice_lines(panel: ProductivityPanel) -> list[str]:
     else:
         when = datetime.datetime.fromtimestamp(f.finish_time, datetime.UTC)
         top = sorted(f.expected_badput.items(), key=lambda kv: -kv[1])[:3]
-        bad = ", ".join(f"{k.lower().replace('_', ' ')} {format_duration(v)}" for k, v in top)
+        bad = ", ".join(f"{BUCKET_LABELS.get(k, k.lower().replace('_', ' '))} "
+                        f"{format_duration(v)}" for k, v in top)
         out.append(
             f"finish forecast: step {f.target_step} in {format_duration(f.seconds_left)} "
             f"({when:%Y-%m-%d %H:%M:%S} UTC): {plural(f.steps_left, 'step')} x "
@@ -241,6 +277,8 @@ def productivity_lines(panel: ProductivityPanel) -> list[str]:
         if p.program.programs:
             lines.append("  roofline position:")
             lines.extend(roofline_lines(p))
+            if above_roof(p):
+                lines.append(f"  note: {ABOVE_ROOF}")
         else:
             lines.append(f"  {NO_PROGRAM_COST}")
     lines.append("advice:")

@@ -43,8 +43,10 @@ from goodput_jax.report.figures import (
 )
 from goodput_jax.report.labels import HINT_LABELS, format_bounds, plural
 from goodput_jax.report.productivity import (
+    ABOVE_ROOF,
     NO_PROGRAM_COST,
     ProductivityPanel,
+    above_roof,
     advice_lines,
     factor_rows,
     merged_programs,
@@ -323,7 +325,7 @@ def _productivity_html(data: _Data, img: Any) -> str:
                "the job's own events")
         held = (f'<p class="explain" id="held">Held {p.held_s:.3f} s of {p.total_s:.3f} s '
                 f"(scheduling from {src}); productive {p.productive_s:.3f} s.</p>")
-        body = (f'<div class="scroll"><table class="buckets" id="productivity-table">\n'
+        body = (f'<div class="scroll"><table class="factors" id="productivity-table">\n'
                 + "\n".join(rows) + "\n</table></div>\n" + held)
         if p.program.programs:
             lines = "".join(f"<li>{html.escape(x.strip())}</li>" for x in roofline_lines(p))
@@ -337,6 +339,8 @@ def _productivity_html(data: _Data, img: Any) -> str:
                      "it compute-bound; the gap to the roof is what program goodput "
                      "measures.</figcaption></figure>\n"
                      f'<ul class="explain" id="roofline-programs">{lines}</ul>')
+            if above_roof(p):
+                body += f'\n<p class="note" id="above-roof">{html.escape(ABOVE_ROOF)}.</p>'
         else:
             body += f'\n<p class="note" id="no-program-cost">{html.escape(NO_PROGRAM_COST)}.</p>'
     advice = "".join(f"<li>{html.escape(x)}</li>" for x in advice_lines(panel))
@@ -369,6 +373,8 @@ figcaption, .explain { color: #444; font-size: 0.95em; margin: 0.3em 0 0.6em; }
 table { border-collapse: collapse; font-size: 0.92em; }
 td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
 table.buckets td:nth-child(n+2) { text-align: right; font-variant-numeric: tabular-nums; }
+table.factors td:nth-child(2) { text-align: right; font-variant-numeric: tabular-nums;
+                                white-space: nowrap; }
 tr.good td { background: #e8f5e9; font-weight: bold; }
 tr.total td { font-weight: bold; border-top: 2px solid #888; }
 tr.sub td:first-child { padding-left: 2em; }
@@ -469,10 +475,12 @@ def _write_html(calculator: GoodputCalculator, path: str | os.PathLike, data: _D
                          "exceed its limit")
             acc_star, own = "", ""
         else:
-            batch_how = ("within this job's limits: it does not allow gradient "
-                         "accumulation, so the per-replica batch stays within its bounds "
-                         f"({format_bounds(mc.hints.local_bsz_bounds, 'samples')}); the "
-                         "dashed line is the same model with accumulation")
+            bounds = format_bounds(mc.hints.local_bsz_bounds, "samples")
+            batch_how = ("within this job's limits: no gradient accumulation, per-replica "
+                         f"batch {bounds}"
+                         + ("; the dashed line is the same model with accumulation, which "
+                            "would pay here" if mc.goodput_with_accumulation else
+                            "; accumulation would not pay here (not 5% more)"))
             acc_star = (", hollow star: the suggestion with accumulation"
                         if mc.suggested_with_accumulation is not None else "")
             own = (" Hollow triangles: this job's own limits (no accumulation) where they "

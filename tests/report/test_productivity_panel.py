@@ -172,3 +172,21 @@ def test_cli_report_passes_the_target_and_the_mtbf(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "finish forecast: step 500 in " in out
     assert "a mean time between failures of 7200 s, given)" in out
+
+
+def test_a_step_above_its_roofline_is_flagged(tmp_path):
+    """A peak below what the device reached (the demo's CPU probe on a loaded machine gave
+    program goodput 138%) is said, not shown as a plain 138%."""
+    low = ProgramCost("jit(step)", 1e10, 0.0, 1e8, "chip", 1, DevicePeak("chip", 1e11, 1e9))
+    store = new_store()
+    evs = events("k", "r1", [(K.JOB_START, 0.0)] + [(K.STEP_START, 1.0 + 0.02 * s, s)
+                                                    for s in range(6)] + [(K.JOB_END, 1.2)])
+    evs.insert(1, _cost(low, "r1", 0, 1.0))
+    store.append([Event(e.kind, "k", e.run_id, e.host, e.timestamp, step=e.step,
+                        payload=e.payload) for e in evs])
+    calc = calc_for(store, "k", now=2.0)
+    assert calc.get_productivity_goodput().program_goodput > 1.0
+    text = "\n".join(productivity_lines(productivity_panel(calc)))
+    assert "note: program goodput above 100%" in text
+    calc_ok = calc_for(_store(), "j", now=NOW)
+    assert "above 100%" not in "\n".join(productivity_lines(productivity_panel(calc_ok)))
