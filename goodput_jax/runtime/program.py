@@ -113,23 +113,24 @@ def _probe(device: Any, out: list) -> None:
     dtype = jnp.float32 if cpu else jnp.bfloat16
     mm = jax.jit(lambda a, b: a @ b)
     flops = 0.0
-    for n in ((512, 1024) if cpu else (4096, 8192)):  # the best of two sizes, 7 runs each
+    for n in ((384, 768) if cpu else (4096, 8192)):  # the best of two sizes, 5 runs each
         a = jax.device_put(jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype),
                            device)
-        flops = max(flops, 2.0 * n ** 3 / _best(mm, a, a, reps=7))
-    m = (16 if cpu else 256) * 2 ** 20  # float32 elements: 64 MiB (CPU) / 1 GiB
+        flops = max(flops, 2.0 * n ** 3 / _best(mm, a, a, reps=5))
+    m = (8 if cpu else 256) * 2 ** 20  # float32 elements: 32 MiB (CPU) / 1 GiB
     scale = jax.jit(lambda x: x * 1.000001)
     x = jax.device_put(jnp.ones((m,), jnp.float32), device)
-    out.append((flops, 2.0 * 4 * m / _best(scale, x, reps=5)))
+    out.append((flops, 2.0 * 4 * m / _best(scale, x, reps=3)))
 
 
 def measured_peak(device: Any = None) -> DevicePeak:
     """A measured peak for ``device`` (default: the first device), cached per process.
 
-    Square matmuls (512² and 1024² float32 on a CPU, 4096² and 8192² bfloat16 elsewhere;
-    the best of 7 runs of each) give FLOP/s, a scale of a 64 MiB (CPU) / 1 GiB array (read + write; best of 5) gives bytes/s.
-    It runs on its own thread, so an attached recorder does not count its compiles as the
-    training thread's (~0.1-0.5 s on a CPU, once).
+    Square matmuls (384² and 768² float32 on a CPU, 4096² and 8192² bfloat16 elsewhere;
+    the best of 5 runs of each) give FLOP/s, a scale of a 32 MiB (CPU) / 1 GiB array
+    (read + write; best of 3) gives bytes/s. It runs on its own thread, so an attached
+    recorder does not count its compiles as the training thread's (0.3-2 s on a 2-core CPU,
+    once per process; longer on a loaded machine).
 
     Example:
         >>> measured_peak().source
