@@ -24,6 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 _HEAD = """
 import time
+import warnings
+# these steps hand over no gradient statistics, which the hooks say once (on stderr)
+warnings.filterwarnings("ignore", message=".*no gradient statistics")
 import jax
 import jax.numpy as jnp
 from goodput_jax.integrations.hooks import GoodputHooks
