@@ -21,10 +21,14 @@ the step it just dispatched), and:
   warm-up) and the process's first ``job_warmup_steps`` more, keeps a bounded window of samples per configuration, and fits the
   step-time model to their medians, weighted by the sample counts;
 * picks up the gradient statistics that :func:`goodput_jax.gradient_noise_scale`
-  keeps in the optimizer state anywhere in the step's outputs: every
+  keeps in the optimizer state anywhere in the step's outputs (also a Flax NNX
+  ``nnx.Optimizer``'s, :mod:`goodput_jax.integrations.nnx`): every
   ``stats_every`` steps one asynchronous device program reduces them to
   a ``StatsSummary(count, sqr, var)`` (read back lazily in one device_get, never
-  blocking the step);
+  blocking the step; the program is compiled once per process on a background
+  thread, so it adds nothing to the job's program startup), or takes a
+  ``StatsSummary`` the step returns as it is. A step whose outputs hold no
+  statistics makes the hooks warn once, naming the fix;
 * every ``refit_interval`` seconds of profiled time, on the primary process
   only, and only when the profile changed materially (a new configuration, or
   a median or the noise scale moved by more than ``refit_tolerance``),
@@ -46,6 +50,11 @@ non-final calls with :meth:`GoodputHooks.accum_step` and the final one with
 separate micro-step must be timed alone). When the accumulation is fused into
 one call, the step time ``T`` with ``s`` extra micro-steps is split evenly:
 ``s`` accumulation samples and one optimizer sample of ``T / (s + 1)`` each.
+
+With the JAX runtime capture, pass the loop's :class:`goodput_jax.runtime.StepRecorder`
+(``GoodputHooks(..., steps=steps)``): the steps are recorded through it on its recorder,
+and :meth:`GoodputHooks.job` joins the job ``runtime.start_job`` started (one recorder,
+one job start; the quick start's section 4 shows the whole loop).
 
 The hooks compose rooms of one job each: the recorder's public fast path
 (:meth:`GoodputRecorder.step_sink`), the runtime's step timer, the profile
