@@ -61,6 +61,22 @@ whole job):
 ``custom.googleapis.com/goodput_jax/straggler_total_lost_time``    all hosts' lost time (s)
 =================================================================  ===========================
 
+ML Productivity Goodput (goodput_jax's own, issue 35; ``generic_task`` resource, no metric
+labels; sent only when the monitor is asked to, ``send_productivity_metrics=True``, so no
+custom metric is created in a project unasked; each in %, and only when the figure exists:
+no program cost recorded, no program goodput, MFU or product):
+
+=================================================================  ===========================
+``custom.googleapis.com/goodput_jax/scheduling_goodput``           held time / job time
+``custom.googleapis.com/goodput_jax/runtime_goodput``              productive / held time
+``custom.googleapis.com/goodput_jax/program_goodput``              roofline ideal / actual
+                                                                   step time
+``custom.googleapis.com/goodput_jax/ml_productivity_goodput``      the product of the three
+``custom.googleapis.com/goodput_jax/ettr``                         productive / job time
+                                                                   (Meta's ETTR)
+``custom.googleapis.com/goodput_jax/mfu``                          model FLOPs utilisation
+=================================================================  ===========================
+
 Empty ``GCPOptions`` fields (project, zone, accelerator type) are filled from the
 GCE metadata server, as Google's library does (:func:`fill_gcp_options`): the
 host is ``$GCE_METADATA_HOST`` (as Google's client libraries read it), else
@@ -592,9 +608,7 @@ class CloudMonitoringExporter:
         process = {"project_id": self.project_name.split("/", 1)[1],
                    "location": str(o.location or ""), "workload_id": self.job_name,
                    "replica_id": str(o.replica_id), "process_id": str(process_id)}
-        task = {"project_id": self.project_name.split("/", 1)[1],
-                "location": str(o.location or ""), "namespace": "goodput_jax",
-                "job": self.job_name, "task_id": str(o.replica_id)}
+        task = self.task_resource_labels()
         return [
             {"metric_type": HEARTBEAT_METRIC, "value": not hung, "metric_labels": hb_labels,
              "resource_type": PROCESS_RESOURCE_TYPE, "resource_labels": process},
@@ -604,6 +618,43 @@ class CloudMonitoringExporter:
             {"metric_type": CUSTOM_PREFIX + "hung", "value": bool(hung), "metric_labels": {},
              "resource_type": TASK_RESOURCE_TYPE, "resource_labels": task},
         ]
+
+    def task_resource_labels(self) -> dict[str, str]:
+        """The ``generic_task`` resource labels of goodput_jax's own metrics (stragglers,
+        productivity, the hang check's): project, location, namespace ``goodput_jax``,
+        job, task (the replica)."""
+        o = self.options
+        return {"project_id": self.project_name.split("/", 1)[1],
+                "location": str(o.location or ""), "namespace": "goodput_jax",
+                "job": self.job_name, "task_id": str(o.replica_id)}
+
+    def productivity_metrics(self, result: Any) -> list[dict]:
+        """ML Productivity Goodput's factors, product, ETTR and MFU (%) under
+        :data:`CUSTOM_PREFIX` (see the module docstring); a figure that does not exist
+        (NaN: no program cost recorded, no held time yet) is not sent.
+
+        Args:
+            result: ``GoodputCalculator.get_productivity_goodput()``
+                (:class:`~goodput_jax.measure.productivity.ProductivityGoodput`).
+
+        Example:
+            >>> import math
+            >>> from goodput_jax.goodput import GCPOptions
+            >>> from goodput_jax.measure.productivity import ProgramGoodput, productivity_of
+            >>> exp = CloudMonitoringExporter(GCPOptions(project_id="p", location="l"), "job",
+            ...                               client=object())
+            >>> r = productivity_of(100.0, 80.0, 60.0, ProgramGoodput((), math.nan, math.nan, 0))
+            >>> [(m["metric_type"].rsplit("/", 1)[1], m["value"])
+            ...  for m in exp.productivity_metrics(r)]
+            [('scheduling_goodput', 80.0), ('runtime_goodput', 75.0), ('ettr', 60.0)]
+        """
+        from goodput_jax.measure.tags import PRODUCTIVITY_TAGS, productivity_scalars
+
+        task = self.task_resource_labels()
+        return [{"metric_type": CUSTOM_PREFIX + PRODUCTIVITY_TAGS[tag], "value": float(v),
+                 "metric_labels": {}, "resource_type": TASK_RESOURCE_TYPE,
+                 "resource_labels": dict(task)}
+                for tag, v in productivity_scalars(result).items()]
 
     def straggler_metrics(self, stragglers: Any, *, top: int = 3,
                           window_seconds: float | None = None) -> list[dict]:
@@ -630,10 +681,7 @@ class CloudMonitoringExporter:
         """
         if stragglers is None or int(stragglers.num_hosts) <= 1:
             return []
-        o = self.options
-        task = {"project_id": self.project_name.split("/", 1)[1],
-                "location": str(o.location or ""), "namespace": "goodput_jax",
-                "job": self.job_name, "task_id": str(o.replica_id)}
+        task = self.task_resource_labels()
         window = {"rolling_window_size": "0" if window_seconds is None
                   else str(int(window_seconds))}
         out = []
@@ -770,6 +818,12 @@ class CloudMonitoringExporter:
                       include_slice_efficiency: bool = False) -> int:
         """Send one window's :meth:`interval_metrics`."""
         metrics = self.interval_metrics(details, include_slice_efficiency=include_slice_efficiency)
+        return self.send(metrics, now) if metrics else 0
+
+    def send_productivity(self, result: Any, now: float | None = None) -> int:
+        """Send :meth:`productivity_metrics` of ``result`` (through :meth:`send`, so
+        within the write rules)."""
+        metrics = self.productivity_metrics(result)
         return self.send(metrics, now) if metrics else 0
 
     def send_step_deviation(self, calculator: Any, now: float | None = None) -> int:

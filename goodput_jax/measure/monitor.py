@@ -43,6 +43,11 @@ productive step unless noted:
                                        slowest hosts over the last
                                        ``straggler_window_seconds`` (see
                                        :func:`straggler_scalars`)
+``productivity/scheduling_goodput``    ML Productivity Goodput's factors (%), each when
+``productivity/runtime_goodput``       its figure exists (no program cost recorded: no
+``productivity/program_goodput``       program goodput, MFU or product); see
+``productivity/ml_productivity_goodput``  :func:`productivity_scalars`
+``productivity/ettr`` ``productivity/mfu``
 =====================================  ==============================================
 
 Example:
@@ -68,8 +73,10 @@ from goodput_jax.measure.badput import GOOGLE_NAMES
 from goodput_jax.measure.events import to_timestamp
 from goodput_jax.measure.tags import (  # noqa: F401 - HINT_TAGS, hint_scalars: public here too
     HINT_TAGS,
+    PRODUCTIVITY_TAGS,
     finite_number,
     hint_scalars,
+    productivity_scalars,
     straggler_scalars,
     tag_part,
     window_tag,
@@ -216,6 +223,12 @@ class GoodputMonitor:
             tags (and Cloud Monitoring series).
         straggler_log_every: the slowest host is logged when it changes, else at most once
             every this many goodput uploads (0: only when it changes).
+        include_productivity: each goodput upload also writes the ``productivity/*`` tags
+            (ML Productivity Goodput: scheduling, runtime and program goodput, their
+            product, ETTR, MFU; :meth:`upload_productivity`).
+        send_productivity_metrics: with Cloud Monitoring on (the drop-in monitor), also
+            send them as ``custom.googleapis.com/goodput_jax/*`` metrics. Off by default:
+            custom metrics are created in the project only when asked for.
 
     ``tensorboard_dir`` may be a ``gs://`` URL (needs ``gcsfs``, the ``gcp`` extra):
     event files are written through fsspec, no TensorFlow.
@@ -256,6 +269,8 @@ class GoodputMonitor:
         straggler_window_seconds: float | None = 3600.0,
         straggler_top: int = 3,
         straggler_log_every: int = 20,
+        include_productivity: bool = True,
+        send_productivity_metrics: bool = False,
     ) -> None:
         if tag_layout not in ("goodput_jax", "reference"):
             raise ValueError(
@@ -284,6 +299,12 @@ class GoodputMonitor:
                 raise ValueError(f"{name} ({v!r}) must be a non-negative int")
         self.straggler_top = straggler_top
         self.straggler_log_every = straggler_log_every
+        for name, v in (("include_productivity", include_productivity),
+                        ("send_productivity_metrics", send_productivity_metrics)):
+            if not isinstance(v, bool):
+                raise ValueError(f"{name} ({v!r}) must be True or False")
+        self.include_productivity = include_productivity
+        self.send_productivity_metrics = send_productivity_metrics
         check_tensorboard_dir(os.fspath(tensorboard_dir))
         if isinstance(max_deviation_points, bool) or not isinstance(max_deviation_points, int) \
                 or max_deviation_points < 0:
@@ -399,7 +420,54 @@ class GoodputMonitor:
             values.update(self.upload_stragglers(last_step=int(last_step), flush=False))
         except Exception as e:  # noqa: BLE001 - logged and counted; goodput was written
             self._on_error("stragglers", e)
+        if self.include_productivity:
+            try:
+                values.update(self.upload_productivity(last_step=int(last_step), flush=False))
+            except Exception as e:  # noqa: BLE001 - logged and counted; goodput was written
+                self._on_error("productivity", e)
         self._writer.flush()
+        return values
+
+    # ----------------------------------------------------------------- productivity
+    def upload_productivity(self, last_step: int | None = None, *, flush: bool = True
+                            ) -> dict[str, float]:
+        """Write the ``productivity/*`` tags (:func:`productivity_scalars`): scheduling,
+        runtime and program goodput, ML Productivity Goodput, ETTR and MFU in %, each only
+        when its figure exists; with Cloud Monitoring on and ``send_productivity_metrics``,
+        send them (:meth:`CloudMonitoringExporter.productivity_metrics`) within the write
+        rules.
+
+        Runs in every goodput upload (with ``include_productivity``). The calculator's
+        query is incremental (running totals; the program costs over the productive steps'
+        times); scheduling goodput comes from the job's own events (elastic waits, the
+        downtime between a crashed run and the next).
+
+        Returns:
+            The scalars written (empty when the job has no events).
+
+        Example:
+            >>> monitor.upload_productivity()  # doctest: +SKIP
+            {'productivity/scheduling_goodput': 100.0, 'productivity/runtime_goodput': 91.6, ...}
+        """
+        from goodput_jax.measure.calculator import NoEventsError
+
+        now = self._now()
+        try:
+            result = self.calculator.get_productivity_goodput(now=now)
+        except NoEventsError:
+            return {}
+        values = productivity_scalars(result)
+        if not values:
+            return {}
+        step = last_step if last_step is not None else self.last_step
+        self._writer.write(int(step), values, now)
+        if flush:
+            self._writer.flush()
+        gcm = self.cloud_monitoring
+        opts = getattr(self, "gcp_options", None)
+        if gcm is not None and self.send_productivity_metrics \
+                and getattr(opts, "enable_gcp_goodput_metrics", True):
+            gcm.send_productivity(result, now)
         return values
 
     # ----------------------------------------------------------------- stragglers

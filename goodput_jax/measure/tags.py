@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["HINT_TAGS", "finite_number", "hint_scalars", "straggler_scalars", "tag_part",
-           "window_tag"]
+__all__ = ["HINT_TAGS", "PRODUCTIVITY_TAGS", "finite_number", "hint_scalars",
+           "productivity_scalars", "straggler_scalars", "tag_part", "window_tag"]
 
 
 #: TensorBoard tag -> the hint's JSON key, as ``goodput_jax.model.hints.Hints.to_json``
@@ -38,6 +38,17 @@ HINT_TAGS: dict[str, str] = {
     "model/accumulation_steps": "accumSteps",
     "model/num_replicas": "numReplicas",
     "model/num_nodes": "numNodes",
+}
+
+#: TensorBoard tag -> the :class:`~goodput_jax.measure.productivity.ProductivityGoodput`
+#: field it shows (in %). ``docs/tensorboard_tags.md`` gives each formula.
+PRODUCTIVITY_TAGS: dict[str, str] = {
+    "productivity/scheduling_goodput": "scheduling_goodput",
+    "productivity/runtime_goodput": "runtime_goodput",
+    "productivity/program_goodput": "program_goodput",
+    "productivity/ml_productivity_goodput": "ml_productivity_goodput",
+    "productivity/ettr": "ettr",
+    "productivity/mfu": "mfu",
 }
 
 TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
@@ -102,6 +113,40 @@ def hint_scalars(hints: Any) -> dict[str, float]:
             and norm is not None and norm > 0 and var is not None and init_bsz is not None
         ):
             out["model/gradient_noise_scale"] = init_bsz * var / norm
+    return out
+
+
+def productivity_scalars(result: Any) -> dict[str, float]:
+    """TensorBoard scalars (%) of a job's ML Productivity Goodput.
+
+    Args:
+        result: ``GoodputCalculator.get_productivity_goodput()``
+            (:class:`~goodput_jax.measure.productivity.ProductivityGoodput`), or None.
+
+    Each tag of :data:`PRODUCTIVITY_TAGS` is written only when its figure exists (a finite
+    number): a job without a recorded program cost has no program goodput, no MFU and so
+    no product, and gets no ``productivity/program_goodput``, ``productivity/mfu`` or
+    ``productivity/ml_productivity_goodput`` (not a 0); a job with no held time yet has
+    no runtime goodput.
+
+    Example:
+        >>> from goodput_jax.measure.productivity import (ProgramGoodput, SchedulingSpan,
+        ...     SchedulingTimeline, productivity)
+        >>> tl = SchedulingTimeline.of([SchedulingSpan(0, 20, False, "queued"),
+        ...                             SchedulingSpan(20, 100, True, "running")])
+        >>> {k: round(v, 6) for k, v in productivity_scalars(
+        ...     productivity(tl, 60.0, ProgramGoodput((), 0.5, 0.4, 10))).items()}
+        {'productivity/scheduling_goodput': 80.0, 'productivity/runtime_goodput': 75.0, 'productivity/program_goodput': 50.0, 'productivity/ml_productivity_goodput': 30.0, 'productivity/ettr': 60.0, 'productivity/mfu': 40.0}
+        >>> productivity_scalars(productivity(tl, 60.0, ProgramGoodput((), math.nan, math.nan, 0)))
+        {'productivity/scheduling_goodput': 80.0, 'productivity/runtime_goodput': 75.0, 'productivity/ettr': 60.0}
+    """
+    if result is None:
+        return {}
+    out: dict[str, float] = {}
+    for tag, field in PRODUCTIVITY_TAGS.items():
+        v = finite_number(getattr(result, field))
+        if v is not None:
+            out[tag] = 100.0 * v
     return out
 
 
