@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -71,7 +72,9 @@ def test_start_job_arguments(tmp_path):
         runtime.start_job(rec, init="soon")
     with pytest.raises(TypeError, match=r"setup \(3\) must be a callable"):
         runtime.init_backend(setup=3)
-    init = runtime.init_backend()
+    with warnings.catch_warnings():  # the backend may be up already in this process
+        warnings.simplefilter("ignore", RuntimeWarning)
+        init = runtime.init_backend()
     assert runtime.init_backend() is init and runtime.measured_init() is init
     # an explicit measurement is recorded as given, on a second recorder too
     store = SQLiteStore(str(tmp_path / "s.db"))
