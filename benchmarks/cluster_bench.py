@@ -237,15 +237,20 @@ def _parts(job: dict, prog: list, a: int, t_req: float, stop_ev: dict | None) ->
             "total": first["t"] - t_req, "lost_steps": max(0, last + 1 - restore["step"])}
 
 
-def bench_restart(work: str, moves: int, labels: list, cluster) -> dict:
-    """One job moved by hand ``moves`` times; three jobs moved together; a node loss."""
+def bench_restart(work: str, moves: int, labels: list, cluster, baseline: bool = False) -> dict:
+    """One job moved by hand ``moves`` times; three jobs moved together; a node loss.
+
+    ``baseline``: without the jobs' shared compilation cache and the warm spare processes
+    (each relaunch starts a fresh process, imports and compiles: the runtime before them).
+    """
     import ray
 
     from goodput_jax.cluster import ClusterClient, JobSpec, start_controller
     from goodput_jax.cluster.controller import stop_controller
 
     sd = os.path.join(work, "restart")
-    ctl = start_controller(sd, policy="pollux", interval=1e6, poll=0.1)
+    ctl = start_controller(sd, policy="pollux", interval=1e6, poll=0.1,
+                           job_cache=not baseline, spares=not baseline)
     client = ClusterClient(sd)
     while client.capacity() is None:
         time.sleep(0.1)
@@ -261,7 +266,18 @@ def bench_restart(work: str, moves: int, labels: list, cluster) -> dict:
                 raise TimeoutError(f"{name} attempt {attempt}: {client.status(name)['status']}")
             time.sleep(0.1)
 
+    def warm(labels_: list, deadline: float) -> None:
+        """Wait for a warm spare process on each node a move goes to (a policy moves a
+        job at most once per round, 60 s by default: by then a used spare is replaced)."""
+        if baseline:
+            return
+        while not all(ray.get(ctl.spares.remote()).get(lb) for lb in set(labels_)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no warm spare on {labels_}")
+            time.sleep(0.2)
+
     def move(name: str, to: list) -> None:
+        warm(to, time.monotonic() + 120)
         did = ray.get(ctl.reallocate.remote(name, to))
         if did != "stop requested":  # a round moved it first: this move's cost is not one
             raise RuntimeError(f"{name}: the controller {did} (the job was not running)")
@@ -303,6 +319,7 @@ def bench_restart(work: str, moves: int, labels: list, cluster) -> dict:
     here = {n: client.status(n)["allocation"][0] for n in names}
     before = {n: client.status(n)["attempt"] for n in names}
     ring = {x: y, y: z, z: x}
+    warm([x, y, z], time.monotonic() + 120)
     for n in names:
         move(n, [ring[here[n]]])
     for n in names:
@@ -356,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reallocations", type=int, default=5)
     ap.add_argument("--rounds-only", action="store_true", help="skip the reallocation part")
     ap.add_argument("--restarts-only", action="store_true", help="skip the controller rounds")
+    ap.add_argument("--baseline", action="store_true",
+                    help="restarts without the shared compilation cache and spare processes")
     args = ap.parse_args(argv)
     from goodput_jax.cluster.local import LocalCluster, in_sandbox, run_sandboxed
 
@@ -382,14 +401,17 @@ def main(argv: list[str] | None = None) -> int:
             c.kill_node("n1")
             labels = [c.add_node("a", 2), c.add_node("a", 2), c.add_node("a", 2)]
             print("restarts ...", flush=True)
-            restarts = bench_restart(work, moves, labels, c)
+            restarts = bench_restart(work, moves, labels, c, baseline=args.baseline)
     print()
     print(f"cluster_bench: {platform.node()} {os.cpu_count()} CPUs, python "
           f"{platform.python_version()}, jax {jax.__version__}, ray {ray.__version__}")
     if rounds:
         print_rounds(rounds)
     print()
-    _print_restarts(restarts)
+    if restarts:
+        print("(baseline: no shared compilation cache, no spare processes)" if args.baseline
+              else "(shared compilation cache and warm spare processes)")
+        _print_restarts(restarts)
     with open(os.path.join(work, "cluster_bench.json"), "w") as fh:
         json.dump({"rounds": rounds, "restarts": restarts}, fh, indent=1)
     print(f"\n(raw numbers: {os.path.join(work, 'cluster_bench.json')})")

@@ -857,6 +857,10 @@ class ControllerActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def spares(self) -> dict:
+        """``{node label: warm}`` of the launcher's spare processes."""
+        return self.controller.launcher.spare_status()
+
     def shutdown(self) -> bool:
         """Stop every launch and the loop (the cluster is going down)."""
         self._stop.set()

@@ -138,7 +138,9 @@ def regression(ctx: JobContext) -> str | None:
                 ckpt.save(mngr, step, params, opt_state, adaptive)
             saved[0] = step
         if ctx.is_primary:
-            if reason != "periodic" or hooks.perf_params is None:
+            # a stop is on the restart's critical path: refit only when there is no fit yet
+            # (periodic saves and the final one keep the hints fresh)
+            if reason == "final" or hooks.perf_params is None:
                 hooks.refit()
             hooks.publish()
             rec.flush()

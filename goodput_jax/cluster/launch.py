@@ -116,6 +116,10 @@ class ReplicaActor:
         """Whether the preloaded modules are imported (a spare is warm)."""
         return not self._preload.is_alive()
 
+    def is_free(self) -> bool:
+        """Whether no launch runs here yet (a spare that can be given one)."""
+        return not self._started
+
     def start(self, context: dict, entry_point: str, log_path: str, rank0: str | None = None,
               env: dict | None = None, reserved: Any = None) -> bool:
         """Run one process of a launch in this process (a spare is started this way;
@@ -150,7 +154,15 @@ class ReplicaActor:
                 import ray
 
                 peer = wait_for_actor(rank0, timeout=120)
-                ctx["coordinator"] = ray.get(peer.coordinator.remote(), timeout=120)
+                deadline = time.monotonic() + 120
+                coord = None
+                while coord is None:  # rank 0 may not have started yet (a spare waits
+                    coord = ray.get(peer.coordinator.remote(), timeout=120)  # for its group)
+                    if coord is None:
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"rank 0 ({rank0}) gave no coordinator")
+                        time.sleep(0.1)
+                ctx["coordinator"] = coord
             self._result = ("ok", run_replica(ctx, entry_point, log_path,
                                               on_distributed=self._release_port))
         except BaseException as e:  # noqa: BLE001 - reported to the controller by poll
@@ -199,7 +211,7 @@ class RayLauncher:
 
     def __init__(self, fake_devices: bool = True, compile_cache: str | None = None, *,
                  spares: bool = False, state_root: str | None = None,
-                 preload: tuple[str, ...] = PRELOAD, replenish_delay: float = 10.0):
+                 preload: tuple[str, ...] = PRELOAD, replenish_delay: float = 5.0):
         import ray
 
         self._ray = ray
@@ -218,17 +230,36 @@ class RayLauncher:
 
     # ---------------------------------------------------------------- spares
     def _adopt_spares(self) -> None:
+        """Take over a previous controller's unused spares (a used one runs a launch: it
+        is in the launch book, and says so itself)."""
+        from goodput_jax.cluster.state import StateDir
+
+        book = StateDir.read_json(self._book, {}) if self._book else {}
+        used = {n for names in (book or {}).values() for n in names}
         for info in self._ray.util.list_named_actors(all_namespaces=True):
             name = info.get("name", "") if isinstance(info, dict) else str(info)
             ns = info.get("namespace") if isinstance(info, dict) else NAMESPACE
-            if ns == NAMESPACE and name.startswith(SPARE_PREFIX):
-                label = name[len(SPARE_PREFIX):].split("-", 1)[1]
-                if label in self._spare:
-                    continue
-                try:
-                    self._spare[label] = (name, self._ray.get_actor(name, namespace=NAMESPACE))
-                except ValueError:
-                    continue
+            if ns != NAMESPACE or not name.startswith(SPARE_PREFIX) or name in used:
+                continue
+            label = name[len(SPARE_PREFIX):].split("-", 1)[1]
+            if label in self._spare:
+                continue
+            try:
+                handle = self._ray.get_actor(name, namespace=NAMESPACE)
+                if self._ray.get(handle.is_free.remote(), timeout=10):
+                    self._spare[label] = (name, handle)
+            except Exception as e:  # noqa: BLE001 - gone, or busy: not a spare
+                logger.debug("spare %s: %s", name, e)
+
+    def spare_status(self) -> dict[str, bool]:
+        """``{label: warm}`` of the spare processes (warm: its imports are done)."""
+        out = {}
+        for label, (_, handle) in self._spare.items():
+            try:
+                out[label] = bool(self._ray.get(handle.ready.remote(), timeout=2))
+            except Exception:  # noqa: BLE001 - starting, or its node is gone
+                out[label] = False
+        return out
 
     def _base_env(self) -> dict:
         env = {}

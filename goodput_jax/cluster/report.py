@@ -8,6 +8,10 @@ One self-contained HTML page (inline SVG and CSS, no script, no matplotlib) with
   where a node was lost and a tick for every policy round that changed something;
 * per job: its queueing (before its first launch and between launches), launches,
   restarts and what they cost, its job completion time (JCT) and measured goodput;
+* per job, ML Productivity Goodput: scheduling goodput from the runtime's own timeline
+  of the job (:func:`goodput_jax.cluster.record.scheduling_timeline`: queued, running,
+  stopping, relaunching), runtime and program goodput from its goodput store, their
+  product, ETTR and MFU (``GoodputCalculator.get_productivity_goodput(scheduling=...)``);
 * every restart: its cause (a policy stop, a node loss, a crash, a controller
   restart), when it was asked for, relaunched, and the first step logged after it;
 * the policy's decisions: each round that changed an allocation, old -> new.
@@ -35,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import html
 import math
@@ -43,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from goodput_jax.measure.productivity import ProductivityGoodput
 from goodput_jax.report.labels import plural
 
 __all__ = [
@@ -138,6 +144,9 @@ class JobSummary:
             it finished (restarts and requeues).
         jct: submission to finish (None: not finished).
         goodput: its measured goodput in % (None: no store or no events).
+        productivity: its ML Productivity Goodput (fractions): scheduling goodput from
+            the runtime's timeline of the job, runtime and program goodput from its
+            store (None: no store or no events).
     """
 
     name: str
@@ -153,6 +162,7 @@ class JobSummary:
     jct: float | None
     goodput: float | None
     events_dropped: int = 0
+    productivity: ProductivityGoodput | None = None
 
 
 @dataclass(frozen=True)
@@ -208,7 +218,8 @@ def _alloc_text(alloc: Sequence[str]) -> str:
 
 
 def _job_summary(name: str, rec: Mapping[str, Any], progress: Sequence[Mapping[str, Any]],
-                 goodput: float | None, end: float) -> JobSummary:
+                 goodput: float | None, end: float,
+                 productivity: ProductivityGoodput | None = None) -> JobSummary:
     submitted = _num(rec.get("submitted", 0.0), f"job {name!r}: submitted")
     finished = rec.get("finished")
     finished = None if finished is None else _num(finished, f"job {name!r}: finished")
@@ -263,13 +274,14 @@ def _job_summary(name: str, rec: Mapping[str, Any], progress: Sequence[Mapping[s
                       events, tuple(restarts), int(rec.get("failures", 0) or 0),
                       max(queued, 0.0), between,
                       None if finished is None else finished - submitted, goodput,
-                      int(rec.get("events_dropped", 0) or 0))
+                      int(rec.get("events_dropped", 0) or 0), productivity)
 
 
 def build_timeline(jobs: Mapping[str, Mapping[str, Any]], rounds: Sequence[Mapping[str, Any]] = (),
                    nodes: Sequence[Mapping[str, Any]] = (), *,
                    progress: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
                    goodput: Mapping[str, float | None] | None = None,
+                   productivity: Mapping[str, ProductivityGoodput | None] | None = None,
                    now: float | None = None) -> ClusterTimeline:
     """A :class:`ClusterTimeline` from the runtime's records in their JSON form.
 
@@ -282,6 +294,8 @@ def build_timeline(jobs: Mapping[str, Mapping[str, Any]], rounds: Sequence[Mappi
             seen in launches are added as lost.
         progress: name -> the job's progress log (``event``, ``attempt``, ``t``).
         goodput: name -> measured goodput in %.
+        productivity: name -> the job's ML Productivity Goodput
+            (``GoodputCalculator.get_productivity_goodput(scheduling=...)``).
         now: the report's end (default: the latest time in the records).
 
     Raises:
@@ -289,6 +303,10 @@ def build_timeline(jobs: Mapping[str, Mapping[str, Any]], rounds: Sequence[Mappi
     """
     progress = progress or {}
     goodput = goodput or {}
+    productivity = productivity or {}
+    for n, p in productivity.items():
+        if p is not None and not isinstance(p, ProductivityGoodput):
+            raise TypeError(f"productivity[{n!r}] ({p!r}) must be a ProductivityGoodput or None")
     times = [_num(r["t"], "round time") for r in rounds if "t" in r]
     for name, rec in jobs.items():
         times += [_num(e["t"], f"job {name!r}: event time") for e in rec.get("events") or ()
@@ -298,7 +316,8 @@ def build_timeline(jobs: Mapping[str, Mapping[str, Any]], rounds: Sequence[Mappi
     if now is None:
         now = max(times) if times else 0.0
     end = _num(now, "now")
-    summaries = tuple(_job_summary(n, jobs[n], progress.get(n, ()), goodput.get(n), end)
+    summaries = tuple(_job_summary(n, jobs[n], progress.get(n, ()), goodput.get(n), end,
+                                   productivity.get(n))
                       for n in sorted(jobs))
     start = min([j.submitted for j in summaries] + times + [end])
     live = {str(n["label"]): ClusterNode(str(n["label"]), n.get("accelerator_type"),
@@ -333,13 +352,15 @@ def timeline_from_state(state_dir: str | os.PathLike, *, now: float | None = Non
     """Read a cluster's state directory into a :class:`ClusterTimeline`.
 
     Reads ``controller.json`` (jobs and rounds), ``cluster.json`` (live nodes), each
-    job's progress log and, with ``goodput``, each job's measured goodput from its
-    store (a store that cannot be read gives None).
+    job's progress log and, with ``goodput``, each job's measured goodput and ML
+    Productivity Goodput from its store (a store that cannot be read gives None): the
+    job's scheduling timeline (:func:`goodput_jax.cluster.record.scheduling_timeline`,
+    to the report's end while it runs) is the calculator's ``scheduling`` input.
 
     Raises:
         ValueError: ``state_dir`` holds no controller state.
     """
-    from goodput_jax.cluster.record import read_state
+    from goodput_jax.cluster.record import read_state, scheduling_timeline
     from goodput_jax.cluster.state import StateDir
 
     sd = StateDir(state_dir)
@@ -350,29 +371,45 @@ def timeline_from_state(state_dir: str | os.PathLike, *, now: float | None = Non
     jobs = {n: rec.to_json() for n, rec in state.jobs.items()}
     nodes = (sd.read_json(sd.cluster_path, {}) or {}).get("nodes") or []
     progress = {n: sd.read_progress(n) for n in jobs}
-    scores: dict[str, float | None] = {}
-    if goodput:
-        for n, rec in state.jobs.items():
-            scores[n] = _measured_goodput(n, rec.spec.store if rec.spec is not None else None)
-    return build_timeline(jobs, state.rounds, nodes, progress=progress, goodput=scores,
-                          now=now)
+    tl = build_timeline(jobs, state.rounds, nodes, progress=progress, now=now)
+    if not goodput:
+        return tl
+    measured = []
+    for j in tl.jobs:
+        rec = state.jobs[j.name]
+        sched = scheduling_timeline(rec, now=tl.end)
+        score, prod = _measured(j.name, rec.spec.store if rec.spec is not None else None,
+                                sched, tl.end)
+        measured.append(dataclasses.replace(j, goodput=score, productivity=prod))
+    return dataclasses.replace(tl, jobs=tuple(measured))
 
 
-def _measured_goodput(name: str, store: str | None) -> float | None:
+def _measured(name: str, store: str | None, scheduling: Any, end: float
+              ) -> tuple[float | None, ProductivityGoodput | None]:
+    """The job's measured goodput (%) and ML Productivity Goodput from its store, with
+    the cluster's scheduling timeline of it (None for what cannot be read)."""
     if not store:
-        return None
+        return None, None
     if store.startswith("sqlite:///") and not os.path.exists(store[len("sqlite:///"):]):
-        return None
+        return None, None
     from goodput_jax.measure.calculator import GoodputCalculator
 
     try:
         calc = GoodputCalculator(name, store=store)
     except Exception:  # noqa: BLE001 - an unreachable store: no figure
-        return None
+        return None, None
     try:
-        return float(calc.get_job_goodput()[0])
-    except Exception:  # noqa: BLE001 - a store without this job's events: no figure
-        return None
+        try:
+            score = float(calc.get_job_goodput()[0])
+        except Exception:  # noqa: BLE001 - a store without this job's events: no figure
+            return None, None
+        prod = None
+        if scheduling.total_s > 0:
+            try:
+                prod = calc.get_productivity_goodput(scheduling, now=end)
+            except Exception:  # noqa: BLE001 - no figure rather than no report
+                prod = None
+        return score, prod
     finally:
         calc.store.close()
 
@@ -573,6 +610,37 @@ def _jobs_table(tl: ClusterTimeline) -> str:
     return f"<table class='jobs'>{head}{''.join(rows)}</table>"
 
 
+def _pct(x: float | None) -> str:
+    return "\u2013" if x is None or not math.isfinite(x) else f"{100 * x:.1f}"
+
+
+def _productivity_table(tl: ClusterTimeline) -> str:
+    """Per job: scheduling, runtime and program goodput, their product, ETTR, MFU."""
+    head = ("<tr><th class='l'>job</th><th>scheduling goodput (%)</th>"
+            "<th>runtime goodput (%)</th><th>program goodput (%)</th>"
+            "<th>ML Productivity Goodput (%)</th><th>ETTR (%)</th><th>MFU (%)</th>"
+            "<th>held / job time (s)</th><th class='l'>note</th></tr>")
+    rows = []
+    for j in tl.jobs:
+        p = j.productivity
+        if p is None:
+            note = "no goodput store" if j.goodput is None else "no scheduling time"
+            cells = "".join("<td>\u2013</td>" for _ in range(7))
+        else:
+            note = ("no program cost recorded (no MFU, no product)"
+                    if not math.isfinite(p.program_goodput) else "")
+            cells = (f"<td class='sched'>{_pct(p.scheduling_goodput)}</td>"
+                     f"<td class='runtime'>{_pct(p.runtime_goodput)}</td>"
+                     f"<td class='program'>{_pct(p.program_goodput)}</td>"
+                     f"<td class='product'><b>{_pct(p.ml_productivity_goodput)}</b></td>"
+                     f"<td>{_pct(p.ettr)}</td><td>{_pct(p.mfu)}</td>"
+                     f"<td>{p.held_s:.1f} / {p.total_s:.1f}</td>")
+        rows.append(f"<tr id='productivity-{html.escape(j.name)}'>"
+                    f"<td class='l'>{html.escape(j.name)}</td>{cells}"
+                    f"<td class='l'>{html.escape(note)}</td></tr>")
+    return f"<table class='productivity'>{head}{''.join(rows)}</table>"
+
+
 def _restarts_table(tl: ClusterTimeline) -> str:
     rs = [r for j in tl.jobs for r in j.restarts]
     if not rs:
@@ -659,6 +727,15 @@ without a running launch after the first (stops, relaunches, requeues). Restart 
 the restart's cause to the first step logged after it. JCT: submission to finish. Goodput:
 the job's measured goodput (productive step time / job time, from its goodput store).</p>
 <div class="scroll">{_jobs_table(tl)}</div>
+<h2 id="productivity">ML Productivity Goodput per job</h2>
+<p class="explain">Scheduling goodput: the share of the job's time (submission to finish, or
+to the report's end) during which a launch held its full allocation, from the runtime's own
+record of the job (queued, running, stopping, relaunching). Runtime goodput: productive step
+time / that held time, from the job's goodput store. Program goodput: the roofline's ideal
+step time / the device-true step time of its compiled step programs (MFU is the FLOP side).
+ML Productivity Goodput is the product of the three; ETTR is productive time / job time.
+See docs/productivity.md.</p>
+<div class="scroll">{_productivity_table(tl)}</div>
 <h2 id="restarts">Restarts and their cost</h2>
 <div class="scroll">{_restarts_table(tl)}</div>
 <h2 id="rounds">The policy's decisions</h2>

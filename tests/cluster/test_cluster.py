@@ -118,9 +118,15 @@ def test_every_restart_resumes_from_its_checkpoint_and_the_loss_continues(scenar
                 assert launch["step"] == 0 and not restore
                 continue
             restarts += 1
-            # it restored the newest checkpoint written before it, exactly
+            # it restored the newest checkpoint written before it, exactly (a process
+            # killed with its node between Orbax's commit and its progress line leaves a
+            # newer checkpoint than the log shows: then the steps up to it were trained)
             newest = max(saved_before, key=lambda p: p["step"])
-            assert restore and restore[0]["step"] == newest["step"] == launch["step"], name
+            assert restore and restore[0]["step"] == launch["step"] >= newest["step"], name
+            if restore[0]["step"] > newest["step"]:
+                trained = {p["step"] for p in prog if p["event"] == "step" and p["attempt"] < a}
+                assert set(range(newest["step"], restore[0]["step"])) <= trained, (name, a)
+                newest = {"step": restore[0]["step"], "eval": restore[0]["eval"]}
             assert restore[0]["eval"] == pytest.approx(newest["eval"], rel=1e-5, abs=1e-6)
             steps = _steps(prog, a)
             if not steps:
