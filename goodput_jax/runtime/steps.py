@@ -517,9 +517,11 @@ class StepRecorder:
             self.start(step)
             c = self._catt.compilations
             out = fn(*args, **kwargs)
-            if self._catt.compilations != c or self._cost_first:
-                self._program_seen(step, fn, args, kwargs)
             self.track(step, out)
+            if self._catt.compilations != c or self._cost_first:
+                # after track: the watcher times the step while the cost is read (a first
+                # measured peak's probe then lies between steps, not inside one)
+                self._program_seen(step, fn, args, kwargs)
             return out
         if self._hooked is not None:
             self._hook_missed()
@@ -530,8 +532,6 @@ class StepRecorder:
         sink(_START, t, step)
         c = self._catt.compilations
         out = fn(*args, **kwargs)
-        if self._catt.compilations != c:
-            self._program_seen(step, fn, args, kwargs)
         if self._hook_skip:
             self._hook_skip -= 1
             self._pending.append((step, out))
@@ -540,6 +540,8 @@ class StepRecorder:
                 self._sem.put(None)
         else:
             self._track_hooked(step, out)
+        if self._catt.compilations != c:
+            self._program_seen(step, fn, args, kwargs)
         return out
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -590,8 +592,6 @@ class StepRecorder:
             catt = rec._catt
             c = catt.compilations
             out = fn(*args)
-            if catt.compilations != c:
-                rec._program_seen(step, fn, args, {})
             if rec._hook_skip:
                 rec._hook_skip -= 1
                 pending_append((step, out))
@@ -600,6 +600,8 @@ class StepRecorder:
                     wake(None)
             else:
                 rec._track_hooked(step, out)
+            if catt.compilations != c:
+                rec._program_seen(step, fn, args, {})
             return out
 
         recorded.__wrapped__ = fn  # type: ignore[attr-defined]

@@ -197,3 +197,49 @@ def test_step_recorder_records_each_compiled_program_once(tmp_path):
     assert costs[0].payload["peak"]["source"] == "user"
     pg = GoodputCalculator("shapes", store=f"sqlite:///{db}").get_program_goodput()
     assert [(p.first_step, p.num_steps) for p in pg.programs] == [(0, 3), (4, 4)]
+
+
+def test_a_first_peak_probe_is_not_step_time(tmp_path):
+    """The measured peak's probe (a fresh process: not cached) runs after the step is handed
+    to the watcher, so the step's device end is not held back by it: the probe lies between
+    steps (device-idle time), not in step 0's productive time."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    db = tmp_path / "probe.db"
+    script = tmp_path / "probe.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, time
+        import jax, jax.numpy as jnp
+        from goodput_jax import goodput, runtime
+        from goodput_jax.measure.calculator import GoodputCalculator
+        f = jax.jit(lambda x: (x * 2.0, jnp.sum(x)))
+        x = jnp.ones((64,))
+        rec = goodput.GoodputRecorder("probe", "l", True, store="sqlite:///{db}")
+        steps = runtime.StepRecorder(rec)
+        rec.record_job_start_time()
+        t0 = time.time()
+        x, s = steps(0, f, x)
+        probe = time.time() - t0  # compile + probe (the probe dominates)
+        for i in range(1, 4):
+            x, s = steps(i, f, x)
+            float(s)
+        steps.close()
+        rec.record_job_end_time()
+        rec.close()
+        dev = GoodputCalculator("probe", store="sqlite:///{db}").get_step_deviation()
+        print(json.dumps({{"probe": probe, "steps": dev.step_times.tolist()}}))
+        """))
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("XLA_FLAGS", None)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=180, env=env, check=False)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["probe"] > 0.1  # the probe ran inside the first call
+    assert out["steps"][0] < 0.3 * out["probe"], out
