@@ -395,7 +395,8 @@ def _measured(name: str, store: str | None, scheduling: Any, end: float
     from goodput_jax.measure.calculator import GoodputCalculator
 
     try:
-        calc = GoodputCalculator(name, store=store)
+        # measured to the report's end (a running job's open time ends there too)
+        calc = GoodputCalculator(name, store=store, clock=lambda: end)
     except Exception:  # noqa: BLE001 - an unreachable store: no figure
         return None, None
     try:

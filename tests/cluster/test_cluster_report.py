@@ -23,6 +23,7 @@ from goodput_jax.cluster.report import (
 )
 from goodput_jax.cluster.spec import JobSpec
 from goodput_jax.cluster.state import StateDir
+from goodput_jax.measure.productivity import DevicePeak, ProgramCost
 
 T0 = 1_750_000_000.0
 
@@ -101,17 +102,44 @@ def write_state(root) -> StateDir:
     return sd
 
 
+#: j1's step program: 1 TFLOP and 1 GB per step on a 2 TFLOP/s, 1 TB/s device, so a
+#: 0.5 s compute-bound roofline against its 2 s steps (program goodput 0.25)
+COST = ProgramCost("jit(step)", 1e12, 0.0, 1e9, "test chip",
+                   peak=DevicePeak("test chip", 2e12, 1e12, "user"))
+
+
 def write_goodput(sd: StateDir):
-    """j1's real goodput store: 70 s of job, a step every 2 s from 2 s to 62 s."""
+    """j1's real goodput store, as its two launches recorded it: the first (1-10 s, its
+    allocation held) steps every 2 s from 2 s to 8 s and stops at 10 s; the second (from
+    14 s) every 2 s from 16 s to 66 s and ends the job at 70 s; the step program's cost
+    recorded at step 0."""
     from goodput_jax.measure.recorder import GoodputRecorder
 
-    rec = GoodputRecorder("j1", "goodput_j1", True, store=sd.default_store("j1"),
-                          synchronous=True)
-    rec.record_job_start_time(T0 + 0.0)
-    for i, t in enumerate(range(2, 63, 2)):
-        rec.record_step_start_time(i, T0 + t)
-    rec.record_job_end_time(T0 + 70.0)
-    rec.close()
+    launches = ((1.0, range(2, 9, 2), 10.0, 0), (14.0, range(16, 67, 2), 70.0, 4))
+    for run, (start, steps, stop, first) in enumerate(launches):
+        rec = GoodputRecorder("j1", "goodput_j1", True, store=sd.default_store("j1"),
+                              synchronous=True, run_id=f"r{run}")
+        rec.record_job_start_time(T0 + start)
+        for i, t in enumerate(steps):
+            rec.record_step_start_time(first + i, T0 + t)
+            if first + i == 0:
+                rec.record_program_cost(COST, step=0, timestamp=T0 + t)
+        rec.record_job_end_time(T0 + stop)
+        rec.close()
+
+
+def write_goodput_j3(sd: StateDir):
+    """j3's store (no program cost): its first launch steps from 22 s to 48 s, the node
+    is lost at 50 s, the second launch steps from 76 s; still running."""
+    from goodput_jax.measure.recorder import GoodputRecorder
+
+    for run, (start, steps) in enumerate(((20.0, range(22, 49, 2)), (70.0, range(76, 99, 2)))):
+        rec = GoodputRecorder("j3", "goodput_j3", True, store=sd.default_store("j3"),
+                              synchronous=True, run_id=f"r{run}")
+        rec.record_job_start_time(T0 + start)
+        for i, t in enumerate(steps):
+            rec.record_step_start_time(i + 100 * run, T0 + t)
+        rec.close()
 
 
 def test_timeline_from_state(tmp_path):
@@ -215,3 +243,64 @@ def test_launch_end_with_a_bounded_history():
     assert j.events_dropped == 5
     with pytest.raises(ValueError, match="job 'j': submitted must be a finite time"):
         build_timeline({"j": dict(rec, submitted="soon")})
+
+
+def test_productivity_per_job(tmp_path):
+    """Each job's three factors and their product: scheduling goodput from the cluster's
+    own timeline of the job (by hand below), runtime and program goodput from its store
+    through the calculator's public methods."""
+    import math
+
+    from goodput_jax.cluster.record import read_state, scheduling_timeline
+    from goodput_jax.measure.calculator import GoodputCalculator
+
+    sd = write_state(tmp_path / "state")
+    write_goodput(sd)
+    write_goodput_j3(sd)
+    tl = timeline_from_state(sd.root, now=T0 + 100)
+    j1, j2, j3 = tl.jobs
+    # j1: queued 0-1, running 1-10, stopping 10-14 (a reallocation), running 14-70
+    p1 = j1.productivity
+    assert p1.scheduling_source == "timeline"
+    assert p1.scheduling_goodput == pytest.approx(((10 - 1) + (70 - 14)) / 70)
+    assert (p1.held_s, p1.total_s) == (pytest.approx(65.0), pytest.approx(70.0))
+    # j3: running 20-50, node lost at 50 (relaunching) to 70, running 70-100 (the end)
+    p3 = j3.productivity
+    assert p3.scheduling_goodput == pytest.approx(((50 - 20) + (100 - 70)) / 80)
+    assert j2.productivity is None  # no store
+    # productive step time by hand: j1 steps 2-8 s (the last one closed by the stop at 10)
+    # and 16-66 s (closed by the end at 70); j3 13 steps 22-48 s, 11 steps 76-98 s (each
+    # launch's last step still open)
+    assert (p1.productive_s, p3.productive_s) == (pytest.approx(8 + 54), pytest.approx(48))
+    # a running job is measured to the report's end, not to the wall clock
+    assert j3.goodput == pytest.approx(100 * 48 / 80)
+    for p in (p1, p3):
+        assert p.runtime_goodput == pytest.approx(p.productive_s / p.held_s)
+        assert p.ettr == pytest.approx(p.productive_s / p.total_s)
+    # the factors multiply to the product; j1's program: 0.5 s roofline / 2 s steps
+    assert p1.program_goodput == pytest.approx(0.25) and p1.mfu == pytest.approx(0.25)
+    assert p1.ml_productivity_goodput == pytest.approx(
+        p1.scheduling_goodput * p1.runtime_goodput * p1.program_goodput, rel=1e-12)
+    assert 0 < p1.ml_productivity_goodput < p1.scheduling_goodput
+    # j3 recorded no program cost: no program goodput, no MFU, no product
+    assert math.isnan(p3.program_goodput) and math.isnan(p3.ml_productivity_goodput)
+    # the same as the calculator's, given the cluster's timeline of the job
+    state = read_state(sd.root)
+    calc = GoodputCalculator("j1", store=sd.default_store("j1"))
+    want = calc.get_productivity_goodput(scheduling_timeline(state.jobs["j1"], now=T0 + 100),
+                                         now=T0 + 100)
+    calc.store.close()
+    assert p1.as_dict() == want.as_dict()
+    # the page: one row per job, the product in bold, the reason when a figure is missing
+    out = render_html(tl, tmp_path / "report.html")
+    page = open(out, encoding="utf-8").read()
+    row = re.search(r"<tr id='productivity-j1'>(.*?)</tr>", page).group(1)
+    cells = dict(re.findall(r"<td class='(sched|runtime|program|product)'>(?:<b>)?([^<]*)", row))
+    assert cells == {"sched": f"{100 * p1.scheduling_goodput:.1f}",
+                     "runtime": f"{100 * p1.runtime_goodput:.1f}", "program": "25.0",
+                     "product": f"{100 * p1.ml_productivity_goodput:.1f}"}
+    assert "no goodput store" in re.search(r"<tr id='productivity-j2'>(.*?)</tr>", page).group(1)
+    assert "no program cost recorded" in re.search(r"<tr id='productivity-j3'>(.*?)</tr>",
+                                                   page).group(1)
+    with pytest.raises(TypeError, match=r"productivity\['j'\]"):
+        build_timeline({"j": {"submitted": 0.0}}, productivity={"j": 0.5})
