@@ -193,7 +193,7 @@ def test_a_monitor_with_a_hang_threshold_sends_nothing_refused_and_ends_not_hung
             include_badput_breakdown=True, monitor_step_time_deviation=True,
             step_deviation_interval_seconds=0.01, rolling_windows_seconds=[60],
             gcp_options=OPTS, store=store, clock=clk, gcm_client=srv.client(),
-            hang_threshold_seconds=20.0, stop_timeout=10.0)
+            hang_threshold_seconds=20.0, stop_timeout=10.0, send_productivity_metrics=True)
         rec.record_job_start_time()
         mon.start()
         for step in range(20):
@@ -229,6 +229,13 @@ def test_a_monitor_with_a_hang_threshold_sends_nothing_refused_and_ends_not_hung
         "total_time"]
     [elapsed] = [pts for k, pts in srv.points.items() if k[0] == W + "total_elapsed_time"]
     assert elapsed[-1][1] == pytest.approx(total)
+    # ML Productivity Goodput's series too (no program cost here: no program/MFU/product),
+    # the last point the finished job's
+    prod = GoodputCalculator("job", None, store=store, clock=clk).get_productivity_goodput()
+    for name in ("scheduling_goodput", "runtime_goodput", "ettr"):
+        [pts] = [p for k, p in srv.points.items() if k[0] == cm.CUSTOM_PREFIX + name]
+        assert pts[-1][1] == pytest.approx(100 * getattr(prod, name))
+    assert not [k for k in srv.points if k[0] == cm.CUSTOM_PREFIX + "program_goodput"]
     store.close()
 
 
