@@ -41,7 +41,7 @@ def test_first_round_after_precompile_compiles_nothing(tmp_path, types):
 def test_precompile_without_jobs_uses_a_default_job_and_rounds_wait(tmp_path):
     records = [NodeRecord("n0", "a", 2)]
     ctl = Controller(str(tmp_path), nodes=lambda: records, clock=lambda: 1000.0,
-                     launcher=object())
+                     launcher=None)
     info = ctl.precompile(job_counts=[1, 3])
     assert info["jobs"] == 0 and info["job_counts"] == [1, 3]
     ctl.tick(rounds=False)
