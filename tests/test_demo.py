@@ -103,7 +103,7 @@ def test_demo_quick_prints_the_model(demo_run):
     assert m and float(m.group(1)) > 0
     assert re.search(r"statistical efficiency at batch 64: 1\.000", text)  # M0 = 2 x 32
     assert "step-time model fitted to 3 profiled configurations" in text
-    assert re.search(r"compute\s+T_c\(b\) = [\d.]+ ms \+ [\d.]+ ms \* b", text)
+    assert re.search(r"compute\s+T_c\(b\) = [\d.]+ (s|ms|us|ns) \+ [\d.]+ (s|ms|us|ns) \* b", text)
     assert len(re.findall(r"profiled r=\d b=\d+\s+measured", text)) == 3
     m = re.search(r"suggested for 2 replicas: batch (\d+) \(atomic (\d+) x (\d+) micro-steps", text)
     assert m and int(m.group(1)) == 2 * int(m.group(2)) * int(m.group(3)) >= 64
@@ -182,12 +182,18 @@ def test_demo_report_html_png(demo_run, tmp_path):
     assert "Goodput report for job 'demo'" in r2.stdout and "no model hints" not in r2.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     doc = html.read_text()
-    for section in ('id="timeline"', 'id="breakdown"', 'id="model-curves"', 'id="hints"'):
+    for section in ('id="timeline"', 'id="breakdown"', 'id="model-curves"', 'id="hints"',
+                    'id="productivity"', 'id="advice"'):
         assert section in doc
-    # one embedded image per plot: timeline, badput breakdown, goodput vs batch size and vs replicas
-    assert doc.count("data:image/png;base64,") == 4
-    for which in ("timeline", "breakdown", "batch", "replicas"):
+    # one embedded image per plot: timeline, badput breakdown, goodput vs batch size and vs
+    # replicas, and the roofline (the demo records each configuration's program cost)
+    assert doc.count("data:image/png;base64,") == 5
+    for which in ("timeline", "breakdown", "batch", "replicas", "roofline"):
         assert f'id="img-{which}"' in doc
+    # every configuration the demo ran is on the roofline, once
+    assert doc.count("<li>train_step r=") == len(_configurations(DemoConfig.from_args(
+        quick=True), 2))
+    assert "ML Productivity Goodput (scheduling x runtime x program goodput)" in r2.stdout
 
 
 def test_config_and_progress_bar():
@@ -228,3 +234,94 @@ def test_demo_bad_arguments(tmp_path, capsys):
     assert cli_main(["demo", "--dir", str(tmp_path / "d"), "--devices", "0", "--quick"]) == 2
     assert re.search(r"--devices\W.*\b0\b", capsys.readouterr().err)  # names the argument and value
     assert not (tmp_path / "d" / "goodput.db").exists()
+
+
+# ------------------------------------------------------------------ the truth on its own task
+def noise_truth(out: pathlib.Path, cfg: DemoConfig, devices: int) -> dict:
+    """The demo's gradient statistics and suggestion against per-example truth on its own task.
+
+    The demo's batches cycle through its synthetic data pool, so the pool is the population:
+    at the parameters and Adam state of the demo's last checkpoint, the per-example gradients
+    of every pool sample (``vmap(grad)``), preconditioned with the optimizer's own
+    bias-corrected second moment (``auto_preconditioner``, as the in-step statistics are),
+    give ``|G|^2``, ``tr(Sigma)`` and ``B = tr(Sigma) / |G|^2``. The estimate is the
+    statistics the checkpointed hooks hold (what the demo printed); both suggestions use the
+    hooks' own fitted step-time model and limits.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.flatten_util import ravel_pytree
+    from jax.sharding import Mesh
+
+    from goodput_jax.adaptive import checkpoint
+    from goodput_jax.demo import SyntheticData, _model_and_optimizer
+    from goodput_jax.integrations.hooks import GoodputHooks
+    from goodput_jax.model import gradstats as gs
+    from goodput_jax.model.types import GradParams
+
+    m0 = devices * cfg.atomic_bsz
+    data = SyntheticData(cfg.features, cfg.noise)
+    model, tx = _model_and_optimizer(cfg, m0)
+    params = model.init(jax.random.PRNGKey(0), data.x[:1])
+    opt = tx.init(params)
+    hooks = GoodputHooks("demo", init_batch_size=m0, atomic_bsz=cfg.atomic_bsz,
+                         max_batch_size=16 * m0, local_bsz_bounds=(8, 8 * cfg.atomic_bsz),
+                         gradient_accumulation=True, num_nodes=1, num_replicas=devices,
+                         is_primary=False)
+    mngr = checkpoint.manager(out / "checkpoints")
+    step, params, opt = checkpoint.restore(mngr, params, opt, hooks,
+                                           Mesh(jax.devices()[:1], ("data",)))
+    mngr.close()
+    pre = gs.auto_preconditioner(opt)
+    scales = pre.scales() if pre is not None else jax.tree.map(jnp.ones_like, params)
+
+    def one(p, x, y):
+        return jax.grad(lambda q: jnp.mean((model.apply(q, x[None]) - y[None]) ** 2))(p)
+
+    @jax.jit
+    def sums(p, x, y):
+        g = jax.vmap(one, in_axes=(None, 0, 0))(p, x, y)
+        g = jax.tree.map(lambda a, s: a * s, g, scales)
+        return (jax.tree.map(lambda a: jnp.sum(a, 0), g),
+                sum(jnp.sum(jnp.square(a)) for a in jax.tree.leaves(g)))
+
+    n = data.x.shape[0]
+    total, sq = None, 0.0
+    for k in range(0, n, 2048):
+        t, s = sums(params, data.x[k:k + 2048], data.y[k:k + 2048])
+        flat = np.asarray(ravel_pytree(t)[0], np.float64)
+        total = flat if total is None else total + flat
+        sq += float(s)
+    mean = total / n
+    sqr = float(mean @ mean)
+    tr_sigma = sq / n - sqr
+    truth = GradParams(sqr, tr_sigma / m0)
+    est = hooks.grad_params
+    hooks.refit()
+    sug_est = hooks.suggest()
+    hooks.update_grad_params(truth)  # the same hooks (fit, limits), the true statistics
+    assert hooks.grad_params == pytest.approx(truth)
+    sug_true = hooks.suggest()
+    return {"step": step, "m0": m0, "truth_sqr": sqr, "truth_var": tr_sigma / m0,
+            "truth_noise_scale": tr_sigma / sqr, "est_sqr": float(est.sqr),
+            "est_var": float(est.var), "est_noise_scale": float(gs.noise_scale(est, m0)),
+            "est_batch": sug_est.batch_size, "est_speedup": sug_est.predicted_speedup,
+            "true_batch": sug_true.batch_size, "true_speedup": sug_true.predicted_speedup,
+            # the estimate's suggestion judged by the true statistics: its share of the best
+            "est_batch_true_goodput_share": float(
+                hooks.goodput_function().evaluate(1, devices, sug_est.atomic_bsz,
+                                                  sug_est.accum_steps) / sug_true.goodput)}
+
+
+if __name__ == "__main__":  # python tests/test_demo.py DIR [--quick] [--devices N]
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--devices", type=int, default=4)
+    a = ap.parse_args()
+    for k, v in noise_truth(pathlib.Path(a.dir), DemoConfig.from_args(quick=a.quick),
+                            a.devices).items():
+        print(f"{k:>28}: {v}")
