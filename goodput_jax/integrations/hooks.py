@@ -477,12 +477,18 @@ class GoodputHooks:
         ``done(outputs)`` hands over the outputs (timed one step late, as
         :meth:`step`); without it the time is whatever the block took.
         """
-        self.recorder.record_step_start_time(step)
+        steps = self._steps
+        if steps is not None:
+            steps.start(step)
+        else:
+            self.recorder.record_step_start_time(step)
         t0 = self._clock()
         early = self._timer.before_dispatch(t0)
         box: list = []
         yield box.append
         t1 = self._clock()
+        if steps is not None:
+            steps.track(step, box[0] if box else None)
         self._finish_timing(early)
         tag = (*self.config_key(), self._pending_accum)
         self._pending_accum = 0

@@ -263,10 +263,14 @@ def test_steps_share_the_recorder_and_record_one_device_end_per_step(tmp_path):
     with hooks.job():  # no job started: the hooks start it, and end it after the device ends
         for i in range(5):
             x = hooks.step(i, lambda v: v * 1.5, x)
+        for i in range(5, 8):  # the context-manager form records through the steps too
+            with hooks.step_context(i) as done:
+                x = x * 1.5
+                done(x)
     steps.close()
     rec.close()
     kinds = _kinds(store, "share")
-    assert kinds.count(EventKind.STEP_START) == 5
-    assert kinds.count(EventKind.STEP_DEVICE_END) == 5
+    assert kinds.count(EventKind.STEP_START) == 8
+    assert kinds.count(EventKind.STEP_DEVICE_END) == 8
     assert kinds.count(EventKind.STEP_END) == 0
     assert kinds[-1] == EventKind.JOB_END
