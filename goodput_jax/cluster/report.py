@@ -437,6 +437,7 @@ svg { display: block; }
           vertical-align: -0.1em; margin-right: 4px; }
 .legend span.item { margin-right: 14px; white-space: nowrap; }
 details { margin: 4px 0; } summary { cursor: pointer; }
+td.note { white-space: normal; min-width: 12em; }
 """
 
 
@@ -622,7 +623,7 @@ def _productivity_table(tl: ClusterTimeline) -> str:
             "<th>ML Productivity Goodput (%)</th><th>ETTR (%)</th><th>MFU (%)</th>"
             "<th>held / job time (s)</th><th class='l'>note</th></tr>")
     rows = []
-    for j in tl.jobs:
+    for i, j in enumerate(tl.jobs):
         p = j.productivity
         if p is None:
             note = "no goodput store" if j.goodput is None else "no scheduling time"
@@ -636,9 +637,10 @@ def _productivity_table(tl: ClusterTimeline) -> str:
                      f"<td class='product'><b>{_pct(p.ml_productivity_goodput)}</b></td>"
                      f"<td>{_pct(p.ettr)}</td><td>{_pct(p.mfu)}</td>"
                      f"<td>{p.held_s:.1f} / {p.total_s:.1f}</td>")
-        rows.append(f"<tr id='productivity-{html.escape(j.name)}'>"
-                    f"<td class='l'>{html.escape(j.name)}</td>{cells}"
-                    f"<td class='l'>{html.escape(note)}</td></tr>")
+        rows.append(f"<tr id='productivity-{html.escape(j.name)}'><td class='l'><span "
+                    f"class='swatch' style='background:{_color(i)}'></span>"
+                    f"{html.escape(j.name)}</td>{cells}"
+                    f"<td class='l note'>{html.escape(note)}</td></tr>")
     return f"<table class='productivity'>{head}{''.join(rows)}</table>"
 
 
