@@ -30,6 +30,9 @@ from goodput_jax.cluster.spec import JobSpec
 from goodput_jax.cluster.state import StateDir
 
 
+EX = "goodput_jax.cluster.examples:regression"
+
+
 def _spec(name="j", **kw):
     return JobSpec(name, "m:f", **{"min_replicas": 1, "max_replicas": 2, **kw})
 
@@ -258,3 +261,34 @@ def test_a_script_says_it_stopped_through_the_context(tmp_path, ask_stop):
     assert proc.returncode == 0, (tmp_path / "log.txt").read_text()
     out = json.loads(result.read_text())
     assert out["status"] == ("stopped" if ask_stop else "finished")
+
+
+def test_a_restarted_controller_decides_as_a_never_killed_one_under_sia(tmp_path):
+    """The acceptance's controller kill, without Ray: a controller rebuilt from the saved
+    state (re-attached to every launch) makes the same next round as the one that kept
+    running (Sia carries no state between rounds)."""
+    import shutil
+
+    nodes = [NodeRecord("n0", "a", 2), NodeRecord("n1", "a", 2), NodeRecord("n2", "b", 2)]
+    now = [1000.0]
+    first = Controller(str(tmp_path / "one"), policy="sia", launcher=FakeLauncher(),
+                       nodes=lambda: nodes, clock=lambda: now[0], round_on_events=True)
+    for i, hi in enumerate((2, 4, 1)):
+        first.submit(JobSpec(f"j{i}", EX, max_replicas=hi, store=f"sqlite:///none/{i}"), now[0])
+    first.tick()  # a round: the jobs launch
+    assert all(j.status == "running" for j in first.jobs.values())
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    alive = {(n, j.attempt) for n, j in first.jobs.items()}
+    launcher = FakeLauncher(alive=alive)
+    second = Controller(str(tmp_path / "two"), policy="sia", launcher=launcher,
+                        nodes=lambda: nodes, clock=lambda: now[0], round_on_events=True)
+    assert sorted(second.reattached) == sorted(first.jobs) and launcher.launched == []
+    now[0] += 30.0
+    for ctl in (first, second):  # the same arrival, then the next round
+        ctl.submit(JobSpec("late", EX, max_replicas=2, store="sqlite:///none/late"), now[0])
+        ctl.alive = nodes
+    a, b = first.run_round(now[0]), second.run_round(now[0])
+    assert a.allocations == b.allocations and a.changed == b.changed
+    assert "late" in a.changed  # the round decided something
+    assert {n: j.to_json()["status"] for n, j in first.jobs.items()} == \
+        {n: j.to_json()["status"] for n, j in second.jobs.items()}
