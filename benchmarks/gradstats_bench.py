@@ -16,7 +16,10 @@ Modes (see ``goodput_jax.model.gradstats``):
 * (b) microbatch accumulation in ``lax.scan``: plain scan vs ``microbatch_grads``;
 * (c) accumulation across calls: ``optax.MultiSteps`` vs ``gradstats.multi_steps``
   (time per call);
-* (d) plain ``jit`` with the batch sharded: ``value_and_grad`` vs ``grouped_grads``.
+* (d) plain ``jit`` with the batch sharded: ``value_and_grad`` vs ``grouped_grads``;
+* (e) one device, no accumulation: ``value_and_grad`` of the whole batch vs
+  ``split_grads`` (the batch in two halves on sampled steps, the unbiased one-device
+  estimator that replaces the differenced one; ``--modes e``).
 
 Targets: overhead < 3 % in (a) and (b); no extra gradient-sized buffer beyond
 one (extra temp memory <= 1 gradient).
@@ -39,7 +42,8 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--devices", type=int, default=4, help="fake CPU devices (cpu platform)")
     ap.add_argument("--platform", default="cpu", help="jax platform (cpu, gpu, tpu)")
     ap.add_argument("--models", default="mlp,transformer", help="comma-separated subset")
-    ap.add_argument("--modes", default="a,b,c,d", help="comma-separated subset of a,b,c,d")
+    ap.add_argument("--modes", default="a,b,c,d",
+                    help="comma-separated subset of a,b,c,d,e (e: split_grads, one device)")
     ap.add_argument("--opts", default="sgd,adam", help="optimizers: sgd (momentum), adam")
     ap.add_argument("--every", default="1,4",
                     help="sampling intervals to run (gradient_noise_scale(every=k) with "
@@ -263,7 +267,22 @@ def build_steps(mode: str, opt: str, loss_fn, params, data, mesh, n_dev: int, n_
         return (jax.jit(base, **jd), jax.jit(stats, **jd),
                 (cp(rparams), jax.device_put(adam.init(params), rep), sdata),
                 (cp(rparams), jax.device_put(tx.init(params), rep), sdata), 1)
-    raise ValueError(f"mode ({mode!r}) must be one of a, b, c, d")
+    if mode == "e":  # one device: the whole batch's gradient vs split_grads' two halves
+        def base(p, o, b):
+            loss, g = jax.value_and_grad(loss_fn)(p, b)
+            u, o = adam.update(g, o, p)
+            return optax.apply_updates(p, u), o, loss
+
+        def stats(p, o, b):
+            pre = gs.auto_preconditioner(o)
+            loss, g, sq = gs.split_grads(loss_fn, p, b, preconditioner=pre, sample=sample(o))
+            u, o = tx.update(g, o, p, grad_sqnorms=sq)
+            return optax.apply_updates(p, u), o, loss
+
+        jd = {"donate_argnums": (0, 1)}
+        return (jax.jit(base, **jd), jax.jit(stats, **jd), (cp(params), adam.init(params), data),
+                (cp(params), tx.init(params), data), 1)
+    raise ValueError(f"mode ({mode!r}) must be one of a, b, c, d, e")
 
 
 def _mem(compiled) -> tuple[int, int]:
@@ -327,7 +346,7 @@ def bench(mode: str, opt: str, model: str, quick: bool, rounds: int, iters: int,
 
 
 MODE_NAMES = {"a": "(a) shard_map", "b": "(b) scan microbatch", "c": "(c) multi_steps/call",
-              "d": "(d) jit grouped"}
+              "d": "(d) jit grouped", "e": "(e) split 1 device"}
 
 
 def main() -> int:

@@ -117,10 +117,19 @@ def test_linear_regression_sampled_every_4_is_unbiased_over_seeds():
 def test_estimator_formulas_and_ema_closed_form():
     est = gs.estimate_grad_params(5.0, 2.0, 4, 4.0)
     assert (float(est.sqr), float(est.var)) == (1.0, 4.0)
-    # Two samples with scales 2 and 4: bias-corrected EMA with theta = 0.999 ** scale.
+    # Two samples with scales 2 and 4. Growing window (default): the second decays the
+    # first by min(0.999 ** 4, (2 / (2 + 4)) ** 3) = 1 / 27.
+    g = gs.init_grad_stats()
+    g = gs.update_grad_stats(g, gs.GradSqNorms(5.0, 2.0, 4, 16), 8)  # sqr 1, var 2
+    g = gs.update_grad_stats(g, gs.GradSqNorms(9.0, 3.0, 3, 32), 8)  # sqr 0, var 12
+    np.testing.assert_allclose(gs.grad_params_from_stats(g), [1 / 27, 2 / 27 + 12 * 26 / 27],
+                               rtol=1e-5)
+    assert float(g.age) == 6.0 and float(g.ema_norm) == 1.0
+    # AdaptDL's ("ema"): bias-corrected EMA with theta = 0.999 ** scale.
+    upd_ema = functools.partial(gs.update_grad_stats, averaging="ema")
     s = gs.init_grad_stats()
-    s = gs.update_grad_stats(s, gs.GradSqNorms(5.0, 2.0, 4, 16), 8)  # sqr 1, var 2
-    s = gs.update_grad_stats(s, gs.GradSqNorms(9.0, 3.0, 3, 32), 8)  # sqr 0, var 12
+    s = upd_ema(s, gs.GradSqNorms(5.0, 2.0, 4, 16), 8)  # sqr 1, var 2
+    s = upd_ema(s, gs.GradSqNorms(9.0, 3.0, 3, 32), 8)  # sqr 0, var 12
     t1, t2 = 0.999**2, 0.999**4
     norm = t2 * (1 - t1) + (1 - t2)
     want_sqr = (t2 * (1 - t1) * 1.0 + (1 - t2) * 0.0) / norm
@@ -128,7 +137,7 @@ def test_estimator_formulas_and_ema_closed_form():
     gp = gs.grad_params_from_stats(s)
     np.testing.assert_allclose([gp.sqr, gp.var], [want_sqr, want_var], rtol=1e-5)
     # Same under jit.
-    upd = jax.jit(gs.update_grad_stats, static_argnums=2)
+    upd = jax.jit(upd_ema, static_argnums=2)
     sj = upd(upd(gs.init_grad_stats(), gs.GradSqNorms(5.0, 2.0, 4, 16), 8),
              gs.GradSqNorms(9.0, 3.0, 3, 32), 8)
     np.testing.assert_allclose(gs.grad_params_from_stats(sj), gp, rtol=1e-6)
@@ -312,12 +321,18 @@ def test_adam_preconditioner_auto_selected(mlp_problem):
 
     @jax.jit
     def step(params, st, batch):
-        pre = gs.auto_preconditioner(st)
+        pre = gs.auto_preconditioner(st, min_count=1)  # AdaptDL's rule: from the first update
         _, g, sq = gs.microbatch_grads(mlp_loss, params, batch, 4, preconditioner=pre)
         upd, st = tx.update(g, st, params, grad_sqnorms=sq)
         return optax.apply_updates(params, upd), st, sq
 
     st = tx.init(params)
+    # The default waits for DEFAULT_MIN_COUNT Adam updates (nu_hat on enough gradients).
+    adam0 = gs.find_adam_state(st)
+    for count, valid in [(1, False), (gs.DEFAULT_MIN_COUNT - 1, False),
+                         (gs.DEFAULT_MIN_COUNT, True)]:
+        pre_c = gs.adam_preconditioner(adam0._replace(count=jnp.int32(count)))
+        assert bool(pre_c.valid) == valid, count
     p1, st, sq0 = step(params, st, batch)
     assert not bool(sq0.valid)  # Adam's second moment is empty on the first step
     assert int(gs.get_grad_stats(st).count) == 0
@@ -342,7 +357,7 @@ def test_auto_preconditioner_reads_injected_hyperparams():
     st = st._replace(inner_state=jax.tree.map(lambda x: x, st.inner_state))
     adam = gs.find_adam_state(st)
     adam = adam._replace(count=jnp.int32(1), nu={"w": jnp.full(3, 0.01)})
-    pre = gs.adam_preconditioner(adam, b2=0.9, eps=1e-3)
+    pre = gs.adam_preconditioner(adam, b2=0.9, eps=1e-3, min_count=1)
     np.testing.assert_allclose(pre.scales()["w"], 1.0 / (math.sqrt(0.01 / 0.1) + 1e-3), rtol=1e-6)
     auto = gs.auto_preconditioner(st)  # count 0 -> invalid, picks b2/eps from hyperparams
     assert not bool(auto.valid)
@@ -351,14 +366,15 @@ def test_auto_preconditioner_reads_injected_hyperparams():
 def test_multi_steps_matches_optax_and_microbatch_with_adam(mlp_problem):
     params, batch = mlp_problem
     k = 4
-    tx = gs.multi_steps(optax.adam(1e-2), k, init_batch_size=4, micro_batch_size=4)
+    tx = gs.multi_steps(optax.adam(1e-2), k, init_batch_size=4, micro_batch_size=4,
+                        min_count=1)
     ref = optax.MultiSteps(optax.adam(1e-2), k)
     st, rst = tx.init(params), ref.init(params)
     upd, rupd = jax.jit(tx.update), jax.jit(ref.update)
     mbs = [jax.tree.map(lambda x, i=i: x[4 * i:4 * i + 4], batch) for i in range(k)]
     p = params
     for _ in range(2):  # two optimizer steps; the second is preconditioned
-        pre = gs.auto_preconditioner(st.inner.inner_opt_state)
+        pre = gs.auto_preconditioner(st.inner.inner_opt_state, min_count=1)
         for mb in mbs:
             g = _mlp_grad(p, mb)
             u, st = upd(g, st, p)
@@ -442,7 +458,7 @@ def test_shard_map_preconditioned_agrees_with_microbatch(mlp_problem):
     params, batch = mlp_problem
     nu = jax.tree.map(lambda p: jnp.abs(p) * 1e-3 + 1e-6, params)
     adam = optax.ScaleByAdamState(jnp.int32(3), jax.tree.map(jnp.zeros_like, params), nu)
-    pre = gs.adam_preconditioner(adam)
+    pre = gs.adam_preconditioner(adam, min_count=1)
     mesh = jax.make_mesh((4,), ("data",), devices=jax.devices()[:4])
     sbatch = jax.device_put(batch, NamedSharding(mesh, P("data")))
 
@@ -539,7 +555,7 @@ def test_jitted_step_traces_once_and_matches_eager(mlp_problem):
 
 def test_update_grad_stats_steps_scales_the_decay_exactly():
     sq = gs.GradSqNorms(jnp.float32(5.0), jnp.float32(2.0), 4, 32)  # sqr 1, var 4 (scale 4)
-    s = gs.update_grad_stats(gs.init_grad_stats(), sq, 8, smoothing=0.9, steps=3)
+    s = gs.update_grad_stats(gs.init_grad_stats(), sq, 8, smoothing=0.9, steps=3, averaging="ema")
     np.testing.assert_allclose(float(s.ema_norm), 1.0 - 0.9 ** 12, rtol=1e-6)
     np.testing.assert_allclose(float(s.sqr_ema), (1.0 - 0.9 ** 12) * 1.0, rtol=1e-6)
     with pytest.raises(ValueError, match=r"steps \(0\)"):
@@ -555,7 +571,7 @@ def test_every_k_samples_one_step_in_k_and_matches_every_step(mlp_problem):
 
     @jax.jit
     def step_k(p, st, b):
-        pre = gs.auto_preconditioner(st)
+        pre = gs.auto_preconditioner(st, min_count=1)
         _, g, sq = gs.microbatch_grads(mlp_loss, p, b, 4, preconditioner=pre,
                                        sample=gs.sample_now(st))
         u, st = tx_k.update(g, st, p, grad_sqnorms=sq)
@@ -563,7 +579,8 @@ def test_every_k_samples_one_step_in_k_and_matches_every_step(mlp_problem):
 
     @jax.jit
     def step_1(p, st, b):
-        _, g, sq = gs.microbatch_grads(mlp_loss, p, b, 4, preconditioner=gs.auto_preconditioner(st))
+        _, g, sq = gs.microbatch_grads(mlp_loss, p, b, 4,
+                                       preconditioner=gs.auto_preconditioner(st, min_count=1))
         u, st = tx_1.update(g, st, p, grad_sqnorms=sq)
         return optax.apply_updates(p, u), st, sq
 
@@ -596,7 +613,7 @@ def test_sampling_inside_shard_map_and_grouped(mlp_problem):
     sbatch = jax.device_put(batch, NamedSharding(mesh, P("data")))
     pre = gs.adam_preconditioner(optax.ScaleByAdamState(
         jnp.int32(3), jax.tree.map(jnp.zeros_like, params),
-        jax.tree.map(lambda p: jnp.abs(p) * 1e-3 + 1e-6, params)))
+        jax.tree.map(lambda p: jnp.abs(p) * 1e-3 + 1e-6, params)), min_count=1)
 
     def step(params, pre, batch, sample):
         return gs.data_parallel_grads(mlp_loss, params, batch, "data", preconditioner=pre,

@@ -82,9 +82,12 @@ from goodput_jax.model.gradstats.collect import (
     differenced_sqnorms,
     grouped_grads,
     microbatch_grads,
+    split_grads,
 )
 from goodput_jax.model.gradstats.estimate import (
+    DEFAULT_AVERAGING,
     DEFAULT_SMOOTHING,
+    GROWTH_POWER,
     MIN_VAR,
     GradSqNorms,
     GradStatsState,
@@ -100,6 +103,7 @@ from goodput_jax.model.gradstats.estimate import (
     update_grad_stats,
 )
 from goodput_jax.model.gradstats.precondition import (
+    DEFAULT_MIN_COUNT,
     Preconditioner,
     adam_preconditioner,
     auto_preconditioner,
@@ -120,7 +124,10 @@ from goodput_jax.model.gradstats.transform import (
 )
 
 __all__ = [
+    "DEFAULT_AVERAGING",
+    "DEFAULT_MIN_COUNT",
     "DEFAULT_SMOOTHING",
+    "GROWTH_POWER",
     "MIN_VAR",
     "GradSqNorms",
     "GradStatsState",
@@ -148,6 +155,7 @@ __all__ = [
     "noise_scale",
     "sample_every",
     "sample_now",
+    "split_grads",
     "sqnorm",
     "stats_summary",
     "update_grad_stats",

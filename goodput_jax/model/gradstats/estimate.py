@@ -28,7 +28,9 @@ from goodput_jax.model.scaling import _MIN_VAR
 from goodput_jax.model.types import GradParams
 
 __all__ = [
+    "DEFAULT_AVERAGING",
     "DEFAULT_SMOOTHING",
+    "GROWTH_POWER",
     "MIN_VAR",
     "GradSqNorms",
     "GradStatsState",
@@ -47,6 +49,14 @@ __all__ = [
 
 #: Per-sample EMA decay; the per-step decay is ``DEFAULT_SMOOTHING ** scale``.
 DEFAULT_SMOOTHING = 0.999
+#: The averaging the statistics use by default: ``"growing"`` (a window that grows with
+#: the run, so the first samples are forgotten) or ``"ema"`` (AdaptDL's bias-corrected
+#: EMA of fixed decay, the reference).
+DEFAULT_AVERAGING = "growing"
+#: The growing window's power ``q``: a sample taken at age ``a`` weighs ``~ a ** (q - 1)``
+#: at any later time, until the fixed window (``smoothing``) takes over.
+GROWTH_POWER = 3.0
+_AVERAGING = ("growing", "ema")
 #: Floor of the reported ``var`` (keeps the efficiency formula finite); the same
 #: constant as the AdaScale gain's floor in :mod:`goodput_jax.model.scaling`.
 MIN_VAR = _MIN_VAR
@@ -120,6 +130,9 @@ class GradStatsState(NamedTuple):
         sqr_ema: biased EMA accumulator of ``sqr``.
         var_ema: biased EMA accumulator of ``var``.
         ema_norm: ``1 - prod(theta)``, the bias correction of both accumulators.
+        age: the samples' total weight since the last reset, in steps of ``M0``
+            examples (``sum(scale * steps)``); the growing window's clock. A state
+            built without it (six fields, as before) starts at 0.
     """
 
     count: jax.Array
@@ -128,6 +141,7 @@ class GradStatsState(NamedTuple):
     sqr_ema: jax.Array
     var_ema: jax.Array
     ema_norm: jax.Array
+    age: Any = 0.0
 
 
 # --------------------------------------------------------------------------- pure estimators
@@ -147,6 +161,12 @@ def _check_smoothing(smoothing: Any) -> float:
     if not 0.0 < smoothing < 1.0:
         raise ValueError(f"smoothing ({smoothing!r}) must be in (0, 1)")
     return float(smoothing)
+
+
+def _check_averaging(averaging: Any) -> str:
+    if averaging not in _AVERAGING:
+        raise ValueError(f"averaging ({averaging!r}) must be 'growing' or 'ema'")
+    return averaging
 
 
 def _check_positive_int(value: Any, name: str) -> int:
@@ -198,6 +218,7 @@ def init_grad_stats() -> GradStatsState:
         sqr_ema=jnp.zeros([], jnp.float32),
         var_ema=jnp.zeros([], jnp.float32),
         ema_norm=jnp.zeros([], jnp.float32),
+        age=jnp.zeros([], jnp.float32),
     )
 
 
@@ -209,13 +230,28 @@ def update_grad_stats(
     smoothing: float = DEFAULT_SMOOTHING,
     biased: Any = False,
     steps: int = 1,
+    averaging: str = DEFAULT_AVERAGING,
 ) -> GradStatsState:
-    """Fold one step's ``(S, T)`` into the bias-corrected moving averages.
+    """Fold one step's ``(S, T)`` into the moving averages.
 
     Pure and jittable. A sample is ignored (state unchanged) when ``count <= 1``
     or ``sqnorms.valid`` is False; it is counted in ``skipped`` when any of
     ``S``, ``T`` or the derived estimates is not finite. An unbiased sample
     arriving while the averages are biased restarts them.
+
+    Averaging. Each sample weighs ``w = scale * steps`` (steps of ``M0`` examples) and
+    decays the averages by ``theta``:
+
+    * ``"ema"`` (AdaptDL's): ``theta = smoothing ** w``, bias-corrected. The window is
+      ``1 / (1 - smoothing)`` steps of ``M0`` examples (1000 by default) from the first
+      sample on, so for the first ~1000 steps the average is close to a plain mean
+      of every sample since the start: the first samples, taken while the model (and
+      Adam's second moment) changed fastest, weigh as much as the last ones.
+    * ``"growing"`` (default): ``theta = min(smoothing ** w, (a / (a + w)) ** q)``
+      with ``a`` the age (total weight so far) and ``q = GROWTH_POWER`` (3). A sample
+      taken at age ``s`` then weighs ``~ (s / a) ** (q - 1)`` at age ``a``: the window
+      grows with the run (about the last half of it) and the warm-up is forgotten;
+      once it reaches the fixed window the two coincide.
 
     Args:
         state: current statistics.
@@ -227,6 +263,7 @@ def update_grad_stats(
             statistics are sampled every ``every`` steps); the decay is
             ``smoothing ** (scale * steps)``, so the averaging window covers
             the same number of training examples whatever the sampling.
+        averaging: ``"growing"`` or ``"ema"`` (above).
 
     Returns:
         The new :class:`GradStatsState`.
@@ -239,6 +276,7 @@ def update_grad_stats(
     m0 = _check_init_batch_size(init_batch_size)
     smoothing = _check_smoothing(smoothing)
     steps = _check_positive_int(steps, "steps")
+    averaging = _check_averaging(averaging)
     scale = jnp.asarray(sqnorms.batch_size, jnp.float32) / m0
     est = estimate_grad_params(sqnorms.local_sqr, sqnorms.total_sqr, sqnorms.count, scale)
     count_ok = jnp.asarray(sqnorms.count) > 1
@@ -247,7 +285,12 @@ def update_grad_stats(
     accept = usable & finite
     biased = jnp.asarray(biased, jnp.bool_)
     reset = state.biased & ~biased
-    theta = jnp.asarray(smoothing, jnp.float32) ** (scale * steps)
+    weight = scale * steps
+    theta = jnp.asarray(smoothing, jnp.float32) ** weight
+    age_base = jnp.where(reset, 0.0, jnp.asarray(state.age, jnp.float32))
+    if averaging == "growing":
+        grow = (age_base / jnp.where(accept, age_base + weight, 1.0)) ** GROWTH_POWER
+        theta = jnp.minimum(theta, grow)
     sqr_base = jnp.where(reset, 0.0, state.sqr_ema)
     var_base = jnp.where(reset, 0.0, state.var_ema)
     norm_base = jnp.where(reset, 0.0, state.ema_norm)
@@ -262,6 +305,7 @@ def update_grad_stats(
         sqr_ema=jnp.where(accept, sqr_new, state.sqr_ema),
         var_ema=jnp.where(accept, var_new, state.var_ema),
         ema_norm=jnp.where(accept, norm_new, state.ema_norm),
+        age=jnp.where(accept, age_base + weight, jnp.asarray(state.age, jnp.float32)),
     )
 
 

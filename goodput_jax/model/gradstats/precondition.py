@@ -22,12 +22,21 @@ import jax.numpy as jnp
 import optax
 
 __all__ = [
+    "DEFAULT_MIN_COUNT",
     "Preconditioner",
     "adam_preconditioner",
     "auto_preconditioner",
     "find_adam_state",
     "sqnorm",
 ]
+
+
+#: Adam steps the second moment must rest on before the preconditioned statistics are
+#: taken (:func:`adam_preconditioner`'s ``min_count``). Over the first steps
+#: ``nu_hat`` is the square of one to a few gradients, and ``g / sqrt(nu_hat)`` of
+#: another batch's gradient is heavy-tailed (one ``nu`` element near 0 makes the norm
+#: enormous): samples of that time were 1e2-1e6x the later truth.
+DEFAULT_MIN_COUNT = 20
 
 
 class Preconditioner(NamedTuple):
@@ -145,26 +154,40 @@ def _inject_hyperparam(opt_state: Any, name: str) -> Any | None:
     return None
 
 
-def adam_preconditioner(adam_state: Any, *, b2: Any = 0.999, eps: Any = 1e-8) -> Preconditioner:
+def adam_preconditioner(adam_state: Any, *, b2: Any = 0.999, eps: Any = 1e-8,
+                        min_count: int = DEFAULT_MIN_COUNT) -> Preconditioner:
     """``1 / (sqrt(nu_hat) + eps)`` from an Adam state, ``nu_hat = nu / (1 - b2**count)``.
 
-    Invalid (``valid`` False, scale 1) while the state has seen no update.
+    Invalid (``valid`` False, scale 1: the statistics skip the step) until the state has
+    seen ``min_count`` updates, so that ``nu_hat`` rests on enough gradients (see
+    :data:`DEFAULT_MIN_COUNT`). ``min_count=1`` is AdaptDL's rule (from the first
+    update on).
 
     Example:
         >>> st = optax.ScaleByAdamState(jnp.int32(1), {"w": jnp.zeros(1)}, {"w": jnp.array([0.004])})
-        >>> round(float(adam_preconditioner(st).scales()["w"][0]), 3)
+        >>> round(float(adam_preconditioner(st, min_count=1).scales()["w"][0]), 3)
         0.5
+        >>> bool(adam_preconditioner(st).valid)
+        False
     """
+    min_count = _check_min_count(min_count)
     count = jnp.asarray(adam_state.count)
-    valid = count > 0
+    valid = count >= min_count
     b2 = jnp.asarray(b2, jnp.float32)
     corr = jnp.where(valid, 1.0 - b2 ** jnp.maximum(count, 1).astype(jnp.float32), 1.0)
     return Preconditioner(nu=adam_state.nu, bias_correction=corr,
                           eps=jnp.asarray(eps, jnp.float32), valid=valid)
 
 
+def _check_min_count(min_count: Any) -> int:
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+        raise ValueError(f"min_count ({min_count!r}) must be a positive integer")
+    return min_count
+
+
 def auto_preconditioner(
-    opt_state: Any, *, b2: Any | None = None, eps: Any | None = None
+    opt_state: Any, *, b2: Any | None = None, eps: Any | None = None,
+    min_count: int = DEFAULT_MIN_COUNT,
 ) -> Preconditioner | None:
     """The Adam preconditioner when ``opt_state`` holds an Adam-like state, else None.
 
@@ -173,7 +196,8 @@ def auto_preconditioner(
     update as ``preconditioner=``): the same step then does the right thing for
     SGD and Adam. ``b2``/``eps`` default to values found in an
     ``optax.inject_hyperparams`` state, else to optax.adam's defaults
-    (0.999, 1e-8); pass them when your Adam uses others.
+    (0.999, 1e-8); pass them when your Adam uses others. ``min_count``: the
+    statistics wait for that many Adam updates (:func:`adam_preconditioner`).
 
     Example:
         >>> params = {"w": jnp.zeros(2)}
@@ -191,5 +215,5 @@ def auto_preconditioner(
     if eps is None:
         eps = _inject_hyperparam(opt_state, "eps")
         eps = 1e-8 if eps is None else eps
-    return adam_preconditioner(adam_state, b2=b2, eps=eps)
+    return adam_preconditioner(adam_state, b2=b2, eps=eps, min_count=min_count)
 
