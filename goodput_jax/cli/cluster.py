@@ -11,6 +11,8 @@ Subcommands:
     cancel      stop a job
     reallocate  move a job to given nodes (it checkpoints and restarts there)
     logs        one process's output of a job's launch
+    report      an HTML page of the cluster's history (allocations over time,
+                queueing, restarts and their cost, JCT, goodput, rounds)
     demo        a local two-type cluster, small real Flax jobs arriving under Sia
 
 submit, status, cancel, reallocate and logs reach the cluster either by its
@@ -116,6 +118,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     lg.add_argument("--attempt", type=int, default=None, help="launch number (default: latest)")
     lg.add_argument("--rank", type=int, default=0, help="process rank")
     lg.set_defaults(run=run_logs)
+
+    rp = sub.add_parser("report", help="an HTML page of the cluster's history",
+                        formatter_class=HelpFormatter)
+    rp.add_argument("--state-dir", required=True,
+                    help="the cluster's state directory (read only; no Ray connection)")
+    rp.add_argument("--html", required=True, help="the page to write")
+    rp.set_defaults(run=run_report)
 
     d = sub.add_parser("demo", help="local two-type cluster, real Flax jobs under Sia",
                        formatter_class=HelpFormatter)
@@ -230,6 +239,17 @@ def run_logs(args: argparse.Namespace) -> int:
         sys.stdout.write(_client(args).logs(args.job, args.attempt, args.rank))
     except KeyError as e:
         raise UserError(str(e.args[0])) from None
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from goodput_jax.cluster.report import write_cluster_report
+
+    try:
+        path = write_cluster_report(args.state_dir, args.html)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    print(path)
     return 0
 
 

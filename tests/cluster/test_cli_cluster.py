@@ -48,7 +48,7 @@ def test_refusals_are_one_line_errors(tmp_path, capsys):
 def test_help_lists_the_subcommands(capsys):
     assert main(["cluster", "--help"]) == 0
     out = capsys.readouterr().out
-    for word in ("up", "submit", "status", "cancel", "logs", "demo", "down"):
+    for word in ("up", "submit", "status", "cancel", "logs", "demo", "down", "report"):
         assert word in out
 
 
@@ -91,3 +91,44 @@ def test_help_has_no_restructuredtext_markup(capsys):
     assert main(["cluster", "--help"]) == 0
     out = capsys.readouterr().out
     assert "`" not in out and "::" not in out and "reallocate" in out
+
+
+def test_report_writes_the_page_of_a_synthetic_state(tmp_path, capsys):
+    """Fails on the CLI without a 'report' subcommand."""
+    from goodput_jax.cluster.record import ClusterState, JobRecord
+    from goodput_jax.cluster.spec import JobSpec
+
+    sd = StateDir(tmp_path / "state")
+    sd.write_json(sd.cluster_path, {"nodes": [
+        {"label": "n0", "accelerator_type": "a", "devices": 2},
+        {"label": "n1", "accelerator_type": "a", "devices": 2}], "capacity": {"a": [2, 2]}})
+    t0 = 1_750_000_000.0
+    rec = JobRecord.new(JobSpec("j1", EX, max_replicas=4,
+                                store=f"sqlite:///{tmp_path}/none.db"), now=t0)
+    rec.launch(t0 + 1, ["n0", "n0"], "allocated", nodes=["n0"], accelerator_type="a")
+    rec.request_stop(t0 + 10, ["n0", "n0", "n1", "n1"], reason="reallocation to 4 devices")
+    rec.stopped(t0 + 12, forced=False)
+    rec.launch(t0 + 13, ["n0", "n0", "n1", "n1"], "reallocation", nodes=["n0", "n1"],
+               accelerator_type="a")
+    rec.finish(t0 + 40)
+    rounds = [{"t": t0 + 1, "policy": "pollux", "changed": ["j1"],
+               "allocations": {"j1": ["n0", "n0"]}},
+              {"t": t0 + 10, "policy": "pollux", "changed": ["j1"],
+               "allocations": {"j1": ["n0", "n0", "n1", "n1"]}}]
+    sd.write_json(sd.controller_path, ClusterState({"j1": rec}, rounds).to_json())
+    page = tmp_path / "out" / "report.html"
+    page.parent.mkdir()
+    state = str(tmp_path / "state")
+    assert main(["cluster", "report", "--state-dir", state, "--html", str(page)]) == 0
+    assert capsys.readouterr().out.strip() == str(page)
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") or "<html" in html[:200]
+    assert 'data-job="j1"' in html and "n1" in html
+    # bad input: one line, exit 2, nothing written
+    for argv, word in (([str(tmp_path / "nowhere"), str(tmp_path / "x.html")], "nowhere"),
+                       ([state, str(tmp_path / "no" / "dir" / "x.html")], "x.html")):
+        assert main(["cluster", "report", "--state-dir", argv[0], "--html", argv[1]]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and word in err and err.startswith(
+            "goodput-jax cluster: error:"), err
+    assert not (tmp_path / "x.html").exists()
