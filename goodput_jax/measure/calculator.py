@@ -813,7 +813,7 @@ def _program_goodput(rows: list, steps: np.ndarray, secs: np.ndarray, peak: Devi
             pk = cost.peak if cost.peak is not None else lookup_peak(cost.device_kind)
         if pk is None:
             continue
-        out.append(program_stats(cost, pk, times.tolist(), first))
+        out.append(program_stats(cost, pk, times, first))
     return combine_programs(out)
 
 

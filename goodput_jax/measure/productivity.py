@@ -378,9 +378,12 @@ def program_stats(cost: ProgramCost, peak: DevicePeak, step_times: Iterable[floa
         >>> round(s.mfu, 3), round(s.program_goodput, 3), s.bound
         (0.5, 0.5, 'compute')
     """
-    times = sorted(float(t) for t in step_times)
-    n = len(times)
-    med = (times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])) if n else math.nan
+    import numpy as np
+
+    times = np.asarray(step_times if isinstance(step_times, np.ndarray) else list(step_times),
+                       dtype=np.float64).ravel()
+    n = int(times.size)
+    med = float(np.median(times)) if n else math.nan
     comp = cost.flops / peak.flops_per_s
     mem = cost.bytes_accessed / peak.bytes_per_s
     ideal = max(comp, mem)
