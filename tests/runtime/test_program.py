@@ -25,8 +25,8 @@ from goodput_jax.measure.stores.sqlite import SQLiteStore
 from goodput_jax.runtime.program import device_peak, measured_peak, program_cost
 from tests.runtime._helpers import device_busy
 
-N = 768
-STEPS = 24
+N = 1280  # ~50-100 ms a step on 2 CPU cores: the host wake-up (~1 ms under load) stays < 2 %
+STEPS = 14
 ATTEMPTS = 3
 
 
@@ -133,6 +133,7 @@ def test_mfu_from_device_true_step_time_matches_profiler(tmp_path):
         assert pg.mfu == pytest.approx(ps.mfu)
         if err <= 0.05:
             break
+    print("MFU vs profiler", errs)
     assert errs[-1][2] <= 0.05, errs
 
 
