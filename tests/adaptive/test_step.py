@@ -24,6 +24,9 @@ from goodput_jax.model import gradstats as gs
 
 M0 = 8
 B = 2  # atomic batch per replica
+#: the mechanics below compare a few steps sample by sample: the preconditioned statistics
+#: from Adam's first update on (AdaptDL's rule, min_count=1), not after the default warm-up
+PRE = functools.partial(gs.auto_preconditioner, min_count=1)
 
 
 def _loss(p, b):
@@ -51,7 +54,7 @@ def _hooks_path_step(tx, mesh, num_micro, parts="microbatch"):
     """The gradstats step a hooks user writes (the demo's), on the first num_micro slots."""
 
     def step(p, st, flat):
-        pre = gs.auto_preconditioner(st)
+        pre = PRE(st)
         loss, g, sq = gs.data_parallel_grads(_loss, p, flat, "data", num_microbatches=num_micro,
                                              preconditioner=pre, parts=parts)
         u, st = tx.update(g, st, p, grad_sqnorms=sq, grad_params=gs.get_grad_params(st),
@@ -75,7 +78,7 @@ def _flat_for(batch, num_micro, devices):
 def _run_both(devices, slots, num_micro, parts, steps=4):
     mesh = _mesh(devices)
     tx = adaptive_optimizer(optax.adam(1e-2), M0, rule="adam")
-    adaptive = make_train_step(_loss, tx, mesh=mesh, donate=False)
+    adaptive = make_train_step(_loss, tx, mesh=mesh, donate=False, preconditioner=PRE)
     ref = _hooks_path_step(tx, mesh, num_micro, parts)
     p_a = p_r = _params()
     st_a = st_r = tx.init(p_a)
@@ -106,7 +109,7 @@ def test_adam_statistics_equal_through_the_adaptive_step_and_the_hooks_path(devi
     assert isinstance(summary, gs.StatsSummary)
     via_step, via_state = GradStatsReader(), GradStatsReader()
     via_step.after_step(0, adaptive, None)
-    via_state.observe((p_r, st_r))
+    via_state.observe((p_r, st_r), wait=True)
     a, r = via_step.grad_params, via_state.grad_params
     assert via_step.count == via_state.count == 3
     np.testing.assert_allclose(a.sqr, r.sqr, rtol=1e-4, atol=1e-7)
@@ -119,7 +122,7 @@ def test_adam_statistics_are_of_the_preconditioned_gradient():
     """Step 1's sample by hand: S and T of g / (sqrt(nu_hat) + eps), not of g (d806996)."""
     mesh = _mesh(4)
     tx = adaptive_optimizer(optax.adam(1e-2), M0, rule="adam")
-    step = make_train_step(_loss, tx, mesh=mesh, donate=False)
+    step = make_train_step(_loss, tx, mesh=mesh, donate=False, preconditioner=PRE)
     p0 = _params()
     b0, b1 = _batches(2, 1, 4 * B, seed=3)
     p1, st1, _ = step(p0, tx.init(p0), b0, np.int32(1))
@@ -149,7 +152,7 @@ def test_sampling_every_k_skips_the_norms_and_never_retraces():
     mesh = _mesh(4)
     loss = chex.assert_max_traces(_loss, n=1)  # one trace of the loss: one compile
     tx = adaptive_optimizer(optax.adam(1e-2), M0, rule="adam", every=2)
-    step = make_train_step(loss, tx, mesh=mesh, donate=False)
+    step = make_train_step(loss, tx, mesh=mesh, donate=False, preconditioner=PRE)
     p = _params()
     st = tx.init(p)
     counts = []
