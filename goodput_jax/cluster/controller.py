@@ -520,9 +520,11 @@ class Controller:
         return infos
 
     def current_allocations(self) -> dict:
-        """What each active job holds (a stopping job: where it goes next)."""
-        return {name: job.current_allocation() for name, job in self.jobs.items()
-                if job.status.active}
+        """What each active job holds (a stopping job: where it goes next; a queued
+        non-preemptible job that a node loss took down: where it ran, lost nodes
+        included, :meth:`JobRecord.displaced_allocation`, so that Sia places it first)."""
+        return {name: job.current_allocation() or job.displaced_allocation()
+                for name, job in self.jobs.items() if job.status.active}
 
     def plan(self, now: float | None = None) -> tuple[Any, dict]:
         """One round's decision without acting on it: ``(RoundPlan, seconds per part)``.
@@ -541,15 +543,23 @@ class Controller:
         infos = self.job_infos(now, hints)
         nodes = node_infos(usable)
         labels = {n.label for n in usable}
-        current = {k: [n for n in v if n in labels]
+        # a displaced non-preemptible job keeps naming its lost nodes (the policy sees
+        # them gone); every other job holds only usable nodes
+        displaced = {k for k, job in self.jobs.items() if job.displaced_allocation()}
+        current = {k: list(v) if k in displaced else [n for n in v if n in labels]
                    for k, v in self.current_allocations().items()}
         t2 = time.perf_counter()
         policy = self._policy({n.accelerator_type for n in self.alive})
         plan = plan_round(policy, infos, nodes, current) if nodes else None
-        if plan is None:
-            from goodput_jax.cluster.plan import RoundPlan
+        from goodput_jax.cluster.plan import RoundPlan
 
-            plan = RoundPlan({k: tuple(sorted(v)) for k, v in current.items()}, (), "none")
+        if plan is None:
+            plan = RoundPlan({k: () if k in displaced else tuple(sorted(v))
+                              for k, v in current.items()}, (), "none")
+        elif displaced:  # one still waiting for room has not changed
+            plan = RoundPlan(plan.allocations, tuple(k for k in plan.changed
+                                                     if k not in displaced
+                                                     or plan.allocations[k]), plan.policy)
         t3 = time.perf_counter()
         return plan, {"hints": t1 - t0, "infos": t2 - t1, "policy": t3 - t2, "total": t3 - t0}
 

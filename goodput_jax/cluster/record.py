@@ -358,6 +358,21 @@ class JobRecord:
             return list(self.next_allocation)
         return list(self.allocation)
 
+    def displaced_allocation(self) -> list[str]:
+        """Where a queued non-preemptible job ran when a node loss took it down (the
+        last launch's allocation, naming the lost nodes); ``[]`` for any other job.
+
+        A node loss clears :attr:`allocation`, but Sia places such a job first, at
+        its former size, only when the allocation it is given still names the lost
+        nodes (:class:`~goodput_jax.sched.SiaPolicy`); the controller's rounds give
+        it this one.
+        """
+        if (self.status != JobStatus.QUEUED or self.spec is None or self.spec.preemptible
+                or not self.events or self.events[-1].get("what") != "node lost"
+                or not self.launches):
+            return []
+        return list(self.launches[-1].get("allocation") or [])
+
     def to_json(self) -> dict[str, Any]:
         """JSON-safe dict (``status`` as its word, ``spec`` as :meth:`JobSpec.to_json`)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

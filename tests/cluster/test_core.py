@@ -292,3 +292,52 @@ def test_a_restarted_controller_decides_as_a_never_killed_one_under_sia(tmp_path
     assert "late" in a.changed  # the round decided something
     assert {n: j.to_json()["status"] for n, j in first.jobs.items()} == \
         {n: j.to_json()["status"] for n, j in second.jobs.items()}
+
+
+def test_a_non_preemptible_job_displaced_by_a_node_loss_is_placed_first_under_sia(tmp_path):
+    """Sia places a non-preemptible job that lost its node first, at its former size,
+    and preemptible jobs give way (SiaPolicy's doc). It can tell only when the round's
+    current allocations still name the lost node: fails on the controller that gave it
+    the cleared allocation of an ordinary queued job (it waited behind the preemptible
+    jobs, which kept every device)."""
+    nodes = [NodeRecord("n0", "a", 2), NodeRecord("n1", "a", 2), NodeRecord("n2", "b", 2)]
+    live = list(nodes)
+    now = [1000.0]
+    launcher = FakeLauncher()
+    ctl = Controller(str(tmp_path), policy="sia", launcher=launcher, nodes=lambda: live,
+                     clock=lambda: now[0], round_on_events=True)
+    for name in ("p0", "p1"):
+        ctl.submit(JobSpec(name, EX, min_replicas=2, max_replicas=2,
+                           store=f"sqlite:///none/{name}"), now[0])
+    ctl.submit(JobSpec("np", EX, min_replicas=2, max_replicas=2, preemptible=False,
+                       store="sqlite:///none/np"), now[0])
+    ctl.tick()
+    held = {n: sorted(j.allocation) for n, j in ctl.jobs.items()}
+    assert all(len(a) == 2 for a in held.values()), held  # every job on a whole node
+    lost = held["np"][0]
+    now[0] += 5.0
+    live[:] = [n for n in nodes if n.label != lost]  # np's node leaves the cluster
+    ctl.tick()
+    np_job = ctl.jobs["np"]
+    # what the round was given: np's last launch, naming the lost node
+    assert ctl.rounds[-1]["t"] == now[0]
+    assert np_job.status == "running" and len(np_job.allocation) == 2, np_job.events[-3:]
+    assert lost not in np_job.allocation
+    assert np_job.launches[-1]["reason"] == "resumed"
+    # a preemptible job gave way: asked to stop (it checkpoints and queues)
+    assert sorted(j.status.value for n, j in ctl.jobs.items() if n != "np") == [
+        "running", "stopping"]
+
+
+def test_displaced_allocation_is_the_last_launch_of_a_queued_non_preemptible_job():
+    rec = JobRecord.new(_spec("np", preemptible=False), now=0.0)
+    rec.launch(1.0, ["n1", "n1"], "allocated", nodes=["n1"], accelerator_type="a")
+    assert rec.displaced_allocation() == []
+    rec.lose_node(2.0, ["n1"])
+    assert rec.allocation == [] and rec.displaced_allocation() == ["n1", "n1"]
+    rec.launch(3.0, ["n0"], "resumed", nodes=["n0"], accelerator_type="a")
+    assert rec.displaced_allocation() == []
+    pre = JobRecord.new(_spec("p"), now=0.0)
+    pre.launch(1.0, ["n1"], "allocated", nodes=["n1"], accelerator_type="a")
+    pre.lose_node(2.0, ["n1"])
+    assert pre.displaced_allocation() == []  # a preemptible job is an ordinary queued one
