@@ -237,7 +237,8 @@ def test_demo_bad_arguments(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ the truth on its own task
-def noise_truth(out: pathlib.Path, cfg: DemoConfig, devices: int) -> dict:
+def noise_truth(out: pathlib.Path, cfg: DemoConfig, devices: int,
+                step: int | None = None) -> dict:
     """The demo's gradient statistics and suggestion against per-example truth on its own task.
 
     The demo's batches cycle through its synthetic data pool, so the pool is the population:
@@ -271,7 +272,7 @@ def noise_truth(out: pathlib.Path, cfg: DemoConfig, devices: int) -> dict:
                          is_primary=False)
     mngr = checkpoint.manager(out / "checkpoints")
     step, params, opt = checkpoint.restore(mngr, params, opt, hooks,
-                                           Mesh(jax.devices()[:1], ("data",)))
+                                           Mesh(jax.devices()[:1], ("data",)), step=step)
     mngr.close()
     pre = gs.auto_preconditioner(opt)
     scales = pre.scales() if pre is not None else jax.tree.map(jnp.ones_like, params)
@@ -314,6 +315,100 @@ def noise_truth(out: pathlib.Path, cfg: DemoConfig, devices: int) -> dict:
                                                   sug_est.accum_steps) / sug_true.goodput)}
 
 
+def _truth_at(model, data, params, opt, m0: int) -> tuple[float, float]:
+    """``(|G|^2, tr(Sigma))`` over the demo's whole data pool at ``params``, each example's
+    gradient preconditioned with ``opt``'s bias-corrected second moment (as the in-step
+    statistics are)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.flatten_util import ravel_pytree
+
+    from goodput_jax.model import gradstats as gs
+
+    pre = gs.auto_preconditioner(opt)
+    scales = pre.scales() if pre is not None else jax.tree.map(jnp.ones_like, params)
+    total, sq = None, 0.0
+    n = data.x.shape[0]
+    for k in range(0, n, 4096):
+        t, s_ = _truth_sums(model)(params, scales, data.x[k:k + 4096], data.y[k:k + 4096])
+        flat = np.asarray(ravel_pytree(t)[0], np.float64)
+        total = flat if total is None else total + flat
+        sq += float(s_)
+    mean = total / n
+    sqr = float(mean @ mean)
+    return sqr, sq / n - sqr
+
+
+_SUMS: dict = {}
+
+
+def _truth_sums(model):
+    import jax
+    import jax.numpy as jnp
+
+    if id(model) not in _SUMS:
+        def one(p, x, y):
+            return jax.grad(lambda q: jnp.mean((model.apply(q, x[None]) - y[None]) ** 2))(p)
+
+        def sums(p, scales, x, y):
+            g = jax.vmap(one, in_axes=(None, 0, 0))(p, x, y)
+            g = jax.tree.map(lambda a, sc: a * sc, g, scales)
+            return (jax.tree.map(lambda a: jnp.sum(a, 0), g),
+                    sum(jnp.sum(jnp.square(a)) for a in jax.tree.leaves(g)))
+
+        _SUMS[id(model)] = (model, jax.jit(sums))
+    return _SUMS[id(model)][1]
+
+
+def truth_run(cfg: DemoConfig, devices: int, steps: int, checkpoints: tuple[int, ...],
+              span: tuple[int, ...] = (15, 10, 5, 0)) -> list[dict]:
+    """The demo's own training (its model, Adam, data pool in order, data-parallel step with
+    ``gradient_noise_scale`` and ``auto_preconditioner``) in its default configuration; at
+    each checkpoint ``t`` the statistics the optimizer state holds against the per-example
+    truth averaged over the steps ``t - 15, t - 10, t - 5, t`` (``|G|^2`` and ``tr(Sigma)``
+    averaged, then their ratio: at a single iterate the full-batch gradient of this noisy
+    regression under Adam swings 4x between checkpoints a few hundred steps apart)."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from goodput_jax.demo import SyntheticData, _make_train_step, _model_and_optimizer
+    from goodput_jax.model import gradstats as gs
+
+    m0 = devices * cfg.atomic_bsz
+    data = SyntheticData(cfg.features, cfg.noise)
+    model, tx = _model_and_optimizer(cfg, m0)
+    mesh = Mesh(jax.devices()[:devices], ("data",))
+    rep, shard = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    fn = _make_train_step(model, tx, mesh)
+    params = model.init(jax.random.PRNGKey(0), data.x[:1])
+    params, opt = jax.device_put((params, tx.init(params)), rep)
+    near = {c - d: c for c in checkpoints for d in span}
+    seen: dict = {c: [] for c in checkpoints}
+    rows = []
+    for t in range(1, steps + 1):
+        params, opt, _ = fn(params, opt, data.batch(t - 1, m0, shard))
+        jax.block_until_ready(opt)  # one collective program in flight (busy CPUs)
+        if t in near:
+            seen[near[t]].append(_truth_at(model, data, params, opt, m0))
+        if t in checkpoints:
+            gp = gs.get_grad_params(opt)
+            sqr = sum(a for a, _ in seen[t]) / len(seen[t])
+            tr = sum(b for _, b in seen[t]) / len(seen[t])
+            rows.append({"step": t, "m0": m0, "est_sqr": float(gp.sqr),
+                         "est_var": float(gp.var),
+                         "est_noise_scale": float(gs.noise_scale(gp, m0)),
+                         "truth_sqr": sqr, "truth_var": tr / m0, "truth_noise_scale": tr / sqr,
+                         "instant_noise_scale": seen[t][-1][1] / seen[t][-1][0]})
+    return rows
+
+
+# Not a test: the truth swings 3x between checkpoints on this task (Adam at a constant
+# learning rate on a noisy regression), so a 2x bound at a few points is either loose or
+# flaky, and 1200 steps with 32 truth evaluations take 1-4 minutes on two busy cores.
+# Measured (4 devices, committed df1d355 statistics, est / truth at 150..1200 every 150):
+# 1.71, 2.15, 1.71, 0.59, 0.47, 0.64, 1.48, 0.61.
 if __name__ == "__main__":  # python tests/test_demo.py DIR [--quick] [--devices N]
     import argparse
 
@@ -321,7 +416,15 @@ if __name__ == "__main__":  # python tests/test_demo.py DIR [--quick] [--devices
     ap.add_argument("dir")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--devices", type=int, default=4)
+    ap.add_argument("--step", type=int, default=None, help="a kept checkpoint (default: last)")
+    ap.add_argument("--run", type=int, default=0,
+                    help="instead: train the demo's task this many steps, truth every 150")
     a = ap.parse_args()
+    if a.run:
+        cps = tuple(range(150, a.run + 1, 150))
+        for row in truth_run(DemoConfig.from_args(quick=a.quick), a.devices, a.run, cps):
+            print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+        sys.exit(0)
     for k, v in noise_truth(pathlib.Path(a.dir), DemoConfig.from_args(quick=a.quick),
-                            a.devices).items():
+                            a.devices, a.step).items():
         print(f"{k:>28}: {v}")
