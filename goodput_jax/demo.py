@@ -440,8 +440,12 @@ def format_model_summary(hooks: Any) -> str:
         lines.append(f"  step-time model fitted to {n} profiled configurations:")
         d = format_duration
         lines.append(f"    compute  T_c(b) = {d(p.alpha_c)} + {d(p.beta_c)} * b")
-        lines.append(f"    network  T_r(r) = {d(p.alpha_r)} + {d(p.beta_r)} * (r - 2)   "
-                     f"[across nodes: {d(p.alpha_n)} + {d(p.beta_n)} * (r - 2)]")
+        if max((r for _n, r, _b in hooks.profile_table()), default=1) > 1:
+            lines.append(f"    network  T_r(r) = {d(p.alpha_r)} + {d(p.beta_r)} * (r - 2)   "
+                         f"[across nodes: {d(p.alpha_n)} + {d(p.beta_n)} * (r - 2)]")
+        else:  # the fit keeps AdaptDL's 1e-8 s placeholders: nothing was measured
+            lines.append("    network  not fitted (every profiled configuration ran on one "
+                         "replica: no all-reduce to time)")
         lines.append(f"    overlap  gamma = {p.gamma:.3f}   (T = (T_c^g + T_r^g)^(1/g))")
         # the statistic the fit used (warm-up steps dropped; a quantile, not a mean that a
         # stalled step skews)

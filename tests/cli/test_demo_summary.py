@@ -164,3 +164,29 @@ def test_a_job_without_accumulation_is_told_what_it_would_give():
     assert float(m.group(2)) == pytest.approx(sug_on.predicted_speedup, abs=0.006)
     assert "gradient accumulation is off" not in format_model_summary(on)
     assert sug_on.with_accumulation_batch_size == 0  # allowed: nothing to compare
+
+
+def test_one_replica_profiles_leave_the_network_unfitted():
+    """A fit on one replica printed AdaptDL's 1e-8 s placeholders as a network model."""
+    h = _hooks()
+    h.update_grad_params(GradParams(2.0, 6.0))
+    for b, t in ((32, 0.010), (64, 0.016), (128, 0.028)):
+        h.set_config(num_replicas=1, atomic_bsz=b)
+        for _ in range(5):
+            h.observe_step_time(t)
+    h.refit()
+    text = format_model_summary(h)
+    assert "network  not fitted (every profiled configuration ran on one replica" in text
+    assert "T_r(r)" not in text
+    assert "T_r(r)" in format_model_summary(_two_replica_fit())
+
+
+def _two_replica_fit() -> GoodputHooks:
+    h = _hooks()
+    h.update_grad_params(GradParams(2.0, 6.0))
+    for (r, b), t in {(1, 32): 0.010, (1, 64): 0.016, (2, 32): 0.012}.items():
+        h.set_config(num_replicas=r, atomic_bsz=b)
+        for _ in range(5):
+            h.observe_step_time(t)
+    h.refit()
+    return h
