@@ -65,6 +65,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     help="auto: Pollux on one accelerator type, Sia on several")
     up.add_argument("--interval", type=positive_float, default=60.0,
                     help="seconds between scheduling rounds")
+    up.add_argument("--autoscale", action="store_true",
+                    help="ask Ray's autoscaler for the policy's desired size every round "
+                         "(request_resources; with --address, a cluster that autoscales)")
     up.add_argument("--in-sandbox", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(run=run_up)
 
@@ -279,6 +282,8 @@ def run_up(args: argparse.Namespace) -> int:
     if args.address is None and not args.in_sandbox:
         argv = ["cluster", "up", "--state-dir", os.path.abspath(args.state_dir), "--nodes",
                 args.nodes, "--policy", args.policy, "--interval", str(args.interval)]
+        if args.autoscale:
+            argv.append("--autoscale")
         return _reexec_sandboxed(argv)
     from goodput_jax.cluster.api import ClusterClient
     from goodput_jax.cluster.controller import start_controller
@@ -310,7 +315,7 @@ def run_up(args: argparse.Namespace) -> int:
         if os.path.exists(client.sd.down_path()):
             os.remove(client.sd.down_path())
         actor = start_controller(args.state_dir, policy=args.policy, interval=args.interval,
-                                 fake_devices=args.address is None)
+                                 fake_devices=args.address is None, autoscale=args.autoscale)
         print(f"cluster up at {address}: state in {client.sd.root}; 'goodput-jax cluster "
               f"down --state-dir {args.state_dir}' stops it", flush=True)
         try:

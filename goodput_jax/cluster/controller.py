@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from goodput_jax.cluster.autoscale import RayAutoscaler, ResourceRequester
 from goodput_jax.cluster.launch import NAMESPACE, RayLauncher
 from goodput_jax.cluster.plan import (
     ACCEL,
@@ -72,7 +73,8 @@ CONTROLLER_NAME = "goodput_jax_controller"
 
 
 def make_policy(name: str, **kwargs: Any) -> Any:
-    """``"sia"`` -> SiaPolicy(resource=ACCEL), ``"pollux"`` -> PolluxPolicy(autoscale=False).
+    """``"sia"`` -> SiaPolicy(resource=ACCEL), ``"pollux"`` -> PolluxPolicy(autoscale=False)
+    (``autoscale=True`` in ``kwargs``: it computes ``desired_nodes``).
 
     Example:
         >>> type(make_policy("sia")).__name__
@@ -83,7 +85,7 @@ def make_policy(name: str, **kwargs: Any) -> Any:
     if name == "sia":
         return SiaPolicy(resource=ACCEL, **kwargs)
     if name == "pollux":
-        return PolluxPolicy(autoscale=False, **kwargs)
+        return PolluxPolicy(**{"autoscale": False, **kwargs})
     raise ValueError(f"policy ({name!r}) must be 'sia' or 'pollux'")
 
 
@@ -176,13 +178,21 @@ class Controller:
         node_grace: seconds a launch that died of a system error waits for the
             node table to show a dead node before counting as a crash (its nodes
             are held out of rounds meanwhile).
+        autoscaler: a :class:`~goodput_jax.cluster.autoscale.ResourceRequester`
+            (the actor passes a :class:`~goodput_jax.cluster.autoscale.RayAutoscaler`
+            with ``autoscale=True``): after every round it is given the bundles the
+            cluster should hold (:func:`~goodput_jax.cluster.autoscale.desired_bundles`);
+            Pollux then computes ``desired_nodes``, rounds run even before any node
+            with devices is up, and warm spare processes are kept only on nodes a
+            job holds (a spare would keep an idle node from being removed).
+            None: no autoscaling.
     """
 
     def __init__(self, state_dir: str, *, policy: Any = "auto", interval: float = 60.0,
                  launcher: Launcher | None = None,
                  nodes: Callable[[], list[NodeRecord]] | None = None,
                  clock: Callable[[], float] = time.time, round_on_events: bool = True,
-                 node_grace: float = 15.0):
+                 node_grace: float = 15.0, autoscaler: ResourceRequester | None = None):
         if not (isinstance(interval, (int, float)) and interval > 0):
             raise ValueError(f"interval ({interval!r}) must be > 0 seconds")
         self.sd = StateDir(state_dir)
@@ -195,6 +205,9 @@ class Controller:
         self.clock = clock
         self.round_on_events = bool(round_on_events)
         self.node_grace = float(node_grace)
+        self.autoscaler = autoscaler
+        #: the bundles last given to the autoscaler (None: none yet)
+        self.requested: list[dict] | None = None
         self.handles: dict[str, Any] = {}
         self._calcs: dict[str, Any] = {}
         self.alive: list[NodeRecord] = []
@@ -234,7 +247,8 @@ class Controller:
             want = self._policy_arg if self._policy_arg != "auto" else (
                 "sia" if len(types) > 1 else "pollux")
             if self.policy is None or self._policy_name != want:
-                self.policy = make_policy(want)
+                kw = {"autoscale": True} if want == "pollux" and self.autoscaler else {}
+                self.policy = make_policy(want, **kw)
                 self._policy_name = want
         return self.policy
 
@@ -384,7 +398,12 @@ class Controller:
         self.alive = alive
         labels = {n.label for n in alive}
         if self.launcher is not None:
-            self.launcher.warm([n.label for n in self.usable(now)])
+            warm = [n.label for n in self.usable(now)]
+            if self.autoscaler is not None:  # no spare on an idle node: it could not go
+                held = {n for j in self.jobs.values() if j.status.active
+                        for n in j.current_allocation()}
+                warm = [n for n in warm if n in held]
+            self.launcher.warm(warm)
         for label in [k for k, until in self.suspect_nodes.items()
                       if until <= now or k not in labels]:
             del self.suspect_nodes[label]
@@ -449,8 +468,9 @@ class Controller:
                 else:
                     job.requeue(now)
                     self.trigger = True
-        if rounds and self.alive and (now - self.last_round >= self.interval
-                                      or (self.trigger and self.round_on_events)):
+        if rounds and (self.alive or self.autoscaler is not None) and (
+                now - self.last_round >= self.interval
+                or (self.trigger and self.round_on_events)):
             self.run_round(now)
         self.persist()
         for path in self._taken:
@@ -559,7 +579,8 @@ class Controller:
         elif displaced:  # one still waiting for room has not changed
             plan = RoundPlan(plan.allocations, tuple(k for k in plan.changed
                                                      if k not in displaced
-                                                     or plan.allocations[k]), plan.policy)
+                                                     or plan.allocations[k]), plan.policy,
+                             plan.desired_nodes)
         t3 = time.perf_counter()
         return plan, {"hints": t1 - t0, "infos": t2 - t1, "policy": t3 - t2, "total": t3 - t0}
 
@@ -604,9 +625,24 @@ class Controller:
         plan, seconds = self.plan(now)
         for name in plan.changed:
             self._apply(name, self.jobs[name], list(plan.allocations[name]), now)
+        record = {"t": now, "policy": plan.policy, "changed": list(plan.changed),
+                  "allocations": {k: list(v) for k, v in plan.allocations.items()}}
+        if self.autoscaler is not None:
+            from goodput_jax.cluster.autoscale import desired_bundles
+
+            specs = {k: self.jobs[k].spec for k in plan.allocations
+                     if self.jobs[k].spec is not None}
+            bundles = desired_bundles(plan, specs, self.usable(now))
+            try:
+                self.autoscaler.request(bundles)
+                self.requested = bundles
+                record["requested"] = bundles
+                if plan.desired_nodes is not None:
+                    record["desired_nodes"] = plan.desired_nodes
+            except Exception as e:  # noqa: BLE001 - the next round asks again
+                logger.warning("autoscaler request failed: %s", _one_line(e))
         self.round_seconds.append(seconds["total"])
-        self.rounds.append({"t": now, "policy": plan.policy, "changed": list(plan.changed),
-                            "allocations": {k: list(v) for k, v in plan.allocations.items()}})
+        self.rounds.append(record)
         del self.rounds[:-200], self.round_seconds[:-200]
         return plan
 
@@ -755,15 +791,20 @@ class ControllerActor:
     ``STATE_DIR/jax-cache-jobs`` (a relaunch loads what its earlier launch compiled).
     ``spares``: one warm spare process per node, its imports done, that the next
     launch there takes (:meth:`~goodput_jax.cluster.launch.RayLauncher.warm`).
+    ``autoscale``: after every round, ask Ray's autoscaler for the policy's desired
+    size (:mod:`goodput_jax.cluster.autoscale`, ``request_resources``).
     """
 
     def __init__(self, state_dir: str, policy: str = "auto", interval: float = 60.0,
                  poll: float = 0.5, fake_devices: bool = True, node_grace: float = 15.0,
                  policy_kwargs: dict | None = None, compile_cache: bool = True,
                  precompile: bool = True, precompile_more: bool = True,
-                 precompile_wait: float = 120.0, job_cache: bool = True, spares: bool = True):
+                 precompile_wait: float = 120.0, job_cache: bool = True, spares: bool = True,
+                 autoscale: bool = False):
         logging.basicConfig(level=logging.INFO)
         sd = StateDir(state_dir)
+        if autoscale and policy == "pollux":
+            policy_kwargs = {"autoscale": True, **(policy_kwargs or {})}
         if compile_cache:
             from goodput_jax.sched.warmup import enable_compilation_cache
 
@@ -774,7 +815,8 @@ class ControllerActor:
             os.path.join(sd.root, "jax-cache-jobs") if job_cache else None),
             spares=spares, state_root=sd.root)
         self.controller = Controller(state_dir, policy=policy, interval=interval,
-                                     launcher=launcher, node_grace=node_grace)
+                                     launcher=launcher, node_grace=node_grace,
+                                     autoscaler=RayAutoscaler() if autoscale else None)
         #: Placement groups and launch actors of a previous controller that nothing
         #: re-attached to, removed at start.
         self.stale_removed = launcher.remove_stale(list(self.controller.handles.values()))
@@ -831,6 +873,7 @@ class ControllerActor:
             out["stale_removed"] = list(self.stale_removed)
             out["precompile"] = list(self.precompile_info)
             out["started"] = self.started
+            out["requested"] = self.controller.requested
             out["pid"] = os.getpid()
             return out
 
@@ -891,8 +934,8 @@ def start_controller(state_dir: str, *, policy: str = "auto", interval: float = 
     ``ray.kill``) and restarted by Ray up to ``max_restarts`` times (-1: always).
     ``policy_kwargs`` go to the policy's constructor (with ``policy`` "sia" or
     "pollux"); ``actor_kwargs`` (``compile_cache``, ``precompile``,
-    ``precompile_more``, ``precompile_wait``, ``job_cache``, ``spares``) to
-    :class:`ControllerActor`.
+    ``precompile_more``, ``precompile_wait``, ``job_cache``, ``spares``,
+    ``autoscale``) to :class:`ControllerActor`.
 
     Raises:
         ValueError: a controller of that name is already running.

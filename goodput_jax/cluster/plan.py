@@ -173,11 +173,14 @@ class RoundPlan:
         allocations: job -> node labels, one per replica (sorted), every job present.
         changed: jobs whose allocation differs from the current one (sorted).
         policy: ``"pollux"`` or ``"sia"``.
+        desired_nodes: Pollux's cluster size for autoscaling (a
+            ``PolluxPolicy(autoscale=True)``); None otherwise.
     """
 
     allocations: Mapping[str, tuple[str, ...]]
     changed: tuple[str, ...]
     policy: str
+    desired_nodes: int | None = None
 
 
 def plan_round(policy: Any, jobs: Mapping[str, Any], nodes: Mapping[str, Any],
@@ -199,14 +202,16 @@ def plan_round(policy: Any, jobs: Mapping[str, Any], nodes: Mapping[str, Any],
                              f"cluster has {sorted(map(str, types))}; use SiaPolicy")
         big = max(nodes.values(), key=lambda n: n.resources.get(ACCEL, 0))
         template = NodeInfo(dict(big.resources), False, big.accelerator_type)
-        alloc, _ = policy.optimize(jobs, nodes, cur, template)
+        alloc, desired = policy.optimize(jobs, nodes, cur, template)
+        desired = int(desired) if policy.autoscale else None
         name = "pollux"
     elif isinstance(policy, SiaPolicy):
         alloc = policy.optimize(jobs, nodes, cur)
+        desired = None
         name = "sia"
     else:
         raise TypeError(f"policy must be a PolluxPolicy or SiaPolicy, got "
                         f"{type(policy).__name__}")
     out = {k: tuple(sorted(alloc.get(k, ()) or ())) for k in jobs}
     changed = tuple(sorted(k for k in jobs if out[k] != tuple(sorted(cur[k]))))
-    return RoundPlan(out, changed, name)
+    return RoundPlan(out, changed, name, desired)
