@@ -807,3 +807,78 @@ def test_no_jax_internals_in_the_collection_helpers():
         for node in ast.walk(tree):
             if isinstance(node, ast.ExceptHandler):
                 raise AssertionError(f"{mod.__name__}: try/except at line {node.lineno}")
+
+
+# ----------------------------------------------------------------------------- issue 33
+
+
+def test_split_grads_is_the_two_part_microbatch_estimate_on_sampled_steps(mlp_problem):
+    params, batch = mlp_problem
+    nu = jax.tree.map(lambda p: jnp.abs(p) * 1e-3 + 1e-6, params)
+    pre = gs.adam_preconditioner(optax.ScaleByAdamState(
+        jnp.int32(30), jax.tree.map(jnp.zeros_like, params), nu))
+    assert bool(pre.valid)  # 30 >= DEFAULT_MIN_COUNT
+    split = jax.jit(lambda p, b, s: gs.split_grads(mlp_loss, p, b, preconditioner=pre, sample=s))
+    _, g_ref, ref = jax.jit(lambda p, b: gs.microbatch_grads(mlp_loss, p, b, 2,
+                                                             preconditioner=pre))(params, batch)
+    loss_on, g_on, on = split(params, batch, jnp.array(True))
+    loss_off, g_off, off = split(params, batch, jnp.array(False))
+    assert on.count == off.count == 2 and on.batch_size == 16
+    np.testing.assert_allclose([on.local_sqr, on.total_sqr], [ref.local_sqr, ref.total_sqr],
+                               rtol=1e-5)
+    assert float(ref.total_sqr) * 2 - float(ref.local_sqr) != 0.0
+    assert bool(on.valid) and not bool(off.valid) and float(off.local_sqr) == 0.0
+    # Unsampled steps: the plain gradient of the whole batch (same values).
+    loss, g = jax.value_and_grad(mlp_loss)(params, batch)
+    np.testing.assert_allclose(_flat(g_off), _flat(g), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(_flat(g_on), _flat(g), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose([loss_on, loss_off], [loss, loss], rtol=1e-5)
+    with pytest.raises(ValueError, match=r"parts \(1\)"):
+        gs.split_grads(mlp_loss, params, batch, parts=1)
+    with pytest.raises(ValueError, match=r"not divisible by parts \(3\)"):
+        gs.split_grads(mlp_loss, params, batch, parts=3)
+
+
+def test_one_device_mesh_keeps_the_preconditioner(mlp_problem):
+    """A 1-device mesh used to give count 1, leaving the step to the differenced
+    estimator, which never saw the preconditioner unless it was passed to tx.update too."""
+    params, batch = mlp_problem
+    nu = jax.tree.map(lambda p: jnp.abs(p) * 1e-3 + 1e-6, params)
+    pre = gs.adam_preconditioner(optax.ScaleByAdamState(
+        jnp.int32(30), jax.tree.map(jnp.zeros_like, params), nu))
+    mesh = jax.make_mesh((1,), ("data",), devices=jax.devices()[:1])
+
+    def step(params, pre, batch):
+        return gs.data_parallel_grads(mlp_loss, params, batch, "data", preconditioner=pre)
+
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data")),
+                              out_specs=(P(), P(), P())))
+    _, grads, sq = f(params, pre, jax.device_put(batch, NamedSharding(mesh, P("data"))))
+    _, _, ref = gs.split_grads(mlp_loss, params, batch, preconditioner=pre)
+    assert sq.count == 2 and bool(sq.valid)
+    np.testing.assert_allclose([sq.local_sqr, sq.total_sqr], [ref.local_sqr, ref.total_sqr],
+                               rtol=1e-5)
+    np.testing.assert_allclose(_flat(grads), _flat(jax.grad(mlp_loss)(params, batch)),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_growing_window_forgets_the_warm_up_and_ema_does_not():
+    """1000 samples of (sqr 1, var 4) after 20 wild warm-up samples (sqr -50, var 1e4):
+    the growing window's weight on the warm-up is (20/1020)^3 ~ 7.5e-6; AdaptDL's
+    EMA (window 1000) still gives it ~1 %, 30x the var."""
+    wild = gs.GradSqNorms(jnp.float32(2e4 - 50.0), jnp.float32(1e4 - 50.0), 2, 8)
+    est = gs.estimate_grad_params(wild.local_sqr, wild.total_sqr, 2, 1.0)  # sqr -50, var 1e4
+    good = gs.GradSqNorms(jnp.float32(9.0), jnp.float32(5.0), 2, 8)  # sqr 1, var 4 at scale 1
+    out = {}
+    for averaging in ("growing", "ema"):
+        def body(s, i, averaging=averaging):
+            return gs.update_grad_stats(s, jax.lax.cond(i < 20, lambda: wild, lambda: good), 8,
+                                        averaging=averaging), None
+        s = jax.lax.scan(body, gs.init_grad_stats(), jnp.arange(1020))[0]
+        out[averaging] = gs.grad_params_from_stats(s)
+    assert float(est.var) > 1e3  # the warm-up really is wild
+    # the warm-up's weight: (20 / 1020) ** 3 = 7.5e-6, i.e. var 4 + 0.075
+    np.testing.assert_allclose(out["growing"], (1.0, 4.075), rtol=2e-3)
+    assert abs(float(out["ema"].var) / 4.0 - 1.0) > 0.5
+    with pytest.raises(ValueError, match=r"averaging \('x'\)"):
+        gs.gradient_noise_scale(8, averaging="x")

@@ -16,21 +16,31 @@ With ``count`` equal-sized parts and ``scale = total batch / M0``::
     var = (S - T) * scale / (count - 1)
 
 (Unbiased: ``E[S] = |G|^2 + tr(Sigma)/b`` and ``E[T] = |G|^2 + tr(Sigma)/B``
-with part size ``b = B / count``.) When there is only one part, the previous
-step's gradient serves as the second part (the *differenced* estimator, flagged
-as biased because consecutive gradients are taken at different parameters);
-once unbiased samples arrive the averages restart from them.
+with part size ``b = B / count``.) On one device with no accumulation,
+:func:`split_grads` splits the batch in two on sampled steps (unbiased; so does
+:func:`data_parallel_grads` on a 1-device mesh). When there is only one part, the
+previous step's gradient serves as the second part (the *differenced* estimator,
+AdaptDL's, flagged as biased because consecutive gradients are taken at different
+parameters: the parameters' movement counts as noise); once unbiased samples arrive
+the averages restart from them.
 
-The per-step estimates are noisy, so they are smoothed with bias-corrected
-exponential moving averages whose decay ``theta = smoothing ** scale`` makes
-the averaging window a fixed number of *samples* whatever the batch size.
+The per-step estimates are noisy, so they are averaged over a window measured in
+training examples (``scale = batch / M0`` per step) whatever the batch size. By
+default (``averaging="growing"``) the window grows with the run, about its last
+half, so the first samples are forgotten, up to the fixed window of AdaptDL's
+bias-corrected EMA (``theta = smoothing ** scale``, ``averaging="ema"``).
 Non-finite steps are skipped. Reported values are clamped to ``sqr >= 0`` and
 ``var >= MIN_VAR`` (1e-6, the floor the AdaScale gain uses too).
 
 For Adam-type optimizers the statistics are taken of the preconditioned
 gradient ``g / (sqrt(nu_hat) + eps)``, with ``nu_hat`` the bias-corrected
 second moment found in the optimizer state (:func:`auto_preconditioner` finds
-it in any optax state tree, so the same train step serves SGD and Adam).
+it in any optax state tree, so the same train step serves SGD and Adam). No
+preconditioned sample is taken before ``nu_hat`` rests on ``DEFAULT_MIN_COUNT`` (20)
+Adam updates: over the first ones it is the square of one to a few gradients and
+the preconditioned norms are heavy-tailed. ``docs/concepts.md`` says when each
+estimator is biased; ``tests/model/test_gradstats_truth.py`` checks them against
+per-example gradients during training.
 
 The package, one job per module, from the bottom (each imports only the ones
 above it):
@@ -45,7 +55,8 @@ above it):
 * :mod:`.collect`: the collection helpers called inside the user's train step:
   (a) :func:`data_parallel_grads` under ``jax.shard_map``,
   (b) :func:`microbatch_grads` (``lax.scan`` accumulation in one step),
-  (d) :func:`grouped_grads` (plain ``jit`` with an explicit group axis);
+  (d) :func:`grouped_grads` (plain ``jit`` with an explicit group axis),
+  (e) :func:`split_grads` (one device: the batch in two on sampled steps);
 * :mod:`.transform`: the optax transformation :func:`gradient_noise_scale`
   (first in a chain, identity on the updates, statistics in its state) and
   (c) :func:`multi_steps` (accumulation across calls, like ``optax.MultiSteps``);
