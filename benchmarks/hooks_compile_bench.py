@@ -25,7 +25,7 @@ measured duration), read back from the store. Per arm, medians over rounds:
 - ``startup``: program startup booked by the calculator (s); ``refit``: the hooks' final
   refit, booked as custom badput ``model refit`` (s);
 - ``first 10 steps``: wall time from the first step's dispatch to the tenth step's outputs
-  ready (s).
+  ready (s); ``job``: the job's total time (s).
 
 Prints one table with the device and versions. Absolute times depend on the machine and on
 other load (on a shared 2-core machine they vary 2x from run to run); compare the arms of
@@ -159,6 +159,7 @@ def worker(arm: str, steps_n: int, db: str) -> dict:
         "startup": det["badput_time"][BadputType.PROGRAM_STARTUP],
         "refit": det["custom_badput_time"].get("model refit", 0.0),
         "first10": (t_tenth - t_first) if t_tenth else float("nan"),
+        "job": det["total_time"],
         "grad_count": None if hooks is None else hooks.grad_count,
         "platform": init.platform, "device": str(jax.devices()[0].device_kind),
         "jax": jax.__version__,
@@ -210,7 +211,7 @@ def main() -> None:
           f"python {platform.python_version()}, {a.steps} steps, {a.rounds} rounds (medians), "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     cols = ["step compile s", "summary compiles (n, s)", "other loop compiles (n, s)",
-            "startup s", "refit s", "first 10 steps s"]
+            "startup s", "refit s", "first 10 steps s", "job s"]
     print(f"| arm | {' | '.join(cols)} |")
     print("|---" * (len(cols) + 1) + "|")
     for arm in arms:
@@ -221,7 +222,8 @@ def main() -> None:
 
         print(f"| {arm} | {med('step_compile'):.2f} | {med('summary_n'):.0f}, "
               f"{med('summary_s'):.2f} | {med('other_n'):.0f}, {med('other_s'):.2f} | "
-              f"{med('startup'):.2f} | {med('refit'):.2f} | {med('first10'):.2f} |")
+              f"{med('startup'):.2f} | {med('refit'):.2f} | {med('first10'):.2f} | "
+              f"{med('job'):.2f} |")
 
 
 if __name__ == "__main__":
