@@ -4,7 +4,8 @@
 step-time profile), ``stats`` (gradient statistics), ``fit`` (the step-time fit and its
 worker), ``search`` (feasible configurations and the suggestion), ``publish`` (hints),
 ``state`` (checkpoint state), ``checks`` (argument checks); ``orbax`` instruments
-checkpoint managers.
+checkpoint managers; ``nnx`` adapts Flax NNX modules and ``nnx.Optimizer`` state (it
+imports flax, so it is not imported here).
 
 Example:
     >>> from goodput_jax.integrations import GoodputHooks  # doctest: +SKIP
