@@ -44,8 +44,8 @@ from goodput_jax.model import gradstats as gs
 
 N_DATA = 4096  # the finite training set: its per-example gradients are the exact truth
 CLASSES = 10
-STEPS = 250
-CHECKPOINTS = (100, 175, 250)
+STEPS = 200
+CHECKPOINTS = (100, 150, 200)
 TRUTH_SPAN = (10, 5, 0)  # the truth at a checkpoint t: steps t - 10, t - 5, t
 BATCH = {1: 256, 4: 256}  # total batch (M0); four devices: 64 per device
 TEACHER_SCALE = 5.0  # the teacher's logits x 5: labels sampled from its softmax (noisy)
@@ -180,6 +180,8 @@ def truth(model: str, params, opt_state, m0: int) -> dict:
     """``|G|^2``, ``tr(Sigma) / M0`` and the noise scale over the whole training set, with the
     optimizer's own bias-corrected ``nu`` (+ ``eps``) when it has one."""
     x, y = dataset(model)
+    # on the host first: the 4-device runs' replicated state would run the truth 4 times
+    params, opt_state = jax.device_get((params, opt_state))
     adam = gs.find_adam_state(opt_state)
     if adam is not None:  # optax.adamw's defaults: b2 = 0.999, eps = 1e-8
         corr = 1.0 - 0.999 ** int(adam.count)
