@@ -1,0 +1,160 @@
+"""The Ray side of tests/cluster/test_autoscale_ray.py: runs INSIDE a loopback-only sandbox.
+
+    python -m goodput_jax.cluster.local tests/cluster/_autoscale_driver.py STATE_DIR OUT_JSON
+
+Ray's fake autoscaling cluster, started as ``ray.cluster_utils.AutoscalingCluster.start``
+does, without its ``ray stop --force`` (which would end every Ray process of the
+machine): ``ray start --head --autoscaling-config=FILE`` with ``RAY_FAKE_CLUSTER=1``,
+a fake multi-node provider that labels each node (``_fake_provider.py``), one worker
+type ``a2`` (2 devices of type ``a``; at least 1 node, at most 3), nodes idle for
+0.05 minutes removed. The controller runs with ``autoscale=True`` (Sia).
+
+Three jobs of exactly 2 devices each are submitted: one fits, two wait; the round
+asks for three ``a`` nodes; the autoscaler adds two; the next rounds place the
+waiting jobs on them. The jobs (a script that waits for a file, no JAX) then end;
+the request is released and the idle nodes go, back to one. Teardown: the sandbox's
+PID namespace ends with this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+EX_SCRIPT = """
+import os, sys, time
+from goodput_jax.cluster import job_context
+ctx = job_context()
+print("job", ctx.job, "on", ctx.nodes, flush=True)
+deadline = time.time() + 240
+while not os.path.exists(sys.argv[1]) and time.time() < deadline:
+    time.sleep(0.2)
+"""
+
+CONFIG = {
+    "cluster_name": "gjfake",
+    "max_workers": 3,
+    "upscaling_speed": 10.0,
+    "idle_timeout_minutes": 0.05,
+    "provider": {"type": "external",
+                 "module": "tests.cluster._fake_provider.LabelledFakeProvider",
+                 "use_node_id_as_ip": True, "disable_node_updaters": True,
+                 "disable_launch_config_check": True, "launch_multiple": True,
+                 "gcs_address": "127.0.0.1:6379"},
+    "head_node_type": "ray.head.default",
+    "available_node_types": {
+        "ray.head.default": {"resources": {"CPU": 1, "gj_head": 1}, "node_config": {},
+                             "max_workers": 0},
+        "a2": {"resources": {"CPU": 1, "gj_accel": 2, "gj_type_a": 2,
+                             "object_store_memory": 80 * 2**20},
+               "node_config": {}, "min_workers": 1, "max_workers": 3},
+    },
+    "docker": {}, "auth": {}, "file_mounts": {}, "cluster_synced_files": [],
+    "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
+    "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
+    "worker_setup_commands": [], "head_start_ray_commands": [],
+    "worker_start_ray_commands": [],
+}
+
+
+def wait_for(pred, timeout: float, what: str, poll: float = 0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(poll)
+    raise TimeoutError(what)
+
+
+def main(state_dir: str, out_path: str) -> None:
+    from goodput_jax.cluster.local import LOOPBACK, in_sandbox
+
+    if not in_sandbox():
+        raise RuntimeError("run this driver only inside the loopback-only sandbox")
+    t0 = time.time()
+    info: dict = {"phases": {}, "nodes_seen": [], "t0": t0}
+    os.makedirs(state_dir, exist_ok=True)
+    cfg = os.path.join(state_dir, "autoscaling.json")
+    with open(cfg, "w") as fh:
+        json.dump(CONFIG, fh)
+    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    subprocess.run([ray_bin, "start", "--head", f"--autoscaling-config={cfg}",
+                    "--port=6379", f"--node-ip-address={LOOPBACK}", "--num-cpus=1",
+                    "--resources", json.dumps({"gj_head": 1}), "--include-dashboard=false",
+                    f"--object-store-memory={80 * 2**20}", "--disable-usage-stats"],
+                   env=env, check=True)
+    info["phases"]["head_up"] = time.time() - t0
+    import ray
+
+    from goodput_jax.cluster import ClusterClient, JobSpec, start_controller
+    from goodput_jax.cluster.controller import ray_nodes, stop_controller
+
+    ray.init(address=f"{LOOPBACK}:6379", log_to_driver=False, _node_ip_address=LOOPBACK)
+
+    def labels():
+        got = sorted(n.label for n in ray_nodes())
+        if not info["nodes_seen"] or info["nodes_seen"][-1][1] != got:
+            info["nodes_seen"].append((time.time() - t0, got))
+        return got
+
+    first = wait_for(lambda: labels(), 120, "the min_workers node")
+    info["first_nodes"] = first
+    info["phases"]["first_node"] = time.time() - t0
+    ctl = start_controller(state_dir, policy="sia", interval=2.0, poll=0.25, autoscale=True,
+                           spares=False, job_cache=False, precompile_more=False)
+    client = ClusterClient(state_dir)
+    wait_for(client.capacity, 60, "controller wrote the capacity")
+    script = os.path.join(state_dir, "wait_job.py")
+    with open(script, "w") as fh:
+        fh.write(EX_SCRIPT)
+    release = os.path.join(state_dir, "release")
+    for i in range(3):
+        client.submit(JobSpec(f"j{i}", script, args=(release,), min_replicas=2, max_replicas=2,
+                              accelerator_types=("a",)))
+    info["phases"]["submitted"] = time.time() - t0
+
+    def all_running():
+        labels()
+        st = client.status()
+        return len(st) == 3 and all(j["status"] == "running" for j in st.values())
+
+    try:
+        wait_for(all_running, 150, "all three jobs running")
+        info["timeout"] = None
+    except TimeoutError as e:
+        info["timeout"] = str(e)
+    info["phases"]["all_running"] = time.time() - t0
+    info["grown_nodes"] = labels()
+    info["jobs_running"] = client.status()
+    with open(release, "w") as fh:
+        fh.write("go")
+    wait_for(lambda: all(j["status"] == "finished" for j in client.status().values()), 90,
+             "jobs finished")
+    info["phases"]["finished"] = time.time() - t0
+    try:
+        wait_for(lambda: len(labels()) == 1, 120, "the idle nodes removed")
+        info["shrink_timeout"] = None
+    except TimeoutError as e:
+        info["shrink_timeout"] = str(e)
+    info["phases"]["shrunk"] = time.time() - t0
+    info["final_nodes"] = labels()
+    info["controller"] = ray.get(ctl.status.remote())
+    stop_controller(ctl)
+    info["jobs"] = client.status()
+    from goodput_jax.cluster.record import read_state
+
+    info["rounds"] = read_state(state_dir).rounds
+    info["phases"]["down"] = time.time() - t0
+    with open(out_path, "w") as fh:
+        json.dump(info, fh, default=str)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
+    sys.stdout.flush()
+    os._exit(0)  # the sandbox's PID namespace ends with this process: Ray with it

@@ -1,0 +1,97 @@
+"""Autoscaling on Ray's fake autoscaler (issue 34 Build 3), inside the loopback-only sandbox.
+
+One driver process (``tests/cluster/_autoscale_driver.py``) starts Ray's fake
+autoscaling cluster as ``ray.cluster_utils.AutoscalingCluster`` would (without its
+``ray stop --force``), one worker type of 2 devices, 1 to 3 nodes, and the
+controller with ``autoscale=True``; three 2-device jobs arrive. About 26 s on an
+idle 2-core machine. Skipped (with the reason) where ``unshare`` is not permitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from goodput_jax.cluster.local import run_sandboxed, sandbox_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+A2 = {"gj_accel": 2.0, "gj_type_a": 2.0}
+
+
+@pytest.fixture(scope="module")
+def grown():
+    pytest.importorskip("ray")
+    problem = sandbox_problem()
+    if problem:
+        pytest.skip(f"no loopback-only sandbox for Ray here: {problem}")
+    base = Path(tempfile.mkdtemp(prefix="gj-autoscale-"))
+    ray_tmp = base / "ray"
+    ray_tmp.mkdir()
+    out, log = base / "out.json", base / "driver.log"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        with open(log, "w") as fh:
+            proc = run_sandboxed([str(ROOT / "tests" / "cluster" / "_autoscale_driver.py"),
+                                  str(base / "state"), str(out)], ray_tmpdir=str(ray_tmp),
+                                 env=env, timeout=300, stdout=fh, stderr=fh, cwd=ROOT)
+        leftovers = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if str(ray_tmp).encode() in fh.read():
+                        leftovers.append(pid)
+            except OSError:
+                continue
+        assert proc.returncode == 0, log.read_text()[-4000:]
+        data = json.loads(out.read_text())
+        data["leftover_pids"] = leftovers
+        yield data
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_queue_larger_than_the_cluster_grows_it_to_its_max(grown):
+    assert grown["timeout"] is None, grown["nodes_seen"]
+    assert len(grown["first_nodes"]) == 1
+    sizes = [len(labels) for _, labels in grown["nodes_seen"]]
+    assert max(sizes) == 3 and len(grown["grown_nodes"]) == 3  # max_workers
+    first = grown["rounds"][0]
+    # one job fits, two wait: the round asked for room for all three
+    assert sorted(k for k, v in first["allocations"].items() if not v) == ["j1", "j2"]
+    assert first["requested"] == [A2, A2, A2]
+    assert grown["controller"]["errors"] == []
+
+
+def test_the_grown_nodes_get_the_waiting_jobs_at_the_next_round(grown):
+    jobs = grown["jobs"]
+    new = set(grown["grown_nodes"]) - set(grown["first_nodes"])
+    hosts = {}
+    for name, job in jobs.items():
+        assert job["status"] == "finished", (name, job["events"][-3:])
+        (launch,) = job["launches"]  # placed once, never moved
+        hosts[name] = launch["nodes"]
+    assert sorted(n for h in hosts.values() for n in h) == sorted(grown["grown_nodes"])
+    waiting = [n for n in jobs if hosts[n][0] in new]
+    assert len(waiting) == 2
+    rounds = grown["rounds"]
+    for name in waiting:
+        node = hosts[name][0]
+        # the first round whose allocations name the new node is the one that placed it
+        placing = next(r for r in rounds if any(node in a for a in r["allocations"].values()))
+        assert placing["allocations"][name] == [node, node] and name in placing["changed"]
+
+
+def test_the_request_is_released_and_the_idle_cluster_shrinks(grown):
+    rounds = grown["rounds"]
+    full = next(i for i, r in enumerate(rounds) if all(r["allocations"].values()))
+    assert all(r["requested"] == [] for r in rounds[full:])
+    assert grown["shrink_timeout"] is None, grown["nodes_seen"]
+    assert len(grown["final_nodes"]) == 1  # min_workers
+    assert grown["controller"]["requested"] == []
+    assert grown["leftover_pids"] == []
