@@ -275,6 +275,8 @@ def _reexec_sandboxed(argv: list[str]) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    if args.autoscale and args.address is None:
+        raise UserError("--autoscale needs --address: the local cluster has no autoscaler")
     _require()
     from goodput_jax.cluster.local import parse_nodes
 

@@ -132,3 +132,11 @@ def test_report_writes_the_page_of_a_synthetic_state(tmp_path, capsys):
         assert err.count("\n") == 1 and word in err and err.startswith(
             "goodput-jax cluster: error:"), err
     assert not (tmp_path / "x.html").exists()
+
+
+def test_autoscale_needs_an_address(tmp_path, capsys):
+    """The local cluster has no autoscaler: asking it to autoscale is a one-line refusal."""
+    assert main(["cluster", "up", "--state-dir", str(tmp_path / "s"), "--autoscale"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--autoscale needs --address" in err
+    assert not (tmp_path / "s").exists()
