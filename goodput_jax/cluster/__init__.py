@@ -49,6 +49,9 @@ _EXPORTS: dict[str, str] = {
     "LocalCluster": "goodput_jax.cluster.local",
     "run_sandboxed": "goodput_jax.cluster.local",
     "StateDir": "goodput_jax.cluster.state",
+    "RayAutoscaler": "goodput_jax.cluster.autoscale",
+    "ResourceRequester": "goodput_jax.cluster.autoscale",
+    "desired_bundles": "goodput_jax.cluster.autoscale",
 }
 
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy table's names

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from goodput_jax.cluster.autoscale import RayAutoscaler, ResourceRequester
+from goodput_jax.cluster.autoscale import RayAutoscaler, ResourceRequester, desired_bundles
 from goodput_jax.cluster.launch import NAMESPACE, RayLauncher
 from goodput_jax.cluster.plan import (
     ACCEL,
@@ -628,8 +628,6 @@ class Controller:
         record = {"t": now, "policy": plan.policy, "changed": list(plan.changed),
                   "allocations": {k: list(v) for k, v in plan.allocations.items()}}
         if self.autoscaler is not None:
-            from goodput_jax.cluster.autoscale import desired_bundles
-
             specs = {k: self.jobs[k].spec for k in plan.allocations
                      if self.jobs[k].spec is not None}
             bundles = desired_bundles(plan, specs, self.usable(now))
