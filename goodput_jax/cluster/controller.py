@@ -872,6 +872,8 @@ class ControllerActor:
             out["precompile"] = list(self.precompile_info)
             out["started"] = self.started
             out["requested"] = self.controller.requested
+            scaler = self.controller.autoscaler
+            out["requests_sent"] = scaler.sent if isinstance(scaler, RayAutoscaler) else None
             out["pid"] = os.getpid()
             return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from goodput_jax.cluster.autoscale import RayAutoscaler, bundle, desired_bundles
+from goodput_jax.cluster.autoscale import bundle, desired_bundles
 from goodput_jax.cluster.controller import Controller
 from goodput_jax.cluster.plan import NodeRecord, RoundPlan
 from goodput_jax.cluster.spec import JobSpec
@@ -155,12 +155,3 @@ def test_pollux_desired_nodes_reach_the_requester(tmp_path):
     assert req.sent == [[A2] * plan.desired_nodes]
     assert ctl.rounds[-1]["desired_nodes"] == plan.desired_nodes
 
-
-def test_ray_autoscaler_sends_only_a_change(monkeypatch):
-    sent = []
-    import ray.autoscaler.sdk as sdk
-
-    monkeypatch.setattr(sdk, "request_resources", lambda bundles=None, **kw: sent.append(bundles))
-    ra = RayAutoscaler()
-    assert ra.request([A2]) and not ra.request([dict(A2)]) and ra.request([])
-    assert sent == [[A2], []] and ra.sent == 2 and ra.last == []
