@@ -1,13 +1,14 @@
 """The Ray side of tests/cluster/test_autoscale_ray.py: runs INSIDE a loopback-only sandbox.
 
-    python -m goodput_jax.cluster.local tests/cluster/_autoscale_driver.py STATE_DIR OUT_JSON
+    python -m goodput_jax.cluster.local tests/cluster/_autoscale_driver.py STATE_DIR OUT_JSON [POLICY]
 
 Ray's fake autoscaling cluster, started as ``ray.cluster_utils.AutoscalingCluster.start``
 does, without its ``ray stop --force`` (which would end every Ray process of the
 machine): ``ray start --head --autoscaling-config=FILE`` with ``RAY_FAKE_CLUSTER=1``,
 a fake multi-node provider that labels each node (``_fake_provider.py``), one worker
 type ``a2`` (2 devices of type ``a``; at least 1 node, at most 3), nodes idle for
-0.05 minutes removed. The controller runs with ``autoscale=True`` (Sia).
+0.05 minutes removed. The controller runs with ``autoscale=True`` (POLICY: ``sia``,
+the default, asks for the queue's demand; ``pollux`` for its ``desired_nodes``).
 
 Three jobs of exactly 2 devices each are submitted: one fits, two wait; the round
 asks for three ``a`` nodes; the autoscaler adds two; the next rounds place the
@@ -70,7 +71,7 @@ def wait_for(pred, timeout: float, what: str, poll: float = 0.25):
     raise TimeoutError(what)
 
 
-def main(state_dir: str, out_path: str) -> None:
+def main(state_dir: str, out_path: str, policy: str = "sia") -> None:
     from goodput_jax.cluster.local import LOOPBACK, in_sandbox
 
     if not in_sandbox():
@@ -105,7 +106,7 @@ def main(state_dir: str, out_path: str) -> None:
     first = wait_for(lambda: labels(), 120, "the min_workers node")
     info["first_nodes"] = first
     info["phases"]["first_node"] = time.time() - t0
-    ctl = start_controller(state_dir, policy="sia", interval=2.0, poll=0.25, autoscale=True,
+    ctl = start_controller(state_dir, policy=policy, interval=2.0, poll=0.25, autoscale=True,
                            spares=False, job_cache=False, precompile_more=False)
     client = ClusterClient(state_dir)
     wait_for(client.capacity, 60, "controller wrote the capacity")
@@ -155,6 +156,6 @@ def main(state_dir: str, out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])
     sys.stdout.flush()
     os._exit(0)  # the sandbox's PID namespace ends with this process: Ray with it

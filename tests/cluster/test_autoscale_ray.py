@@ -3,8 +3,9 @@
 One driver process (``tests/cluster/_autoscale_driver.py``) starts Ray's fake
 autoscaling cluster as ``ray.cluster_utils.AutoscalingCluster`` would (without its
 ``ray stop --force``), one worker type of 2 devices, 1 to 3 nodes, and the
-controller with ``autoscale=True``; three 2-device jobs arrive. About 26 s on an
-idle 2-core machine. Skipped (with the reason) where ``unshare`` is not permitted.
+controller with ``autoscale=True`` under Sia (the queue's demand) and under Pollux
+(its ``desired_nodes``); three 2-device jobs arrive. About 30 s per policy on a
+2-core machine. Skipped (with the reason) where ``unshare`` is not permitted.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 A2 = {"gj_accel": 2.0, "gj_type_a": 2.0}
 
 
-@pytest.fixture(scope="module")
-def grown():
+@pytest.fixture(scope="module", params=["sia", "pollux"])
+def grown(request):
     pytest.importorskip("ray")
     problem = sandbox_problem()
     if problem:
@@ -38,7 +39,8 @@ def grown():
     try:
         with open(log, "w") as fh:
             proc = run_sandboxed([str(ROOT / "tests" / "cluster" / "_autoscale_driver.py"),
-                                  str(base / "state"), str(out)], ray_tmpdir=str(ray_tmp),
+                                  str(base / "state"), str(out), request.param],
+                                 ray_tmpdir=str(ray_tmp),
                                  env=env, timeout=300, stdout=fh, stderr=fh, cwd=ROOT)
         leftovers = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -51,6 +53,7 @@ def grown():
         assert proc.returncode == 0, log.read_text()[-4000:]
         data = json.loads(out.read_text())
         data["leftover_pids"] = leftovers
+        data["policy"] = request.param
         yield data
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -61,11 +64,16 @@ def test_a_queue_larger_than_the_cluster_grows_it_to_its_max(grown):
     assert len(grown["first_nodes"]) == 1
     sizes = [len(labels) for _, labels in grown["nodes_seen"]]
     assert max(sizes) == 3 and len(grown["grown_nodes"]) == 3  # max_workers
-    # every round that left a job waiting asked for room for every job (what is held and
-    # what waits, one a:2 node each); the others asked for nothing
     for r in grown["rounds"]:
-        waits = any(not v for v in r["allocations"].values())
-        assert r["requested"] == ([A2] * len(r["allocations"]) if waits else []), r
+        assert r["policy"] in (grown["policy"], "none")
+        if grown["policy"] == "sia":
+            # a round that left a job waiting asked for room for every job (what is held
+            # and what waits, one a:2 node each); the others asked for nothing
+            waits = any(not v for v in r["allocations"].values())
+            assert r["requested"] == ([A2] * len(r["allocations"]) if waits else []), r
+        elif r["allocations"]:
+            # Pollux's desired size in template nodes, or nothing once the cluster has it
+            assert r["requested"] in ([], [A2] * r["desired_nodes"]), r
     assert max(len(r["requested"]) for r in grown["rounds"]) == 3
     assert grown["controller"]["errors"] == []
 
