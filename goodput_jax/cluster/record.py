@@ -366,6 +366,14 @@ class JobRecord:
         its former size, only when the allocation it is given still names the lost
         nodes (:class:`~goodput_jax.sched.SiaPolicy`); the controller's rounds give
         it this one.
+
+        Example:
+            >>> rec = JobRecord.new(JobSpec("j", "m:f", preemptible=False), now=0.0)
+            >>> rec.launch(1.0, ["n1"], "allocated", nodes=["n1"], accelerator_type="a")
+            0
+            >>> rec.lose_node(2.0, ["n1"])
+            >>> rec.allocation, rec.displaced_allocation()
+            ([], ['n1'])
         """
         if (self.status != JobStatus.QUEUED or self.spec is None or self.spec.preemptible
                 or not self.events or self.events[-1].get("what") != "node lost"
