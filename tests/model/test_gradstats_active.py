@@ -37,7 +37,7 @@ def problem():
 
 def _fn(mesh, pre, **kw):
     def step(p, st, b, active):
-        precond = gs.auto_preconditioner(st) if pre else None
+        precond = gs.auto_preconditioner(st, min_count=1) if pre else None
         loss, g, sq = gs.data_parallel_grads(_loss, p, b, "data", num_microbatches=SLOTS,
                                              preconditioner=precond, **kw,
                                              **({"num_active": active} if active is not None
@@ -66,7 +66,7 @@ def test_traced_count_equals_the_static_path_on_the_first_microbatches(problem, 
         sbatch = jax.device_put(_first(batch, k), NamedSharding(mesh, P("data")))
 
         def static(p, st, b, k=k):
-            precond = gs.auto_preconditioner(st) if pre else None
+            precond = gs.auto_preconditioner(st, min_count=1) if pre else None
             loss, g, sq = gs.data_parallel_grads(_loss, p, b, "data", num_microbatches=k,
                                                  preconditioner=precond)
             return loss, g, (sq.local_sqr, sq.total_sqr)
@@ -88,7 +88,7 @@ def test_device_parts_and_unsliced_total(problem):
     _, _, (_, t_sliced, _, _) = _fn(mesh, True, parts="device")(params, st, batch, jnp.int32(3))
     assert int(count) == DEV  # static: one part per device
     np.testing.assert_allclose(t, t_sliced, rtol=1e-5)
-    pre = gs.auto_preconditioner(st)
+    pre = gs.auto_preconditioner(st, min_count=1)
     per_dev = []
     x = np.asarray(batch["x"]).reshape(DEV, SLOTS, BSZ, 5)[:, :3].reshape(DEV, -1, 5)
     y = np.asarray(batch["y"]).reshape(DEV, SLOTS, BSZ)[:, :3].reshape(DEV, -1)
