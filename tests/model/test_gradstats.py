@@ -882,3 +882,29 @@ def test_growing_window_forgets_the_warm_up_and_ema_does_not():
     assert abs(float(out["ema"].var) / 4.0 - 1.0) > 0.5
     with pytest.raises(ValueError, match=r"averaging \('x'\)"):
         gs.gradient_noise_scale(8, averaging="x")
+
+
+def test_one_device_traced_single_microbatch_is_split(mlp_problem):
+    """The adaptive step's one-replica layout (traced num_active): one active microbatch
+    gives count 2 (its halves) instead of the differenced estimator's count 1."""
+    params, batch = mlp_problem
+    mesh = jax.make_mesh((1,), ("data",), devices=jax.devices()[:1])
+
+    def step(params, batch, active):
+        _, g, sq = gs.data_parallel_grads(mlp_loss, params, batch, "data", num_microbatches=2,
+                                          num_active=active)
+        return g, (sq.local_sqr, sq.total_sqr, jnp.asarray(sq.count))
+
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P("data"), P()),
+                              out_specs=(P(), P())))
+    sb = jax.device_put(batch, NamedSharding(mesh, P("data")))
+    first = jax.tree.map(lambda x: x[:8], batch)
+    g, (s, t, count) = f(params, sb, jnp.int32(1))
+    _, g_ref, ref = gs.split_grads(mlp_loss, params, first)
+    assert int(count) == 2
+    np.testing.assert_allclose([s, t], [ref.local_sqr, ref.total_sqr], rtol=1e-5)
+    np.testing.assert_allclose(_flat(g), _flat(g_ref), rtol=1e-5, atol=1e-7)
+    _, (s2, t2, count2) = f(params, sb, jnp.int32(2))
+    _, _, ref2 = gs.microbatch_grads(mlp_loss, params, batch, 2)
+    assert int(count2) == 2
+    np.testing.assert_allclose([s2, t2], [ref2.local_sqr, ref2.total_sqr], rtol=1e-5)

@@ -478,7 +478,9 @@ def data_parallel_grads(
             scalar, ``1 <= num_active <= num_microbatches``): the accumulation is a
             ``lax.fori_loop`` with that trip count, so one compiled step serves every
             count (the others are padding, never read). ``None``: all, in a ``lax.scan``.
-            Not with ``has_aux``.
+            Not with ``has_aux``. On one device a single active microbatch is split in
+            two (``count`` 2, the unbiased estimator) rather than left to the
+            differenced one.
         parts: what the parts of ``S`` are. ``"microbatch"``: every device's
             microbatches (``count = devices * microbatches``); ``"device"``: each
             device's accumulated gradient, one norm per device instead of one per
@@ -531,11 +533,32 @@ def data_parallel_grads(
             raise ValueError("has_aux is not supported with num_active (a traced microbatch "
                              "count)")
         active = _check_num_active(num_active, n)
-        loss, grads, local = _accumulate_traced(loss_fn, pv, batch, n, active, preconditioner,
-                                                not per_device, sample)
         aux = None
-        count = devices * active if not per_device else devices
         used = active * (local_size // n) * devices
+        if devices == 1 and not per_device and (local_size // n) % 2 == 0:
+            # One device: a single active microbatch would give count 1 (the differenced
+            # estimator); split it in two instead, as with a static count (same gradient).
+            def loop():
+                return _accumulate_traced(loss_fn, pv, batch, n, active, preconditioner,
+                                          True, sample)
+
+            def halves():
+                first = jax.tree.map(lambda x: x[: local_size // n], batch)
+                loss1, grads1, local1, _ = _split_or_plain(loss_fn, pv, first, 2,
+                                                           preconditioner, sample)
+                return jnp.asarray(loss1, jnp.float32), grads1, jnp.asarray(local1, jnp.float32)
+
+            def as_f32(out):
+                return (jnp.asarray(out[0], jnp.float32), out[1],
+                        jnp.asarray(out[2], jnp.float32))
+
+            loss, grads, local = jax.lax.cond(active == 1, lambda: as_f32(halves()),
+                                              lambda: as_f32(loop()))
+            count = jnp.where(active == 1, 2, active).astype(jnp.int32)
+        else:
+            loss, grads, local = _accumulate_traced(loss_fn, pv, batch, n, active,
+                                                    preconditioner, not per_device, sample)
+            count = devices * active if not per_device else devices
     if per_device:  # one part per device: the norm of its accumulated gradient
         local = _when(sample, lambda: sqnorm(grads, preconditioner), (grads, preconditioner))
         count = devices
