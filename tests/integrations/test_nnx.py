@@ -90,6 +90,10 @@ def test_readers_take_an_nnx_optimizer():
     gp = gnnx.get_grad_params(opt)
     ref = gs.get_grad_params(nnx.as_pure(opt.opt_state))
     assert gp.sqr > 0 and gp == (float(ref.sqr), float(ref.var))
+    # the base readers take the nnx.Optimizer's boxed state as it stands (issue 33: TypeError
+    # "'>' not supported between instances of 'OptArray' and 'int'")
+    boxed = gs.get_grad_params(opt.opt_state)
+    assert (float(boxed.sqr), float(boxed.var)) == gp
     assert int(gnnx.get_grad_stats(opt).count) > 0
     # the hooks take the optimizer (its statistics sit in OptArray boxes) directly
     hooks = GoodputHooks("nnx-set", init_batch_size=16, is_primary=False, num_replicas=1)

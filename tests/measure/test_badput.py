@@ -48,6 +48,11 @@ def test_no_other_module_defines_the_vocabulary():
     for path in ROOT.rglob("*.py"):
         if path.name == "badput.py" and path.parent.name == "measure":
             continue
+        if path.name == "enums.py" and path.parent.name == "compat":
+            # the drop-in's BadputType is Google's (its names and numbers, issue 35),
+            # mapped onto this one by BadputType.of / .measure: a translation, not a rule
+            assert "MeasureBadputType" in path.read_text()
+            continue
         text = path.read_text()
         rel = path.relative_to(ROOT)
         assert "class BadputType" not in text, rel

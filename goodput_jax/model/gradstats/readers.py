@@ -40,7 +40,11 @@ def get_grad_stats(opt_state: Any) -> GradStatsState:
             "opt_state holds no gradient statistics: put goodput_jax.gradient_noise_scale(...) "
             "first in the optax chain (or use gradstats.multi_steps)"
         )
-    return found[0]
+    st = found[0]
+    # Flax NNX keeps optimizer state in boxes (``OptArray``), one array each: unbox them,
+    # so ``get_grad_params(optimizer.opt_state)`` reads an nnx.Optimizer as it reads optax
+    leaves = jax.tree.leaves(st)
+    return GradStatsState(*leaves) if len(leaves) == len(st) else st
 
 
 def _noise_scale_state(opt_state: Any) -> GradientNoiseScaleState:
