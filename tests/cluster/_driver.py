@@ -143,6 +143,13 @@ def main(state_dir: str, out_path: str) -> None:
     # the controller dies; a new one rebuilds from controller.json and relaunches what ran
     wait_for(lambda: client.status().get("late", {}).get("status") == "running", 120,
              "late launched")
+    # late's first attempt crashes at step 5 by design: kill the controller only once an
+    # attempt has got past it, so every launch running at the kill is one that runs on
+    # (a crash right at the kill left no progress of that attempt after it: 1 run in 2)
+    wait_for(lambda: any(p.get("event") == "step" and p.get("step", 0) > 5
+                         for p in client.progress("late"))
+             and client.status().get("late", {}).get("status") == "running", 120,
+             "late past its injected crash")
     running = sorted(n for n, j in client.status().items() if j["status"] == "running")
     before = {n: (j["attempt"], len(j["launches"])) for n, j in client.status().items()}
     old_pid = ray.get(ctl.pid.remote())
