@@ -311,7 +311,7 @@ def _productivity_html(data: _Data, img: Any) -> str:
                "how much of that time was productive steps (runtime: the measured goodput "
                "above, over the held time) and how close each step ran to the device's limit "
                "(program: the roofline's ideal step time over the device-true one). Formulas "
-               f"and sources in {_concepts_link()}.</p>")
+               f"and sources in {_concepts_link('productivity.md')}.</p>")
     if p is None:
         body = (f'<p class="note" id="no-productivity">'
                 f"{html.escape(panel.productivity_reason)}</p>")
@@ -352,12 +352,12 @@ def _productivity_html(data: _Data, img: Any) -> str:
     return f"{head}\n{explain}\n{body}"
 
 
-def _concepts_link() -> str:
-    """docs/concepts.md: a file link when the docs sit beside the package, else its name."""
-    path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "concepts.md"
+def _concepts_link(page: str = "concepts.md") -> str:
+    """docs/PAGE: a file link when the docs sit beside the package, else its name."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "docs" / page
     if path.is_file():
-        return f'<a href="{html.escape(path.as_uri())}">docs/concepts.md</a>'
-    return "<code>docs/concepts.md</code> in the goodput-jax repository"
+        return f'<a href="{html.escape(path.as_uri())}">docs/{page}</a>'
+    return f"<code>docs/{page}</code> in the goodput-jax repository"
 
 
 _CSS = """
