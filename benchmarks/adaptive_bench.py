@@ -138,8 +138,20 @@ def make_tx(args) -> optax.GradientTransformation:
     def schedule(progress):
         return jnp.maximum(0.5 ** (progress / half), floor)
 
-    return adaptive_optimizer(optax.sgd(args.lr, momentum=0.9), args.m0, rule="adascale",
+    return adaptive_optimizer(base_optimizer(args), args.m0, rule=scaling_rule(args),
                               schedule=schedule if half > 0 else None)
+
+
+def base_optimizer(args) -> optax.GradientTransformation:
+    """The optimizer tuned at M0: SGD + momentum (default) or AdamW (``--opt adamw``)."""
+    if args.opt == "adamw":
+        return optax.adamw(args.lr, weight_decay=1e-4)
+    return optax.sgd(args.lr, momentum=0.9)
+
+
+def scaling_rule(args) -> str:
+    """AdaScale for SGD; the docs' square-root rule for Adam-type optimizers."""
+    return "adam" if args.opt == "adamw" else "adascale"
 
 
 class Timer:
@@ -392,7 +404,7 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
     m0, r = args.m0, jax.device_count()
     step_fn, tx = step_cache["step"], step_cache["tx"]
     params = model.init(jax.random.key(0), jnp.ones((1, xtr.shape[1])))
-    base = optax.sgd(args.lr, momentum=0.9)
+    base = base_optimizer(args)
     bare_fn, bare_sh, rep = bare_step(loss_fn, base, step_fn.mesh)
     n = args.overhead_steps
     bare, plain, hooked, parts = [], [], [], []
@@ -667,7 +679,10 @@ def main(argv=None) -> int:
                     help="stop a sweep arm after this many times the seed's best time so far")
     ap.add_argument("--m0", type=int, default=32, help="initial (user's) total batch size")
     ap.add_argument("--max-batch", type=int, default=2048)
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--opt", choices=("sgd", "adamw"), default="sgd",
+                    help="the optimizer tuned at M0 (adamw: the 'adam' scaling rule)")
+    ap.add_argument("--lr", type=float, default=None,
+                    help="learning rate at M0 (default 0.05 for sgd, 1e-3 for adamw)")
     ap.add_argument("--half-life", type=float, default=50000.0,
                     help="learning-rate half-life in scale-invariant iterations (0: constant)")
     ap.add_argument("--max-time", type=float, default=None, help="seconds per arm")
@@ -698,6 +713,8 @@ def main(argv=None) -> int:
     ap.add_argument("--overhead-only", action="store_true",
                     help="only the plain-loop vs hooks+controller comparison")
     args = ap.parse_args(argv)
+    if args.lr is None:
+        args.lr = 1e-3 if args.opt == "adamw" else 0.05
     if "GOODPUT_JAX_STORE" not in os.environ:  # the hooks' recorders: not ./goodput.db
         import tempfile
 
