@@ -24,8 +24,16 @@ What is desired:
   per node each allocated job holds (what it has), plus each waiting job's
   ``max(min_replicas, 1)`` devices in node-sized bundles (of its one allowed
   type, else of any type);
-* **nothing** (``[]``, the request released) when no job waits and Pollux asks
-  for no more nodes than there are: idle nodes may go.
+* **what the jobs hold** when no job waits and Pollux asks for no more nodes
+  than there are: one bundle per node each allocated job holds. A job just
+  placed on a new node does not make that node busy in the autoscaler's eyes
+  until its placement group is reserved there (a round-trip through the GCS);
+  a node that joined more than ``idle_timeout_minutes`` earlier would be removed
+  as idle in between if the request were dropped the moment the last waiting job
+  was placed (the Ray test's job launched twice, 1 run in 8). Held bundles only
+  keep what is used, so they never grow the cluster;
+* **nothing** (``[]``, the request released) when no job holds or waits for
+  devices (the queue has emptied): idle nodes may go.
 
 Example:
     >>> from goodput_jax.cluster.plan import NodeRecord, RoundPlan
@@ -38,6 +46,10 @@ Example:
     >>> desired_bundles(plan, specs, nodes)
     [{'gj_accel': 2.0, 'gj_type_a': 2.0}, {'gj_accel': 2.0, 'gj_type_a': 2.0}]
     >>> desired_bundles(RoundPlan({"j1": ("n0", "n0")}, (), "sia"), specs, nodes)
+    [{'gj_accel': 2.0, 'gj_type_a': 2.0}]
+    >>> desired_bundles(RoundPlan({"j1": ()}, (), "none"), specs, [])
+    [{'gj_accel': 1.0}, {'gj_accel': 1.0}]
+    >>> desired_bundles(RoundPlan({}, (), "none"), specs, nodes)
     []
 """
 
@@ -93,22 +105,21 @@ def desired_bundles(plan: RoundPlan, specs: Mapping[str, JobSpec],
     if not plan.allocations:
         return []
     by_label = {n.label: n for n in nodes}
-    if plan.desired_nodes is not None:
-        if not nodes or plan.desired_nodes <= len(nodes):
-            return []
-        big = max(nodes, key=lambda n: (n.devices, n.label))
-        return [bundle(big.devices, big.accelerator_type)] * int(plan.desired_nodes)
-    waiting = sorted(k for k, alloc in plan.allocations.items() if not alloc)
-    if not waiting:
-        return []
-    out: list[Bundle] = []
+    held_bundles: list[Bundle] = []
     for name in sorted(plan.allocations):
         held: dict[str, int] = {}
         for label in plan.allocations[name]:
             held[label] = held.get(label, 0) + 1
         for label, k in sorted(held.items()):
             node = by_label.get(label)
-            out.append(bundle(k, node.accelerator_type if node is not None else None))
+            held_bundles.append(bundle(k, node.accelerator_type if node is not None else None))
+    if plan.desired_nodes is not None and nodes and plan.desired_nodes > len(nodes):
+        big = max(nodes, key=lambda n: (n.devices, n.label))
+        return [bundle(big.devices, big.accelerator_type)] * int(plan.desired_nodes)
+    waiting = sorted(k for k, alloc in plan.allocations.items() if not alloc)
+    if not waiting or plan.desired_nodes is not None:
+        return held_bundles
+    out = list(held_bundles)
     for name in waiting:
         spec = specs.get(name)
         need = max(spec.min_replicas, 1) if spec is not None else 1

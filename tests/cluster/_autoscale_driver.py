@@ -1,19 +1,21 @@
 """The Ray side of tests/cluster/test_autoscale_ray.py: runs INSIDE a loopback-only sandbox.
 
-    python -m goodput_jax.cluster.local tests/cluster/_autoscale_driver.py STATE_DIR OUT_JSON [POLICY]
+    python -m goodput_jax.cluster.local tests/cluster/_autoscale_driver.py ROOT_DIR OUT_JSON
 
 Ray's fake autoscaling cluster, started as ``ray.cluster_utils.AutoscalingCluster.start``
 does, without its ``ray stop --force`` (which would end every Ray process of the
 machine): ``ray start --head --autoscaling-config=FILE`` with ``RAY_FAKE_CLUSTER=1``,
 a fake multi-node provider that labels each node (``_fake_provider.py``), one worker
 type ``a2`` (2 devices of type ``a``; at least 1 node, at most 3), nodes idle for
-0.05 minutes removed. The controller runs with ``autoscale=True`` (POLICY: ``sia``,
-the default, asks for the queue's demand; ``pollux`` for its ``desired_nodes``).
+0.05 minutes removed. On that one cluster, one phase per policy, one after the other:
+a controller with ``autoscale=True`` (``sia`` asks for the queue's demand; ``pollux``
+for its ``desired_nodes``), its state in ``ROOT_DIR/<policy>``.
 
 Three jobs of exactly 2 devices each are submitted: one fits, two wait; the round
 asks for three ``a`` nodes; the autoscaler adds two; the next rounds place the
 waiting jobs on them. The jobs (a script that waits for a file, no JAX) then end;
-the request is released and the idle nodes go, back to one. Teardown: the sandbox's
+the request drops to what is held, then is released, and the idle nodes go, back to
+one; the controller stops and the next phase starts. Teardown: the sandbox's
 PID namespace ends with this process.
 """
 
@@ -34,6 +36,8 @@ deadline = time.time() + 240
 while not os.path.exists(sys.argv[1]) and time.time() < deadline:
     time.sleep(0.2)
 """
+
+POLICIES = ("sia", "pollux")
 
 CONFIG = {
     "cluster_name": "gjfake",
@@ -71,15 +75,15 @@ def wait_for(pred, timeout: float, what: str, poll: float = 0.25):
     raise TimeoutError(what)
 
 
-def main(state_dir: str, out_path: str, policy: str = "sia") -> None:
+def main(root: str, out_path: str) -> None:
     from goodput_jax.cluster.local import LOOPBACK, in_sandbox
 
     if not in_sandbox():
         raise RuntimeError("run this driver only inside the loopback-only sandbox")
     t0 = time.time()
-    info: dict = {"phases": {}, "nodes_seen": [], "t0": t0}
-    os.makedirs(state_dir, exist_ok=True)
-    cfg = os.path.join(state_dir, "autoscaling.json")
+    info: dict = {"t0": t0, "phases": {}, "policies": {}}
+    os.makedirs(root, exist_ok=True)
+    cfg = os.path.join(root, "autoscaling.json")
     with open(cfg, "w") as fh:
         json.dump(CONFIG, fh)
     env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
@@ -92,10 +96,26 @@ def main(state_dir: str, out_path: str, policy: str = "sia") -> None:
     info["phases"]["head_up"] = time.time() - t0
     import ray
 
-    from goodput_jax.cluster import ClusterClient, JobSpec, start_controller
-    from goodput_jax.cluster.controller import ray_nodes, stop_controller
-
     ray.init(address=f"{LOOPBACK}:6379", log_to_driver=False, _node_ip_address=LOOPBACK)
+    for policy in POLICIES:
+        info["policies"][policy] = phase(os.path.join(root, policy), policy, t0)
+        info["phases"][f"{policy}_done"] = time.time() - t0
+    with open(out_path, "w") as fh:
+        json.dump(info, fh, default=str)
+
+
+def phase(state_dir: str, policy: str, t0: float) -> dict:
+    """One controller (``policy``, autoscaling on) on the running cluster: three jobs
+    grow it, run, end; the cluster shrinks back to one node; the controller stops."""
+    import ray
+
+    from goodput_jax.cluster import ClusterClient, JobSpec, start_controller
+    from goodput_jax.cluster.controller import CONTROLLER_NAME, ray_nodes, stop_controller
+    from goodput_jax.cluster.launch import NAMESPACE
+    from goodput_jax.cluster.record import read_state
+
+    info: dict = {"phases": {}, "nodes_seen": [], "t0": t0}
+    os.makedirs(state_dir, exist_ok=True)
 
     def labels():
         got = sorted(n.label for n in ray_nodes())
@@ -103,11 +123,22 @@ def main(state_dir: str, out_path: str, policy: str = "sia") -> None:
             info["nodes_seen"].append((time.time() - t0, got))
         return got
 
-    first = wait_for(lambda: labels(), 120, "the min_workers node")
+    # the min_workers node (the previous phase's cluster has shrunk back to it)
+    first = wait_for(lambda: len(labels()) == 1 and labels(), 120, "one node")
     info["first_nodes"] = first
     info["phases"]["first_node"] = time.time() - t0
+    # precompile off: the first round compiles for the three jobs it sees (a precompile
+    # for the jobs held at start, none, would compile a one-job problem first)
+    def name_free():  # the previous phase's controller, killed, is gone
+        try:
+            ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        except ValueError:
+            return True
+        return False
+
+    wait_for(name_free, 30, "the previous controller gone")
     ctl = start_controller(state_dir, policy=policy, interval=2.0, poll=0.25, autoscale=True,
-                           spares=False, job_cache=False, precompile_more=False)
+                           spares=False, job_cache=False, precompile=False)
     client = ClusterClient(state_dir)
     wait_for(client.capacity, 60, "controller wrote the capacity")
     script = os.path.join(state_dir, "wait_job.py")
@@ -115,8 +146,8 @@ def main(state_dir: str, out_path: str, policy: str = "sia") -> None:
         fh.write(EX_SCRIPT)
     release = os.path.join(state_dir, "release")
     for i in range(3):
-        client.submit(JobSpec(f"j{i}", script, args=(release,), min_replicas=2, max_replicas=2,
-                              accelerator_types=("a",)))
+        client.submit(JobSpec(f"{policy[0]}{i}", script, args=(release,), min_replicas=2,
+                              max_replicas=2, accelerator_types=("a",)))
     info["phases"]["submitted"] = time.time() - t0
 
     def all_running():
@@ -147,15 +178,12 @@ def main(state_dir: str, out_path: str, policy: str = "sia") -> None:
     info["controller"] = ray.get(ctl.status.remote())
     stop_controller(ctl)
     info["jobs"] = client.status()
-    from goodput_jax.cluster.record import read_state
-
     info["rounds"] = read_state(state_dir).rounds
     info["phases"]["down"] = time.time() - t0
-    with open(out_path, "w") as fh:
-        json.dump(info, fh, default=str)
+    return info
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:3])
     sys.stdout.flush()
     os._exit(0)  # the sandbox's PID namespace ends with this process: Ray with it
