@@ -49,6 +49,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -156,26 +157,6 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
     def noop_track(step: int, out: object) -> None:
         pass
 
-    def bracketed(calls: list, start, track) -> None:
-        # The recorder's two calls timed one by one (start, then track after the
-        # dispatch), in the same loop; with no-op functions it times the brackets.
-        nonlocal i
-        s = w
-        for _ in range(steps_per_round):
-            time.sleep(load_s)
-            a = ns()
-            start(i)
-            b = ns()
-            out = train_step(s, x)
-            c = ns()
-            track(i, out)
-            d = ns()
-            s, _m = out
-            calls.append((b - a) + (d - c))
-            i += 1
-        jax.block_until_ready(s)
-        steps.finish()
-
     inner: list = []
 
     def timed_step(s, xb):
@@ -187,58 +168,72 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
     def noop_call(step: int, fn, *args):
         return fn(*args)
 
-    def wrapped(calls: list, call) -> None:
-        # ``call(i, timed_step, s, x)`` minus the dispatch timed inside it: the wrapper's own
-        # work; with ``noop_call`` it is a plain Python call forwarding to the step
-        nonlocal i
-        s = w
-        for _ in range(steps_per_round):
-            time.sleep(load_s)
-            a = ns()
-            out = call(i, timed_step, s, x)
-            e = ns()
-            s, _m = out  # after the clock: frees the previous step's arrays in the plain arm
-            calls.append(e - a - inner[-1])
-            i += 1
-        jax.block_until_ready(s)
-        steps.finish()
-
     recorded_step = steps.wrap(timed_step)
 
-    def wrapped_fn(calls: list, direct: bool) -> None:
-        # ``recorded_step(i, s, x)`` (``steps.wrap``) or the step called directly,
-        # ``timed_step(s, x)``, minus the dispatch timed inside
+    # Each form of the recording is timed against its baseline in ONE loop, the two calls
+    # alternating step by step (the order swapped every pair), each after its own load: a
+    # pair's two calls meet the same caches, the same load on the machine, the same queue on
+    # the device; the cost is the median of the pairs' differences (not the difference of
+    # two medians of separate runs, which drift apart by microseconds on a shared machine).
+    # Each call's time is minus the dispatch timed inside ``timed_step``.
+    def call_wrap(s, i):  # the quickstart's form: ``steps.wrap(fn)(i, ...)``
+        a = ns()
+        out = recorded_step(i, s, x)
+        return out, ns() - a - inner[-1]
+
+    def call_direct(s, i):  # the step called directly
+        a = ns()
+        out = timed_step(s, x)
+        return out, ns() - a - inner[-1]
+
+    def call_steps(s, i):  # the object called: ``steps(i, fn, ...)``
+        a = ns()
+        out = steps(i, timed_step, s, x)
+        return out, ns() - a - inner[-1]
+
+    def call_forward(s, i):  # a plain Python call forwarding to the step
+        a = ns()
+        out = noop_call(i, timed_step, s, x)
+        return out, ns() - a - inner[-1]
+
+    def brackets(start, track):  # the separate ``start(i)`` / ``track(i, out)`` calls
+        def call(s, i):
+            a = ns()
+            start(i)
+            b = ns()
+            out = train_step(s, x)
+            c = ns()
+            track(i, out)
+            return out, (b - a) + (ns() - c)
+        return call
+
+    call_start_track = brackets(steps.start, steps.track)
+    call_noop_brackets = brackets(noop_start, noop_track)
+
+    def paired(rec_call, base_call, diffs: list, rec_t: list, base_t: list) -> None:
         nonlocal i
         s = w
-        for _ in range(steps_per_round):
-            time.sleep(load_s)
-            if direct:
-                a = ns()
-                out = timed_step(s, x)
-                e = ns()
-            else:
-                a = ns()
-                out = recorded_step(i, s, x)
-                e = ns()
-            s, _m = out
-            calls.append(e - a - inner[-1])
-            i += 1
+        for k in range(max(1, steps_per_round // 2)):
+            pair = {}
+            for arm in ((rec_call, base_call) if k % 2 == 0 else (base_call, rec_call)):
+                time.sleep(load_s)
+                out, pair[arm] = arm(s, i)
+                s, _m = out  # after the clock: frees the previous step's arrays
+                i += 1
+            diffs.append(pair[rec_call] - pair[base_call])
+            rec_t.append(pair[rec_call])
+            base_t.append(pair[base_call])
         jax.block_until_ready(s)
         steps.finish()
 
     ns = time.perf_counter_ns
-    ratios, t_plain, t_rec, c_plain, c_rec, cpu_cost = [], [], [], [], [], []
-    b_rec, b_noop, w_rec, w_noop, f_rec, f_direct = [], [], [], [], [], []
+    ratios, t_plain, t_rec, c_plain, c_rec, cpu_cost, d_call = [], [], [], [], [], [], []
+    forms = {name: ([], [], []) for name in ("wrap", "steps", "brackets")}
+    arms = {"wrap": (call_wrap, call_direct), "steps": (call_steps, call_forward),
+            "brackets": (call_start_track, call_noop_brackets)}
     for r in range(rounds):
-        pairs = [(b_rec, steps.start, steps.track), (b_noop, noop_start, noop_track)]
-        for out, a_, b_ in (pairs if r % 2 == 0 else pairs[::-1]):
-            bracketed(out, a_, b_)
-        pairs = [(w_rec, steps), (w_noop, noop_call)]
-        for out, call in (pairs if r % 2 == 0 else pairs[::-1]):
-            wrapped(out, call)
-        pairs = [(f_rec, False), (f_direct, True)]
-        for out, direct in (pairs if r % 2 == 0 else pairs[::-1]):
-            wrapped_fn(out, direct)
+        for name, (rec_call, base_call) in arms.items():
+            paired(rec_call, base_call, *forms[name])
         order = (plain, recorded) if r % 2 == 0 else (recorded, plain)
         t, c = {}, {}
         for fn in order:
@@ -249,6 +244,12 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
         ratios.append(t[recorded] / t[plain])
         t_plain.append(t[plain] / steps_per_round)
         t_rec.append(t[recorded] / steps_per_round)
+        d_call.append(statistics.median(c_rec[-steps_per_round:])
+                      - statistics.median(c_plain[-steps_per_round:]))
+    med = statistics.median
+    cost = {name: {"us": med(d) / 1e3, "p90_us": sorted(d)[int(0.9 * len(d))] / 1e3,
+                   "rec_us": med(rt) / 1e3, "base_us": med(bt) / 1e3}
+            for name, (d, rt, bt) in forms.items()}
     steps.close()
     rec.close()
     store.close()
@@ -258,14 +259,8 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             "overhead_pct": (statistics.median(ratios) - 1) * 100,
             "call_plain_us": statistics.median(c_plain) * 1e6,
             "call_rec_us": statistics.median(c_rec) * 1e6,
-            "cpu_us": statistics.median(cpu_cost) * 1e6,
-            "bracket_rec_us": statistics.median(b_rec) / 1e3,
-            "bracket_noop_us": statistics.median(b_noop) / 1e3,
-            "bracket_rec_p90_us": sorted(b_rec)[int(0.9 * len(b_rec))] / 1e3,
-            "call_cost_us": (statistics.median(w_rec) - statistics.median(w_noop)) / 1e3,
-            "call_noop_us": statistics.median(w_noop) / 1e3,
-            "wrap_us": statistics.median(f_rec) / 1e3,
-            "direct_us": statistics.median(f_direct) / 1e3,
+            "call_diff_us": statistics.median(d_call) * 1e6,
+            "cpu_us": statistics.median(cpu_cost) * 1e6, "cost": cost,
             "recorded": steps.observed, "tracked": steps.tracked}
 
 
@@ -403,13 +398,15 @@ def per_call_cost(batches: int, calls: int) -> dict:
     return {"median_us": statistics.median(per) * 1e6, "p90_us": sorted(per)[int(0.9 * len(per))] * 1e6}
 
 
-def python_heavy_truth(size: int, steps: int, load_s: float, recorder_cls=None) -> dict:
+def python_heavy_truth(size: int, steps: int, load_s: float, recorder_cls=None,
+                       loaded: bool = False) -> dict:
     """A Python-heavy loader (``load_s`` of Python holding the GIL) and a host sync every step
     (``float(loss)``), recorded with a StepRecorder, against the device's truth from a
     ``jax.profiler`` trace of the same run (not from goodput_jax): goodput = the steps'
     device time (dispatch, timed by this loop, to the last device event of the step) over
     the job's time; device idle in loading = the loading spans (timed by this loop) minus
-    the device's busy time inside them; step time = mean device time of a step."""
+    the device's busy time inside them; step time = mean device time of a step. ``loaded``:
+    beside a process that burns a CPU core (``python -c 'while 1: pass'``)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -417,7 +414,13 @@ def python_heavy_truth(size: int, steps: int, load_s: float, recorder_cls=None) 
     from goodput_jax import goodput, runtime
     from goodput_jax.measure.calculator import BadputType, GoodputCalculator
     from goodput_jax.measure.stores.sqlite import SQLiteStore
-    from tests.runtime._helpers import device_busy, overlap, py_load
+    from tests.runtime._helpers import (
+        CpuBurner,
+        device_busy,
+        py_load,
+        synced_loop_truth,
+        trace_options,
+    )
 
     cls = recorder_cls or runtime.StepRecorder
     train_step = _make_step(size)
@@ -431,48 +434,42 @@ def python_heavy_truth(size: int, steps: int, load_s: float, recorder_cls=None) 
     recorded = steps_rec.wrap(train_step)
     trace_dir = os.path.join(tmp, "trace")
     now = time.time
-    jax.profiler.start_trace(trace_dir)
-    rec.record_job_start_time()
-    t_start = now()
-    dispatch, synced, loads = [], [], []
-    for i in range(steps):
-        a = now()
-        with rec.data_loading():
-            py_load(load_s)
-            batch = x
-        b = now()
-        w, m = recorded(i, w, batch)
-        float(m["loss"])  # the host syncs every step
-        dispatch.append(b)
-        synced.append(now())
-        loads.append((a, b))
-    steps_rec.close()
-    rec.record_job_end_time()
-    t_end = now()
-    jax.profiler.stop_trace()
-    rec.close()
-    busy = device_busy(trace_dir)
-    # the device end of step i: the end of the last busy interval that starts before the
-    # host saw it synced
-    dev_end = []
-    for b, e in zip(dispatch, synced, strict=True):
-        ends = [hi for lo, hi in busy if b <= hi and lo <= e]
-        dev_end.append(min(max(ends), e) if ends else e)
-    total = t_end - t_start
-    truth_steps = [e - b for b, e in zip(dispatch, dev_end, strict=True)]
-    idle = sum((b - a) - overlap(busy, a, b) for a, b in loads)
+    opts = trace_options()  # the XLA runtime's events, without the Python tracer
+    burner = CpuBurner() if loaded else contextlib.nullcontext()
+    with burner:
+        jax.profiler.start_trace(trace_dir, profiler_options=opts)
+        rec.record_job_start_time()
+        t_start = now()
+        dispatch, synced, loads = [], [], []
+        for i in range(steps):
+            a = now()
+            with rec.data_loading():
+                py_load(load_s)
+                batch = x
+            b = now()
+            w, m = recorded(i, w, batch)
+            float(m["loss"])  # the host syncs every step
+            dispatch.append(b)
+            synced.append(now())
+            loads.append((a, b))
+        steps_rec.close()
+        rec.record_job_end_time()
+        t_end = now()
+        jax.profiler.stop_trace()
+        rec.close()
+    truth = synced_loop_truth(device_busy(trace_dir), dispatch, synced, loads, t_end - t_start)
     calc = GoodputCalculator("truth", "truth", store=store)
     det = calc.get_job_goodput_details()
     dev = calc.get_step_deviation()
     later = dev.step_times[dev.steps >= 1]
     store.close()
-    return {"truth_goodput": 100 * sum(truth_steps) / total,
-            "truth_idle_loading": 100 * idle / total,
-            "truth_step_ms": 1e3 * float(np.mean(truth_steps[1:])),
+    return {"truth_goodput": truth["goodput"], "truth_idle_loading": truth["idle_loading"],
+            "truth_step_ms": 1e3 * truth["step_s"],
             "goodput": 100 * det["productive_time"] / det["total_time"],
             "data_loading": 100 * det["badput_time"][BadputType.DATA_LOADING] / det["total_time"],
             "step_ms": 1e3 * float(np.mean(later)), "load_ms": 1e3 * load_s,
             "hook_claims": getattr(steps_rec, "hook_claims", 0), "observed": steps_rec.observed,
+            "ready_claims": getattr(steps_rec, "ready_claims", 0), "load": os.getloadavg()[0],
             "span_claims": getattr(steps_rec, "span_claims", 0), "steps": steps}
 
 
@@ -542,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     pc = per_call_cost(batches, calls)
     sc = sync_loop_cost(size, rounds, args.steps)
     sp = span_cost(size, 10 if args.quick else 40, 100)
-    pt = python_heavy_truth(size, 60 if args.quick else 200, 0.006)
+    pts = [python_heavy_truth(size, 60 if args.quick else 200, 0.006, loaded=loaded)
+           for loaded in (False, True)]
     pg = program_cost_cost(4 if args.quick else 12)
     print(f"StepRecorder overhead: jax {jax.__version__}, {jax.devices()[0].device_kind} "
           f"({jax.default_backend()}), Python {platform.python_version()}, "
@@ -556,22 +554,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'steps recorded / tracked':<44}{lo['recorded']:>6d} / {lo['tracked']:<4d}")
     print(f"{'one plain call (dispatch, us, median)':<44}{lo['call_plain_us']:>12.2f}")
     print(f"{'one recorded call (us, median)':<44}{lo['call_rec_us']:>12.2f}")
-    print(f"{'per recorded step, training thread (us)':<44}"
-          f"{lo['call_rec_us'] - lo['call_plain_us']:>12.2f}{'< 5':>10}")
-    print(f"{'  same, training thread CPU time (us)':<44}{lo['cpu_us']:>12.2f}{'< 5':>10}")
-    print(f"{'steps.wrap(fn)(i, ...) minus fn (us, median)':<44}{lo['wrap_us']:>12.2f}")
-    print(f"{'  same, fn(...) called directly (us, median)':<44}{lo['direct_us']:>12.2f}")
-    print(f"{'cost of recording a step: wrap vs direct (us)':<44}"
-          f"{lo['wrap_us'] - lo['direct_us']:>12.2f}{'< 5':>10}")
-    print(f"{'steps(i, fn, ...) minus fn (us, median)':<44}"
-          f"{lo['call_cost_us'] + lo['call_noop_us']:>12.2f}")
-    print(f"{'  same, plain forwarding call (us, median)':<44}{lo['call_noop_us']:>12.2f}")
-    print(f"{'cost of recording a step: steps(...) (us)':<44}{lo['call_cost_us']:>12.2f}{'< 5':>10}")
-    print(f"{'start() + track(), timed inline (us, med)':<44}{lo['bracket_rec_us']:>12.2f}")
-    print(f"{'  same with no-op functions (us, median)':<44}{lo['bracket_noop_us']:>12.2f}")
-    print(f"{'cost of recording a step: start + track (us)':<44}"
-          f"{lo['bracket_rec_us'] - lo['bracket_noop_us']:>12.2f}{'< 5':>10}")
-    print(f"{'  p90 of start + track (us)':<44}{lo['bracket_rec_p90_us']:>12.2f}")
+    print(f"{'per recorded step, training thread (us)':<44}{lo['call_diff_us']:>12.2f}")
+    print(f"{'  same, training thread CPU time (us)':<44}{lo['cpu_us']:>12.2f}")
+    print("cost of recording a step (median of step-by-step pairs, each call minus its dispatch):")
+    for name, label, base in (("wrap", "steps.wrap(fn)(i, ...)", "fn(...) called directly"),
+                              ("steps", "steps(i, fn, ...)", "a plain forwarding call"),
+                              ("brackets", "start(i) + track(i, out)", "two no-op calls")):
+        c = lo["cost"][name]
+        print(f"{'  ' + label + ' (us, median)':<44}{c['rec_us']:>12.2f}")
+        print(f"{'    against ' + base + ' (us)':<44}{c['base_us']:>12.2f}")
+        print(f"{'    cost: median of pair differences (us)':<44}{c['us']:>12.2f}{'< 5':>10}")
+        print(f"{'    p90 of pair differences (us)':<44}{c['p90_us']:>12.2f}")
     print(f"{'worst case, outputs already ready (us, med)':<44}{pc['median_us']:>12.2f}")
     print(f"{'worst case, outputs already ready (us, p90)':<44}{pc['p90_us']:>12.2f}")
     print(f"{'sync loop (float(loss) each step), per step:':<44}")
@@ -581,15 +574,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'badput span start, polling a running step:':<44}")
     print(f"{'  watched recorder - plain recorder (us)':<44}{sp['us']:>12.2f}{'< 5':>10}")
     print(f"{'  device ends seen at a span start':<44}{sp['claims']:>6d}")
-    print(f"Python-heavy loader ({pt['load_ms']:.0f} ms of Python holding the GIL) + float(loss) "
-          "each step, against a jax.profiler trace of the same run:")
-    print(f"{'measure':<44}{'recorded':>12}{'device truth':>14}")
-    print(f"{'  goodput (%)':<44}{pt['goodput']:>12.2f}{pt['truth_goodput']:>14.2f}")
-    print(f"{'  data-loading badput / device idle (%)':<44}{pt['data_loading']:>12.2f}"
-          f"{pt['truth_idle_loading']:>14.2f}")
-    print(f"{'  step time (ms, mean)':<44}{pt['step_ms']:>12.3f}{pt['truth_step_ms']:>14.3f}")
-    print(f"{'  device ends seen by the hook / at a span':<44}"
-          f"{pt['hook_claims']:>5d} /{pt['span_claims']:>5d} of {pt['steps']}")
+    for pt, where in zip(pts, ("quiet", "beside a CPU burner"), strict=True):
+        print(f"Python-heavy loader ({pt['load_ms']:.0f} ms of Python holding the GIL) + "
+              f"float(loss) each step, {where} (load average {pt['load']:.2f}), against a "
+              "jax.profiler trace of the same run:")
+        print(f"{'measure':<44}{'recorded':>12}{'device truth':>14}{'target':>10}")
+        print(f"{'  goodput (%)':<44}{pt['goodput']:>12.2f}{pt['truth_goodput']:>14.2f}"
+              f"{'+-1 pp':>10}")
+        print(f"{'  data-loading badput / device idle (%)':<44}{pt['data_loading']:>12.2f}"
+              f"{pt['truth_idle_loading']:>14.2f}")
+        print(f"{'  step time (ms, mean)':<44}{pt['step_ms']:>12.3f}{pt['truth_step_ms']:>14.3f}"
+              f"{'+-3 %':>10}")
+        print(f"{'  device ends seen at the call / hook / span':<44}{pt['ready_claims']:>5d} /"
+              f"{pt['hook_claims']:>4d} /{pt['span_claims']:>4d} of {pt['steps']}")
     print(f"Program cost (XLA cost analysis), {pg['programs']} distinct compiled step programs:")
     print(f"{'  compiles, program_costs off / on':<44}{pg['compiles_False']:>6d} / "
           f"{pg['compiles_True']:<4d}{'equal':>8}")

@@ -165,6 +165,12 @@ class StepRecorder:
     A step's device end is the first moment its outputs are seen ready, by
     whichever comes first:
 
+    * the training thread, as the step's call returns (``steps(...)``, ``wrap``,
+      ``track``, unless the readiness hook below is backing off): a runtime that
+      ran the program before returning (the CPU client does so for some steps)
+      hands back outputs that are ready, and the step is recorded there, before
+      this thread runs on or wakes the watcher (a woken thread can take its CPU
+      on a loaded machine);
     * the training thread, right after its own blocking call returns: when the
       loop waits for its steps (``float(loss)`` each step, a loader slower than
       the device), a readiness hook (``sys.setprofile`` on the training thread,
@@ -228,6 +234,8 @@ class StepRecorder:
             donated to a later step before it was seen ready, or none was a
             JAX array).
         hook_claims: device ends recorded by the training thread's readiness hook.
+        ready_claims: device ends recorded by the training thread as the step's call
+            returned (the runtime ran the step before returning).
         span_claims: device ends recorded by the training thread's poll at a badput span's
             start.
 
@@ -245,7 +253,8 @@ class StepRecorder:
     __slots__ = ("__weakref__", "_att", "_catt", "_cost_first", "_cost_peak", "_cost_table", "_due", "_enabled", "_first", "_handed", "_head",
                  "_hook_backoff", "_hook_need", "_hook_skip", "_hooked", "_idle", "_live", "_lock", "_next", "_pending",
                  "_record_end", "_seen", "_sem", "_sink", "_sink_ready", "_slow_starts", "_span_listener",
-                 "_start_step", "_thread", "_warned", "hook_claims", "observed", "recorder", "span_claims",
+                 "_start_step", "_thread", "_warned", "hook_claims", "observed", "ready_claims", "recorder",
+                 "span_claims",
                  "unobserved")
 
     def __init__(self, recorder: Any, *, compile_times: bool = True, program_costs: bool = True,
@@ -302,6 +311,7 @@ class StepRecorder:
         # the watcher's verdict on the hook: -k after k steps where it was prompter itself
         self._hook_need = 0
         self.hook_claims = 0
+        self.ready_claims = 0
         self.span_claims = 0
         self._span_listener = self._span_poll_listener()
 
@@ -490,14 +500,19 @@ class StepRecorder:
             self._handover((step, outputs))
         else:
             self._first = item = _Item(step, outputs)
-            self._handover(item)
-            if item.probe is not None and _getprofile() is None:
+            self._pending.append(item)
+            if _ready(item.probe):  # ran before its call returned: see _track_hooked
+                self.ready_claims += self._claim_ready()
+            self._handover(None)
+            if item.t is None and item.probe is not None and _getprofile() is None:
                 self._install_hook(item)
         self._handed += 1
         self._live = True
 
     def _handover(self, item: Any) -> None:
-        self._pending.append(item)
+        """Hand ``item`` to the watcher and wake it (None: only wake it)."""
+        if item is not None:
+            self._pending.append(item)
         self._idle = False
         self._sem.put(None)
 
@@ -636,10 +651,18 @@ class StepRecorder:
         here, so the hook and the watcher share it (whoever sees it ready first records)."""
         item = _Item(step, outputs)
         self._pending.append(item)
+        probe = item.probe
+        if probe is not None and _ready(probe):
+            # The call returned after the device finished the step (a runtime that ran the
+            # program before returning, as the CPU client does for some steps): record it
+            # now, before waking the watcher (a woken thread can take this thread's CPU on a
+            # loaded machine) and before this thread runs on (whoever holds the GIL next).
+            self.ready_claims += self._claim_ready()
+            probe = None
         if self._idle:
             self._idle = False
             self._sem.put(None)
-        if item.probe is None:
+        if probe is None:
             return
         if _getprofile() is not None:  # the user's profiler (or a debugger's): leave it alone
             self._hook_skip = _HOOK_BACKOFF_MAX

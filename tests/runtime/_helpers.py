@@ -151,3 +151,44 @@ class CpuBurner:
     def __exit__(self, *exc):
         self.proc.kill()
         self.proc.wait()
+
+
+def trace_options():
+    """``jax.profiler`` options for a device-truth trace: the host tracer (the XLA runtime's
+    own events) without the Python tracer, which times every Python call of every thread,
+    the recorder's observation of a step's end included (its lag behind the device was
+    2-3x longer under it in one check)."""
+    import jax
+
+    opts = jax.profiler.ProfileOptions()
+    opts.python_tracer_level = 0
+    return opts
+
+
+def synced_loop_truth(busy, dispatch, synced, loads, total) -> dict:
+    """The device's truth for a loop that waits for every step (``float(loss)``), from the
+    trace's busy intervals: step ``i`` runs from its dispatch (host time) to the end of the
+    last busy interval before the host saw it synced; goodput = the steps' time over
+    ``total``, as the calculator counts it (with no compile recorded, the first step's
+    excess over the mean of the others is program startup there: so here too);
+    ``idle_loading`` = the loading spans minus the device's busy time inside them;
+    ``host_stall_s``: the time the host took beyond twice its usual wake-up to return from
+    its syncs (a machine so loaded that no host thread ran when the device finished)."""
+    dev_end = []
+    for b, e in zip(dispatch, synced, strict=True):
+        ends = [hi for lo, hi in busy if b <= hi and lo <= e]
+        dev_end.append(min(max(ends), e) if ends else e)
+    steps = [e - b for b, e in zip(dispatch, dev_end, strict=True)]
+    later = steps[1:] or steps
+    startup = max(0.0, steps[0] - sum(later) / len(later))
+    idle = sum((b - a) - overlap(busy, a, b) for a, b in loads)
+    # the host's stalls: how much later than usual (twice the median) the training thread
+    # got back from its sync after the device's end (it, and every other host thread, had
+    # no CPU: no host-side observer can see the end before one runs)
+    waits = sorted(s - e for s, e in zip(synced, dev_end, strict=True))
+    usual = 2 * waits[len(waits) // 2]
+    stall = sum(max(0.0, w - usual) for w in waits)
+    return {"goodput": 100 * (sum(steps) - startup) / total,
+            "idle_loading": 100 * idle / total,
+            "step_s": sum(later) / len(later), "steps": steps, "dev_end": dev_end,
+            "host_stall_s": stall}

@@ -44,6 +44,19 @@ class Gate:
         return self
 
 
+class ReadyAfterFirstPoll(Gate):
+    """A gate whose first ``is_ready()`` says False (the step finishes just after its call
+    returned, before the readiness hook's first look)."""
+
+    polled = False
+
+    def is_ready(self) -> bool:
+        if not self.polled:
+            self.polled = True
+            return False
+        return super().is_ready()
+
+
 def _run(tmp_path, body, *, clock=None):
     """Run ``body(rec, steps)`` on a fresh thread (its own profile state, as a training
     thread has); returns the recorded events, or fails if the thread never finishes."""
@@ -197,17 +210,21 @@ def test_readiness_hook_backs_off_exactly_while_the_host_runs_ahead(tmp_path):
 
     def body(rec, steps):
         hooked, claims = [], []
-        for i in range(5):  # ready at once: each hook records its step and removes itself
-            steps.start(i)
-            steps.track(i, Gate(ready=True, release=True))
+        for i in range(5):  # ready just after track() polled it: each hook records its
+            steps.start(i)  # step at its first function return and removes itself
+            steps.track(i, ReadyAfterFirstPoll(ready=True, release=True))
             hooked.append(steps._hooked is not None)
             claims.append(steps.hook_claims)
+        assert steps.ready_claims == 0
+        steps.start(5)  # ready when track() polls it: recorded there, no hook installed
+        steps.track(5, Gate(ready=True, release=True))
+        assert steps._hooked is None and steps.ready_claims == 1 and steps.hook_claims == 5
         assert sys.getprofile() is None
         # the watcher has judged those 5 (its verdicts may reset the back-off, so they come
         # before the run-ahead part, as on a real loop's first steps)
         assert steps.finish(DEADLOCK_S)
         late = [Gate() for _ in range(40)]
-        for i, g in enumerate(late, start=5):  # never ready while the loop runs ahead
+        for i, g in enumerate(late, start=6):  # never ready while the loop runs ahead
             steps.start(i)
             steps.track(i, g)
             hooked.append(steps._hooked is not None)
@@ -219,6 +236,6 @@ def test_readiness_hook_backs_off_exactly_while_the_host_runs_ahead(tmp_path):
     (hooked, claims, done), evs, steps = _run(tmp_path, body)
     assert done and claims == [1, 2, 3, 4, 5], claims
     assert hooked[:5] == [False] * 5  # removed at the return from track()
-    assert [i for i in range(5, 45) if hooked[i]] == [5, 7, 10, 15, 24, 41]
+    assert [i + 1 for i in range(5, 45) if hooked[i]] == [6, 8, 11, 16, 25, 42]
     ends = {e.step for e in evs if e.kind.value == "step_device_end"}
-    assert ends == set(range(45))
+    assert ends == set(range(46))
