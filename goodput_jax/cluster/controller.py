@@ -64,7 +64,7 @@ from goodput_jax.cluster.state import StateDir
 logger = logging.getLogger(__name__)
 
 __all__ = ["ACTIVE", "CONTROLLER_NAME", "Controller", "ControllerActor", "RayLauncher",
-           "checkpoint_store", "make_policy", "start_controller"]
+           "checkpoint_store", "make_policy", "raylet_gone", "start_controller"]
 
 #: Job states the scheduler allocates for.
 ACTIVE = ("queued", "running", "stopping", "retrying")
@@ -140,6 +140,38 @@ def ray_nodes() -> list[NodeRecord]:
     return nodes_from_ray(ray.nodes())
 
 
+def raylet_gone(node: NodeRecord, timeout: float = 0.2) -> bool | None:
+    """Whether ``node``'s raylet is gone: True when nothing listens at its node manager
+    port any more (the connection is refused), False when it accepts, None when that
+    cannot be told (no port known, no answer within ``timeout``: a host down, a busy
+    network; Ray's health checks decide those).
+
+    A listening socket accepts connections however busy its process is (the kernel
+    completes them), so a loaded raylet is never taken for a dead one; only a port
+    with no listener refuses.
+
+    Example:
+        >>> raylet_gone(NodeRecord("n0", "a", 2)) is None  # no port known
+        True
+    """
+    import socket
+
+    if not node.port:
+        return None
+    s = socket.socket(socket.AF_INET6 if ":" in node.address else socket.AF_INET,
+                      socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect((node.address, node.port))
+        return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
 def parse_allocation(text: str) -> list[str]:
     """``"n0:2,n1"`` -> ``["n0", "n0", "n1"]`` (node labels, one per replica).
 
@@ -186,13 +218,22 @@ class Controller:
             with devices is up, and warm spare processes are kept only on nodes a
             job holds (a spare would keep an idle node from being removed).
             None: no autoscaling.
+        probe: tells whether a node's raylet is gone (:func:`raylet_gone`: its node
+            manager port refuses connections). Every tick, each node that a running
+            or stopping job holds is probed (at most every ``probe_every`` seconds;
+            after an unclear answer, 5 s later); a node whose raylet is gone counts
+            as lost at once, as if the node table had dropped it (which Ray's GCS
+            does only after its health checks miss ``health_check_failure_threshold``
+            times). None: only the node table tells.
     """
 
     def __init__(self, state_dir: str, *, policy: Any = "auto", interval: float = 60.0,
                  launcher: Launcher | None = None,
                  nodes: Callable[[], list[NodeRecord]] | None = None,
                  clock: Callable[[], float] = time.time, round_on_events: bool = True,
-                 node_grace: float = 15.0, autoscaler: ResourceRequester | None = None):
+                 node_grace: float = 15.0, autoscaler: ResourceRequester | None = None,
+                 probe: Callable[[NodeRecord], bool | None] | None = raylet_gone,
+                 probe_every: float = 0.5):
         if not (isinstance(interval, (int, float)) and interval > 0):
             raise ValueError(f"interval ({interval!r}) must be > 0 seconds")
         self.sd = StateDir(state_dir)
@@ -206,6 +247,12 @@ class Controller:
         self.round_on_events = bool(round_on_events)
         self.node_grace = float(node_grace)
         self.autoscaler = autoscaler
+        self.probe = probe
+        self.probe_every = float(probe_every)
+        #: label -> NodeID of a node whose raylet was found gone, out of ``alive``
+        #: until the node table drops it (or lists a new node under that label)
+        self.dead_nodes: dict[str, str | None] = {}
+        self._probe_due: dict[str, float] = {}
         #: the bundles last given to the autoscaler (None: none yet)
         self.requested: list[dict] | None = None
         self.handles: dict[str, Any] = {}
@@ -387,7 +434,7 @@ class Controller:
         at startup); a due round then runs at the first tick that allows it.
         """
         now = self.clock()
-        alive = self._nodes()
+        alive = self._without_dead(self._nodes(), now)
         if [(n.label, n.devices, n.accelerator_type) for n in alive] != [
                 (n.label, n.devices, n.accelerator_type) for n in self.alive]:
             self.trigger = True
@@ -477,6 +524,26 @@ class Controller:
             if os.path.exists(path):
                 os.remove(path)
         self._taken.clear()
+
+    def _without_dead(self, alive: list[NodeRecord], now: float) -> list[NodeRecord]:
+        """``alive`` less the nodes whose raylet is gone (probed, see ``probe``)."""
+        ids = {n.label: n.node_id for n in alive}
+        self.dead_nodes = {k: v for k, v in self.dead_nodes.items() if ids.get(k, "") == v}
+        if self.probe is not None:
+            held = {n for j in self.jobs.values()
+                    if j.status in (JobStatus.RUNNING, JobStatus.STOPPING) for n in j.allocation}
+            for node in alive:
+                if node.label not in held or node.label in self.dead_nodes \
+                        or self._probe_due.get(node.label, -1.0) > now:
+                    continue
+                gone = self.probe(node)
+                self._probe_due[node.label] = now + (self.probe_every if gone is not None
+                                                     else 5.0)
+                if gone:
+                    self.dead_nodes[node.label] = node.node_id
+                    logger.warning("node %s: its raylet is gone (%s:%s refuses)", node.label,
+                                   node.address, node.port)
+        return [n for n in alive if n.label not in self.dead_nodes]
 
     def _stopped(self, name: str, job: JobRecord, now: float, forced: bool) -> None:
         nxt = job.stopped(now, forced=forced)
@@ -725,7 +792,8 @@ class Controller:
         """Jobs (their records as JSON), the nodes and the round count."""
         return {"jobs": {n: j.to_json() for n, j in self.jobs.items()},
                 "nodes": [n.__dict__ for n in self.alive], "rounds": len(self.rounds),
-                "suspect_nodes": sorted(self.suspect_nodes)}
+                "suspect_nodes": sorted(self.suspect_nodes),
+                "dead_nodes": sorted(self.dead_nodes)}
 
     def logs(self, name: str, attempt: int | None = None, rank: int = 0) -> str:
         """One process's output of one launch (default: the latest, rank 0).

@@ -73,6 +73,8 @@ class NodeRecord:
         node_id: Ray's NodeID (hex), when known.
         address: Ray's node manager address (for the JAX coordinator).
         preemptible: whether it may disappear (spot).
+        port: Ray's node manager (raylet) port at ``address``, when known (the
+            controller probes it to see a dead raylet before Ray's health checks do).
     """
 
     label: str
@@ -81,6 +83,7 @@ class NodeRecord:
     node_id: str | None = None
     address: str = "127.0.0.1"
     preemptible: bool = False
+    port: int | None = None
 
 
 def nodes_from_ray(table: Sequence[Mapping[str, Any]]) -> list[NodeRecord]:
@@ -88,9 +91,10 @@ def nodes_from_ray(table: Sequence[Mapping[str, Any]]) -> list[NodeRecord]:
 
     Example:
         >>> nodes_from_ray([{"Alive": True, "NodeID": "ab", "NodeManagerAddress": "127.0.0.1",
+        ...     "NodeManagerPort": 40123,
         ...     "Resources": {"CPU": 2.0, "gj_accel": 2.0, "gj_type_t4": 2.0, "gj_node_n0": 1.0}}])
         [NodeRecord(label='n0', accelerator_type='t4', devices=2, node_id='ab', \
-address='127.0.0.1', preemptible=False)]
+address='127.0.0.1', preemptible=False, port=40123)]
     """
     out = []
     for node in table:
@@ -106,9 +110,11 @@ address='127.0.0.1', preemptible=False)]
             raise ValueError(f"node {node.get('NodeID')!r} must carry exactly one "
                              f"{TYPE_PREFIX}* and one {NODE_PREFIX}* resource, got "
                              f"{sorted(res)}")
+        port = node.get("NodeManagerPort")
         out.append(NodeRecord(labels[0], types[0], devices, node.get("NodeID"),
                               node.get("NodeManagerAddress") or "127.0.0.1",
-                              bool(res.get("gj_preemptible", 0))))
+                              bool(res.get("gj_preemptible", 0)),
+                              int(port) if isinstance(port, int) and port > 0 else None))
     return sorted(out, key=lambda r: r.label)
 
 

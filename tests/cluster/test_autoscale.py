@@ -29,8 +29,9 @@ def test_desired_bundles_of_a_queue_and_of_pollux():
     # of the job's one type (else any type, in the largest node's size)
     assert desired_bundles(plan, specs, nodes) == [
         A2, bundle(3, "b"), bundle(4), bundle(1)]
-    # nothing waits: the request is released
-    assert desired_bundles(RoundPlan({"run": ("n0", "n0")}, (), "sia"), specs, nodes) == []
+    # nothing waits: only what is held (a node a job was just placed on stays until its
+    # placement group makes it busy); nothing held or waiting: the request is released
+    assert desired_bundles(RoundPlan({"run": ("n0", "n0")}, (), "sia"), specs, nodes) == [A2]
     assert desired_bundles(RoundPlan({}, (), "none"), specs, nodes) == []
     # no live node yet (an autoscaled cluster at zero workers): one-device bundles
     assert desired_bundles(RoundPlan({"typed": ()}, (), "none"), specs, []) == \
@@ -40,7 +41,7 @@ def test_desired_bundles_of_a_queue_and_of_pollux():
     grow = RoundPlan({"run": ("n0", "n0")}, (), "pollux", desired_nodes=4)
     assert desired_bundles(grow, specs, one) == [A2] * 4
     same = RoundPlan({"run": ("n0", "n0"), "wide": ()}, (), "pollux", desired_nodes=2)
-    assert desired_bundles(same, specs, one) == []
+    assert desired_bundles(same, specs, one) == [A2]  # what is held
     with pytest.raises(TypeError, match="RoundPlan"):
         desired_bundles({"run": ()}, specs, nodes)
     with pytest.raises(ValueError, match=r"devices \(0\)"):
@@ -90,8 +91,9 @@ class Requests:
 
 def test_the_controller_asks_for_the_queue_and_releases_it(tmp_path):
     """A queue larger than the cluster asks for room; nodes that join get the waiting
-    jobs at the next round; the request is dropped when nothing waits; spares only on
-    held nodes (an idle node must be free to go)."""
+    jobs at the next round; the request drops to what is held when nothing waits, and
+    is released when no job is left; spares only on held nodes (an idle node must be
+    free to go)."""
     live = [NodeRecord("n0", "a", 2)]
     now = [1000.0]
     launcher, req = Launcher(), Requests()
@@ -109,7 +111,7 @@ def test_the_controller_asks_for_the_queue_and_releases_it(tmp_path):
     ctl.tick()
     assert all(j.status == "running" for j in ctl.jobs.values())
     assert sorted(a for _, (a,) in launcher.launched) == ["n0", "n1", "n2"]
-    assert req.sent[-1] == []  # nothing waits: released
+    assert req.sent == [[A2, A2, A2]]  # nothing waits: what is held, the same: not resent
     now[0] += 1.0
     ctl.tick(rounds=False)
     assert launcher.warmed[-1] == ["n0", "n1", "n2"]
@@ -121,7 +123,13 @@ def test_the_controller_asks_for_the_queue_and_releases_it(tmp_path):
     assert sorted(j.status.value for j in ctl.jobs.values()) == ["finished", "finished",
                                                                   "running"]
     ctl.tick(rounds=False)  # a tick warms before it looks at launches: the next one
-    assert launcher.warmed[-1] == ["n0"] and req.sent[-1] == [] and len(req.sent) == 2
+    assert launcher.warmed[-1] == ["n0"] and req.sent[-1] == [A2] and len(req.sent) == 2
+    for name, job in ctl.jobs.items():  # the last one ends: the request is released
+        if job.status == "running":
+            launcher.results[(name, job.attempt)] = ("ok", [{"status": "finished"}])
+    now[0] += 1.0
+    ctl.tick()
+    assert req.sent[-1] == [] and len(req.sent) == 3
 
 
 def test_rounds_run_before_any_node_is_up_when_autoscaling(tmp_path):
