@@ -331,10 +331,10 @@ class StepRecorder:
         with self._lock:
             return self._claim_locked(item)
 
-    def _claim_locked(self, item: _Item, hooked: _Item | None = None) -> bool:
+    def _claim_locked(self, item: _Item, hooked: _Item | None = None, t: float | None = None) -> bool:
         if item.t is not None:
             return False
-        item.t = _time()
+        item.t = _time() if t is None else t
         if item is hooked:
             item.hook = 2
         try:
@@ -372,13 +372,14 @@ class StepRecorder:
             if mine and self._hooked is hook:
                 _setprofile(hook)
 
-    def _claim_ready(self, hooked: _Item | None = None) -> int:
+    def _claim_ready(self, hooked: _Item | None = None, t: float | None = None) -> int:
         """Record the device end of each step not yet recorded that is ready, oldest first:
         the one the watcher waits on, then those still in the handover deque (a watcher
         thread the OS has not run yet, on a loaded machine, has not taken them up); stops at
         the first that is not ready (a device runs its steps in order). A waiting step that
         is recorded is turned into an ``_Item`` in place, so the watcher sees it recorded;
-        ``hooked`` (the readiness hook's step), if recorded here, is marked as the hook's.
+        ``hooked`` (the readiness hook's step), if recorded here, is marked as the hook's;
+        ``t``: the time to record (default: now, each as it is recorded).
         Returns how many it recorded. Never on a thread whose profile function is the hook."""
         n = 0
         with self._lock:
@@ -396,7 +397,7 @@ class StepRecorder:
             if not first and head is not None and head.t is None:
                 if not _ready(head.probe):
                     return 0
-                n += self._claim_locked(head, hooked)
+                n += self._claim_locked(head, hooked, t)
             for i in range(first, len(pending)):
                 x = pending[i]
                 kind = type(x)
@@ -407,7 +408,7 @@ class StepRecorder:
                 if not _ready(x.probe):
                     self._next = x
                     break
-                n += self._claim_locked(x, hooked)
+                n += self._claim_locked(x, hooked, t)
         return n
 
     def _wait_first(self) -> None:
@@ -499,10 +500,11 @@ class StepRecorder:
         if self._handed or self._seen:
             self._handover((step, outputs))
         else:
+            t = _time()
             self._first = item = _Item(step, outputs)
             self._pending.append(item)
             if _ready(item.probe):  # ran before its call returned: see _track_hooked
-                self.ready_claims += self._claim_ready()
+                self.ready_claims += self._claim_ready(None, t)
             self._handover(None)
             if item.t is None and item.probe is not None and _getprofile() is None:
                 self._install_hook(item)
@@ -649,15 +651,16 @@ class StepRecorder:
     def _track_hooked(self, step: int, outputs: Any) -> None:
         """track()'s short path with the readiness hook (training thread): the item is built
         here, so the hook and the watcher share it (whoever sees it ready first records)."""
+        t = _time()  # the call returned
         item = _Item(step, outputs)
         self._pending.append(item)
         probe = item.probe
         if probe is not None and _ready(probe):
             # The call returned after the device finished the step (a runtime that ran the
-            # program before returning, as the CPU client does for some steps): record it
-            # now, before waking the watcher (a woken thread can take this thread's CPU on a
-            # loaded machine) and before this thread runs on (whoever holds the GIL next).
-            self.ready_claims += self._claim_ready()
+            # program before returning, as the CPU client does for some steps): its end lies
+            # before the return; recorded now, before waking the watcher (a woken thread can
+            # take this thread's CPU on a loaded machine) and before this thread runs on.
+            self.ready_claims += self._claim_ready(None, t)
             probe = None
         if self._idle:
             self._idle = False
