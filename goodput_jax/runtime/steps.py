@@ -168,9 +168,9 @@ class StepRecorder:
     * the training thread, as the step's call returns (``steps(...)``, ``wrap``,
       ``track``, unless the readiness hook below is backing off): a runtime that
       ran the program before returning (the CPU client does so for some steps)
-      hands back outputs that are ready, and the step is recorded there, before
-      this thread runs on or wakes the watcher (a woken thread can take its CPU
-      on a loaded machine);
+      hands back outputs that are ready: the step ends at the return, recorded
+      before this thread runs on or wakes the watcher (a woken thread can take
+      its CPU on a loaded machine);
     * the training thread, right after its own blocking call returns: when the
       loop waits for its steps (``float(loss)`` each step, a loader slower than
       the device), a readiness hook (``sys.setprofile`` on the training thread,
