@@ -10,18 +10,21 @@ alternate between the arms and end with ``block_until_ready``:
   (``state, m = recorded_step(i, state, x)``, ``recorded_step = steps.wrap(train_step)`` as in
   the quickstart, a real GoodputRecorder writing to SQLite in the background). The overhead
   is the median over rounds of (recorded / plain - 1). Target: < 1 %.
-- cost of recording a step, the quickstart's form: one ``recorded_step(i, s, x)`` call
-  (``steps.wrap(timed)``) minus the dispatch timed inside ``timed``, against the same for
-  ``timed(s, x)`` called directly; median over steps. This is the recorder's own work on the
-  training thread, with the caches as a training loop leaves them (cold after each load).
-  Target: < 5 us.
-- the same for ``steps(i, fn, ...)`` (the object called: Python's generic ``__call__``
-  slot, keyword arguments allowed), against a plain forwarding call ``call(i, timed, s, x)``.
-- the same for the separate ``start(i)`` / ``track(i, out)`` calls (timed one by one, against
-  two no-op functions).
-- the difference of the median call times (recorded call minus plain dispatch) and of the
-  training thread's CPU time (``time.thread_time``): side by side, but noisier (the dispatch
-  itself varies by tens of microseconds from round to round).
+- cost of recording a step, in each of its three forms against its baseline: the
+  quickstart's ``recorded_step(i, s, x)`` (``steps.wrap(timed)``) against ``timed(s, x)``
+  called directly; ``steps(i, timed, s, x)`` (the object called: Python's generic
+  ``__call__`` slot, keyword arguments allowed) against a plain forwarding call; the separate
+  ``start(i)`` / ``track(i, out)`` calls (timed one by one) against two no-op functions. Each
+  call's time is minus the dispatch timed inside ``timed``. The two calls of a form alternate
+  step by step in ONE loop (the order swapped every pair, each after its own load), so a
+  pair meets the same caches, machine load and device queue: the cost is the median of the
+  pairs' differences (and its p90), not a difference of two medians of separate runs. This
+  is the recorder's own work on the training thread, with the caches as a training loop
+  leaves them (cold after each load). Target: < 5 us.
+- the difference of the median call times of the overhead rounds (recorded call minus plain
+  dispatch, median over rounds) and of the training thread's CPU time
+  (``time.thread_time``): side by side, but noisier (the dispatch itself varies by tens of
+  microseconds from round to round).
 - worst case: microseconds per ``steps(i, fn, x)`` call beyond the plain ``fn(x)``
   call, for a trivial ``fn`` whose output is already ready (every call then also
   records the previous step's device end on the training thread). Median over batches.
@@ -36,7 +39,11 @@ alternate between the arms and end with ``block_until_ready``:
   the time of one read per distinct program (target <= 1 ms); the measured peak's probe.
 - truth: a Python-heavy loader (6 ms of Python holding the GIL) and ``float(loss)`` each
   step, recorded, against the device's truth from a ``jax.profiler`` trace of the same run
-  (goodput, data-loading badput against the device's idle time in the loads, step time).
+  (goodput, data-loading badput against the device's idle time in the loads, step time;
+  ``tests/runtime/_helpers.synced_loop_truth``; the trace without the Python tracer, which
+  slows the recorder's own observation), on a quiet machine and beside a process that burns
+  a core. Targets (issue 35): goodput within 1 pp, step time within 3 %. The load average is
+  printed beside each: on a shared machine "quiet" is only as quiet as the others let it be.
 
 Prints one table with the device and versions. Absolute times depend on the machine and
 on other load; the ratios are measured side by side.
