@@ -1,6 +1,7 @@
 """The cluster runtime's costs: one controller round at scale, and one reallocation's restart.
 
     python benchmarks/cluster_bench.py [--quick] [--rounds-only] [--reallocations 3]
+    python benchmarks/cluster_bench.py --restarts-only --compare   # baseline and today
 
 Runs itself inside a loopback-only network + PID namespace
 (:func:`goodput_jax.cluster.local.run_sandboxed`) and starts real local Ray
@@ -240,17 +241,28 @@ def _parts(job: dict, prog: list, a: int, t_req: float, stop_ev: dict | None) ->
 def bench_restart(work: str, moves: int, labels: list, cluster, baseline: bool = False) -> dict:
     """One job moved by hand ``moves`` times; three jobs moved together; a node loss.
 
-    ``baseline``: without the jobs' shared compilation cache and the warm spare processes
-    (each relaunch starts a fresh process, imports and compiles: the runtime before them).
+    ``baseline``: without the jobs' shared compilation cache, the warm spare processes
+    and the raylet probe (each relaunch starts a fresh process, imports and compiles; a
+    node loss is seen when Ray's health checks drop the node: the runtime before them).
     """
     import ray
 
     from goodput_jax.cluster import ClusterClient, JobSpec, start_controller
     from goodput_jax.cluster.controller import stop_controller
 
+    from goodput_jax.cluster.controller import CONTROLLER_NAME
+    from goodput_jax.cluster.launch import NAMESPACE
+
     sd = os.path.join(work, "restart")
+    for _ in range(100):  # a previous run's controller, killed, is gone
+        try:
+            ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        except ValueError:
+            break
+        time.sleep(0.1)
     ctl = start_controller(sd, policy="pollux", interval=1e6, poll=0.1,
-                           job_cache=not baseline, spares=not baseline)
+                           job_cache=not baseline, spares=not baseline,
+                           probe_raylets=not baseline)
     client = ClusterClient(sd)
     while client.capacity() is None:
         time.sleep(0.1)
@@ -374,7 +386,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds-only", action="store_true", help="skip the reallocation part")
     ap.add_argument("--restarts-only", action="store_true", help="skip the controller rounds")
     ap.add_argument("--baseline", action="store_true",
-                    help="restarts without the shared compilation cache and spare processes")
+                    help="restarts without the shared compilation cache, spare processes "
+                         "and raylet probe")
+    ap.add_argument("--compare", action="store_true",
+                    help="restarts as --baseline, then as today, in this one run (fresh "
+                         "nodes for each)")
     args = ap.parse_args(argv)
     from goodput_jax.cluster.local import LocalCluster, in_sandbox, run_sandboxed
 
@@ -395,25 +411,33 @@ def main(argv: list[str] | None = None) -> int:
         if not args.restarts_only:
             print("controller rounds ...", flush=True)
             rounds = bench_rounds(table, work, sizes, 1 if args.quick else 3)
-        restarts: dict = {}
+        runs: list = []
         if not args.rounds_only:
             c.kill_node("n0")
             c.kill_node("n1")
-            labels = [c.add_node("a", 2), c.add_node("a", 2), c.add_node("a", 2)]
-            print("restarts ...", flush=True)
-            restarts = bench_restart(work, moves, labels, c, baseline=args.baseline)
+            modes = [True, False] if args.compare else [args.baseline]
+            for i, baseline in enumerate(modes):
+                labels = [c.add_node("a", 2), c.add_node("a", 2), c.add_node("a", 2)]
+                print("restarts" + (" (baseline)" if baseline else "") + " ...", flush=True)
+                runs.append((baseline, bench_restart(os.path.join(work, f"r{i}"), moves,
+                                                     labels, c, baseline=baseline)))
+                for label in labels:
+                    if label in c.nodes:  # the node-loss one is gone already
+                        c.kill_node(label)
     print()
     print(f"cluster_bench: {platform.node()} {os.cpu_count()} CPUs, python "
           f"{platform.python_version()}, jax {jax.__version__}, ray {ray.__version__}")
     if rounds:
         print_rounds(rounds)
     print()
-    if restarts:
-        print("(baseline: no shared compilation cache, no spare processes)" if args.baseline
-              else "(shared compilation cache and warm spare processes)")
+    for baseline, restarts in runs:
+        print("(baseline: no shared compilation cache, no spare processes, no raylet probe)"
+              if baseline else "(shared compilation cache, warm spare processes, raylet probe)")
         _print_restarts(restarts)
+        print()
     with open(os.path.join(work, "cluster_bench.json"), "w") as fh:
-        json.dump({"rounds": rounds, "restarts": restarts}, fh, indent=1)
+        json.dump({"rounds": rounds, "restarts": {("baseline" if b else "today"): r
+                                                  for b, r in runs}}, fh, indent=1)
     print(f"\n(raw numbers: {os.path.join(work, 'cluster_bench.json')})")
     return 0
 

@@ -859,6 +859,8 @@ class ControllerActor:
     launch there takes (:meth:`~goodput_jax.cluster.launch.RayLauncher.warm`).
     ``autoscale``: after every round, ask Ray's autoscaler for the policy's desired
     size (:mod:`goodput_jax.cluster.autoscale`, ``request_resources``).
+    ``probe_raylets``: a node whose raylet's port refuses connections is lost at once
+    (:func:`raylet_gone`); off, only Ray's node table (its health checks) tells.
     """
 
     def __init__(self, state_dir: str, policy: str = "auto", interval: float = 60.0,
@@ -866,7 +868,7 @@ class ControllerActor:
                  policy_kwargs: dict | None = None, compile_cache: bool = True,
                  precompile: bool = True, precompile_more: bool = True,
                  precompile_wait: float = 120.0, job_cache: bool = True, spares: bool = True,
-                 autoscale: bool = False):
+                 autoscale: bool = False, probe_raylets: bool = True):
         logging.basicConfig(level=logging.INFO)
         sd = StateDir(state_dir)
         if autoscale and policy == "pollux":
@@ -882,7 +884,8 @@ class ControllerActor:
             spares=spares, state_root=sd.root)
         self.controller = Controller(state_dir, policy=policy, interval=interval,
                                      launcher=launcher, node_grace=node_grace,
-                                     autoscaler=RayAutoscaler() if autoscale else None)
+                                     autoscaler=RayAutoscaler() if autoscale else None,
+                                     probe=raylet_gone if probe_raylets else None)
         #: Placement groups and launch actors of a previous controller that nothing
         #: re-attached to, removed at start.
         self.stale_removed = launcher.remove_stale(list(self.controller.handles.values()))
@@ -1003,7 +1006,7 @@ def start_controller(state_dir: str, *, policy: str = "auto", interval: float = 
     ``policy_kwargs`` go to the policy's constructor (with ``policy`` "sia" or
     "pollux"); ``actor_kwargs`` (``compile_cache``, ``precompile``,
     ``precompile_more``, ``precompile_wait``, ``job_cache``, ``spares``,
-    ``autoscale``) to :class:`ControllerActor`.
+    ``autoscale``, ``probe_raylets``) to :class:`ControllerActor`.
 
     Raises:
         ValueError: a controller of that name is already running.
