@@ -58,6 +58,7 @@ __all__ = ["StepRecorder", "finish_steps"]
 
 _STOP = object()
 _START = StepSink.START
+_DEVICE_END = StepSink.DEVICE_END
 _time = time.time
 #: the training thread polls the watched step once it has waited this many times its
 #: usual wait (the median of the last ``_WAITS_KEPT``)
@@ -334,11 +335,20 @@ class StepRecorder:
     def _claim_locked(self, item: _Item, hooked: _Item | None = None, t: float | None = None) -> bool:
         if item.t is not None:
             return False
-        item.t = _time() if t is None else t
+        item.t = t = _time() if t is None else t
         if item is hooked:
             item.hook = 2
+        step = item.step
         try:
-            self._record_end(item.step)
+            sink = self._sink_ready
+            if sink is None:  # a custom clock (or a synchronous recorder): its own time
+                self._record_end(step)
+            elif type(step) is int and step >= 0:
+                # the time the step was seen ready (not the moment the recorder is reached,
+                # later by this call's Python), through the recorder's enqueue rule
+                sink.put(_DEVICE_END, t, step)
+            else:
+                self._record_end(step, t)  # the recorder validates the step
             self.observed += 1
         except Exception:
             logger.exception("goodput StepRecorder: recording step %r failed", item.step)
