@@ -37,7 +37,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from goodput_jax.cluster.autoscale import RayAutoscaler, ResourceRequester, desired_bundles
@@ -58,13 +58,14 @@ from goodput_jax.cluster.record import (
     Launcher,
     read_state,
 )
-from goodput_jax.cluster.spec import JobSpec, validate
+from goodput_jax.cluster.spec import Capacity, JobSpec, validate
 from goodput_jax.cluster.state import StateDir
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ACTIVE", "CONTROLLER_NAME", "Controller", "ControllerActor", "RayLauncher",
-           "checkpoint_store", "make_policy", "raylet_gone", "start_controller"]
+           "as_capacity", "checkpoint_store", "make_policy", "raylet_gone",
+           "start_controller"]
 
 #: Job states the scheduler allocates for.
 ACTIVE = ("queued", "running", "stopping", "retrying")
@@ -138,6 +139,29 @@ def ray_nodes() -> list[NodeRecord]:
     import ray
 
     return nodes_from_ray(ray.nodes())
+
+
+def as_capacity(value: Any) -> Capacity:
+    """``{type: (nodes, devices per node)}`` (or a :class:`Capacity`) as a Capacity.
+
+    Example:
+        >>> as_capacity({"a": [3, 2]}).by_type
+        {'a': (3, 2)}
+        >>> as_capacity({"a": (0, 2)})
+        Traceback (most recent call last):
+        ...
+        ValueError: max_capacity ({'a': (0, 2)}): want {TYPE: (NODES, DEVICES)}, both >= 1
+    """
+    if isinstance(value, Capacity):
+        return value
+    ok = isinstance(value, Mapping) and bool(value) and all(
+        isinstance(t, str) and t and isinstance(v, (list, tuple)) and len(v) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
+        for t, v in value.items())
+    if not ok:
+        raise ValueError(f"max_capacity ({value!r}): want {{TYPE: (NODES, DEVICES)}}, "
+                         f"both >= 1")
+    return Capacity({t: (int(v[0]), int(v[1])) for t, v in sorted(value.items())})
 
 
 def raylet_gone(node: NodeRecord, timeout: float = 0.2) -> bool | None:
@@ -225,6 +249,12 @@ class Controller:
             as lost at once, as if the node table had dropped it (which Ray's GCS
             does only after its health checks miss ``health_check_failure_threshold``
             times). None: only the node table tells.
+        max_capacity: the largest the cluster can grow to, ``{type: (nodes, devices
+            per node)}`` (with autoscaling: the autoscaler's node types at their
+            ``max_workers``; on KubeRay the worker groups at ``maxReplicas``): specs
+            are checked against it instead of the live nodes, so a job that fits
+            only a grown cluster is taken in and waits for the nodes. None: the live
+            nodes.
     """
 
     def __init__(self, state_dir: str, *, policy: Any = "auto", interval: float = 60.0,
@@ -233,9 +263,11 @@ class Controller:
                  clock: Callable[[], float] = time.time, round_on_events: bool = True,
                  node_grace: float = 15.0, autoscaler: ResourceRequester | None = None,
                  probe: Callable[[NodeRecord], bool | None] | None = raylet_gone,
-                 probe_every: float = 0.5):
+                 probe_every: float = 0.5,
+                 max_capacity: Capacity | Mapping | None = None):
         if not (isinstance(interval, (int, float)) and interval > 0):
             raise ValueError(f"interval ({interval!r}) must be > 0 seconds")
+        self.max_capacity = None if max_capacity is None else as_capacity(max_capacity)
         self.sd = StateDir(state_dir)
         self.interval = float(interval)
         self._policy_arg = policy
@@ -299,6 +331,13 @@ class Controller:
                 self._policy_name = want
         return self.policy
 
+    def admission_capacity(self) -> Capacity | None:
+        """What a spec is checked against: ``max_capacity`` when given, else the live
+        nodes' (None while there is none)."""
+        if self.max_capacity is not None:
+            return self.max_capacity
+        return capacity_of(self.alive) if self.alive else None
+
     def usable(self, now: float | None = None) -> list[NodeRecord]:
         """The live nodes that rounds and launches may use (not held out as suspect)."""
         now = self.clock() if now is None else now
@@ -359,7 +398,8 @@ class Controller:
 
     # ------------------------------------------------------------------ inputs
     def submit(self, spec: JobSpec | dict, now: float | None = None) -> str:
-        """Take in a job now (validated against the live nodes, defaults filled once).
+        """Take in a job now (validated against :meth:`admission_capacity`, defaults
+        filled once).
 
         Raises:
             ValueError / TypeError: a spec that cannot run or a name already known,
@@ -367,7 +407,7 @@ class Controller:
         """
         now = self.clock() if now is None else now
         spec = JobSpec.from_json(spec) if isinstance(spec, dict) else spec
-        validate(spec, capacity_of(self.alive) if self.alive else None)
+        validate(spec, self.admission_capacity())
         if spec.name in self.jobs:
             raise ValueError(f"name ({spec.name!r}) is already submitted")
         self.jobs[spec.name] = JobRecord.new(self.sd.fill_defaults(spec), now)
@@ -440,7 +480,10 @@ class Controller:
             self.trigger = True
             self.sd.write_json(self.sd.cluster_path, {
                 "nodes": [n.__dict__ for n in alive],
-                "capacity": {t: list(v) for t, v in capacity_of(alive).by_type.items()},
+                # what clients check a spec against (max_capacity, when given)
+                "capacity": {t: list(v) for t, v in (self.max_capacity or
+                                                     capacity_of(alive)).by_type.items()},
+                "live_capacity": {t: list(v) for t, v in capacity_of(alive).by_type.items()},
                 "updated": now})
         self.alive = alive
         labels = {n.label for n in alive}
@@ -861,6 +904,8 @@ class ControllerActor:
     size (:mod:`goodput_jax.cluster.autoscale`, ``request_resources``).
     ``probe_raylets``: a node whose raylet's port refuses connections is lost at once
     (:func:`raylet_gone`); off, only Ray's node table (its health checks) tells.
+    ``max_capacity``: ``{type: [nodes, devices per node]}`` the cluster can grow to
+    (with ``autoscale``): specs are checked against it, not the live nodes.
     """
 
     def __init__(self, state_dir: str, policy: str = "auto", interval: float = 60.0,
@@ -868,7 +913,8 @@ class ControllerActor:
                  policy_kwargs: dict | None = None, compile_cache: bool = True,
                  precompile: bool = True, precompile_more: bool = True,
                  precompile_wait: float = 120.0, job_cache: bool = True, spares: bool = True,
-                 autoscale: bool = False, probe_raylets: bool = True):
+                 autoscale: bool = False, probe_raylets: bool = True,
+                 max_capacity: dict | None = None):
         logging.basicConfig(level=logging.INFO)
         sd = StateDir(state_dir)
         if autoscale and policy == "pollux":
@@ -885,7 +931,8 @@ class ControllerActor:
         self.controller = Controller(state_dir, policy=policy, interval=interval,
                                      launcher=launcher, node_grace=node_grace,
                                      autoscaler=RayAutoscaler() if autoscale else None,
-                                     probe=raylet_gone if probe_raylets else None)
+                                     probe=raylet_gone if probe_raylets else None,
+                                     max_capacity=max_capacity)
         #: Placement groups and launch actors of a previous controller that nothing
         #: re-attached to, removed at start.
         self.stale_removed = launcher.remove_stale(list(self.controller.handles.values()))
@@ -954,9 +1001,11 @@ class ControllerActor:
             return {n: j.to_json() for n, j in self.controller.jobs.items()}
 
     def capacity(self) -> dict:
-        """``{type: [nodes, devices per node]}`` of the live nodes."""
+        """``{type: [nodes, devices per node]}`` a spec is checked against
+        (:meth:`Controller.admission_capacity`: ``max_capacity``, else the live nodes)."""
         with self._lock:
-            return {t: list(v) for t, v in capacity_of(self.controller.alive).by_type.items()}
+            cap = self.controller.admission_capacity()
+            return {t: list(v) for t, v in cap.by_type.items()} if cap is not None else {}
 
     def submit(self, spec: dict) -> str:
         with self._lock:
@@ -1006,7 +1055,7 @@ def start_controller(state_dir: str, *, policy: str = "auto", interval: float = 
     ``policy_kwargs`` go to the policy's constructor (with ``policy`` "sia" or
     "pollux"); ``actor_kwargs`` (``compile_cache``, ``precompile``,
     ``precompile_more``, ``precompile_wait``, ``job_cache``, ``spares``,
-    ``autoscale``, ``probe_raylets``) to :class:`ControllerActor`.
+    ``autoscale``, ``probe_raylets``, ``max_capacity``) to :class:`ControllerActor`.
 
     Raises:
         ValueError: a controller of that name is already running.

@@ -163,3 +163,26 @@ def test_pollux_desired_nodes_reach_the_requester(tmp_path):
     assert req.sent == [[A2] * plan.desired_nodes]
     assert ctl.rounds[-1]["desired_nodes"] == plan.desired_nodes
 
+
+
+def test_with_a_max_capacity_a_spec_is_checked_against_the_grown_cluster(tmp_path):
+    """Fails on the controller that checked specs against the live nodes only: a job of
+    two a:2 nodes was refused on a one-node cluster that can grow to three."""
+    live = [NodeRecord("n0", "a", 2)]
+    ctl = Controller(str(tmp_path), policy="sia", launcher=Launcher(), nodes=lambda: live,
+                     clock=lambda: 10.0, autoscaler=Requests(), max_capacity={"a": (3, 2)})
+    ctl.tick()
+    assert ctl.submit(_spec("wide", lo=4, hi=4), 10.0) == "wide"  # 4 of the 6 devices
+    with pytest.raises(ValueError, match=r"min_replicas \(8\) > the 6 devices of a"):
+        ctl.submit(_spec("huge", lo=8, hi=8), 10.0)
+    with pytest.raises(ValueError, match="unknown accelerator type 'b'"):
+        ctl.submit(_spec("other", types=("b",)), 10.0)
+    assert sorted(ctl.jobs) == ["wide"]
+    assert ctl.sd.read_json(ctl.sd.cluster_path)["capacity"] == {"a": [3, 2]}
+    plain = Controller(str(tmp_path / "plain"), policy="sia", launcher=Launcher(),
+                       nodes=lambda: live, clock=lambda: 10.0)
+    plain.tick()
+    with pytest.raises(ValueError, match=r"min_replicas \(4\) > the 2 devices"):
+        plain.submit(_spec("wide", lo=4, hi=4), 10.0)
+    with pytest.raises(ValueError, match=r"max_capacity \(\{'a': 3\}\)"):
+        Controller(str(tmp_path / "bad"), max_capacity={"a": 3})
