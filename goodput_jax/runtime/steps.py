@@ -326,11 +326,11 @@ class StepRecorder:
             return False
         return _ready(item.probe) and self._claim(item)
 
-    def _claim(self, item: _Item) -> bool:
-        """Record ``item``'s device end now (the recorder's clock), unless already recorded;
+    def _claim(self, item: _Item, t: float | None = None) -> bool:
+        """Record ``item``'s device end at ``t`` (default: now), unless already recorded;
         True when this call recorded it."""
         with self._lock:
-            return self._claim_locked(item)
+            return self._claim_locked(item, None, t)
 
     def _claim_locked(self, item: _Item, hooked: _Item | None = None, t: float | None = None) -> bool:
         if item.t is not None:
@@ -857,7 +857,7 @@ class StepRecorder:
             except Exception:  # noqa: BLE001, S110 - deleted (donated): watch the other leaves
                 pass
             else:
-                recorded = self._claim(item)
+                recorded = self._claim(item, _time())  # seen now, before taking the lock
                 if item.hook:
                     self._hook_verdict(item, recorded)
                 return recorded
