@@ -471,6 +471,7 @@ def python_heavy_truth(size: int, steps: int, load_s: float, recorder_cls=None,
     later = dev.step_times[dev.steps >= 1]
     store.close()
     return {"truth_goodput": truth["goodput"], "truth_idle_loading": truth["idle_loading"],
+            "stall_ms": 1e3 * truth["host_stall_s"] / steps,
             "truth_step_ms": 1e3 * truth["step_s"],
             "goodput": 100 * det["productive_time"] / det["total_time"],
             "data_loading": 100 * det["badput_time"][BadputType.DATA_LOADING] / det["total_time"],
@@ -592,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{pt['truth_idle_loading']:>14.2f}")
         print(f"{'  step time (ms, mean)':<44}{pt['step_ms']:>12.3f}{pt['truth_step_ms']:>14.3f}"
               f"{'+-3 %':>10}")
+        print(f"{'  host stalls after the device end (ms/step)':<44}{pt['stall_ms']:>12.3f}")
         print(f"{'  device ends seen at the call / hook / span':<44}{pt['ready_claims']:>5d} /"
               f"{pt['hook_claims']:>4d} /{pt['span_claims']:>4d} of {pt['steps']}")
     print(f"Program cost (XLA cost analysis), {pg['programs']} distinct compiled step programs:")
