@@ -332,7 +332,8 @@ class StepRecorder:
         with self._lock:
             return self._claim_locked(item, None, t)
 
-    def _claim_locked(self, item: _Item, hooked: _Item | None = None, t: float | None = None) -> bool:
+    def _claim_locked(self, item: _Item, hooked: _Item | None = None,
+                      t: float | None = None) -> bool:
         if item.t is not None:
             return False
         item.t = t = _time() if t is None else t
