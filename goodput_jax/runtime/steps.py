@@ -671,6 +671,8 @@ class StepRecorder:
             # program before returning, as the CPU client does for some steps): its end lies
             # before the return; recorded now, before waking the watcher (a woken thread can
             # take this thread's CPU on a loaded machine) and before this thread runs on.
+            if self._hooked is not None:  # track() twice without a start: the hook must not
+                self._hook_missed()  # fire inside the claim, which holds the lock
             self.ready_claims += self._claim_ready(None, t)
             probe = None
         if self._idle:
