@@ -254,7 +254,9 @@ class RayLauncher:
     def spare_status(self) -> dict[str, bool]:
         """``{label: warm}`` of the spare processes (warm: its imports are done)."""
         out = {}
-        for label, (_, handle) in self._spare.items():
+        # a copy: the actor answers this on another thread than the ticks that warm()
+        # (the benchmark's wait for a spare failed with "dictionary changed size")
+        for label, (_, handle) in list(self._spare.items()):
             try:
                 out[label] = bool(self._ray.get(handle.ready.remote(), timeout=2))
             except Exception:  # noqa: BLE001 - starting, or its node is gone
