@@ -552,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
     pg = program_cost_cost(4 if args.quick else 12)
     print(f"StepRecorder overhead: jax {jax.__version__}, {jax.devices()[0].device_kind} "
           f"({jax.default_backend()}), Python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs; {rounds} rounds x {args.steps} steps per arm, matrix {size}")
+          f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.2f} at the end); {rounds} "
+          f"rounds x {args.steps} steps per arm, matrix {size}")
     print(f"{'measure':<44}{'value':>12}{'target':>10}")
     print(f"{'device step time (chained, ms)':<44}{lo['step_ms']:>12.3f}{'~' + format(args.step_ms, 'g'):>10}")
     print(f"{'load before each step (sleep, ms)':<44}{lo['load_ms']:>12.3f}")
