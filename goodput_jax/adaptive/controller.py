@@ -204,6 +204,8 @@ class AdaptiveBatchSize:
         min_grad_steps: int = 10,
         explore_factor: float = 2.0,
         reprobe_steps: int = 500,
+        stable_reads: int = 3,
+        stable_ratio: float = 2.0,
         adaptive: bool = True,
     ):
         self.hooks = hooks
@@ -247,6 +249,15 @@ class AdaptiveBatchSize:
                 or reprobe_steps < 0:
             raise ValueError(f"reprobe_steps ({reprobe_steps!r}) must be an integer >= 0")
         self.reprobe_steps = int(reprobe_steps)
+        if isinstance(stable_reads, bool) or not isinstance(stable_reads, numbers.Integral) \
+                or stable_reads < 1:
+            raise ValueError(f"stable_reads ({stable_reads!r}) must be a positive integer")
+        if not (isinstance(stable_ratio, numbers.Real) and stable_ratio >= 1.0):
+            raise ValueError(f"stable_ratio ({stable_ratio!r}) must be >= 1")
+        self.stable_reads, self.stable_ratio = int(stable_reads), float(stable_ratio)
+        #: Noise scales (``M0 * var / sqr``, samples) of the last ``stable_reads`` distinct
+        #: gradient statistics the checks saw (inf when ``sqr <= 0``).
+        self.noise_scales: list[float] = []
         #: ``(atomic_bsz, accum_steps)`` -> the step count when it was last left.
         self.left_at: dict[tuple[int, int], int] = {}
         #: Step count when the running configuration was entered.
@@ -281,6 +292,8 @@ class AdaptiveBatchSize:
         self.adapt_refit_seconds = 0.0
         self._cache: tuple | None = None
         self._good: tuple | None = None
+        self._last_gp: Any = None
+        self._same_reads = 0
 
     # ----------------------------------------------------------------- configuration
     @property
@@ -438,6 +451,8 @@ class AdaptiveBatchSize:
         gp = h.grad_params_nowait()  # statistics of a step still running: the previous ones
         if h.perf_params is None or gp is None or h.grad_count < self.min_grad_steps:
             return None
+        if not self.stats_stable(gp):
+            return None
         # Throughputs depend on the fit only: evaluated (in numpy) once per fit,
         # configuration and profiled set. The statistical efficiency, which moves with
         # the gradient statistics, is one numpy expression per check: a check runs no
@@ -461,6 +476,47 @@ class AdaptiveBatchSize:
             cur = float(good[-1]) if batch[-1] >= h.init_batch_size else 0.0
             self._good = (gp, (int(cand[i, 0]), int(cand[i, 1])), float(good[i]), cur, good)
         return self._decide(*self._good[1:4])
+
+    def stats_stable(self, gp: Any) -> bool:
+        """Whether the gradient statistics ``gp`` can be acted on (and record them).
+
+        They can when the last ``stable_reads`` distinct statistics the checks saw
+        (``gp`` included) all have a finite, positive noise scale ``M0 * var / sqr``
+        within a factor ``stable_ratio`` of each other (fewer distinct ones will do
+        once ``gp`` has been seen at ``stable_reads`` checks). Early in training the
+        estimate swings by orders of magnitude between reads (AdamW's
+        preconditioned statistics read 1.3e3, 1.6e8, 1.2e7 and ``sqr <= 0`` at
+        steps 35-115 of ``adaptive_bench.py --task cnn``, where ~500 followed), and
+        ``sqr <= 0`` makes every batch size look free (efficiency 1): a decision on
+        such a read sent the arm to the largest batch in 95 steps.
+
+        Example:
+            >>> from goodput_jax.integrations.hooks import GoodputHooks
+            >>> from goodput_jax.model import GradParams
+            >>> h = GoodputHooks("doc", init_batch_size=8, num_replicas=1, num_nodes=1,
+            ...                  is_primary=False)
+            >>> a = AdaptiveBatchSize(h, {"x": np.arange(100.0)})
+            >>> [a.stats_stable(GradParams(sqr=s, var=1.0)) for s in (1.0, 0.01, 0.6, 0.5, 0.55)]
+            [False, False, False, False, True]
+            >>> a.stats_stable(GradParams(sqr=0.0, var=1.0))  # sqr <= 0: every batch looks free
+            False
+        """
+        sqr, var = float(gp.sqr), float(gp.var)
+        phi = (self.hooks.init_batch_size * var / sqr
+               if sqr > 0 and math.isfinite(sqr) and math.isfinite(var) and var >= 0
+               else math.inf)
+        if not self.noise_scales or self._last_gp is not gp:
+            self.noise_scales = (self.noise_scales + [phi])[-self.stable_reads:]
+            self._last_gp, self._same_reads = gp, 0
+        self._same_reads += 1
+        xs = self.noise_scales
+        if not all(math.isfinite(x) and x > 0 for x in xs):
+            return False
+        # statistics that stay the same over ``stable_reads`` checks are stable too
+        # (statistics set by hand, or read rarely)
+        if len(xs) < self.stable_reads and self._same_reads < self.stable_reads:
+            return False
+        return max(xs) <= self.stable_ratio * min(xs)
 
     def _settling(self, key: tuple) -> bool:
         """Whether ``key``'s step time may still be falling: fewer than ``settle_samples``
@@ -528,7 +584,10 @@ class AdaptiveBatchSize:
                 switched = True
         if switched and not self._ready(best):
             switched = False  # compiling it in the background; switch at a later check
+        gp = self._good[0] if self._good is not None else None
         rec = {"step": self.steps, "best": best, "speedup": speedup, "switched": switched,
+               "noise_scale": (h.init_batch_size * gp.var / gp.sqr
+                               if gp is not None and gp.sqr > 0 else math.inf),
                "batch_size": r * best[0] * (best[1] + 1), "model_error": h.model_error,
                "explore": explore, "settling": settling, "reprobe": bool(reprobe),
                "probe": probe, "confirm": confirm}
