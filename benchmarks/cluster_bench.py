@@ -350,6 +350,9 @@ def bench_restart(work: str, moves: int, labels: list, cluster, baseline: bool =
         time.sleep(0.1)
     att = client.status(victim)["attempt"]
     wait_steps(victim, att, 30, deadline)
+    # as for the moves: the spares the moves just used are replaced (5 s after use) by
+    # the time a node is lost in a cluster that runs on; the bench kills seconds later
+    warm([lb for lb in labels if lb != node], time.monotonic() + 120)
     # it restarts from the checkpoint of its last stop (the steps since are redone: "lost")
     t_kill = time.time()
     cluster.kill_node(node)
