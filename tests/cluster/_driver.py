@@ -13,8 +13,9 @@ after every arrival, finish or node change), and real small JAX jobs:
   attempt crashes at step 5 (retried with backoff);
 * ``doomed``: fails at once on every attempt; marked failed after its retries.
 
-Once a job on n2 has checkpointed on it, n2's raylet is killed; its jobs restart
-from their checkpoints elsewhere. Before that (once late runs), the controller
+Once a job on n2 has checkpointed on it, n2's raylet is killed (or, when the rounds
+have placed flex and late elsewhere, the node of one that has checkpointed); its jobs
+restart from their checkpoints elsewhere. Before that (once late runs), the controller
 actor's process is killed (SIGKILL); Ray restarts the actor, which reads
 controller.json and re-attaches to the launches still running (relaunching
 nothing). Once every job is done, a client in another process and directory, with
@@ -168,12 +169,22 @@ def main(state_dir: str, out_path: str) -> None:
                                   "before": before, "back_after": time.time() - t_kill}
     info["phases"]["controller_restarted"] = time.time() - t0
 
-    victim = wait_for(lambda: next((n for n in ("flex", "late") if saved(n, "n2")), None),
-                      150, "a job checkpointed on n2")
-    info["killed"] = {"node": "n2", "t": time.time(), "victim": victim,
+    def checkpointed_somewhere():
+        """(job, node) of a running job checkpointed in its current launch, on n2 (the
+        type-b node) when one is there. Beside a CPU burner the rounds had moved flex to
+        n0 and late ran on n1: waiting for n2 alone timed out there)."""
+        found = []
+        for n in ("flex", "late"):
+            job = client.status().get(n, {})
+            if job.get("status") == "running" and job.get("allocation") and saved(n):
+                found += [(n, label) for label in job["allocation"]]
+        return next((f for f in found if f[1] == "n2"), found[0] if found else None)
+
+    victim, node = wait_for(checkpointed_somewhere, 150, "a job checkpointed on a node")
+    info["killed"] = {"node": node, "t": time.time(), "victim": victim,
                       "jobs_on_node": sorted(n for n, j in client.status().items()
-                                             if "n2" in (j.get("allocation") or []))}
-    cluster.kill_node("n2")
+                                             if node in (j.get("allocation") or []))}
+    cluster.kill_node(node)
     info["phases"]["killed"] = time.time() - t0
     names = ["span", "flex", "late", "doomed"]
     try:
