@@ -755,6 +755,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, short sweep, shorter budget")
     ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds run: first-seed .. first-seed + seeds - 1")
     ap.add_argument("--target", type=float, default=0.75,
                     help="held-out accuracy to reach (mean of the last --smooth evaluations)")
     ap.add_argument("--task", choices=("mlp", "cnn"), default="mlp",
@@ -903,7 +905,8 @@ def main(argv=None) -> int:
     protocol = (f"arms take turns, {args.slice} s slices" if args.interleave
                 else "arms one after another")
     print(f"# protocol: {protocol}")
-    for seed in range(seeds):
+    seed_list = list(range(args.first_seed, args.first_seed + seeds))
+    for seed in seed_list:
         data = task_data(args, seed)
         arms = [("fixed-M0", args.m0)] + [(f"fixed-{b}", b) for b in sizes] + [("adaptive", None)]
         if args.interleave:
@@ -947,13 +950,13 @@ def main(argv=None) -> int:
     print(f"adaptive vs best fixed ({best_fixed[1]}): {med['adaptive'] / best_fixed[0]:.2f}x "
           f"the time (target <= 1.15x)")
     per_seed = []
-    for seed in range(seeds):
+    for seed in seed_list:
         t = {r["arm"]: r["time"] if r["time"] is not None else float("inf") for r in rows
              if r["seed"] == seed}
         per_seed.append(t["adaptive"] / min(v for k, v in t.items() if k.startswith("fixed-")))
     print(f"adaptive / best fixed arm of the same seed: {', '.join(f'{x:.2f}' for x in per_seed)}"
           f" (median {np.median(per_seed):.2f}x)")
-    for seed in range(seeds):
+    for seed in seed_list:
         line = efficiency_check(rows, seed)
         if line:
             print(line)

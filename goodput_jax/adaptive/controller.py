@@ -482,8 +482,8 @@ class AdaptiveBatchSize:
 
         They can when the last ``stable_reads`` distinct statistics the checks saw
         (``gp`` included) all have a finite, positive noise scale ``M0 * var / sqr``
-        within a factor ``stable_ratio`` of each other (fewer distinct ones will do
-        once ``gp`` has been seen at ``stable_reads`` checks). Early in training the
+        within a factor ``stable_ratio`` of each other, or when ``gp`` itself (finite,
+        positive) has stayed the same over ``stable_reads`` checks. Early in training the
         estimate swings by orders of magnitude between reads (AdamW's
         preconditioned statistics read 1.3e3, 1.6e8, 1.2e7 and ``sqr <= 0`` at
         steps 35-115 of ``adaptive_bench.py --task cnn``, where ~500 followed), and
@@ -509,14 +509,15 @@ class AdaptiveBatchSize:
             self.noise_scales = (self.noise_scales + [phi])[-self.stable_reads:]
             self._last_gp, self._same_reads = gp, 0
         self._same_reads += 1
+        if not (math.isfinite(phi) and phi > 0):
+            return False
+        # statistics that stayed the same over ``stable_reads`` checks are settled too
+        # (statistics set by hand, or read rarely late in a run)
+        if self._same_reads >= self.stable_reads:
+            return True
         xs = self.noise_scales
-        if not all(math.isfinite(x) and x > 0 for x in xs):
-            return False
-        # statistics that stay the same over ``stable_reads`` checks are stable too
-        # (statistics set by hand, or read rarely)
-        if len(xs) < self.stable_reads and self._same_reads < self.stable_reads:
-            return False
-        return max(xs) <= self.stable_ratio * min(xs)
+        return (len(xs) >= self.stable_reads and all(math.isfinite(x) and x > 0 for x in xs)
+                and max(xs) <= self.stable_ratio * min(xs))
 
     def _settling(self, key: tuple) -> bool:
         """Whether ``key``'s step time may still be falling: fewer than ``settle_samples``
