@@ -851,17 +851,19 @@ def main(argv=None) -> int:
     fit_perf_params([1, 1], [4, 4], [8, 16], [0.01, 0.02], [0.011, 0.021])
     fit_compile = time.perf_counter() - t0
 
+    target_text = (f"loss {args.target_loss}" if args.target_loss is not None
+                   else f"acc {args.target}")
     print(f"# adaptive_bench  jax {jax.__version__}  devices {jax.device_count()} x "
           f"{jax.devices()[0].platform}  python {platform.python_version()}  "
-          f"task {args.task} opt {args.opt} lr {args.lr}  target "
-          f"{'loss ' + str(args.target_loss) if args.target_loss is not None else 'acc ' + str(args.target)}"
+          f"task {args.task} opt {args.opt} lr {args.lr}  target {target_text}"
           f"  M0 {args.m0}  seeds {seeds}  (fit compile, once: "
           f"{fit_compile:.1f} s)")
     rows = []
     step_cache: dict = {}
     if args.overhead_only:
         tx0 = make_tx(args)
-        step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0, **step_kwargs(args)), tx0
+        step_cache["step"] = make_train_step(loss_fn, tx0, **step_kwargs(args))
+        step_cache["tx"] = tx0
         ov = overhead(args, task_data(args, 0, 60000, 16), model, loss_fn, step_cache,
                       rounds=3 if args.quick else 7)
         print_overhead(ov, args)
@@ -876,7 +878,8 @@ def main(argv=None) -> int:
     warm = task_data(args, 0, 4096, 16)
     params0 = model.init(jax.random.key(0), jnp.ones((1,) + warm[0][0].shape[1:]))
     tx0 = make_tx(args)
-    step_cache["step"], step_cache["tx"] = make_train_step(loss_fn, tx0, **step_kwargs(args)), tx0
+    step_cache["step"] = make_train_step(loss_fn, tx0, **step_kwargs(args))
+    step_cache["tx"] = tx0
     r = jax.device_count()
     shapes = sorted({args.m0, *sizes, *[b * r for b in (8, 16, 32, 64, 128, 256, 512)
                                          if b * r <= args.max_batch]})
@@ -899,7 +902,8 @@ def main(argv=None) -> int:
             print(f"  trace {res['arm']}: " + " ".join(
                 f"{t_:.1f}:{abs(v):.3f}" for t_, v in zip(res["eval_t"], res["evals"])))
         print(f"seed {res['seed']} {res['arm']:>11}: time-to-target {t} s  steps "
-              f"{res['steps']:5d}  {metric} {abs(res['acc']):.3f}  final batch {res['final_batch']:5d}  "
+              f"{res['steps']:5d}  {metric} {abs(res['acc']):.3f}  final batch "
+              f"{res['final_batch']:5d}  "
               f"switches {res['switches']}{extra}", flush=True)
 
     protocol = (f"arms take turns, {args.slice} s slices" if args.interleave
