@@ -301,6 +301,8 @@ class Controller:
         self.rounds: list[dict] = state.rounds
         self.round_seconds: list[float] = state.round_seconds
         self.restored = bool(self.jobs)
+        #: Pollux's saved carry, given to the policy when it is first used
+        self._carry = self._read_carry() if self.restored else None
         #: jobs whose running launch this controller found again at start
         self.reattached: list[str] = []
         now = self.clock()
@@ -329,7 +331,39 @@ class Controller:
                 kw = {"autoscale": True} if want == "pollux" and self.autoscaler else {}
                 self.policy = make_policy(want, **kw)
                 self._policy_name = want
+        if self._carry is not None:  # a restarted controller: continue Pollux's cycles
+            from goodput_jax.sched.pollux import PolluxPolicy
+
+            if isinstance(self.policy, PolluxPolicy):
+                self.policy.restore(self._carry)
+                logger.info("pollux: continuing from cycle %d", self._carry.cycle)
+            self._carry = None
         return self.policy
+
+    @property
+    def carry_path(self) -> str:
+        """Where Pollux's carried state (:class:`~goodput_jax.sched.pollux.PolluxCarry`)
+        is saved after each round, so that a restarted controller decides as one that
+        never stopped."""
+        return os.path.join(self.sd.root, "pollux.json")
+
+    def _read_carry(self) -> Any:
+        data = self.sd.read_json(self.carry_path)
+        if data is None:
+            return None
+        from goodput_jax.sched.pollux import PolluxCarry
+
+        try:
+            return PolluxCarry.from_json(data)
+        except ValueError as e:  # a damaged file: start the cycles afresh
+            logger.warning("ignoring %s: %s", self.carry_path, _one_line(e))
+            return None
+
+    def _save_carry(self) -> None:
+        from goodput_jax.sched.pollux import PolluxPolicy
+
+        if isinstance(self.policy, PolluxPolicy):
+            self.sd.write_json(self.carry_path, self.policy.carry().to_json())
 
     def admission_capacity(self) -> Capacity | None:
         """What a spec is checked against: ``max_capacity`` when given, else the live
@@ -749,6 +783,7 @@ class Controller:
                     record["desired_nodes"] = plan.desired_nodes
             except Exception as e:  # noqa: BLE001 - the next round asks again
                 logger.warning("autoscaler request failed: %s", _one_line(e))
+        self._save_carry()
         self.round_seconds.append(seconds["total"])
         self.rounds.append(record)
         del self.rounds[:-200], self.round_seconds[:-200]

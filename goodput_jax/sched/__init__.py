@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "goodput_grid": "goodput_jax.sched.speedup",
     "goodput_matrix": "goodput_jax.sched.speedup",
     "speedup_tables": "goodput_jax.sched.speedup",
+    "PolluxCarry": "goodput_jax.sched.pollux",
     "PolluxPolicy": "goodput_jax.sched.pollux",
     "SiaPolicy": "goodput_jax.sched.sia",
     "sia_configs": "goodput_jax.sched.sia",
@@ -62,7 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
         job_info_from_hints,
         speedup_fns_by_type,
     )
-    from goodput_jax.sched.pollux import PolluxPolicy  # noqa: F401
+    from goodput_jax.sched.pollux import PolluxCarry, PolluxPolicy  # noqa: F401
     from goodput_jax.sched.sia import SiaPolicy, sia_configs, solve_assignment  # noqa: F401
     from goodput_jax.sched.speedup import (  # noqa: F401
         SpeedupFunction,

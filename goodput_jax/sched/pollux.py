@@ -65,6 +65,7 @@ import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -74,7 +75,7 @@ from goodput_jax.model.buckets import bucket as _bucket
 from goodput_jax.sched.speedup import speedup_tables, table_dims
 from goodput_jax.sched.types import JobInfo, NodeInfo, realloc_factor
 
-__all__ = ["CycleStats", "PolluxPolicy", "realloc_factor"]
+__all__ = ["CycleStats", "PolluxCarry", "PolluxPolicy", "realloc_factor"]
 
 _BIG = 1 << 20
 _TOL = 1e-4  # relative slack when dividing float resources
@@ -463,6 +464,92 @@ class CycleStats:
     seconds: float
 
 
+@dataclass(frozen=True, eq=False)
+class PolluxCarry:
+    """What :meth:`PolluxPolicy.optimize` carries from one cycle into the next.
+
+    The cycle count (folded into the search's PRNG key) and the last population
+    with its fitness, keyed by job and node. A scheduler that restarts (the cluster
+    runtime's controller) saves it after each cycle and gives it to
+    :meth:`PolluxPolicy.restore`, so that its next cycles decide as a policy that
+    never stopped would (same seed, same inputs).
+
+    Attributes:
+        cycle: cycles run so far.
+        job_keys: the last cycle's jobs, in the population's row order.
+        node_keys: its nodes, in column order.
+        population: int32 ``[population, jobs, nodes]`` replicas per job and node
+            (None before the first cycle).
+        fitness: float32 ``[population]`` (None before the first cycle).
+
+    Example:
+        >>> carry = PolluxPolicy(seed=0).carry()
+        >>> carry.cycle, carry.population is None
+        (0, True)
+        >>> PolluxCarry.from_json(carry.to_json()) == carry
+        True
+    """
+
+    cycle: int
+    job_keys: tuple = ()
+    node_keys: tuple = ()
+    population: np.ndarray | None = None
+    fitness: np.ndarray | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PolluxCarry):
+            return NotImplemented
+        def same(a, b):
+            return (a is None and b is None) or (
+                a is not None and b is not None and np.array_equal(a, b))
+        return (self.cycle == other.cycle and tuple(self.job_keys) == tuple(other.job_keys)
+                and tuple(self.node_keys) == tuple(other.node_keys)
+                and same(self.population, other.population)
+                and same(self.fitness, other.fitness))
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (keys must be strings or integers; -inf fitness as None).
+
+        Raises:
+            TypeError: a job or node key that JSON cannot hold.
+        """
+        for name, keys in (("job_keys", self.job_keys), ("node_keys", self.node_keys)):
+            for k in keys:
+                if not isinstance(k, (str, int)) or isinstance(k, bool):
+                    raise TypeError(f"PolluxCarry.{name}: key {k!r} is not a string or an "
+                                    f"integer, so it cannot be saved as JSON")
+        fit = None if self.fitness is None else [
+            float(x) if np.isfinite(x) else None for x in np.asarray(self.fitness)]
+        pop = None if self.population is None else np.asarray(self.population).tolist()
+        return {"cycle": int(self.cycle), "job_keys": list(self.job_keys),
+                "node_keys": list(self.node_keys), "population": pop, "fitness": fit}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PolluxCarry:
+        """Parse :meth:`to_json`'s dict.
+
+        Raises:
+            ValueError: a malformed carry (it names the field).
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"PolluxCarry: expected a JSON object, got {data!r:.80}")
+        cycle = data.get("cycle")
+        if not isinstance(cycle, int) or isinstance(cycle, bool) or cycle < 0:
+            raise ValueError(f"PolluxCarry.cycle ({cycle!r}) must be an integer >= 0")
+        jobs, nodes = tuple(data.get("job_keys") or ()), tuple(data.get("node_keys") or ())
+        pop, fit = data.get("population"), data.get("fitness")
+        if (pop is None) != (fit is None):
+            raise ValueError("PolluxCarry: population and fitness must both be set or both None")
+        if pop is not None:
+            pop = np.asarray(pop, np.int32)
+            fit = np.asarray([-np.inf if x is None else x for x in fit], np.float32)
+            if pop.ndim != 3 or len(fit) != len(pop) or pop.shape[1] < len(jobs) \
+                    or pop.shape[2] < len(nodes):
+                raise ValueError(f"PolluxCarry: population shape {pop.shape} does not fit "
+                                 f"{len(fit)} fitness values, {len(jobs)} jobs, {len(nodes)} nodes")
+        return cls(cycle, jobs, nodes, pop, fit)
+
+
 class PolluxPolicy:
     """Pollux scheduling policy (goodput-driven, fair, restart-aware), searched in JAX.
 
@@ -518,7 +605,30 @@ class PolluxPolicy:
         self.autoscale = bool(autoscale)
         self._cycle = 0
         self._prev = None  # (job_keys, node_keys, population array) of the last cycle
+        self._last_best = None  # (job_keys, node_keys, best state) of this cycle
         self.last_stats: CycleStats | None = None
+
+    # ------------------------------------------------------------------ #
+    def carry(self) -> PolluxCarry:
+        """What the next :meth:`optimize` builds on (see :class:`PolluxCarry`)."""
+        if self._prev is None:
+            return PolluxCarry(self._cycle)
+        jobs, nodes, pop, fit = self._prev
+        return PolluxCarry(self._cycle, tuple(jobs), tuple(nodes), np.array(pop),
+                           np.array(fit))
+
+    def restore(self, carry: PolluxCarry) -> None:
+        """Continue from a saved :meth:`carry` (a restarted scheduler).
+
+        Raises:
+            TypeError: ``carry`` is not a PolluxCarry.
+        """
+        if not isinstance(carry, PolluxCarry):
+            raise TypeError(f"carry must be a PolluxCarry, got {type(carry).__name__}")
+        self._cycle = int(carry.cycle)
+        self._prev = None if carry.population is None else (
+            list(carry.job_keys), list(carry.node_keys), np.asarray(carry.population, np.int32),
+            np.asarray(carry.fitness, np.float32))
 
     # ------------------------------------------------------------------ #
     def allocate_job(self, job_info: JobInfo, nodes: Mapping[Hashable, NodeInfo]) -> list:
@@ -855,7 +965,7 @@ class PolluxPolicy:
         # Size the cluster for the steady state: no restart penalties here.
         arrays["factor"] = np.ones_like(arrays["factor"])
         start_state = np.where(arrays["pinned"][:, None], arrays["base"], 0)
-        last = getattr(self, "_last_best", None)
+        last = self._last_best
         if grow and last is not None and last[0] == meta["job_keys"] and last[1] == meta["node_keys"]:
             start_state = np.zeros_like(start_state)
             best = last[2]

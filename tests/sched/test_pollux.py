@@ -333,3 +333,44 @@ def test_realloc_factor_is_one_rule_for_pollux_and_sia():
     assert realloc_factor(30.0, 5, 30.0) == 0.0  # more restarts than life: no credit
     assert realloc_factor(0.0, 0, 0.0) == 1.0  # no age and no penalty: nothing lost
     assert realloc_factor(0.0, 0, 0.0, exempt_young=True) == 1.0
+
+
+def test_a_restored_carry_decides_as_the_policy_that_never_stopped():
+    """PolluxCarry (cycle count and last population, through JSON) restores a policy's
+    next decision; a fresh policy (cycle 0, no population) decides otherwise here, in a
+    short search where the key and the carried population matter."""
+    import json
+
+    from goodput_jax.sched.pollux import PolluxCarry
+
+    nodes = {f"n{i}": NodeInfo({GPU: 4}, preemptible=False) for i in range(4)}
+    fns = [lambda n, r, e=e: r ** e / n ** 0.1 for e in (0.5, 0.7, 0.9, 0.95, 0.6, 0.8, 0.85, 0.75)]
+    jobs = {f"j{k}": JobInfo({GPU: 1}, fns[k], float(k), 0, 8, age=600.0) for k in range(8)}
+    kw = dict(seed=3, population=8, generations=2, autoscale=False)
+    kept, saved, fresh = PolluxPolicy(**kw), PolluxPolicy(**kw), PolluxPolicy(**kw)
+    first, _ = kept.optimize(jobs, nodes, {}, nodes["n0"])
+    assert saved.optimize(jobs, nodes, {}, nodes["n0"])[0] == first
+    restored = PolluxPolicy(**kw)
+    restored.restore(PolluxCarry.from_json(json.loads(json.dumps(saved.carry().to_json()))))
+    assert restored.carry() == kept.carry() and kept.carry().cycle == 1
+    jobs["late"] = JobInfo({GPU: 1}, fns[2], 9.0, 0, 8, age=0.0)
+    want, _ = kept.optimize(jobs, nodes, first, nodes["n0"])
+    assert restored.optimize(jobs, nodes, first, nodes["n0"])[0] == want
+    assert fresh.optimize(jobs, nodes, first, nodes["n0"])[0] != want
+
+
+def test_pollux_carry_rejects_bad_input():
+    from goodput_jax.sched.pollux import PolluxCarry
+
+    with pytest.raises(ValueError, match="cycle"):
+        PolluxCarry.from_json({"cycle": -1})
+    with pytest.raises(ValueError, match="both"):
+        PolluxCarry.from_json({"cycle": 1, "population": [[[1]]]})
+    with pytest.raises(ValueError, match="shape"):
+        PolluxCarry.from_json({"cycle": 1, "job_keys": ["a", "b"], "node_keys": ["n"],
+                               "population": [[[1]]], "fitness": [0.5]})
+    with pytest.raises(TypeError, match="key"):
+        PolluxCarry(1, (("a", 1),), ("n",), np.zeros((1, 1, 1), np.int32),
+                    np.zeros(1, np.float32)).to_json()
+    with pytest.raises(TypeError, match="PolluxCarry"):
+        PolluxPolicy().restore({"cycle": 1})
