@@ -68,6 +68,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     up.add_argument("--autoscale", action="store_true",
                     help="ask Ray's autoscaler for the policy's desired size every round "
                          "(request_resources; with --address, a cluster that autoscales)")
+    up.add_argument("--max-capacity", default=None, metavar="TYPE=NODESxDEVICES,...",
+                    help="with --autoscale: the largest the cluster can grow to, e.g. "
+                         "v5e=4x4,a100=2x8; a submitted job is checked against it "
+                         "instead of the nodes live now")
     up.add_argument("--in-sandbox", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(run=run_up)
 
@@ -274,9 +278,36 @@ def _reexec_sandboxed(argv: list[str]) -> int:
     return run_sandboxed(["-m", "goodput_jax.cli", *argv, "--in-sandbox"]).returncode
 
 
+def parse_max_capacity(text: str) -> dict[str, tuple[int, int]]:
+    """``"v5e=4x4,a=3x2"`` -> ``{"v5e": (4, 4), "a": (3, 2)}`` (``--max-capacity``).
+
+    Example:
+        >>> parse_max_capacity("v5e=4x4, a=3x2")
+        {'v5e': (4, 4), 'a': (3, 2)}
+
+    Raises:
+        UserError: a malformed entry (named), a repeated type, or a count below 1.
+    """
+    out: dict[str, tuple[int, int]] = {}
+    for part in text.split(","):
+        name, _, size = part.strip().partition("=")
+        nodes, _, devices = size.strip().lower().partition("x")
+        name = name.strip()
+        if not (name and nodes.strip().isdigit() and devices.strip().isdigit()) \
+                or int(nodes) < 1 or int(devices) < 1 or name in out:
+            raise UserError(f"--max-capacity ({text!r}): bad entry {part.strip()!r}; want "
+                            f"TYPE=NODESxDEVICES, e.g. v5e=4x4, each type once, counts >= 1")
+        out[name] = (int(nodes), int(devices))
+    return out
+
+
 def run_up(args: argparse.Namespace) -> int:
     if args.autoscale and args.address is None:
         raise UserError("--autoscale needs --address: the local cluster has no autoscaler")
+    if args.max_capacity is not None and not args.autoscale:
+        raise UserError(f"--max-capacity ({args.max_capacity!r}) needs --autoscale: a cluster "
+                        f"that does not grow is checked against its live nodes")
+    max_capacity = None if args.max_capacity is None else parse_max_capacity(args.max_capacity)
     _require()
     from goodput_jax.cluster.local import parse_nodes
 
@@ -317,7 +348,8 @@ def run_up(args: argparse.Namespace) -> int:
         if os.path.exists(client.sd.down_path()):
             os.remove(client.sd.down_path())
         actor = start_controller(args.state_dir, policy=args.policy, interval=args.interval,
-                                 fake_devices=args.address is None, autoscale=args.autoscale)
+                                 fake_devices=args.address is None, autoscale=args.autoscale,
+                                 max_capacity=max_capacity)
         print(f"cluster up at {address}: state in {client.sd.root}; 'goodput-jax cluster "
               f"down --state-dir {args.state_dir}' stops it", flush=True)
         try:

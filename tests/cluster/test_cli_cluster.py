@@ -140,3 +140,21 @@ def test_autoscale_needs_an_address(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--autoscale needs --address" in err
     assert not (tmp_path / "s").exists()
+
+
+def test_max_capacity_is_parsed_and_bad_values_are_one_line_errors(tmp_path, capsys):
+    from goodput_jax.cli.cluster import parse_max_capacity
+    from goodput_jax.cluster.controller import as_capacity
+
+    assert parse_max_capacity("v5e=4x4, a=3x2") == {"v5e": (4, 4), "a": (3, 2)}
+    assert as_capacity(parse_max_capacity("a=3x2")).by_type == {"a": (3, 2)}
+    for bad in ("a=3", "a=0x2", "=2x2", "a=2x2,a=1x1", "a=twoxtwo"):
+        argv = ["cluster", "up", "--state-dir", str(tmp_path / "s"), "--address",
+                "127.0.0.1:1", "--autoscale", "--max-capacity", bad]
+        assert main(argv) == 2, bad
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--max-capacity" in err and repr(bad) in err, err
+    assert main(["cluster", "up", "--state-dir", str(tmp_path / "s"), "--max-capacity",
+                 "a=2x2"]) == 2
+    assert "needs --autoscale" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
