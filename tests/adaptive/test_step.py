@@ -119,7 +119,10 @@ def test_adam_statistics_equal_through_the_adaptive_step_and_the_hooks_path(devi
 
 
 def test_adam_statistics_are_of_the_preconditioned_gradient():
-    """Step 1's sample by hand: S and T of g / (sqrt(nu_hat) + eps), not of g (d806996)."""
+    """Step 1's sample by hand: S and T of g / (sqrt(nu_hat) + eps), not of g (d806996), with
+    the ``nu`` Adam divides this step's update by: after this step's mean gradient (issue 33:
+    ``nu`` before it can be ~0 where this batch's gradient is not; here, after one update,
+    that read var 73865 against 171)."""
     mesh = _mesh(4)
     tx = adaptive_optimizer(optax.adam(1e-2), M0, rule="adam")
     step = make_train_step(_loss, tx, mesh=mesh, donate=False, preconditioner=PRE)
@@ -129,16 +132,17 @@ def test_adam_statistics_are_of_the_preconditioned_gradient():
     assert int(gs.get_grad_stats(st1).count) == 0  # Adam's nu empty at step 0: no sample
     _, st2, _ = step(p1, st1, b1, np.int32(1))
     adam = gs.find_adam_state(st1)
-    bc = 1.0 - 0.999 ** int(adam.count)
-    mult = jax.tree.map(lambda nu: 1.0 / (jnp.sqrt(nu / bc) + 1e-8), adam.nu)
+    bc = 1.0 - 0.999 ** (int(adam.count) + 1)
     parts = [jax.grad(_loss)(p1, {k: v[0, d * B:(d + 1) * B] for k, v in b1.items()})
              for d in range(4)]
+    mean = jax.tree.map(lambda *g: sum(g) / 4, *parts)
+    nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g ** 2, adam.nu, mean)
+    mult = jax.tree.map(lambda v: 1.0 / (jnp.sqrt(v / bc) + 1e-8), nu)
 
     def sq(tree, m=None):
         return sum(float(jnp.sum(jnp.square(x if m is None else x * w)))
                    for x, w in zip(jax.tree.leaves(tree), jax.tree.leaves(m or tree)))
 
-    mean = jax.tree.map(lambda *g: sum(g) / 4, *parts)
     s_pre, t_pre = np.mean([sq(g, mult) for g in parts]), sq(mean, mult)
     want = gs.estimate_grad_params(s_pre, t_pre, 4, 4 * B / M0)
     got = gs.get_grad_params(st2)
@@ -189,8 +193,12 @@ def test_compiled_step_keeps_the_plain_steps_collectives_and_copies_no_nu(base):
     plain_text = jax.jit(jax.shard_map(plain, mesh=mesh, in_specs=(P(), P(None, "data")),
                                        out_specs=P())).lower(p, batch).compile().as_text()
     # one all-reduce, as the step before it used gradstats (d806996: 1 for SGD and Adam);
-    # a plain pmean step of the same loss compiles to one per leaf and the loss
-    assert _all_reduces(text) == 1 <= _all_reduces(plain_text)
+    # a plain pmean step of the same loss compiles to one per leaf and the loss. Adam: one
+    # more, of a scalar (S waits for the mean gradient: the preconditioner Adam applies in
+    # this step, issue 33)
+    extra = 1 if base == "adam" else 0
+    assert _all_reduces(text) == 1 + extra
+    assert 1 <= _all_reduces(plain_text)
     assert " conditional(" not in text
     entry = text.split("ENTRY")[1]
     copied = {line.split("=")[1].split("copy(")[0].strip().split("{")[0]

@@ -467,12 +467,23 @@ def test_shard_map_preconditioned_agrees_with_microbatch(mlp_problem):
 
     f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data")),
                               out_specs=(P(), P(), P())))
-    _, _, sq = f(params, pre, sbatch)
+    _, grads, sq = f(params, pre, sbatch)
+    # the devices' whole gradients are the parts: their norms take the preconditioner Adam
+    # applies in this step (nu after the mean gradient, Preconditioner.updated); the
+    # microbatch helper, given that preconditioner, agrees
+    after = pre.updated(grads)
+    assert float(after.bias_correction) == pytest.approx(1 - 0.999 ** 4, rel=1e-5)
     _, _, ref = jax.jit(lambda p, b, pre: gs.microbatch_grads(mlp_loss, p, b, 4,
-                                                             preconditioner=pre))(params, batch, pre)
+                                                             preconditioner=pre))(params, batch, after)
     np.testing.assert_allclose([sq.local_sqr, sq.total_sqr], [ref.local_sqr, ref.total_sqr],
                                rtol=1e-5)
     assert bool(sq.valid)
+    # without b2 (a Preconditioner built by hand): nu as given, as before
+    _, _, old = f(params, pre._replace(b2=None), sbatch)
+    _, _, ref = jax.jit(lambda p, b, pre: gs.microbatch_grads(mlp_loss, p, b, 4,
+                                                             preconditioner=pre))(params, batch, pre)
+    np.testing.assert_allclose([old.local_sqr, old.total_sqr], [ref.local_sqr, ref.total_sqr],
+                               rtol=1e-5)
 
 
 def test_shard_map_preconditioned_with_microbatches_agrees(mlp_problem):

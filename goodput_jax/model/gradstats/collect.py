@@ -515,6 +515,11 @@ def data_parallel_grads(
     per_device = parts == "device"
     pv = _vary_over(params, axis_name)
     one_part = devices == 1 and n == 1 and not per_device and not has_aux
+    # The parts are the devices' whole gradients (parts="device", or one microbatch each):
+    # with Adam the norms wait for the mean gradient and take the preconditioner Adam
+    # applies in this step (Preconditioner.updated), not nu before this step's gradient.
+    after = (preconditioner is not None and preconditioner.b2 is not None and devices > 1
+             and (per_device or (num_active is None and n == 1)))
     total1 = None
     if num_active is None and one_part and local_size % 2 == 0:
         # One device, one part: split the batch in two (on sampled steps) so that the
@@ -526,7 +531,7 @@ def data_parallel_grads(
         aux, count, used = None, 2, local_size
     elif num_active is None:
         loss, aux, grads, local, _ = _accumulate(loss_fn, pv, batch, n, preconditioner, has_aux,
-                                                 False if per_device else sample)
+                                                 False if per_device or after else sample)
         count, used = devices * n, local_size * devices
     else:
         if has_aux:
@@ -559,9 +564,33 @@ def data_parallel_grads(
             loss, grads, local = _accumulate_traced(loss_fn, pv, batch, n, active,
                                                     preconditioner, not per_device, sample)
             count = devices * active if not per_device else devices
-    if per_device:  # one part per device: the norm of its accumulated gradient
+    if per_device and not after:  # one part per device: the norm of its accumulated gradient
         local = _when(sample, lambda: sqnorm(grads, preconditioner), (grads, preconditioner))
+    if per_device:
         count = devices
+    if after:
+        # Adam: the norms (S of each device's gradient, T of the mean) with the
+        # preconditioner Adam applies in this step, nu after this step's mean gradient
+        # (Preconditioner.updated): nu before it can be ~0 where this batch's gradient
+        # is not. S then waits for the mean gradient: one more scalar psum.
+        loss = jnp.asarray(loss, jnp.float32) / devices
+        summed, loss = jax.lax.psum((grads, loss), axis_name)
+        mean = jax.tree.map(lambda x: x * jnp.asarray(1.0 / devices, x.dtype), summed)
+
+        def norms():
+            pre = preconditioner.updated(mean)
+            s = jax.lax.psum(sqnorm(grads, pre), axis_name) / devices
+            return jnp.stack([s, sqnorm(mean, pre)])
+
+        if sample is True:
+            st = norms()
+        else:  # the mean and nu do not vary over the mesh axes: neither do the norms
+            zeros = jnp.zeros([2], jnp.float32) + _zero_like((mean, preconditioner))
+            st = zeros if sample is False else jax.lax.cond(sample, norms, lambda: zeros)
+        mean = _ordered_after(mean, st[0] + st[1])
+        out = (loss, aux) if has_aux else loss
+        sq = GradSqNorms(st[0], st[1], count, used, _pre_valid(preconditioner, sample))
+        return out, mean, sq
     inv = 1.0 / devices
     # The loss and the local S ride in the gradients' own all-reduce (one tuple
     # collective, as the plain step's pmean of the gradients).
