@@ -120,9 +120,8 @@ def test_adam_statistics_equal_through_the_adaptive_step_and_the_hooks_path(devi
 
 def test_adam_statistics_are_of_the_preconditioned_gradient():
     """Step 1's sample by hand: S and T of g / (sqrt(nu_hat) + eps), not of g (d806996), with
-    the ``nu`` Adam divides this step's update by: after this step's mean gradient (issue 33:
-    ``nu`` before it can be ~0 where this batch's gradient is not; here, after one update,
-    that read var 73865 against 171)."""
+    ``nu`` floored at this step's share of Adam's own, ``(1 - b2) * G**2`` (issue 33: ``nu``
+    before the step can be ~0 where this batch's gradient is not)."""
     mesh = _mesh(4)
     tx = adaptive_optimizer(optax.adam(1e-2), M0, rule="adam")
     step = make_train_step(_loss, tx, mesh=mesh, donate=False, preconditioner=PRE)
@@ -132,11 +131,11 @@ def test_adam_statistics_are_of_the_preconditioned_gradient():
     assert int(gs.get_grad_stats(st1).count) == 0  # Adam's nu empty at step 0: no sample
     _, st2, _ = step(p1, st1, b1, np.int32(1))
     adam = gs.find_adam_state(st1)
-    bc = 1.0 - 0.999 ** (int(adam.count) + 1)
+    bc = 1.0 - 0.999 ** int(adam.count)
     parts = [jax.grad(_loss)(p1, {k: v[0, d * B:(d + 1) * B] for k, v in b1.items()})
              for d in range(4)]
     mean = jax.tree.map(lambda *g: sum(g) / 4, *parts)
-    nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g ** 2, adam.nu, mean)
+    nu = jax.tree.map(lambda v, g: jnp.maximum(v, 0.001 * g ** 2), adam.nu, mean)
     mult = jax.tree.map(lambda v: 1.0 / (jnp.sqrt(v / bc) + 1e-8), nu)
 
     def sq(tree, m=None):

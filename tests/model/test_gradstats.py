@@ -468,11 +468,13 @@ def test_shard_map_preconditioned_agrees_with_microbatch(mlp_problem):
     f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data")),
                               out_specs=(P(), P(), P())))
     _, grads, sq = f(params, pre, sbatch)
-    # the devices' whole gradients are the parts: their norms take the preconditioner Adam
-    # applies in this step (nu after the mean gradient, Preconditioner.updated); the
-    # microbatch helper, given that preconditioner, agrees
+    # the devices' whole gradients are the parts: their norms take nu floored at this
+    # step's share of Adam's own (Preconditioner.updated); the microbatch helper, given
+    # that preconditioner, agrees
     after = pre.updated(grads)
-    assert float(after.bias_correction) == pytest.approx(1 - 0.999 ** 4, rel=1e-5)
+    floor = jax.tree.map(lambda g: 0.001 * (1 - 1e-4) * g ** 2, grads)  # float32's 1 - b2
+    assert all(bool(jnp.all(a >= f)) for a, f in zip(jax.tree.leaves(after.nu),
+                                                     jax.tree.leaves(floor)))
     _, _, ref = jax.jit(lambda p, b, pre: gs.microbatch_grads(mlp_loss, p, b, 4,
                                                              preconditioner=pre))(params, batch, after)
     np.testing.assert_allclose([sq.local_sqr, sq.total_sqr], [ref.local_sqr, ref.total_sqr],
