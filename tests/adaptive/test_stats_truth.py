@@ -132,6 +132,9 @@ def test_preconditioned_noise_scale_tracks_the_truth_across_a_batch_switch():
         idx = rng.integers(0, N_DATA, SMALL if t <= SWITCH else LARGE)
         params, opt_state, _ = step(params, opt_state, {"x": x[idx][None], "y": y[idx][None]},
                                     np.int32(1))
+        # one collective program in flight at a time: on busy CPUs the fake devices'
+        # all-reduce rendezvous otherwise timed out (40 s) with steps queued behind the truth
+        jax.block_until_ready(opt_state)
         if t in TRUTH_AT:
             seen.append(_truth(params, opt_state, x, y))
     s = gs.as_stats_summary(step.stats_summary())
