@@ -51,7 +51,8 @@ above it):
   the :class:`StatsSummary` NamedTuple ``(count, sqr, var)`` a step hands over
   (:func:`stats_summary` in the step, :func:`as_stats_summary` on the host);
 * :mod:`.precondition`: :class:`Preconditioner`, :func:`sqnorm`,
-  :func:`auto_preconditioner` (Adam's ``nu`` found in any optax state);
+  :func:`auto_preconditioner` (Adam's ``nu`` found in any optax state),
+  :func:`rescale_nu` / :func:`nu_switch_factor` (``nu`` rescaled at a batch-size switch);
 * :mod:`.collect`: the collection helpers called inside the user's train step:
   (a) :func:`data_parallel_grads` under ``jax.shard_map``,
   (b) :func:`microbatch_grads` (``lax.scan`` accumulation in one step),
@@ -119,6 +120,8 @@ from goodput_jax.model.gradstats.precondition import (
     adam_preconditioner,
     auto_preconditioner,
     find_adam_state,
+    nu_switch_factor,
+    rescale_nu,
     sqnorm,
 )
 from goodput_jax.model.gradstats.readers import (
@@ -164,6 +167,8 @@ __all__ = [
     "microbatch_grads",
     "multi_steps",
     "noise_scale",
+    "nu_switch_factor",
+    "rescale_nu",
     "sample_every",
     "sample_now",
     "split_grads",

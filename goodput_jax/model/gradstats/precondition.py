@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -27,6 +28,8 @@ __all__ = [
     "adam_preconditioner",
     "auto_preconditioner",
     "find_adam_state",
+    "nu_switch_factor",
+    "rescale_nu",
     "sqnorm",
 ]
 
@@ -178,6 +181,73 @@ def find_adam_state(opt_state: Any) -> Any | None:
         if isinstance(x, _ADAM_LIKE)
     ]
     return found[0] if found else None
+
+
+def rescale_nu(opt_state: Any, factor: Any) -> Any:
+    """A copy of ``opt_state`` with every Adam-like second moment multiplied by ``factor``.
+
+    ``nu`` of each ``ScaleByAdamState`` (and ``nu`` and ``nu_max`` of each
+    ``ScaleByAmsgradState``) found the way :func:`find_adam_state` finds them (chains,
+    ``inject_hyperparams``, ``MultiSteps``, ``multi_transform``); ``mu``, ``count`` and
+    everything else are the same arrays, and each leaf keeps its dtype and sharding. A
+    state with no Adam-like part (SGD) comes back as it is. Pure JAX: ``factor`` may be
+    a Python number or a traced scalar (it also runs inside ``jit``).
+
+    At a batch-size switch, ``nu`` still holds the old batch size's gradients for about
+    ``1 / (1 - b2)`` steps: scale it by :func:`nu_switch_factor` so that Adam's update at
+    the new batch size is what the ``adam`` scaling rule assumes
+    (:class:`~goodput_jax.adaptive.AdaptiveBatchSize` does this at its switches).
+
+    Example:
+        >>> st = optax.adam(1e-3).init({"w": jnp.zeros(2)})
+        >>> st = optax.adam(1e-3).update({"w": jnp.array([2.0, 4.0])}, st)[1]
+        >>> new = rescale_nu(st, 0.5)
+        >>> [float(v) for v in new[0].nu["w"] / st[0].nu["w"]], new[0].mu is st[0].mu
+        ([0.5, 0.5], True)
+        >>> sgd = optax.sgd(0.1).init({"w": jnp.zeros(2)})
+        >>> rescale_nu(sgd, 0.5) is sgd
+        True
+    """
+    if find_adam_state(opt_state) is None:
+        return opt_state
+
+    def scale(leaf: Any) -> Any:
+        return (leaf * factor).astype(leaf.dtype)
+
+    def visit(x: Any) -> Any:
+        if isinstance(x, optax.ScaleByAmsgradState):
+            return x._replace(nu=jax.tree.map(scale, x.nu), nu_max=jax.tree.map(scale, x.nu_max))
+        if isinstance(x, optax.ScaleByAdamState):
+            return x._replace(nu=jax.tree.map(scale, x.nu))
+        return x
+
+    return jax.tree.map(visit, opt_state, is_leaf=lambda x: isinstance(x, _ADAM_LIKE))
+
+
+def nu_switch_factor(noise_scale: float, old_batch_size: float,
+                     new_batch_size: float) -> float | None:
+    """The factor for :func:`rescale_nu` at a switch from ``old_batch_size`` to ``new_batch_size``.
+
+    The expected change of ``E[g**2]``: a batch of ``M`` examples has
+    ``E|g|**2 = |G|**2 + tr(Sigma) / M = |G|**2 * (1 + phi / M)``, with ``phi`` the
+    gradient noise scale ``tr(Sigma) / |G|**2`` in samples (Pollux's ``phi``, the
+    hooks' ``M0 * var / sqr``), so the factor is ``(1 + phi / M_new) / (1 + phi / M_old)``:
+    ``M_old / M_new`` when noise dominates, 1 when it does not. None (rescale nothing)
+    when ``phi`` is not finite and positive (``sqr <= 0`` reads, statistics not taken
+    yet) or a batch size is not positive.
+
+    Example:
+        >>> round(nu_switch_factor(1e9, 32, 2048), 4)   # noise dominates: M_old / M_new
+        0.0156
+        >>> round(nu_switch_factor(96.0, 32, 96), 4)
+        0.5
+        >>> nu_switch_factor(float("inf"), 32, 64) is None
+        True
+    """
+    phi, m_old, m_new = float(noise_scale), float(old_batch_size), float(new_batch_size)
+    if not (math.isfinite(phi) and phi > 0) or not (m_old > 0 and m_new > 0):
+        return None
+    return (1.0 + phi / m_new) / (1.0 + phi / m_old)
 
 
 def _inject_hyperparam(opt_state: Any, name: str) -> Any | None:
