@@ -66,6 +66,7 @@ Usage::
     python benchmarks/adaptive_bench.py --quick    # 1 seed, sweep 512-2048 (~2 min)
     python benchmarks/adaptive_bench.py --overhead-only --overhead-steps 600
     python benchmarks/adaptive_bench.py --demo-runs 3   # the demo's suggestion, 3 runs
+    python benchmarks/adaptive_bench.py --opt adamw --nu-check 175   # Adam's nu at a switch
 
 Timings on a shared machine are noisy: compare ratios within one run.
 """
@@ -268,7 +269,8 @@ class Arm:
         self.ctl = AdaptiveBatchSize(self.hooks, {"x": xtr, "y": ytr},
                                      batch_sharding=self.step_fn.batch_sharding,
                                      adaptive=(arm == "adaptive"),
-                                     adapt_every=args.adapt_every, min_samples=3, patience=2)
+                                     adapt_every=args.adapt_every, min_samples=3, patience=2,
+                                     rescale_nu=args.rescale_nu)
         self.ctl.source.seed = seed
         self.ctl.source.load_state_dict({"epoch": 0, "index": 0, "seed": seed})
         self.arm, self.seed, self.args, self.acc_fn = arm, seed, args, acc_fn
@@ -335,6 +337,7 @@ class Arm:
                 "censored": self.reached is None and self.limit < self.args.max_time,
                 "samples": self.samples, "acc": self.acc, "final_batch": ctl.batch_size,
                 "switches": [(s["step"], s["batch_size"]) for s in ctl.switches],
+                "nu_scales": [s["nu_scale"] for s in ctl.switches],
                 "cost_fg": cost["foreground"] + ctl.adapt_seconds,
                 "cost_bg": cost["background"], "cost_rec": cost["recorder"],
                 "model_error": hooks.model_error, "noise_scale": noise_scale(hooks),
@@ -751,6 +754,83 @@ def triples_within(xs: list, tol: float) -> str:
     return f", triples within {tol:.0%}: {k} of {len(trips)}"
 
 
+def nu_check(args, model, loss_fn, acc_fn, seeds: list[int]) -> None:
+    """Steps at ``--nu-check-to`` (2048) to the target after ``--nu-check`` steps at M0,
+    against a fresh start, with Adam's ``nu`` left as it is, rescaled by
+    :func:`~goodput_jax.model.gradstats.nu_switch_factor` of the noise scale in the optimizer
+    state at the switch (what :class:`AdaptiveBatchSize` does), and divided by
+    ``M_new / M0`` (noise only). Counted in steps, evaluated every ``--nu-check-eval`` steps
+    (target: the mean of the last ``--smooth`` evaluations), so the machine's load does not
+    enter. No hooks, no controller: the bare adaptive step, batches drawn in order from a
+    seeded permutation of the training set."""
+    from goodput_jax.model import gradstats as gs
+
+    big, pre = args.nu_check_to, args.nu_check
+    step_fn = make_train_step(loss_fn, make_tx(args), **step_kwargs(args))
+    tx = make_tx(args)
+    every = args.nu_check_eval
+    print(f"# nu check: {pre} steps at {args.m0}, then {big} until the smoothed score reaches "
+          f"{abs(args.target)} (evaluations every {every} steps, mean of {args.smooth}); "
+          f"up to {args.nu_check_max} steps at {big}")
+    rows = []
+    for seed in seeds:
+        (xtr, ytr), test = task_data(args, seed)
+        p0 = model.init(jax.random.key(seed), jnp.ones((1,) + xtr.shape[1:]))
+
+        def batches(n_ex, start):
+            order = np.random.default_rng(seed).permutation(len(xtr))
+            i = start
+            while True:
+                idx = order[np.arange(i, i + n_ex) % len(order)]
+                i += n_ex
+                yield i, jax.device_put({"x": xtr[idx][None], "y": ytr[idx][None]},
+                                        step_fn.batch_sharding)
+
+        def run_big(params, st, start) -> int | None:
+            evals = []
+            gen = batches(big, start)
+            for k in range(1, args.nu_check_max + 1):
+                _, b = next(gen)
+                params, st, _ = step_fn(params, st, b, np.int32(1))
+                if k % every == 0:
+                    evals.append(float(acc_fn(params, *test)))
+                    if len(evals) >= args.smooth and np.mean(evals[-args.smooth:]) >= args.target:
+                        return k
+            return None
+
+        res = {"seed": seed}
+        res["fresh"] = run_big(jax.tree.map(jnp.copy, p0), tx.init(p0), 0)
+        params, st = jax.tree.map(jnp.copy, p0), tx.init(p0)
+        gen = batches(args.m0, 0)
+        for _ in range(pre):
+            pos, b = next(gen)
+            params, st, _ = step_fn(params, st, b, np.int32(1))
+        gp = gs.get_grad_params(st)
+        sqr, var = float(gp.sqr), float(gp.var)
+        phi = args.m0 * var / sqr if sqr > 0 else math.inf
+        factor = gs.nu_switch_factor(phi, args.m0, big)
+        res["phi"], res["factor"] = phi, factor
+        for name, f in (("kept", None), ("rescaled", factor), ("noise-only", args.m0 / big)):
+            p, o = jax.tree.map(jnp.copy, params), jax.tree.map(jnp.copy, st)
+            if f is not None:
+                o = gs.rescale_nu(o, f)
+            res[name] = run_big(p, o, pos) if (f is not None or name == "kept") else None
+        rows.append(res)
+        print(f"seed {seed}: steps at {big} to target: fresh {res['fresh']}, after {pre} at "
+              f"{args.m0}: nu kept {res['kept']}, rescaled by {_fmt3(factor)} (noise scale "
+              f"{_fmt(phi)}) {res['rescaled']}, divided by {big // args.m0} {res['noise-only']}",
+              flush=True)
+    def med(k):
+        xs = [r[k] if r[k] is not None else math.inf for r in rows]
+        return float(np.median(xs))
+    print(f"median steps at {big}: fresh {med('fresh'):.0f}, nu kept {med('kept'):.0f}, "
+          f"rescaled {med('rescaled'):.0f}, divided by {big // args.m0} {med('noise-only'):.0f}")
+
+
+def _fmt3(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, short sweep, shorter budget")
@@ -810,6 +890,17 @@ def main(argv=None) -> int:
                     help="after the arms, the plain-loop vs hooks+controller comparison")
     ap.add_argument("--overhead-only", action="store_true",
                     help="only the plain-loop vs hooks+controller comparison")
+    ap.add_argument("--rescale-nu", action=argparse.BooleanOptionalAction, default=True,
+                    help="AdaptiveBatchSize(rescale_nu=...): scale Adam's nu at each switch "
+                         "(default on; --no-rescale-nu: the controller before issue 33's fix)")
+    ap.add_argument("--nu-check", type=int, default=0,
+                    help="instead of the arms: steps at --nu-check-to to the target after this "
+                         "many steps at M0, fresh / nu kept / nu rescaled (Adam)")
+    ap.add_argument("--nu-check-to", type=int, default=2048)
+    ap.add_argument("--nu-check-eval", type=int, default=10,
+                    help="steps between evaluations in --nu-check")
+    ap.add_argument("--nu-check-max", type=int, default=3000,
+                    help="most steps at --nu-check-to in --nu-check")
     args = ap.parse_args(argv)
     if args.target_loss is not None:
         args.target = -args.target_loss  # the score is minus the held-out loss
@@ -851,6 +942,9 @@ def main(argv=None) -> int:
     fit_perf_params([1, 1], [4, 4], [8, 16], [0.01, 0.02], [0.011, 0.021])
     fit_compile = time.perf_counter() - t0
 
+    if args.nu_check:
+        nu_check(args, model, loss_fn, acc_fn, list(range(args.first_seed, args.first_seed + seeds)))
+        return 0
     target_text = (f"loss {args.target_loss}" if args.target_loss is not None
                    else f"acc {args.target}")
     print(f"# adaptive_bench  jax {jax.__version__}  devices {jax.device_count()} x "
@@ -897,7 +991,9 @@ def main(argv=None) -> int:
         extra = (f"  model error {res['model_error']:.2f}  noise scale "
                  f"{_fmt(res['noise_scale'])}  training time per batch {{"
                  + ", ".join(f"{b}: {t_:.2f}" for b, t_ in sorted(res["time_at"].items()))
-                 + "}" if res["arm"] == "adaptive" else "")
+                 + "}  nu rescaled at the switches by ["
+                 + ", ".join(_fmt3(x) for x in res["nu_scales"]) + "]"
+                 if res["arm"] == "adaptive" else "")
         if args.trace:
             print(f"  trace {res['arm']}: " + " ".join(
                 f"{t_:.1f}:{abs(v):.3f}" for t_, v in zip(res["eval_t"], res["evals"])))
