@@ -114,8 +114,17 @@ def sandbox_env(ray_tmpdir: str, env: dict | None = None) -> dict:
 
 
 def sandbox_command(argv: list[str]) -> list[str]:
-    """The command that runs ``python ARGV`` (``-m module ...`` or ``script ...``) sealed."""
-    return [*_UNSHARE, sys.executable, "-m", "goodput_jax.cluster.local", *argv]
+    """The command that runs ``python ARGV`` (``-m module ...`` or ``script ...``) sealed.
+
+    Where util-linux's ``setpriv`` is installed, ``unshare`` runs with a parent-death signal
+    (``setpriv --pdeathsig KILL``): if the caller dies (a test run killed, a ``SIGKILL``),
+    ``unshare`` is killed, its ``--kill-child`` kills the namespace's first process, and
+    with it every process of the PID namespace: no Ray cluster outlives its caller. The
+    signal follows the *thread* that started the command: start it from a thread that
+    outlives it (``run_sandboxed`` waits for it on the calling thread).
+    """
+    guard = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
+    return [*guard, *_UNSHARE, sys.executable, "-m", "goodput_jax.cluster.local", *argv]
 
 
 def run_sandboxed(argv: list[str], *, ray_tmpdir: str | None = None, env: dict | None = None,
