@@ -943,7 +943,8 @@ def main(argv=None) -> int:
     fit_compile = time.perf_counter() - t0
 
     if args.nu_check:
-        nu_check(args, model, loss_fn, acc_fn, list(range(args.first_seed, args.first_seed + seeds)))
+        nu_check(args, model, loss_fn, acc_fn,
+                 list(range(args.first_seed, args.first_seed + seeds)))
         return 0
     target_text = (f"loss {args.target_loss}" if args.target_loss is not None
                    else f"acc {args.target}")

@@ -175,7 +175,8 @@ def test_rescale_off_and_sgd_leave_the_state_alone(tmp_path):
     ctl, seen = _run(tmp_path, "off", OPTIMIZERS["adaptive-adamw"](), rescale_nu=False)
     assert ctl.switches and all(s["nu_scale"] is None for s in ctl.switches)
     assert all(st is seen[0][1] for _, st in seen)
-    ctl, seen = _run(tmp_path, "sgd", adaptive_optimizer(optax.sgd(0.1, momentum=0.9), 32, rule="sqrt"))
+    sgd = adaptive_optimizer(optax.sgd(0.1, momentum=0.9), 32, rule="sqrt")
+    ctl, seen = _run(tmp_path, "sgd", sgd)
     assert ctl.switches and all(s["nu_scale"] is None for s in ctl.switches)
     assert all(st is seen[0][1] for _, st in seen)
 
