@@ -20,7 +20,9 @@ alternate between the arms and end with ``block_until_ready``:
   pair meets the same caches, machine load and device queue: the cost is the median of the
   pairs' differences (and its p90), not a difference of two medians of separate runs. This
   is the recorder's own work on the training thread, with the caches as a training loop
-  leaves them (cold after each load). Target: < 5 us.
+  leaves them (cold after each load). Target: < 5 us. Beside it, measured the same way, the
+  floor of any Python wrapper: ``forward(i, s, x)`` that only calls ``timed(s, x)``
+  (cold, a Python call alone costs microseconds).
 - the difference of the median call times of the overhead rounds (recorded call minus plain
   dispatch, median over rounds) and of the training thread's CPU time
   (``time.thread_time``): side by side, but noisier (the dispatch itself varies by tens of
@@ -193,6 +195,14 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
         out = timed_step(s, x)
         return out, ns() - a - inner[-1]
 
+    def forward(step: int, *args):  # what any wrapper costs: a Python call that forwards
+        return timed_step(*args)
+
+    def call_forward_only(s, i):  # the floor: ``forward(i, ...)``, a wrapper that records nothing
+        a = ns()
+        out = forward(i, s, x)
+        return out, ns() - a - inner[-1]
+
     def call_steps(s, i):  # the object called: ``steps(i, fn, ...)``
         a = ns()
         out = steps(i, timed_step, s, x)
@@ -235,9 +245,10 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
 
     ns = time.perf_counter_ns
     ratios, t_plain, t_rec, c_plain, c_rec, cpu_cost, d_call = [], [], [], [], [], [], []
-    forms = {name: ([], [], []) for name in ("wrap", "steps", "brackets")}
+    forms = {name: ([], [], []) for name in ("wrap", "steps", "brackets", "floor")}
     arms = {"wrap": (call_wrap, call_direct), "steps": (call_steps, call_forward),
-            "brackets": (call_start_track, call_noop_brackets)}
+            "brackets": (call_start_track, call_noop_brackets),
+            "floor": (call_forward_only, call_direct)}
     for r in range(rounds):
         for name, (rec_call, base_call) in arms.items():
             paired(rec_call, base_call, *forms[name])
@@ -574,6 +585,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'    against ' + base + ' (us)':<44}{c['base_us']:>12.2f}")
         print(f"{'    cost: median of pair differences (us)':<44}{c['us']:>12.2f}{'< 5':>10}")
         print(f"{'    p90 of pair differences (us)':<44}{c['p90_us']:>12.2f}")
+    c = lo["cost"]["floor"]
+    print(f"{'  floor: a wrapper that only forwards (us)':<44}{c['us']:>12.2f}")
+    print(f"{'    (f(i, *a): return fn(*a), against fn(...))':<44}")
+    print(f"{'  wrap cost beyond that floor (us)':<44}{lo['cost']['wrap']['us'] - c['us']:>12.2f}")
     print(f"{'worst case, outputs already ready (us, med)':<44}{pc['median_us']:>12.2f}")
     print(f"{'worst case, outputs already ready (us, p90)':<44}{pc['p90_us']:>12.2f}")
     print(f"{'sync loop (float(loss) each step), per step:':<44}")
