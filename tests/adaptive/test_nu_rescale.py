@@ -24,6 +24,8 @@ from goodput_jax.integrations.hooks import GoodputHooks
 from goodput_jax.model import gradstats as gs
 from goodput_jax.model.types import GradParams
 
+from tests.adaptive._fake import fake_controller
+
 PARAMS = {"a": jnp.ones((3, 2)), "b": jnp.ones((2,))}
 GRADS = {"a": jnp.arange(6.0).reshape(3, 2) - 2.5, "b": jnp.array([0.5, -1.5])}
 
@@ -109,27 +111,12 @@ def test_factor_is_the_expected_change_of_the_squared_gradient():
 # ------------------------------------------------------------------ through the controller
 
 
-class FakeClock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
-
-
 def _run(tmp_path, name, tx, steps=300, noise_scale=300.0, **kw):
     """The controller on injected step times (``0.002 + 1e-5 * b`` s, as in
     ``test_stable_stats.py``: at a noise scale of 300 it climbs from 32 to 256) and a
     constant noise scale; the fake step records the optimizer state it is given and returns
     it unchanged, so any change of ``nu`` between steps is the controller's."""
-    clock = FakeClock()
-    hooks = GoodputHooks(name, init_batch_size=32, atomic_bsz=32, num_nodes=1, num_replicas=1,
-                         max_batch_size=512, clock=clock, is_primary=True, refit_interval=0.5,
-                         warmup_steps=1, job_warmup_steps=0, background=False,
-                         store="sqlite:///" + str(tmp_path / f"{name}.db"))
-    ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((1 << 16, 1), np.float32)},
-                            atomic_sizes=[32, 64, 128, 256, 512], adapt_every=5,
-                            adapt_interval=0.0, **kw)
+    clock, hooks, ctl = fake_controller(tmp_path, name, **kw)
     seen = []
 
     def fake_step(params, opt_state, batch, n):

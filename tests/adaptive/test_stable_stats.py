@@ -16,27 +16,13 @@ from goodput_jax.adaptive import AdaptiveBatchSize
 from goodput_jax.integrations.hooks import GoodputHooks
 from goodput_jax.model.types import GradParams
 
-SIZES = [32, 64, 128, 256, 512]
-
-
-class FakeClock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
+from tests.adaptive._fake import fake_controller
 
 
 def _run(tmp_path, name, steps, noise_scale, **kw):
     """``noise_scale(step) -> samples`` (``0``: ``sqr = 0``), set as new statistics every 10
     steps, as the hooks read them early in a run."""
-    clock = FakeClock()
-    hooks = GoodputHooks(name, init_batch_size=32, atomic_bsz=32, num_nodes=1, num_replicas=1,
-                         max_batch_size=512, clock=clock, is_primary=True, refit_interval=0.5,
-                         warmup_steps=1, job_warmup_steps=0, background=False,
-                         store="sqlite:///" + str(tmp_path / f"{name}.db"))
-    ctl = AdaptiveBatchSize(hooks, {"x": np.zeros((1 << 16, 1), np.float32)},
-                            atomic_sizes=SIZES, adapt_every=5, adapt_interval=0.0, **kw)
+    clock, hooks, ctl = fake_controller(tmp_path, name, **kw)
     done = [0]
 
     def fake_step(params, opt_state, batch, n):

@@ -18,16 +18,7 @@ import pytest
 from goodput_jax.adaptive import AdaptiveBatchSize
 from goodput_jax.integrations.hooks import GoodputHooks
 from goodput_jax.model.types import GradParams
-
-SIZES = [32, 64, 128, 256, 512]
-
-
-class FakeClock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
+from tests.adaptive._fake import SIZES, FakeClock
 
 
 def _run(tmp_path, name, steps, phase=(100, 250), load=4.0, noise_scale=300.0, start=32, **kw):
