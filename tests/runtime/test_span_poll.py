@@ -242,3 +242,57 @@ def test_readiness_hook_backs_off_exactly_while_the_host_runs_ahead(tmp_path):
     assert [i + 1 for i in range(5, 45) if hooked[i]] == [6, 8, 11, 16, 25, 42]
     ends = {e.step for e in evs if e.kind.value == "step_device_end"}
     assert ends == set(range(46))
+
+
+class CountingGate(Gate):
+    """A gate that counts the readiness queries made of it."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.queries = 0
+
+    def is_ready(self) -> bool:
+        self.queries += 1
+        return super().is_ready()
+
+
+def test_an_overdue_step_still_running_is_not_queried_at_every_start(tmp_path):
+    """Steps of about 0.1 s set the usual wait; then a step runs long (the device has a
+    queue of steps before it). The first start after it is overdue queries its readiness
+    once; the starts right after it do not query again (each query costs 5-30 us on a
+    training thread with cold caches: it had been most of the recording's cost in the
+    benchmark's loop, which runs ahead, where 4-7 of 60-120 queries found the step ready).
+    Once the step ends, its device end is recorded as before."""
+    wait_s = 0.1
+    usual = [CountingGate(release=True) for _ in range(4)]
+    slow = CountingGate(release=True)
+
+    def body(rec, steps):
+        sys.setprofile(_noop_profiler)  # no readiness hook: only the overdue poll queries
+        try:
+            for i, g in enumerate(usual):
+                steps.start(i)
+                steps.track(i, g)
+                assert g.waited.wait(DEADLOCK_S)
+                time.sleep(wait_s)
+                g.ready.set()
+                deadline = time.monotonic() + DEADLOCK_S
+                while steps.observed < i + 1 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            n = len(usual)
+            steps.start(n)
+            steps.track(n, slow)
+            assert slow.waited.wait(DEADLOCK_S)
+            time.sleep(4 * wait_s)  # overdue: more than 1.5x the usual wait
+            for i in range(n + 1, n + 6):  # five starts in quick succession
+                steps.start(i)
+            queries = slow.queries
+        finally:
+            sys.setprofile(None)
+        slow.ready.set()
+        return queries
+
+    queries, evs, steps = _run(tmp_path, body)
+    assert queries == 1, f"{queries} readiness queries of the overdue step in 5 starts"
+    ends = {e.step for e in evs if e.kind.value == "step_device_end"}
+    assert ends == {0, 1, 2, 3, 4}
