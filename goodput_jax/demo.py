@@ -28,7 +28,11 @@ The job has the incidents a real one has:
    compiles a few batch-size / replica configurations and takes turns over
    them until the job ends (the profiling AdaptDL does; every configuration is
    measured over the same stretch of the job), redoes the steps after the
-   checkpoint (wasted progress) and finishes the job;
+   checkpoint (wasted progress) and finishes the job; at each switch of the batch
+   size Adam's second moment ``nu`` is rescaled by hand
+   (:func:`~goodput_jax.model.gradstats.nu_switch_factor` of the hooks' noise scale,
+   :func:`~goodput_jax.model.gradstats.rescale_nu`), as
+   :class:`~goodput_jax.adaptive.AdaptiveBatchSize` does at its own switches;
 4. prints the goodput report, the gradient noise scale and statistical
    efficiency, the fitted step-time model, the suggested batch size with its
    predicted speedup, and where to point TensorBoard.
@@ -265,6 +269,34 @@ def _plan(configs: list[tuple[int, int]], per_config: int, steps: int) -> list[t
     return plan + [configs[-1]] * (steps - len(plan))
 
 
+def _rescale_nu_at_switch(hooks: Any, opt_state: Any,
+                          new_batch_size: int) -> tuple[Any, dict | None]:
+    """Adam's ``nu`` for a batch-size switch the demo makes by hand (``hooks.set_config``).
+
+    A hand switch gets no rescale from :class:`~goodput_jax.adaptive.AdaptiveBatchSize`:
+    ``nu`` is scaled by :func:`goodput_jax.model.gradstats.nu_switch_factor` of the noise
+    scale the hooks hold now (``M0 * var / sqr``), from the hooks' batch size (the one
+    ``opt_state`` trained at) to ``new_batch_size``. Call it before ``hooks.set_config``.
+
+    Returns:
+        ``(opt_state, record)``: the record ``{"from", "to", "noise_scale", "factor"}``,
+        or ``opt_state`` itself and None when nothing is rescaled (the same batch size, no
+        statistics yet, or a noise scale that is not finite and positive).
+    """
+    from goodput_jax.model import gradstats as gs
+
+    old = hooks.batch_size
+    gp = hooks.grad_params  # at a switch: hooks.set_config waits for the step anyway
+    if gp is None or old == new_batch_size:
+        return opt_state, None
+    phi = float(gs.noise_scale(gp, hooks.init_batch_size))  # inf when |G|^2 <= 0
+    factor = gs.nu_switch_factor(phi, old, new_batch_size)
+    if factor is None:
+        return opt_state, None
+    return (gs.rescale_nu(opt_state, factor),
+            {"from": old, "to": new_batch_size, "noise_scale": phi, "factor": factor})
+
+
 # ---------------------------------------------------------------------- one run
 def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash: bool,
                  bar: ProgressBar, data: SyntheticData | None = None) -> dict:
@@ -351,11 +383,17 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
     plan = _plan(configs, cfg.profile_steps, stop - start)
     per_round = len(configs) * cfg.profile_steps
     current = None
+    nu_rescales: list[dict] = []  # Adam's nu at each batch-size switch (_rescale_nu_at_switch)
     loss = float("nan")
     for step in range(start, stop):
         conf = plan[step - start]
         fn, rep, shard = compiled[conf]
         if conf != current:
+            # a switch by hand: Adam's nu follows the batch size (no rescale on the
+            # configuration restored or started with, when the batch is the same)
+            opt_state, rescaled = _rescale_nu_at_switch(hooks, opt_state, conf[0] * conf[1])
+            if rescaled is not None:
+                nu_rescales.append({"step": step, **rescaled})
             params, opt_state = jax.device_put((params, opt_state), rep)
             hooks.set_config(num_replicas=conf[0], atomic_bsz=conf[1])
             rec.record_program_cost(costs[conf], step=step)  # the steps from here run it
@@ -397,7 +435,7 @@ def run_training(rec: GoodputRecorder, cfg: DemoConfig, ckpt_dir: str, *, crash:
         ckpts.close()
         rec.record_job_end_time()
     return {"start": start, "stop": stop, "loss": loss, "devices": num_devices, "hooks": hooks,
-            "last_checkpoint": ckpts.latest_step(), "data": data}
+            "last_checkpoint": ckpts.latest_step(), "data": data, "nu_rescales": nu_rescales}
 
 
 # ---------------------------------------------------------------------- summary text
@@ -510,6 +548,29 @@ def format_model_summary(hooks: Any) -> str:
     return "\n".join(lines)
 
 
+def format_nu_rescales(rescales: list[dict]) -> str:
+    """Adam's ``nu`` rescales at run 2's batch-size switches, as text (two lines).
+
+    Example:
+        >>> print(format_nu_rescales([{"step": 50, "from": 64, "to": 128,
+        ...                            "noise_scale": 96.0, "factor": 0.8}]))
+        Adam's nu rescaled at 1 batch-size switch by nu_switch_factor(noise scale): x0.8 to x0.8
+          first: step 50, batch 64 -> 128, B_noise = 96 samples, nu x 0.8
+        >>> print(format_nu_rescales([]))
+        Adam's nu rescaled at no batch-size switch (no finite noise scale at any switch)
+    """
+    if not rescales:
+        return ("Adam's nu rescaled at no batch-size switch (no finite noise scale at any "
+                "switch)")
+    first = rescales[0]
+    fs = [r["factor"] for r in rescales]
+    n = len(rescales)
+    return (f"Adam's nu rescaled at {n} batch-size switch{'' if n == 1 else 'es'} by "
+            f"nu_switch_factor(noise scale): x{min(fs):.4g} to x{max(fs):.4g}\n"
+            f"  first: step {first['step']}, batch {first['from']} -> {first['to']}, "
+            f"B_noise = {first['noise_scale']:.6g} samples, nu x {first['factor']:.6g}")
+
+
 # ---------------------------------------------------------------------- entry point
 def _clean_dir(out: str) -> tuple[str, str, str]:
     ckpt_dir = os.path.join(out, "checkpoints")
@@ -607,6 +668,7 @@ def main(*, directory: str = "goodput-demo", steps: int | None = None, job: str 
         print(f"run 2 resumed at step {s2['start']} and finished step {s2['stop'] - 1} "
               f"on {s2['devices']} devices, final loss {s2['loss']:.4f} "
               f"({time.time() - t0:.1f}s)\n")
+        print(format_nu_rescales(s2["nu_rescales"]) + "\n")
         calc = GoodputCalculator(job, logger, store=store)
         # the goodput table is `goodput-jax report`'s own (report.text.format_report)
         print(f"{GOODPUT_DEFINITIONS}\n\n{format_report(calc)}\n")

@@ -120,6 +120,67 @@ def test_demo_quick_prints_the_model(demo_run):
     assert f"tensorboard --logdir {out / 'tensorboard'}" in text
 
 
+NU_LINES = re.compile(
+    r"^Adam's nu rescaled at (\d+) batch-size switch(?:es)? by nu_switch_factor\(noise scale\): "
+    r"x([\d.e+-]+) to x([\d.e+-]+)\n  first: step (\d+), batch (\d+) -> (\d+), "
+    r"B_noise = ([\d.e+]+) samples, nu x ([\d.e+-]+)$", re.MULTILINE)
+
+
+def test_demo_rescales_adam_nu_at_its_switches(demo_run):
+    """Run 2 switches configurations by hand (hooks.set_config); at each change of the batch
+    size Adam's nu follows (issue 33), by nu_switch_factor of the hooks' noise scale."""
+    from goodput_jax.model import gradstats
+
+    r, _, _ = demo_run
+    assert r.returncode == 0, r.stderr
+    m = NU_LINES.search(r.stdout)
+    assert m, r.stdout
+    n, lo, hi, step, old, new, phi, factor = m.groups()
+    # run 2 resumes at step 50 with the checkpoint's batch (2 x 32) and starts on its first
+    # profiled configuration (2 x 64): the first switch, with run 1's statistics
+    assert (int(step), int(old), int(new)) == (50, 64, 128)
+    assert float(factor) == pytest.approx(
+        gradstats.nu_switch_factor(float(phi), 64, 128), rel=1e-4)
+    assert 0 < float(factor) < 1  # a switch up lowers nu
+    # the batch-size changes of run 2's plan: 64 -> 128 -> 64 (-> 64 on 2 x 32: no change)
+    cfg = DemoConfig.from_args(quick=True)
+    from goodput_jax.demo import _plan
+
+    sizes = [64] + [a * b for a, b in _plan(_configurations(cfg, 2), cfg.profile_steps, 70)]
+    changes = sum(1 for a, b in zip(sizes, sizes[1:]) if a != b)
+    assert changes == 4 and 1 <= int(n) <= changes
+    assert float(lo) < 1 < float(hi)  # switches up and down
+
+
+def test_a_hand_switch_rescales_nu_by_the_hooks_noise_scale():
+    """The demo's switch helper on a real Adam state and real hooks."""
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from goodput_jax.demo import _rescale_nu_at_switch
+    from goodput_jax.integrations.hooks import GoodputHooks
+    from goodput_jax.model.types import GradParams
+
+    tx = optax.adam(1e-3)
+    params = {"w": jnp.ones(3)}
+    st = tx.update({"w": jnp.array([1.0, -2.0, 3.0])}, tx.init(params), params)[1]
+    hooks = GoodputHooks("demo-nu", init_batch_size=32, atomic_bsz=32, num_replicas=1,
+                         num_nodes=1, is_primary=False)
+    assert _rescale_nu_at_switch(hooks, st, 96) == (st, None)  # no statistics yet
+    hooks.update_grad_params(GradParams(sqr=1.0, var=3.0))  # noise scale 32 * 3 / 1 = 96
+    assert _rescale_nu_at_switch(hooks, st, 32) == (st, None)  # the same batch size
+    new, rec = _rescale_nu_at_switch(hooks, st, 96)
+    assert rec == {"from": 32, "to": 96, "noise_scale": pytest.approx(96.0),
+                   "factor": pytest.approx((1 + 96 / 96) / (1 + 96 / 32))}
+    np.testing.assert_allclose(np.asarray(new[0].nu["w"]),
+                               np.asarray(st[0].nu["w"]) * rec["factor"], rtol=1e-6)
+    assert new[0].mu is st[0].mu
+    hooks.update_grad_params(GradParams(sqr=0.0, var=3.0))  # infinite noise scale
+    assert _rescale_nu_at_switch(hooks, st, 96) == (st, None)
+    hooks.close()
+
+
 def test_demo_checkpoints_are_the_packages(demo_run):
     """The demo's checkpoints are adaptive.checkpoint's (params, optimizer state with the
     gradient statistics, the hooks' state), restorable onto another device count."""

@@ -424,7 +424,9 @@ class AdaptiveBatchSize:
         ``nu`` leaf, dispatched without waiting for the device (no host sync), each leaf
         keeping its dtype and sharding, so the jitted step neither retraces nor recompiles.
         A state without an Adam-like part passes unchanged, and the switch record's
-        ``nu_scale`` becomes None.
+        ``nu_scale`` becomes None. A Flax NNX ``nnx.Optimizer`` (a hand loop that keeps
+        one) is rescaled in place and returned itself
+        (:func:`~goodput_jax.model.gradstats.rescale_nu`).
 
         Example:
             >>> import optax, jax.numpy as jnp

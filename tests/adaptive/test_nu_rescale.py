@@ -216,3 +216,43 @@ def test_real_step_takes_the_rescaled_state_without_retracing(tmp_path):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), params, want_p)
     np.testing.assert_allclose(_nu(st), _nu(want_st), rtol=1e-6)
     assert ctl.prepare_opt_state(st) is st  # once
+
+
+# ------------------------------------------------------------------ the docs' hand loop
+
+
+def test_the_docs_hand_loop_runs_and_rescales_nu_at_its_hand_switch(tmp_path, monkeypatch):
+    """docs/adaptive.md's ``<!-- nu-rescale-loop -->`` block as it stands: a hand loop with
+    ``prepare_opt_state`` and a switch by hand that rescales nu with the hooks' noise scale.
+    ``gradstats.rescale_nu`` is watched (the real function runs) to see what it was given."""
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "adaptive.md"
+    m = re.search(r"<!-- nu-rescale-loop -->\s*```python\n(.*?)```", doc.read_text(), re.DOTALL)
+    assert m, "docs/adaptive.md lost its block <!-- nu-rescale-loop -->"
+    monkeypatch.setenv("GOODPUT_JAX_STORE", f"sqlite:///{tmp_path / 'loop.db'}")
+    monkeypatch.chdir(tmp_path)
+    real, calls = gs.rescale_nu, []
+
+    def watched(opt_state, factor):
+        out = real(opt_state, factor)
+        calls.append((_adam_states(opt_state)[0].nu, factor, out))
+        return out
+
+    monkeypatch.setattr(gs, "rescale_nu", watched)
+    ns: dict = {}
+    exec(compile(m.group(1), "docs/adaptive.md nu-rescale-loop", "exec"), ns)  # noqa: S102
+    hooks, adaptive = ns["hooks"], ns["adaptive"]
+    assert hooks.batch_size == 2 * ns["old_batch"]
+    assert adaptive.pending_nu_scale is None  # any switch's factor went into a step
+    # the hand switch: the factor of the hooks' noise scale, nu x factor, the rest as it was
+    assert math.isfinite(ns["phi"]) and ns["phi"] > 0
+    assert ns["factor"] == gs.nu_switch_factor(ns["phi"], ns["old_batch"], hooks.batch_size)
+    assert ns["factor"] < 1  # a switch up
+    nu_in, factor, out = calls[-1]
+    assert factor == ns["factor"] and out is ns["opt_state"]
+    for a, b in zip(jax.tree.leaves(nu_in), jax.tree.leaves(_adam_states(out)[0].nu)):
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a) * np.float32(factor))
+    # every switch the controller made in the loop was rescaled by its recorded factor
+    assert len(calls) - 1 == sum(1 for s in adaptive.switches if s["nu_scale"] is not None)

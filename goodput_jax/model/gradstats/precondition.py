@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from typing import Any, NamedTuple
 
 import jax
@@ -183,8 +184,18 @@ def find_adam_state(opt_state: Any) -> Any | None:
     return found[0] if found else None
 
 
+def _nnx_variable() -> type | None:
+    """Flax NNX's ``Variable`` class when ``flax.nnx`` is loaded, else None.
+
+    An ``nnx.Optimizer`` (whose state sits in ``OptVariable`` boxes) can only exist once
+    ``flax.nnx`` is imported, so this never imports flax (the ``model`` extra has no flax).
+    """
+    nnx = sys.modules.get("flax.nnx")
+    return None if nnx is None else nnx.Variable
+
+
 def rescale_nu(opt_state: Any, factor: Any) -> Any:
-    """A copy of ``opt_state`` with every Adam-like second moment multiplied by ``factor``.
+    """``opt_state`` with every Adam-like second moment multiplied by ``factor``.
 
     ``nu`` of each ``ScaleByAdamState`` (and ``nu`` and ``nu_max`` of each
     ``ScaleByAmsgradState``) found the way :func:`find_adam_state` finds them (chains,
@@ -192,6 +203,14 @@ def rescale_nu(opt_state: Any, factor: Any) -> Any:
     everything else are the same arrays, and each leaf keeps its dtype and sharding. A
     state with no Adam-like part (SGD) comes back as it is. Pure JAX: ``factor`` may be
     a Python number or a traced scalar (it also runs inside ``jit``).
+
+    An optax state (plain arrays) is not changed: a copy is returned. A Flax NNX
+    ``nnx.Optimizer``, or its ``opt_state`` (arrays in ``OptVariable`` boxes), is rescaled
+    **in place**, each ``nu`` box getting the new array, and returned itself:
+    ``gradstats.rescale_nu(optimizer, f)`` (also inside ``nnx.jit``); an
+    ``nnx.jit`` step on it runs the same compiled program afterwards (same shapes and
+    dtypes). :meth:`~goodput_jax.adaptive.AdaptiveBatchSize.prepare_opt_state` takes an
+    ``nnx.Optimizer`` the same way.
 
     At a batch-size switch, ``nu`` still holds the old batch size's gradients for about
     ``1 / (1 - b2)`` steps: scale it by :func:`nu_switch_factor` so that Adam's update at
@@ -207,12 +226,39 @@ def rescale_nu(opt_state: Any, factor: Any) -> Any:
         >>> sgd = optax.sgd(0.1).init({"w": jnp.zeros(2)})
         >>> rescale_nu(sgd, 0.5) is sgd
         True
+
+        Flax NNX, in place:
+
+        >>> from flax import nnx
+        >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+        >>> opt = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+        >>> _ = opt.update(model, nnx.grad(lambda m: jnp.sum(m(jnp.ones((1, 2)))))(model))
+        >>> before = float(opt.opt_state[0].nu["bias"][...][0])
+        >>> rescale_nu(opt, 0.5) is opt, float(opt.opt_state[0].nu["bias"][...][0]) / before
+        (True, 0.5)
     """
-    if find_adam_state(opt_state) is None:
+    adam_states = [
+        x
+        for x in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, _ADAM_LIKE))
+        if isinstance(x, _ADAM_LIKE)
+    ]
+    if not adam_states:
         return opt_state
 
     def scale(leaf: Any) -> Any:
         return (leaf * factor).astype(leaf.dtype)
+
+    variable = _nnx_variable()
+    if variable is not None:
+        # Flax NNX: the second moments sit in mutable boxes; give each its new array
+        boxes = [v for st in adam_states
+                 for part in ((st.nu, st.nu_max) if isinstance(st, optax.ScaleByAmsgradState)
+                              else (st.nu,))
+                 for v in jax.tree.leaves(part, is_leaf=lambda x: isinstance(x, variable))]
+        if boxes and all(isinstance(v, variable) for v in boxes):
+            for v in boxes:
+                v.set_value(scale(v.get_value()))
+            return opt_state
 
     def visit(x: Any) -> Any:
         if isinstance(x, optax.ScaleByAmsgradState):
