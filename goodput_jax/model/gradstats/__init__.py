@@ -52,7 +52,8 @@ above it):
   (:func:`stats_summary` in the step, :func:`as_stats_summary` on the host);
 * :mod:`.precondition`: :class:`Preconditioner`, :func:`sqnorm`,
   :func:`auto_preconditioner` (Adam's ``nu`` found in any optax state),
-  :func:`rescale_nu` / :func:`nu_switch_factor` (``nu`` rescaled at a batch-size switch);
+  :func:`rescale_nu` / :func:`nu_switch_factor` (``nu`` rescaled at a batch-size switch;
+  an ``nnx.Optimizer`` in place);
 * :mod:`.collect`: the collection helpers called inside the user's train step:
   (a) :func:`data_parallel_grads` under ``jax.shard_map``,
   (b) :func:`microbatch_grads` (``lax.scan`` accumulation in one step),
