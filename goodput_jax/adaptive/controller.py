@@ -305,7 +305,7 @@ class AdaptiveBatchSize:
         if any(s < 1 for s in sizes):
             raise ValueError(f"atomic_sizes ({atomic_sizes!r}) must be positive integers")
         self.atomic_sizes = sizes
-        self.steps = 0
+        self.steps = 0  # counted by next_batch: one a step
         self.switches: list[dict] = []
         self._votes: tuple[tuple[int, int], int] | None = None
         self.last_check: dict | None = None
@@ -366,7 +366,13 @@ class AdaptiveBatchSize:
 
     # ----------------------------------------------------------------- data
     def next_batch(self) -> tuple[Any, int]:
-        """The next batch ``[slots, R * b, ...]`` and its microbatch count ``accum_steps + 1``."""
+        """The next batch ``[slots, R * b, ...]`` and its microbatch count ``accum_steps + 1``.
+
+        Each call counts one step (:attr:`steps`, the clock of the re-probe intervals and of
+        each switch record's ``step``): a loop that runs the step itself calls it once per
+        step, as :meth:`step` does.
+        """
+        self.steps += 1
         r, b, n = self.num_replicas, self.atomic_bsz, self.accum_steps + 1
         slots = slots_for(n)
         ex = self.source.take(r * b * n)
@@ -394,7 +400,6 @@ class AdaptiveBatchSize:
         opt_state = self.prepare_opt_state(opt_state)
         batch, n = self.next_batch()
         out = self.hooks.step(step, train_step, params, opt_state, batch, np.int32(n))
-        self.steps += 1
         if self.adaptive and self.steps % self.adapt_every == 0:
             t0 = time.perf_counter()
             now = self._clock()

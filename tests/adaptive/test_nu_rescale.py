@@ -123,7 +123,7 @@ def _run(tmp_path, name, tx, steps=300, noise_scale=300.0, **kw):
         if len(seen) % 10 == 0:
             hooks.update_grad_params(GradParams(sqr=1.0, var=noise_scale / 32))
         clock.t += 0.002 + 1e-5 * batch["x"].shape[1]
-        seen.append((ctl.steps, opt_state))
+        seen.append((ctl.steps - 1, opt_state))  # next_batch counted this step
         return params, opt_state, 0.0
 
     st = _updated(tx)
@@ -244,6 +244,8 @@ def test_the_docs_hand_loop_runs_and_rescales_nu_at_its_hand_switch(tmp_path, mo
     ns: dict = {}
     exec(compile(m.group(1), "docs/adaptive.md nu-rescale-loop", "exec"), ns)  # noqa: S102
     hooks, adaptive = ns["hooks"], ns["adaptive"]
+    assert adaptive.steps == 150  # next_batch counts the hand loop's steps
+    assert all(0 < s["step"] <= 150 for s in adaptive.switches)
     assert hooks.batch_size == 2 * ns["old_batch"]
     assert adaptive.pending_nu_scale is None  # any switch's factor went into a step
     # the hand switch: the factor of the hooks' noise scale, nu x factor, the rest as it was
