@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from jax.flatten_util import ravel_pytree
 
 from goodput_jax.adaptive import adaptive_optimizer, data_mesh, make_train_step
@@ -109,20 +110,21 @@ def _truth(params, opt_state, x, y):
 
 
 @functools.lru_cache(maxsize=None)
-def _step():
+def _step(devices: int):
     tx = adaptive_optimizer(optax.adamw(1e-3, weight_decay=1e-4), M0, rule="adam")
-    return make_train_step(_loss, tx, mesh=data_mesh(jax.devices()[:4])), tx
+    return make_train_step(_loss, tx, mesh=data_mesh(jax.devices()[:devices])), tx
 
 
-def test_preconditioned_noise_scale_tracks_the_truth_across_a_batch_switch():
-    """AdamW, the default (Adam-preconditioned) statistics, four replicas: 150 steps at 32,
+@pytest.mark.parametrize("devices", [4, 1])
+def test_preconditioned_noise_scale_tracks_the_truth_across_a_batch_switch(devices):
+    """AdamW, the default (Adam-preconditioned) statistics, four replicas and one: 150 steps at 32,
     then 50 at 256; 50 steps after the switch the noise scale is within 2x of the
     per-example truth (the truth averaged over the steps END - 10, END - 5 and END, as in
     tests/model/test_gradstats_truth.py). Not checked before the switch: 32 is ~40x below
     the noise scale here, where a short average of ``sqr`` can still cross 0 (see
     docs/concepts.md, "What no average can do")."""
     x, y = _images()
-    step, tx = _step()
+    step, tx = _step(devices)
     params = _init(jax.random.key(0))
     opt_state = tx.init(params)
     rng = np.random.default_rng(0)

@@ -832,8 +832,11 @@ def test_split_grads_is_the_two_part_microbatch_estimate_on_sampled_steps(mlp_pr
         jnp.int32(30), jax.tree.map(jnp.zeros_like, params), nu))
     assert bool(pre.valid)  # 30 >= DEFAULT_MIN_COUNT
     split = jax.jit(lambda p, b, s: gs.split_grads(mlp_loss, p, b, preconditioner=pre, sample=s))
-    _, g_ref, ref = jax.jit(lambda p, b: gs.microbatch_grads(mlp_loss, p, b, 2,
-                                                             preconditioner=pre))(params, batch)
+    # split_grads floors Adam's nu at the step's mean gradient (Preconditioner.updated, as
+    # on several devices): the reference is the two-microbatch estimate with that floor
+    g_full = jax.grad(mlp_loss)(params, batch)
+    _, g_ref, ref = jax.jit(lambda p, b: gs.microbatch_grads(
+        mlp_loss, p, b, 2, preconditioner=pre.updated(g_full)))(params, batch)
     loss_on, g_on, on = split(params, batch, jnp.array(True))
     loss_off, g_off, off = split(params, batch, jnp.array(False))
     assert on.count == off.count == 2 and on.batch_size == 16
@@ -873,6 +876,49 @@ def test_one_device_mesh_keeps_the_preconditioner(mlp_problem):
                                rtol=1e-5)
     np.testing.assert_allclose(_flat(grads), _flat(jax.grad(mlp_loss)(params, batch)),
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("traced", [True, False], ids=["num_active", "static"])
+def test_one_device_accumulation_with_adam_takes_two_floored_parts(mlp_problem, traced):
+    """One device accumulating 3 microbatches of 4 with Adam (issue 33): two parts, the first
+    ``3 // 2`` microbatches and the rest (4 and 8 examples), with ``S = (a |G_a|^2 + b |G_b|^2)
+    / (a + b)`` and ``T`` of the mean gradient, both with ``nu`` floored at the mean gradient.
+    ``nu`` is 0 in some elements (a unit no earlier batch activated): the per-microbatch norms
+    of before (``nu`` as it was, count 3) took those as ``g / eps``."""
+    params, batch = mlp_problem
+    nu = jax.tree.map(lambda p: jnp.abs(p) * 1e-3 + 1e-6, params)
+    nu = jax.tree.map(lambda v: v.at[..., :2].set(0.0) if v.ndim == 2 else v, nu)  # silent
+    pre = gs.adam_preconditioner(optax.ScaleByAdamState(
+        jnp.int32(30), jax.tree.map(jnp.zeros_like, params), nu))
+    mesh = jax.make_mesh((1,), ("data",), devices=jax.devices()[:1])
+    if traced:  # the adaptive step's form: 4 slots, 3 of them used
+        data = batch  # microbatch i: rows 4i to 4i + 3; the fourth is padding, never read
+
+        def step(params, pre, batch):
+            return gs.data_parallel_grads(mlp_loss, params, batch, "data", num_microbatches=4,
+                                          num_active=jnp.int32(3), preconditioner=pre)
+    else:
+        data = {k: v[:12] for k, v in batch.items()}
+
+        def step(params, pre, batch):
+            return gs.data_parallel_grads(mlp_loss, params, batch, "data", num_microbatches=3,
+                                          preconditioner=pre)
+
+    f = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data")),
+                              out_specs=(P(), P(), P())))
+    _, grads, sq = f(params, pre, jax.device_put(data, NamedSharding(mesh, P("data"))))
+    micro = [jax.grad(mlp_loss)(params, {k: v[4 * i:4 * (i + 1)] for k, v in batch.items()})
+             for i in range(3)]
+    mean = jax.tree.map(lambda *g: sum(g) / 3, *micro)
+    g_b = jax.tree.map(lambda x, y: (x + y) / 2, micro[1], micro[2])
+    floored = pre.updated(mean)
+    s_want = (4 * gs.sqnorm(micro[0], floored) + 8 * gs.sqnorm(g_b, floored)) / 12
+    assert int(sq.count) == 2 and int(sq.batch_size) == 12 and bool(sq.valid)
+    np.testing.assert_allclose([sq.local_sqr, sq.total_sqr],
+                               [s_want, gs.sqnorm(mean, floored)], rtol=1e-5)
+    np.testing.assert_allclose(_flat(grads), _flat(mean), rtol=1e-5, atol=1e-6)
+    # nu as it was makes the silent elements g / eps: the norm is orders larger
+    assert float(gs.sqnorm(micro[0], pre)) > 1e6 * float(gs.sqnorm(micro[0], floored))
 
 
 def test_growing_window_forgets_the_warm_up_and_ema_does_not():

@@ -251,6 +251,59 @@ def _accumulate_traced(
     return loss_sum * inv, grads, sq * inv
 
 
+def _accumulate_traced_halves(
+    loss_fn: Callable,
+    params: Any,
+    batch: Any,
+    num_microbatches: int,
+    num_active: jax.Array,
+    preconditioner: Preconditioner,
+    sample: Any = True,
+) -> tuple[jax.Array, Any, jax.Array, jax.Array]:
+    """Mean loss, mean gradient, ``S`` and ``T`` over the first ``num_active`` (>= 2) of
+    ``num_microbatches`` microbatches, as two parts, with Adam's preconditioner floored at
+    the step's mean gradient (:meth:`Preconditioner.updated`), as on several devices.
+
+    The microbatches are summed into two accumulators, the first ``h = num_active // 2``
+    and the rest (``a`` and ``b`` examples): ``S = (a |G_a|^2 + b |G_b|^2) / (a + b)`` has
+    the expectation of two equal halves' ``S`` (``|g|^2 + 2 tr(Sigma) / (a + b)``) for any
+    ``h``, so ``count`` is 2. Each microbatch's norm with ``nu`` from before the step (the
+    per-microbatch ``S``) cannot take the floor, which needs the mean of them all: in one
+    device's accumulation loop a microbatch that activates a ReLU unit no earlier batch
+    had gave ``g / eps`` (the adaptive benchmark's CNN with AdamW, two microbatches of 128:
+    the noise scale read 6e4x the per-example truth, then infinite). The cost: a second
+    float32 gradient accumulator in the loop (one gradient's size)."""
+    vg = _value_and_grad(loss_fn, False)
+    micro = _split(batch, num_microbatches, "num_microbatches")
+    h = num_active // 2
+
+    def body(i, carry):
+        acc, loss_sum = carry
+        mb = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, 0, keepdims=False), micro)
+        loss, g = vg(params, mb)
+        acc = jax.tree.map(lambda a, x: a + x.astype(a.dtype), acc, g)
+        return acc, loss_sum + loss.astype(jnp.float32)
+
+    zero = _zero_like((params, batch, preconditioner))
+    acc0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32) + zero, params)
+    # two loops, one accumulator each (one pass per microbatch, as the plain loop)
+    acc_a, loss_sum = jax.lax.fori_loop(0, h, body, (acc0, zero))
+    acc_b, loss_sum = jax.lax.fori_loop(h, num_active, body, (acc0, loss_sum))
+    k = num_active.astype(jnp.float32)
+    fa, fb = h.astype(jnp.float32), (num_active - h).astype(jnp.float32)
+    mean = jax.tree.map(lambda a, b: (a + b) / k, acc_a, acc_b)
+
+    def local():
+        pre = preconditioner.updated(mean)
+        return (sqnorm(acc_a, pre) / fa + sqnorm(acc_b, pre) / fb) / k
+
+    like = (mean, preconditioner)
+    s = _when(sample, local, like)
+    t = _when(sample, lambda: sqnorm(mean, preconditioner.updated(mean)), like)
+    grads = jax.tree.map(lambda m, p: m.astype(p.dtype), mean, params)
+    return loss_sum / k, grads, s, t
+
+
 def _check_num_active(num_active: Any, num_microbatches: int) -> jax.Array:
     """``num_active`` as an int32 scalar (a clear error otherwise; a concrete value is
     checked against ``num_microbatches``)."""
@@ -334,6 +387,8 @@ def _split_or_plain(
     and ``T`` 0 there). A traced ``sample`` picks the branch in a ``lax.cond``."""
 
     def split():
+        if parts == 2 and preconditioner is not None and preconditioner.b2 is not None:
+            return _halves_after(loss_fn, params, batch, preconditioner)
         loss, _, grads, local, norm = _accumulate(loss_fn, params, batch, parts,
                                                   preconditioner, False, True)
         return loss, grads, local, norm(grads)
@@ -354,6 +409,35 @@ def _split_or_plain(
                 jnp.asarray(total, jnp.float32))
 
     return jax.lax.cond(sample, lambda: as_f32(split()), lambda: as_f32(plain()))
+
+
+def _halves_after(
+    loss_fn: Callable, params: Any, batch: Any, preconditioner: Preconditioner
+) -> tuple[Any, Any, jax.Array, jax.Array]:
+    """Mean loss, mean gradient, ``S`` and ``T`` of the batch in two halves, with Adam's
+    preconditioner floored at this step's mean gradient (:meth:`Preconditioner.updated`),
+    as the devices' whole gradients are on several devices: ``nu`` before this step is
+    exactly 0 in the elements of a ReLU unit no earlier batch activated, and a half that
+    activates one gives ``g / eps`` (one device, the adaptive benchmark's CNN with AdamW:
+    the noise scale read 1e5-7e6x the per-example truth, or infinite).
+
+    The two halves' gradients come out of a ``lax.scan`` as its stacked outputs (two
+    gradients, where the accumulating scan holds its sum and the current one), so the
+    norms wait for their mean without a second pass over the batch."""
+    vg = _value_and_grad(loss_fn, False)
+
+    def body(carry, half):
+        loss, g = vg(params, half)
+        return carry, (jnp.asarray(loss, jnp.float32), g)
+
+    _, (losses, pair) = jax.lax.scan(body, None, _split(batch, 2, "parts"))
+    mean = jax.tree.map(lambda g: (g[0].astype(jnp.float32) + g[1].astype(jnp.float32)) * 0.5,
+                        pair)
+    pre = preconditioner.updated(mean)
+    local = (sqnorm(jax.tree.map(lambda g: g[0], pair), pre)
+             + sqnorm(jax.tree.map(lambda g: g[1], pair), pre)) * 0.5
+    grads = jax.tree.map(lambda m, p: m.astype(p.dtype), mean, params)
+    return (losses[0] + losses[1]) * 0.5, grads, local, sqnorm(mean, pre)
 
 
 def split_grads(
@@ -377,7 +461,10 @@ def split_grads(
     :func:`sample_now` with ``gradient_noise_scale(M0, every=k)``) it is the plain
     gradient of the whole batch, in a ``lax.cond``. ``loss_fn`` must return the mean
     loss of its batch. Use ``gradient_noise_scale(M0, differenced=False)`` with it (no
-    previous gradient to keep).
+    previous gradient to keep). With two parts and an Adam preconditioner that knows its
+    ``b2`` (:func:`auto_preconditioner`'s), the two halves' gradients are kept (a
+    ``lax.scan``'s stacked outputs) and both norms take ``nu`` floored at their mean
+    (:meth:`Preconditioner.updated`), as on several devices.
 
     Args:
         loss_fn: ``loss_fn(params, batch) -> mean loss``.
@@ -408,7 +495,7 @@ def split_grads(
     loss, grads, local, total = _split_or_plain(loss_fn, params, batch, parts, preconditioner,
                                                 sample)
     if preconditioner is not None:
-        grads = _ordered_after(grads, total)
+        grads = _ordered_after(grads, total + local)
     return loss, grads, GradSqNorms(local, total, parts, size, _pre_valid(preconditioner, sample))
 
 
@@ -480,7 +567,13 @@ def data_parallel_grads(
             count (the others are padding, never read). ``None``: all, in a ``lax.scan``.
             Not with ``has_aux``. On one device a single active microbatch is split in
             two (``count`` 2, the unbiased estimator) rather than left to the
-            differenced one.
+            differenced one. On one device with an Adam preconditioner that knows its
+            ``b2``, the parts are two whatever the count (one microbatch in halves;
+            several: the first ``num_active // 2`` and the rest, summed in two
+            accumulators, a second gradient-sized float32 buffer), and ``S`` and ``T``
+            take ``nu`` floored at the step's mean gradient
+            (:meth:`Preconditioner.updated`); the same with a static
+            ``num_microbatches > 1`` (``count`` 2).
         parts: what the parts of ``S`` are. ``"microbatch"``: every device's
             microbatches (``count = devices * microbatches``); ``"device"``: each
             device's accumulated gradient, one norm per device instead of one per
@@ -520,6 +613,9 @@ def data_parallel_grads(
     # applies in this step (Preconditioner.updated), not nu before this step's gradient.
     after = (preconditioner is not None and preconditioner.b2 is not None and devices > 1
              and (per_device or (num_active is None and n == 1)))
+    # Adam with a known b2: the one-device paths take two parts whose norms wait for the
+    # step's mean gradient, with nu floored at it (_halves_after, _accumulate_traced_halves)
+    floored = preconditioner is not None and preconditioner.b2 is not None
     total1 = None
     if num_active is None and one_part and local_size % 2 == 0:
         # One device, one part: split the batch in two (on sampled steps) so that the
@@ -528,6 +624,13 @@ def data_parallel_grads(
         # the preconditioner only when it is passed to tx.update as well.
         loss, grads, local, total1 = _split_or_plain(loss_fn, pv, batch, 2, preconditioner,
                                                      sample)
+        aux, count, used = None, 2, local_size
+    elif num_active is None and devices == 1 and n > 1 and floored and not per_device \
+            and not has_aux:
+        # One device accumulating microbatches, with Adam: two parts, S and T with nu
+        # floored at the step's mean gradient (as a traced count does, below)
+        loss, grads, local, total1 = _accumulate_traced_halves(
+            loss_fn, pv, batch, n, jnp.int32(n), preconditioner, sample)
         aux, count, used = None, 2, local_size
     elif num_active is None:
         loss, aux, grads, local, _ = _accumulate(loss_fn, pv, batch, n, preconditioner, has_aux,
@@ -543,23 +646,30 @@ def data_parallel_grads(
         if devices == 1 and not per_device and (local_size // n) % 2 == 0:
             # One device: a single active microbatch would give count 1 (the differenced
             # estimator); split it in two instead, as with a static count (same gradient).
+            # T comes out of each branch with the preconditioner that branch's S took (the
+            # halves floor nu at their mean gradient, :func:`_halves_after`): S and T of
+            # one preconditioner, or their difference is not the noise.
             def loop():
-                return _accumulate_traced(loss_fn, pv, batch, n, active, preconditioner,
-                                          True, sample)
+                if floored:  # two parts, S and T with nu floored at the mean gradient
+                    return _accumulate_traced_halves(loss_fn, pv, batch, n, active,
+                                                     preconditioner, sample)
+                loss1, grads1, local1 = _accumulate_traced(loss_fn, pv, batch, n, active,
+                                                           preconditioner, True, sample)
+                return loss1, grads1, local1, _when(
+                    sample, lambda: sqnorm(grads1, preconditioner), (grads1, preconditioner))
 
             def halves():
                 first = jax.tree.map(lambda x: x[: local_size // n], batch)
-                loss1, grads1, local1, _ = _split_or_plain(loss_fn, pv, first, 2,
-                                                           preconditioner, sample)
-                return jnp.asarray(loss1, jnp.float32), grads1, jnp.asarray(local1, jnp.float32)
+                return _split_or_plain(loss_fn, pv, first, 2, preconditioner, sample)
 
             def as_f32(out):
                 return (jnp.asarray(out[0], jnp.float32), out[1],
-                        jnp.asarray(out[2], jnp.float32))
+                        jnp.asarray(out[2], jnp.float32), jnp.asarray(out[3], jnp.float32))
 
-            loss, grads, local = jax.lax.cond(active == 1, lambda: as_f32(halves()),
-                                              lambda: as_f32(loop()))
-            count = jnp.where(active == 1, 2, active).astype(jnp.int32)
+            loss, grads, local, total1 = jax.lax.cond(active == 1, lambda: as_f32(halves()),
+                                                      lambda: as_f32(loop()))
+            count = (jnp.int32(2) if floored
+                     else jnp.where(active == 1, 2, active).astype(jnp.int32))
         else:
             loss, grads, local = _accumulate_traced(loss_fn, pv, batch, n, active,
                                                     preconditioner, not per_device, sample)
@@ -609,7 +719,8 @@ def data_parallel_grads(
     else:  # T of the whole (replicated) mean gradient on every device: no collective
         total = _when(sample, lambda: sqnorm(grads, preconditioner), (grads, preconditioner))
     if preconditioner is not None:
-        grads = _ordered_after(grads, total)
+        # one device's two parts: S read nu as well, after the mean gradient
+        grads = _ordered_after(grads, total if total1 is None else total + head[1])
     out = (head[0], aux) if has_aux else head[0]
     sq = GradSqNorms(head[1], total, count, used, _pre_valid(preconditioner, sample))
     return out, grads, sq

@@ -59,7 +59,9 @@ class Preconditioner(NamedTuple):
             this step's share of Adam's own, which the collection helpers apply where
             the step's mean gradient is known before the norms
             (:func:`data_parallel_grads` with the devices' whole gradients as the parts:
-            the adaptive step's path on several replicas).
+            the adaptive step's path on several replicas; and on one device, where the
+            parts are two: :func:`split_grads` with two parts, ``data_parallel_grads``'s
+            one-device paths, the adaptive step on one replica).
     """
 
     nu: Any
