@@ -25,7 +25,7 @@ device program)::
 
     @nnx.jit
     def train_step(model, optimizer, batch):
-        loss, grads, sq = gnnx.grads_and_stats(loss_fn, model, optimizer, batch, 4)
+        loss, grads, sq = gnnx.grads_and_stats(loss_fn, model, optimizer, batch, 2)
         optimizer.update(model, grads, grad_sqnorms=sq)
         return loss, gnnx.stats_summary(optimizer)
 

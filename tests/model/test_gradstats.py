@@ -921,6 +921,32 @@ def test_one_device_accumulation_with_adam_takes_two_floored_parts(mlp_problem, 
     assert float(gs.sqnorm(micro[0], pre)) > 1e6 * float(gs.sqnorm(micro[0], floored))
 
 
+def test_two_microbatches_with_adam_take_nu_floored_at_their_mean(mlp_problem):
+    """microbatch_grads with 2 microbatches (the quickstart's) and an Adam preconditioner:
+    both norms with nu floored at the mean gradient, as split_grads; with silent units
+    (nu 0) the norms of nu as it was are orders larger."""
+    params, batch = mlp_problem
+    nu = jax.tree.map(lambda p: jnp.abs(p) * 1e-3 + 1e-6, params)
+    nu = jax.tree.map(lambda v: v.at[..., :2].set(0.0) if v.ndim == 2 else v, nu)
+    pre = gs.adam_preconditioner(optax.ScaleByAdamState(
+        jnp.int32(30), jax.tree.map(jnp.zeros_like, params), nu))
+    _, grads, sq = jax.jit(lambda p, b: gs.microbatch_grads(mlp_loss, p, b, 2,
+                                                            preconditioner=pre))(params, batch)
+    halves = [jax.grad(mlp_loss)(params, {k: v[8 * i:8 * (i + 1)] for k, v in batch.items()})
+              for i in range(2)]
+    mean = jax.tree.map(lambda a, b: (a + b) / 2, *halves)
+    floored = pre.updated(mean)
+    want = [(gs.sqnorm(halves[0], floored) + gs.sqnorm(halves[1], floored)) / 2,
+            gs.sqnorm(mean, floored)]
+    assert sq.count == 2 and sq.batch_size == 16
+    np.testing.assert_allclose([sq.local_sqr, sq.total_sqr], want, rtol=1e-5)
+    np.testing.assert_allclose(_flat(grads), _flat(mean), rtol=1e-5, atol=1e-6)
+    assert float(gs.sqnorm(halves[0], pre)) > 1e6 * float(want[0])
+    with pytest.raises(ValueError, match=r"num_microbatches \(2\)"):
+        gs.microbatch_grads(mlp_loss, params, {k: v[:15] for k, v in batch.items()}, 2,
+                            preconditioner=pre)
+
+
 def test_growing_window_forgets_the_warm_up_and_ema_does_not():
     """1000 samples of (sqr 1, var 4) after 20 wild warm-up samples (sqr -50, var 1e4):
     the growing window's weight on the warm-up is (20/1020)^3 ~ 7.5e-6; AdaptDL's

@@ -335,6 +335,15 @@ def microbatch_grads(
     and adds each microbatch's squared norm to a scalar on the way. ``loss_fn``
     must return the *mean* loss over its microbatch.
 
+    With two microbatches and an Adam preconditioner that knows its ``b2``
+    (:func:`auto_preconditioner`'s; no ``has_aux``), both gradients are kept (a scan's
+    two outputs: the memory of the accumulating scan's sum and current gradient) and the
+    norms take ``nu`` floored at their mean (:meth:`Preconditioner.updated`), as
+    :func:`split_grads` does: a microbatch's norm with ``nu`` from before the step is
+    ``g / eps`` in the elements of a ReLU unit no earlier batch activated. More
+    microbatches keep ``nu`` as it is (the floor would need a second gradient-sized
+    buffer through the loop; docs/concepts.md).
+
     Args:
         loss_fn: ``loss_fn(params, microbatch) -> loss`` (or ``(loss, aux)``).
         params: parameters pytree.
@@ -363,6 +372,16 @@ def microbatch_grads(
     n = _check_positive_int(num_microbatches, "num_microbatches")
     size = _leading_size(batch)
     sample = _check_sample(sample)
+    if n == 2 and preconditioner is not None and preconditioner.b2 is not None \
+            and not has_aux:
+        # Adam, two microbatches: both gradients kept (a scan's two outputs, the memory of
+        # the accumulating scan's sum and current one), norms with nu floored at their mean
+        _split(batch, n, "num_microbatches")  # its divisibility error, by this name
+        loss, grads, local, total = _split_or_plain(loss_fn, params, batch, 2, preconditioner,
+                                                    sample)
+        grads = _ordered_after(grads, total + local)
+        return loss, grads, GradSqNorms(local, total, n, size,
+                                        _pre_valid(preconditioner, sample))
     loss, aux, grads, local, norm = _accumulate(loss_fn, params, batch, n, preconditioner,
                                                 has_aux, sample)
     if norm is None:
