@@ -285,7 +285,12 @@ def _accumulate_traced_halves(
         return acc, loss_sum + loss.astype(jnp.float32)
 
     zero = _zero_like((params, batch, preconditioner))
-    acc0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32) + zero, params)
+
+    def zeros(p):  # as _accumulate: float32 at least (float64 parameters stay float64)
+        dt = jnp.promote_types(p.dtype, jnp.float32)
+        return jnp.zeros(p.shape, dt) + zero.astype(dt)
+
+    acc0 = jax.tree.map(zeros, params)
     # two loops, one accumulator each (one pass per microbatch, as the plain loop)
     acc_a, loss_sum = jax.lax.fori_loop(0, h, body, (acc0, zero))
     acc_b, loss_sum = jax.lax.fori_loop(h, num_active, body, (acc0, loss_sum))
