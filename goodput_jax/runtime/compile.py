@@ -50,6 +50,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Self
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,9 @@ class Attachment:
         self.compilations = 0
         self.recompilations = 0
         self.compile_seconds = 0.0
+        #: called (no arguments) after each compilation is recorded (a tuple: read without a
+        #: lock, replaced on change)
+        self._callbacks: tuple[Callable[[], Any], ...] = ()
 
     @property
     def recorder(self) -> Any:
@@ -138,6 +142,31 @@ class Attachment:
             self.recompilations += recompile
             self.compile_seconds += duration
         rec.record_compilation(duration, end, recompile=recompile, name=name)
+        for callback in self._callbacks:
+            callback()
+
+    def add_compile_callback(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback()`` after each compilation recorded through this attachment (on the
+        thread that compiled, inside the compiling call). A StepRecorder learns so that a step
+        call compiled, with nothing to read on its steps that compile nothing.
+
+        Raises:
+            TypeError: ``callback`` is not callable.
+
+        Example:
+            >>> from goodput_jax import goodput, runtime
+            >>> att = runtime.attach(goodput.GoodputRecorder("j", "l"))
+            >>> att.add_compile_callback(print); att.remove_compile_callback(print)
+        """
+        if not callable(callback):
+            raise TypeError(f"callback ({callback!r}) must be callable")
+        with self._lock:
+            self._callbacks = (*self._callbacks, callback)
+
+    def remove_compile_callback(self, callback: Callable[[], Any]) -> None:
+        """Stop calling ``callback`` (added with :meth:`add_compile_callback`; idempotent)."""
+        with self._lock:
+            self._callbacks = tuple(c for c in self._callbacks if c is not callback)
 
     def detach(self) -> None:
         """Stop feeding this recorder (idempotent)."""

@@ -84,16 +84,6 @@ _WATCHING: weakref.WeakSet = weakref.WeakSet()
 _FINISH_POLL_S = 0.5
 
 
-class _NoCompiles:
-    """Stands in for an attachment when program costs are off (its count never moves)."""
-
-    __slots__ = ()
-    compilations = 0
-
-
-_NO_COMPILES = _NoCompiles()
-
-
 class _Marker:
     __slots__ = ("done",)
 
@@ -251,11 +241,12 @@ class StepRecorder:
 
     # Slots: the per-step path reads its fields from the object itself (fewer cache lines
     # on a training thread whose caches the device's compute or the input pipeline evicted).
-    __slots__ = ("__weakref__", "_att", "_catt", "_cost_first", "_cost_peak", "_cost_table", "_due", "_due_gap", "_enabled", "_first", "_handed", "_head",
-                 "_hook_backoff", "_hook_need", "_hook_skip", "_hooked", "_idle", "_live", "_lock", "_next", "_pending",
-                 "_record_end", "_seen", "_sem", "_sink", "_sink_ready", "_slow_starts", "_span_listener",
-                 "_start_step", "_thread", "_warned", "hook_claims", "observed", "ready_claims", "recorder",
-                 "span_claims",
+    __slots__ = ("__weakref__", "_after", "_att", "_compile_cb", "_compiled", "_cost_first", "_cost_last",
+                 "_cost_peak", "_cost_table", "_due", "_due_gap", "_enabled", "_first", "_handed",
+                 "_head", "_hook_backoff", "_hook_at", "_hook_need", "_hooked", "_idle", "_live",
+                 "_lock", "_next", "_pending", "_put", "_record_end", "_seen", "_sem", "_sink",
+                 "_sink_ready", "_slow_starts", "_span_listener", "_start_step", "_thread",
+                 "_warned", "hook_claims", "observed", "ready_claims", "recorder", "span_claims",
                  "unobserved")
 
     def __init__(self, recorder: Any, *, compile_times: bool = True, program_costs: bool = True,
@@ -268,14 +259,24 @@ class StepRecorder:
         self._att = attach(recorder) if compile_times and self._enabled else None
         if peak is not None and not isinstance(peak, DevicePeak):
             raise TypeError(f"peak ({peak!r}) must be a goodput_jax.measure.productivity.DevicePeak")
-        # program costs: read when a compile happens within a step call (the attachment's
-        # count moved) and at the first call; ``_catt`` is read twice per step
+        # program costs: read at the first call and after a call during which (or before
+        # which, since the last step) the training thread compiled: the attachment's
+        # callback sets ``_compiled`` and ``_after``, so a step that compiles nothing reads
+        # nothing for it
         costs = program_costs and self._att is not None \
             and callable(getattr(recorder, "record_program_cost", None))
-        self._catt: Any = self._att if costs else _NO_COMPILES
+        self._compiled = False
         self._cost_first = costs
         self._cost_peak = peak
         self._cost_table = peak_table
+        self._cost_last: Any = None  # the last cost recorded (an equal one is not repeated)
+        self._compile_cb: Callable[[], None] | None = None
+        if costs:
+            self._compile_cb = self._compile_callback()
+            self._att.add_compile_callback(self._compile_cb)
+        #: the training thread has work after a step's hand-over: the watcher went idle (wake
+        #: it), a compile (read the program's cost), a readiness hook is due; one read per step
+        self._after = True
         # handover to the watcher: a deque, plus a wake-up only when the watcher sits idle
         self._pending: collections.deque = collections.deque()
         self._sem: queue.SimpleQueue = queue.SimpleQueue()
@@ -298,7 +299,10 @@ class StepRecorder:
         # the recorder's public fast path (a StepSink; None: the validated calls)
         sink = getattr(recorder, "step_sink", None)
         self._sink_ready = sink() if callable(sink) and self._enabled else None
-        #: the sink's ``put``, set once the first steps went the full way
+        #: the sink's ``put``, set once the first steps went the full way (the short path)
+        self._put: Callable[..., None] | None = None
+        #: ``_put`` while no readiness hook is installed (None: the calls take their full
+        #: paths; the training thread alone sets it)
         self._sink: Callable[..., None] | None = None
         self._slow_starts = 0
         self._first: _Item | None = None
@@ -307,10 +311,12 @@ class StepRecorder:
         self.observed = 0
         self.unobserved = 0
         self._warned = False
-        # the readiness hook: the installed profile function (None: none), steps to skip
-        # before the next try, and the next skip after a miss
+        # the readiness hook: the installed profile function (None: none), the first step
+        # number it tries again at (its steps skipped before: compared with the step number
+        # the short path reads anyway, not counted down at each step), and the next skip
+        # after a miss
         self._hooked: Callable | None = None
-        self._hook_skip = 0
+        self._hook_at = 0
         self._hook_backoff = 1
         # the watcher's verdict on the hook: -k after k steps where it was prompter itself
         self._hook_need = 0
@@ -458,8 +464,6 @@ class StepRecorder:
         """
         sink = self._sink
         if sink is not None and type(step) is int and step >= 0:
-            if self._hooked is not None:
-                self._hook_missed()
             t = _time()
             if t >= self._due:
                 self._poll()
@@ -469,10 +473,20 @@ class StepRecorder:
         self._start_full(step)
 
     def _start_full(self, step: int) -> None:
+        """``start`` past its shortest path: a readiness hook to remove, the first steps, or
+        a step the recorder validates."""
+        if self._hooked is not None:
+            self._hook_missed(step)
+        put = self._put
+        if put is not None and type(step) is int and step >= 0:
+            t = _time()
+            if t >= self._due:
+                self._poll()
+                t = _time()
+            put(_START, t, step)
+            return
         if not self._enabled:
             return
-        if self._hooked is not None:
-            self._hook_missed()
         if self._first is not None:
             self._wait_first()
         if _time() >= self._due:
@@ -493,7 +507,9 @@ class StepRecorder:
         the short path stays off."""
         ready = self._sink_ready
         if ready is not None:
-            self._sink = ready.put
+            self._put = ready.put
+            if self._hooked is None:
+                self._sink = self._put
 
     def track(self, step: int, outputs: Any) -> None:
         """Hand ``step``'s outputs over; returns at once.
@@ -507,9 +523,17 @@ class StepRecorder:
             >>> from goodput_jax import goodput, runtime
             >>> runtime.StepRecorder(goodput.GoodputRecorder("j", "l")).track(0, None)
         """
+        if self._sink is not None and type(step) is int and 0 <= step < self._hook_at:
+            self._pending.append((step, outputs))  # the short path: see __call__
+            if self._after:
+                self._after_track(step, None, (), None)
+            return
+        self._track_full(step, outputs)
+
+    def _track_full(self, step: int, outputs: Any) -> None:
+        """``track`` past its shortest path: the readiness hook's step, the first steps."""
         if self._live:
-            if self._hook_skip:
-                self._hook_skip -= 1
+            if type(step) is int and step < self._hook_at:
                 self._pending.append((step, outputs))  # the watcher builds the _Item
                 if self._idle:
                     self._idle = False
@@ -550,40 +574,52 @@ class StepRecorder:
             >>> runtime.StepRecorder(goodput.GoodputRecorder("j", "l"))(3, max, 1, 2)
             2
         """
-        # start() and track()'s short paths, inlined: one Python call per step, not three
+        # start() and track()'s short paths, inlined: one Python call per step, not three;
+        # three reads of this object's fields (the short path, the poll's deadline, work
+        # after the hand-over), one event, one hand-over
         sink = self._sink
-        if sink is None or type(step) is not int or step < 0:
-            if not self._enabled:
-                return fn(*args, **kwargs)
-            self.start(step)
-            c = self._catt.compilations
-            out = fn(*args, **kwargs)
-            self.track(step, out)
-            if self._catt.compilations != c or self._cost_first:
-                # after track: the watcher times the step while the cost is read (a first
-                # measured peak's probe then lies between steps, not inside one)
-                self._program_seen(step, fn, args, kwargs)
-            return out
-        if self._hooked is not None:
-            self._hook_missed()
+        if sink is None or type(step) is not int or not 0 <= step < self._hook_at:
+            return self._call_full(step, fn, args, kwargs)
         t = _time()
         if t >= self._due:
             self._poll()
             t = _time()
         sink(_START, t, step)
-        c = self._catt.compilations
         out = fn(*args, **kwargs)
-        if self._hook_skip:
-            self._hook_skip -= 1
-            self._pending.append((step, out))
-            if self._idle:
-                self._idle = False
-                self._sem.put(None)
-        else:
-            self._track_hooked(step, out)
-        if self._catt.compilations != c:
+        self._pending.append((step, out))  # the watcher builds the _Item
+        if self._after:
+            self._after_track(step, fn, args, kwargs)
+        return out
+
+    def _call_full(self, step: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """A step call past the shortest path (the first steps, a readiness hook, a step the
+        recorder validates): ``start``, the call, ``track``, then the program's cost when the
+        call compiled."""
+        if not self._enabled:
+            return fn(*args, **kwargs)
+        self._start_full(step)
+        out = fn(*args, **kwargs)
+        self._track_full(step, out)
+        if self._compiled or self._cost_first:
+            # after track: the watcher times the step while the cost is read (a first
+            # measured peak's probe then lies between steps, not inside one)
             self._program_seen(step, fn, args, kwargs)
         return out
+
+    def _after_track(self, step: int, fn: Callable[..., Any] | None, args: tuple,
+                     kwargs: dict | None) -> None:
+        """The work ``_after`` flags, after a short-path hand-over (training thread): wake an
+        idle watcher, read the program's cost after a compile (``fn``: the step's function,
+        None from ``track``)."""
+        self._after = False
+        if self._idle:
+            self._idle = False
+            self._sem.put(None)
+        if self._compiled:
+            if fn is None:
+                self._compiled = False  # start/track: no function to analyse
+            else:
+                self._program_seen(step, fn, args, kwargs or {})
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` recorded, as a plain function: ``wrapped(step, *args)`` is ``self(step, fn, *args)``.
@@ -616,33 +652,21 @@ class StepRecorder:
             raise TypeError(f"fn ({fn!r}) must be callable")
         rec = self
         pending_append = self._pending.append
-        wake = self._sem.put
 
         def recorded(step: int, *args: Any) -> Any:
             # StepRecorder.__call__'s short path (see there), no keyword dictionary
             sink = rec._sink
-            if sink is None or type(step) is not int or step < 0:
-                return rec(step, fn, *args)
-            if rec._hooked is not None:
-                rec._hook_missed()
+            if sink is None or type(step) is not int or not 0 <= step < rec._hook_at:
+                return rec._call_full(step, fn, args, {})
             t = _time()
             if t >= rec._due:
                 rec._poll()
                 t = _time()
             sink(_START, t, step)
-            catt = rec._catt
-            c = catt.compilations
             out = fn(*args)
-            if rec._hook_skip:
-                rec._hook_skip -= 1
-                pending_append((step, out))
-                if rec._idle:
-                    rec._idle = False
-                    wake(None)
-            else:
-                rec._track_hooked(step, out)
-            if catt.compilations != c:
-                rec._program_seen(step, fn, args, {})
+            pending_append((step, out))
+            if rec._after:
+                rec._after_track(step, fn, args, None)
             return out
 
         recorded.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -657,6 +681,7 @@ class StepRecorder:
         process on a device the table does not know)."""
         self._cost_first = False
         if getattr(fn, "lower", None) is None:
+            self._compiled = False
             return  # not a jitted function: no one program to analyse
         try:
             cost = program_cost(fn, *args, **kwargs)
@@ -666,10 +691,30 @@ class StepRecorder:
             if peak is None:
                 peak = measured_peak(_devices_of(args, kwargs)[0])
             cost = dataclasses.replace(cost, peak=peak)
-            self.recorder.record_program_cost(cost, step if type(step) is int and step >= 0 else None)
+            # a compile between steps (an evaluation, a metric) flags the next step too: its
+            # program is the one already recorded, unless the step recompiled into another
+            if cost != self._cost_last:
+                self._cost_last = cost
+                self.recorder.record_program_cost(
+                    cost, step if type(step) is int and step >= 0 else None)
         except Exception:  # noqa: BLE001 - never break the training loop
             logger.warning("goodput runtime: reading the program cost of %r failed", fn,
                            exc_info=True)
+        # the read and a first peak probe compile on this thread: not a step's program
+        self._compiled = False
+
+    def _compile_callback(self) -> Callable[[], None]:
+        """The attachment's compile callback: flags the compile for the step call's return
+        (holds this StepRecorder weakly)."""
+        ref = weakref.ref(self)
+
+        def step_program_compiled() -> None:
+            steps = ref()
+            if steps is not None:
+                steps._compiled = True
+                steps._after = True
+
+        return step_program_compiled
 
     # ------------------------------------------------------ readiness hook
     def _track_hooked(self, step: int, outputs: Any) -> None:
@@ -685,7 +730,7 @@ class StepRecorder:
             # before the return; recorded now, before waking the watcher (a woken thread can
             # take this thread's CPU on a loaded machine) and before this thread runs on.
             if self._hooked is not None:  # track() twice without a start: the hook must not
-                self._hook_missed()  # fire inside the claim, which holds the lock
+                self._hook_missed(step + 1 if type(step) is int else 0)  # fire in the claim
             self.ready_claims += self._claim_ready(None, t)
             probe = None
         if self._idle:
@@ -694,7 +739,7 @@ class StepRecorder:
         if probe is None:
             return
         if _getprofile() is not None:  # the user's profiler (or a debugger's): leave it alone
-            self._hook_skip = _HOOK_BACKOFF_MAX
+            self._hook_at = step + 1 + _HOOK_BACKOFF_MAX if type(step) is int else 0
             return
         self._install_hook(item)
 
@@ -741,23 +786,27 @@ class StepRecorder:
                     ok = False
             _setprofile(None)
             if ok is not None:
-                rec._hook_end(ready_hook, ok)
+                step = item.step
+                rec._hook_end(ready_hook, ok, step + 1 if type(step) is int else 0)
 
         item.hook = 1
         self._hooked = ready_hook
+        self._sink = None  # the next start removes the hook if it is still installed
         _setprofile(ready_hook)
 
-    def _hook_end(self, hook: Callable, ok: bool) -> None:
+    def _hook_end(self, hook: Callable, ok: bool, step: Any) -> None:
         """The hook ``hook`` is done: seen ready (try again next step, unless the watcher was
         the prompter one for the last ``_HOOK_NEEDLESS`` steps), or not (skip 1, 2, 4, ...
         steps; a step where the hook was worth it starts the count at 1 again)."""
         if self._hooked is hook:
             self._hooked = None
-        if ok and self._hook_need > -_HOOK_NEEDLESS:
-            return
-        self._hook_need = 0
-        self._hook_skip = self._hook_backoff
-        self._hook_backoff = min(2 * self._hook_backoff, _HOOK_BACKOFF_MAX)
+        if not ok or self._hook_need <= -_HOOK_NEEDLESS:
+            self._hook_need = 0
+            # ``step`` (the next step to start) and the skipped ones take the short path
+            self._hook_at = step + self._hook_backoff if type(step) is int else 0
+            self._hook_backoff = min(2 * self._hook_backoff, _HOOK_BACKOFF_MAX)
+        if self._hooked is None:
+            self._sink = self._put
 
     def _hook_verdict(self, item: _Item, recorded: bool) -> None:
         """The watcher, woken on ``item`` whose hook was installed: was the hook worth it?
@@ -769,15 +818,15 @@ class StepRecorder:
         else:
             self._hook_need -= 1
 
-    def _hook_missed(self) -> None:
-        """A step starts while the previous step's hook is still installed: the host ran
-        ahead of the device (the watcher, or the overdue poll, records that step)."""
+    def _hook_missed(self, step: Any) -> None:
+        """Step ``step`` starts while the previous step's hook is still installed: the host
+        ran ahead of the device (the watcher, or the overdue poll, records that step)."""
         hook = self._hooked
         if hook is None:
             return
         if _getprofile() is hook:
             _setprofile(None)
-        self._hook_end(hook, False)
+        self._hook_end(hook, False, step)
 
     @property
     def tracked(self) -> int:
@@ -833,6 +882,7 @@ class StepRecorder:
                         self._head = item
             if item is None:
                 self._idle = True
+                self._after = True  # the next hand-over wakes the watcher
                 if pending:  # handed over between the pop and the flag: no wake-up was sent
                     self._idle = False
                     continue
@@ -934,7 +984,10 @@ class StepRecorder:
         if hook is not None and _getprofile() is hook:
             _setprofile(None)
         self._live = False
-        self._sink = None
+        self._sink = self._put = None
+        if self._compile_cb is not None:
+            self._att.remove_compile_callback(self._compile_cb)
+            self._compile_cb = None
         remove = getattr(self.recorder, "remove_span_start_listener", None)
         if callable(remove):
             remove(self._span_listener)

@@ -98,6 +98,36 @@ def test_attach_checks_its_argument_and_skips_disabled_recorders():
     assert runtime.attached(off) is None and att.compilations == 0
 
 
+def test_compile_callbacks_run_after_each_recorded_compile_until_removed(tmp_path):
+    """A callback runs once per compile the attachment records (on the compiling thread,
+    after the compilation is counted), not for another thread's compile, and not once
+    removed; a callback that is not callable is refused."""
+    import threading
+
+    rec = goodput.GoodputRecorder("cb", "cb", logging_enabled=True, store=f"sqlite:///{tmp_path / 'cb.db'}")
+    att = runtime.attach(rec)
+    seen = []
+
+    def callback():
+        seen.append((threading.get_ident(), att.compilations))
+
+    with pytest.raises(TypeError, match=r"callback \(3\) must be callable"):
+        att.add_compile_callback(3)
+    att.add_compile_callback(callback)
+    jax.jit(lambda x: jnp.sin(x) * 3)(np.ones(5, np.float32)).block_until_ready()
+    th = threading.Thread(target=lambda: jax.jit(lambda x: jnp.sin(x) * 4)(
+        np.ones(5, np.float32)).block_until_ready())
+    th.start()
+    th.join()
+    assert seen == [(threading.get_ident(), 1)]
+    att.remove_compile_callback(callback)
+    att.remove_compile_callback(callback)  # idempotent
+    jax.jit(lambda x: jnp.sin(x) * 5)(np.ones(5, np.float32)).block_until_ready()
+    assert len(seen) == 1 and att.compilations == 2
+    att.detach()
+    rec.close()
+
+
 def test_only_the_attaching_threads_compiles_by_default(tmp_path):
     import threading
 

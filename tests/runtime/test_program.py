@@ -244,3 +244,44 @@ def test_a_first_peak_probe_is_not_step_time(tmp_path):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["probe"] > 0.1  # the probe ran inside the first call
     assert out["steps"][0] < 0.3 * out["probe"], out
+
+
+def test_a_compile_between_steps_reads_the_cost_once_and_records_no_repeat(tmp_path, monkeypatch):
+    """The attachment's compile callback flags a compile for the step call's return: steps
+    that compile nothing read no cost (a count of the reads), a compile between steps (an
+    evaluation's) makes the next step read its program again, and an equal cost is not
+    recorded twice; a later recompile into another program is."""
+    import goodput_jax.runtime.steps as steps_mod
+
+    reads = []
+    real = steps_mod.program_cost
+
+    def counting(fn, *args, **kwargs):
+        reads.append(len(reads))
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(steps_mod, "program_cost", counting)
+    db = tmp_path / "between.db"
+    rec = goodput.GoodputRecorder("between", "l", True, store=f"sqlite:///{db}")
+    steps = runtime.StepRecorder(rec, peak=DevicePeak("cpu", 1e11, 1e10, "user"))
+    recorded = steps.wrap(jax.jit(lambda x: (x * 2.0, jnp.sum(x))))
+    evaluate = jax.jit(lambda x: jnp.max(x) + 1.0)
+    small, big = jnp.ones((8, 4)), jnp.ones((16, 4))
+    jax.block_until_ready((small, big))
+    rec.record_job_start_time()
+    for step in range(12):
+        x = small if step < 9 else big
+        _y, s = recorded(step, x)
+        float(s)
+        if step == 4:
+            float(evaluate(x))  # compiles between steps 4 and 5
+    steps.close()
+    rec.record_job_end_time()
+    rec.close()
+    store = SQLiteStore(str(db), create=False)
+    costs = [e for e in store.read_events("between")[0] if e.kind.value == "program_cost"]
+    store.close()
+    assert len(reads) == 3, reads  # step 0, step 5 (after the evaluation's compile), step 9
+    assert [e.step for e in costs] == [0, 9]
+    # x * 2: n 4 multiplies; the sum: n 4 - 1 adds
+    assert [e.payload["flops"] for e in costs] == [2 * n * 4 - 1 for n in (8, 16)]
