@@ -72,6 +72,14 @@ class StepSink:
     batch. :meth:`start` and :meth:`device_end` take a valid step (a non-negative
     ``int``); anything else raises the recorder's ``ValueError``.
 
+    A hot loop that cannot afford a Python call per event takes a grant instead
+    (:meth:`reserve`): room for ``k`` events it appends to :attr:`queue` itself, each the
+    tuple ``(code, t, step, None, None)`` (``put``'s arguments), with one C-level
+    ``append``; the rule is applied at the grant (room left under ``max_queue``, the
+    writer woken when a batch is queued), so the queue may exceed ``max_queue`` by at most
+    one grant and the writer may be woken up to one grant late (it also wakes at every
+    flush interval).
+
     Example:
         >>> import tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "g.db")
@@ -83,7 +91,7 @@ class StepSink:
         >>> rec.close()
     """
 
-    __slots__ = ("_limit", "_on_drop", "_q", "_wake", "_wake_at")
+    __slots__ = ("_batch", "_limit", "_on_drop", "_q", "_wake", "_wake_at")
 
     #: Event codes for :meth:`put` (a hot loop that validates its steps itself calls
     #: ``put(StepSink.START, time.time(), step)``: one call per event).
@@ -93,7 +101,42 @@ class StepSink:
     def __init__(self, queue: collections.deque, max_queue: int, batch_size: int,
                  wake: Callable[[], Any], on_drop: Callable[[], None]):
         self._q, self._limit, self._wake_at = queue, max_queue, batch_size - 1
+        self._batch = batch_size
         self._wake, self._on_drop = wake, on_drop
+
+    @property
+    def queue(self) -> collections.deque:
+        """The recorder's queue: append ``(code, t, step, None, None)`` to it only under a
+        grant of :meth:`reserve` (the same tuples :meth:`put` enqueues)."""
+        return self._q
+
+    def reserve(self, n: int) -> int:
+        """Grant room for up to ``n`` events appended directly to :attr:`queue`; returns how
+        many (0: the queue is full, or this recorder writes each event at once, so every
+        event must go through :meth:`put`). At most one writer batch is granted at a time;
+        the writer is woken here when the queue holds a batch.
+
+        Example:
+            >>> import tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "g.db")
+            >>> rec = GoodputRecorder("job", "l", logging_enabled=True, store="sqlite:///" + path)
+            >>> sink = rec.step_sink()
+            >>> k = sink.reserve(2)
+            >>> sink.queue.append((StepSink.START, 1.7e9, 0, None, None)); k
+            2
+            >>> rec.flush(), rec.written_count
+            (True, 1)
+            >>> rec.close()
+        """
+        if type(n) is not int or n < 0:
+            raise ValueError(f"n ({n!r}) must be a non-negative int")
+        if self._batch <= 1:  # synchronous: put() writes each event at once
+            return 0
+        q = self._q
+        queued = len(q)
+        if queued >= self._wake_at:
+            self._wake()
+        return max(0, min(n, self._batch, self._limit - queued))
 
     def put(self, code: int, t: float, step: int | None, label: str | None = None,
             payload: Any = None) -> None:

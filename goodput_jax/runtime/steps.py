@@ -64,6 +64,9 @@ _time = time.time
 #: usual wait (the median of the last ``_WAITS_KEPT``)
 _OVERDUE = 1.5
 _WAITS_KEPT = 15
+#: step starts granted at a time for direct appends to the recorder's queue (the short
+#: path's full way, through the sink's put and a new grant, once in this many steps)
+_GRANT = 64
 _INF = float("inf")
 #: the readiness hook (see ``StepRecorder``) gives up after this many profile events of the
 #: training thread without seeing its step ready (a loop that runs ahead of the device)
@@ -244,7 +247,7 @@ class StepRecorder:
     __slots__ = ("__weakref__", "_after", "_att", "_compile_cb", "_compiled", "_cost_first", "_cost_last",
                  "_cost_peak", "_cost_table", "_due", "_due_gap", "_enabled", "_first", "_handed",
                  "_head", "_hook_backoff", "_hook_at", "_hook_need", "_hooked", "_idle", "_live",
-                 "_lock", "_next", "_pending", "_put", "_record_end", "_seen", "_sem", "_sink",
+                 "_credit", "_enq", "_lock", "_next", "_pending", "_put", "_record_end", "_seen", "_sem", "_sink",
                  "_sink_ready", "_slow_starts", "_span_listener", "_start_step", "_thread",
                  "_warned", "hook_claims", "observed", "ready_claims", "recorder", "span_claims",
                  "unobserved")
@@ -304,6 +307,13 @@ class StepRecorder:
         #: ``_put`` while no readiness hook is installed (None: the calls take their full
         #: paths; the training thread alone sets it)
         self._sink: Callable[..., None] | None = None
+        #: step starts the short path may still append to the recorder's queue directly
+        #: (``_enq``, the queue's own append: no Python call) under the sink's grant
+        #: (``StepSink.reserve``: its enqueue rule, applied once per grant); 0: the next
+        #: start takes the full path (which asks for the next grant). Zero while a readiness
+        #: hook is installed.
+        self._credit = 0
+        self._enq: Callable[[tuple], None] | None = None
         self._slow_starts = 0
         self._first: _Item | None = None
         self._handed = 0  # steps handed over through track()'s full path
@@ -462,28 +472,24 @@ class StepRecorder:
             >>> from goodput_jax import goodput, runtime
             >>> runtime.StepRecorder(goodput.GoodputRecorder("j", "l")).start(0)
         """
-        sink = self._sink
-        if sink is not None and type(step) is int and step >= 0:
+        n = self._credit
+        if n and type(step) is int and step >= 0:
+            self._credit = n - 1
             t = _time()
             if t >= self._due:
                 self._poll()
                 t = _time()
-            sink(_START, t, step)
+            self._enq((_START, t, step, None, None))  # StepSink's event, under its grant
             return
         self._start_full(step)
 
     def _start_full(self, step: int) -> None:
-        """``start`` past its shortest path: a readiness hook to remove, the first steps, or
-        a step the recorder validates."""
+        """``start`` past its shortest path: a readiness hook to remove, a grant used up, the
+        first steps, or a step the recorder validates."""
         if self._hooked is not None:
             self._hook_missed(step)
-        put = self._put
-        if put is not None and type(step) is int and step >= 0:
-            t = _time()
-            if t >= self._due:
-                self._poll()
-                t = _time()
-            put(_START, t, step)
+        if self._put is not None and type(step) is int and step >= 0:
+            self._start_put(step)
             return
         if not self._enabled:
             return
@@ -508,8 +514,20 @@ class StepRecorder:
         ready = self._sink_ready
         if ready is not None:
             self._put = ready.put
+            self._enq = ready.queue.append
             if self._hooked is None:
                 self._sink = self._put
+
+    def _start_put(self, step: int) -> None:
+        """The short path's start through the sink's ``put`` (its enqueue rule), then the
+        next grant of direct appends (none while a readiness hook is installed)."""
+        t = _time()
+        if t >= self._due:
+            self._poll()
+            t = _time()
+        self._put(_START, t, step)
+        if self._hooked is None and step < self._hook_at:  # else: the hook is due (no grant)
+            self._credit = self._sink_ready.reserve(_GRANT)
 
     def track(self, step: int, outputs: Any) -> None:
         """Hand ``step``'s outputs over; returns at once.
@@ -575,16 +593,18 @@ class StepRecorder:
             2
         """
         # start() and track()'s short paths, inlined: one Python call per step, not three;
-        # three reads of this object's fields (the short path, the poll's deadline, work
-        # after the hand-over), one event, one hand-over
-        sink = self._sink
-        if sink is None or type(step) is not int or not 0 <= step < self._hook_at:
+        # four reads of this object's fields (the grant, the hook's next step, the poll's
+        # deadline, work after the hand-over) and one write (the grant), two C-level appends
+        # (the step's start to the recorder's queue, the outputs to the watcher's)
+        n = self._credit
+        if not n or type(step) is not int or not 0 <= step < self._hook_at:
             return self._call_full(step, fn, args, kwargs)
+        self._credit = n - 1
         t = _time()
         if t >= self._due:
             self._poll()
             t = _time()
-        sink(_START, t, step)
+        self._enq((_START, t, step, None, None))
         out = fn(*args, **kwargs)
         self._pending.append((step, out))  # the watcher builds the _Item
         if self._after:
@@ -595,6 +615,23 @@ class StepRecorder:
         """A step call past the shortest path (the first steps, a readiness hook, a step the
         recorder validates): ``start``, the call, ``track``, then the program's cost when the
         call compiled."""
+        if self._put is not None and type(step) is int and step >= 0:
+            # the short path with the readiness hook (a loop that waits for its steps takes
+            # this way at every step) or a new grant: start's and track's parts inlined
+            if self._hooked is not None:
+                self._hook_missed(step)
+            self._start_put(step)
+            out = fn(*args, **kwargs)
+            if step < self._hook_at:
+                self._pending.append((step, out))
+                if self._idle:
+                    self._idle = False
+                    self._sem.put(None)
+            else:
+                self._track_hooked(step, out)
+            if self._compiled:
+                self._program_seen(step, fn, args, kwargs)
+            return out
         if not self._enabled:
             return fn(*args, **kwargs)
         self._start_full(step)
@@ -652,17 +689,21 @@ class StepRecorder:
             raise TypeError(f"fn ({fn!r}) must be callable")
         rec = self
         pending_append = self._pending.append
+        ready = self._sink_ready
+        # the recorder's queue (fixed for its life): appended to only under a grant
+        enq = ready.queue.append if ready is not None else None
 
         def recorded(step: int, *args: Any) -> Any:
             # StepRecorder.__call__'s short path (see there), no keyword dictionary
-            sink = rec._sink
-            if sink is None or type(step) is not int or not 0 <= step < rec._hook_at:
+            n = rec._credit
+            if not n or type(step) is not int or not 0 <= step < rec._hook_at:
                 return rec._call_full(step, fn, args, {})
+            rec._credit = n - 1
             t = _time()
             if t >= rec._due:
                 rec._poll()
                 t = _time()
-            sink(_START, t, step)
+            enq((_START, t, step, None, None))
             out = fn(*args)
             pending_append((step, out))
             if rec._after:
@@ -792,6 +833,7 @@ class StepRecorder:
         item.hook = 1
         self._hooked = ready_hook
         self._sink = None  # the next start removes the hook if it is still installed
+        self._credit = 0
         _setprofile(ready_hook)
 
     def _hook_end(self, hook: Callable, ok: bool, step: Any) -> None:
@@ -984,6 +1026,7 @@ class StepRecorder:
         if hook is not None and _getprofile() is hook:
             _setprofile(None)
         self._live = False
+        self._credit = 0
         self._sink = self._put = None
         if self._compile_cb is not None:
             self._att.remove_compile_callback(self._compile_cb)

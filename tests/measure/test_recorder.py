@@ -19,7 +19,7 @@ import pytest
 
 from goodput_jax.measure.calculator import BadputType, GoodputCalculator
 from goodput_jax.measure.events import EventKind
-from goodput_jax.measure.recorder import GoodputRecorder
+from goodput_jax.measure.recorder import GoodputRecorder, StepSink
 from goodput_jax.measure.stores import StoreError
 from goodput_jax.measure.stores.sqlite import SQLiteStore
 
@@ -320,6 +320,46 @@ def test_step_sink_is_offered_only_where_its_stamps_and_queue_are_the_recorders(
     rec = _rec(store, clock=None)
     sink = rec.step_sink()
     assert sink is not None and rec.step_sink() is sink
+    rec.close()
+
+
+def test_step_sink_grants_room_under_its_rule(store):
+    """reserve(n) grants at most n, one writer batch, and the room left under max_queue
+    (the writer is not woken here: a batch of 100, an hour's flush interval); events
+    appended under a grant are written in order with the others; a full queue grants
+    nothing and put() drops and counts; a bad n is refused by name."""
+    rec = _rec(store, clock=None, max_queue=6, batch_size=100, flush_interval=3600.0)
+    sink = rec.step_sink()
+    with pytest.raises(ValueError, match=r"n \(-1\) must be a non-negative int"):
+        sink.reserve(-1)
+    sink.start(0)
+    assert sink.reserve(3) == 3 and sink.reserve(64) == 5
+    t0 = time.time()
+    for i in range(1, 6):
+        sink.queue.append((StepSink.START, t0 + i, i, None, None))
+    assert sink.reserve(64) == 0
+    sink.start(6)  # the queue holds max_queue events: dropped and counted
+    assert rec.dropped_count == 1
+    assert rec.flush(timeout=60)
+    events = store.read_events("job")[0]
+    assert [(e.kind, e.step) for e in events] == [(K.STEP_START, i) for i in range(6)]
+    assert [e.timestamp for e in events[1:]] == pytest.approx([t0 + i for i in range(1, 6)])
+    rec.close()
+
+
+def test_step_sink_grant_wakes_the_writer_at_a_batch(store):
+    """The writer, which would sleep for an hour, is woken by the grant that finds a batch
+    queued (4 events, batch_size 4), and writes them."""
+    rec = _rec(store, clock=None, batch_size=4, flush_interval=3600.0)
+    sink = rec.step_sink()
+    for i in range(3):
+        sink.start(i)  # 3 queued: put() wakes the writer at the 4th
+    sink.queue.append((StepSink.START, time.time(), 3, None, None))
+    assert sink.reserve(8) == 4
+    deadline = time.monotonic() + 60
+    while rec.written_count < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rec.written_count == 4
     rec.close()
 
 

@@ -57,11 +57,11 @@ class ReadyAfterFirstPoll(Gate):
         return super().is_ready()
 
 
-def _run(tmp_path, body, *, clock=None):
+def _run(tmp_path, body, *, clock=None, **rec_kw):
     """Run ``body(rec, steps)`` on a fresh thread (its own profile state, as a training
     thread has); returns the recorded events, or fails if the thread never finishes."""
     store = SQLiteStore(str(tmp_path / "gates.db"))
-    kw = {} if clock is None else {"clock": clock}
+    kw = dict(rec_kw) if clock is None else {"clock": clock, **rec_kw}
     rec = goodput.GoodputRecorder("gates", "gates", logging_enabled=True, store=store, **kw)
     rec.record_job_start_time()
     steps = runtime.StepRecorder(rec, compile_times=False)
@@ -296,3 +296,86 @@ def test_an_overdue_step_still_running_is_not_queried_at_every_start(tmp_path):
     assert queries == 1, f"{queries} readiness queries of the overdue step in 5 starts"
     ends = {e.step for e in evs if e.kind.value == "step_device_end"}
     assert ends == {0, 1, 2, 3, 4}
+
+
+def _count_puts(monkeypatch) -> list:
+    """Count the events that go through ``StepSink.put`` (the per-event rule)."""
+    from goodput_jax.measure.recorder import StepSink
+
+    puts: list = []
+    real = StepSink.put
+
+    def put(self, code, t, step, label=None, payload=None):
+        puts.append(code)
+        return real(self, code, t, step, label, payload)
+
+    monkeypatch.setattr(StepSink, "put", put)
+    return puts
+
+
+def test_starts_of_a_loop_ahead_of_the_device_go_under_grants_in_order(tmp_path, monkeypatch):
+    """A loop that runs ahead of the device (no step ready while it runs: the readiness hook
+    backs off) appends most step starts to the recorder's queue under the sink's grants,
+    not through a put() call each: the starts stay in order with the loop's badput spans,
+    and every step gets its device end once the device finishes. Before, each start was a
+    put() call (198 of 200)."""
+    from goodput_jax.measure.recorder import StepSink
+
+    puts = _count_puts(monkeypatch)
+    gates = [Gate(release=True) for _ in range(200)]
+
+    def body(rec, steps):
+        for i, g in enumerate(gates):
+            if i % 10 == 0:
+                with rec.data_loading():
+                    pass
+            steps.start(i)
+            steps.track(i, g)
+        for g in gates:
+            g.ready.set()
+        return steps.finish(DEADLOCK_S)
+
+    done, evs, steps = _run(tmp_path, body)
+    assert done and steps.observed == 200
+    starts = sum(1 for code in puts if code == StepSink.START)
+    assert starts <= 20, starts
+    host = [(e.kind.value, e.step) for e in evs
+            if e.kind.value in ("step_start", "data_loading_start")]
+    want = []
+    for i in range(200):
+        want += [("data_loading_start", None)] if i % 10 == 0 else []
+        want.append(("step_start", i))
+    assert host == want
+    ts = [e.timestamp for e in evs if e.kind.value != "step_device_end"]
+    assert ts == sorted(ts)
+    assert sorted(e.step for e in evs if e.kind.value == "step_device_end") == list(range(200))
+
+
+def test_a_full_queue_takes_at_most_one_grant_beyond_max_queue(tmp_path):
+    """With a writer that never drains during the loop (a batch of 10 000, an hour's flush
+    interval), step starts under grants fill the queue to at most max_queue plus one grant
+    (64); the rest are dropped and counted, and every event is either written or counted."""
+    from goodput_jax.runtime.steps import _GRANT
+
+    gates = [Gate(release=True) for _ in range(300)]
+    seen: dict = {}
+
+    def body(rec, steps):
+        seen["rec"] = rec
+        for i, g in enumerate(gates):
+            steps.start(i)
+            steps.track(i, g)
+        seen["queued"] = rec.written_count + rec.dropped_count  # nothing written yet
+        for g in gates:
+            g.ready.set()
+        return steps.finish(DEADLOCK_S)
+
+    done, evs, steps = _run(tmp_path, body, max_queue=30, batch_size=10_000,
+                            flush_interval=3600.0)
+    rec = seen["rec"]
+    assert done and seen["queued"] > 0  # dropped while the loop ran
+    starts = sum(1 for e in evs if e.kind.value == "step_start")
+    assert 30 - 1 <= starts <= 30 + _GRANT, starts  # the job start took one place
+    # job start + 300 starts + 300 device ends + job end: each written or counted
+    assert rec.written_count + rec.dropped_count == 602
+    assert len(evs) == rec.written_count
