@@ -620,7 +620,13 @@ class StepRecorder:
             # this way at every step) or a new grant: start's and track's parts inlined
             if self._hooked is not None:
                 self._hook_missed(step)
-            self._start_put(step)
+            t = _time()  # _start_put's work, inlined: this is the hook's way at every step
+            if t >= self._due:
+                self._poll()
+                t = _time()
+            self._put(_START, t, step)
+            if self._hooked is None and step < self._hook_at:
+                self._credit = self._sink_ready.reserve(_GRANT)
             out = fn(*args, **kwargs)
             if step < self._hook_at:
                 self._pending.append((step, out))
