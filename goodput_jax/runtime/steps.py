@@ -322,9 +322,9 @@ class StepRecorder:
         self.unobserved = 0
         self._warned = False
         # the readiness hook: the installed profile function (None: none), the first step
-        # number it tries again at (its steps skipped before: compared with the step number
-        # the short path reads anyway, not counted down at each step), and the next skip
-        # after a miss
+        # number it tries again at (the steps before it skip it: a grant of short-path
+        # starts ends before it, so the short path neither counts nor compares), and the
+        # next skip after a miss
         self._hooked: Callable | None = None
         self._hook_at = 0
         self._hook_backoff = 1
@@ -527,7 +527,7 @@ class StepRecorder:
             t = _time()
         self._put(_START, t, step)
         if self._hooked is None and step < self._hook_at:  # else: the hook is due (no grant)
-            self._credit = self._sink_ready.reserve(_GRANT)
+            self._credit = self._sink_ready.reserve(min(_GRANT, self._hook_at - step - 1))
 
     def track(self, step: int, outputs: Any) -> None:
         """Hand ``step``'s outputs over; returns at once.
@@ -593,11 +593,12 @@ class StepRecorder:
             2
         """
         # start() and track()'s short paths, inlined: one Python call per step, not three;
-        # four reads of this object's fields (the grant, the hook's next step, the poll's
-        # deadline, work after the hand-over) and one write (the grant), two C-level appends
-        # (the step's start to the recorder's queue, the outputs to the watcher's)
+        # three reads of this object's fields (the grant, which ends before the readiness
+        # hook's next try, the poll's deadline, work after the hand-over) and one write (the
+        # grant), two C-level appends (the step's start to the recorder's queue, the
+        # outputs to the watcher's)
         n = self._credit
-        if not n or type(step) is not int or not 0 <= step < self._hook_at:
+        if not n or type(step) is not int or step < 0:
             return self._call_full(step, fn, args, kwargs)
         self._credit = n - 1
         t = _time()
@@ -625,8 +626,8 @@ class StepRecorder:
                 self._poll()
                 t = _time()
             self._put(_START, t, step)
-            if self._hooked is None and step < self._hook_at:
-                self._credit = self._sink_ready.reserve(_GRANT)
+            if self._hooked is None and step < self._hook_at:  # the grant ends at the hook
+                self._credit = self._sink_ready.reserve(min(_GRANT, self._hook_at - step - 1))
             out = fn(*args, **kwargs)
             if step < self._hook_at:
                 self._pending.append((step, out))
@@ -702,7 +703,7 @@ class StepRecorder:
         def recorded(step: int, *args: Any) -> Any:
             # StepRecorder.__call__'s short path (see there), no keyword dictionary
             n = rec._credit
-            if not n or type(step) is not int or not 0 <= step < rec._hook_at:
+            if not n or type(step) is not int or step < 0:
                 return rec._call_full(step, fn, args, {})
             rec._credit = n - 1
             t = _time()
