@@ -278,7 +278,7 @@ class StepRecorder:
             self._compile_cb = self._compile_callback()
             self._att.add_compile_callback(self._compile_cb)
         #: the training thread has work after a step's hand-over: the watcher went idle (wake
-        #: it), a compile (read the program's cost), a readiness hook is due; one read per step
+        #: it), or a compile (read the program's cost); one read per step
         self._after = True
         # handover to the watcher: a deque, plus a wake-up only when the watcher sits idle
         self._pending: collections.deque = collections.deque()
