@@ -167,6 +167,17 @@ def test_cost_is_per_device_for_a_sharded_step(tmp_path):
     assert r.stdout.split() == ["0.5", "2"]
 
 
+def _close_and_read_costs(steps, rec, db, job):
+    """Close the step recorder and the recorder (job end recorded); the PROGRAM_COST events."""
+    steps.close()
+    rec.record_job_end_time()
+    rec.close()
+    store = SQLiteStore(str(db), create=False)
+    costs = [e for e in store.read_events(job)[0] if e.kind.value == "program_cost"]
+    store.close()
+    return costs
+
+
 def test_step_recorder_records_each_compiled_program_once(tmp_path):
     """A new batch shape compiles a new program: its cost is recorded at that step; steps
     that compile nothing record nothing (and a plain Python step records no cost)."""
@@ -186,12 +197,7 @@ def test_step_recorder_records_each_compiled_program_once(tmp_path):
         out = steps(step, f, small if step < 4 else big)
         float(out[1])
     steps(8, lambda x: x + 1, 1)  # not jitted: nothing to analyse
-    steps.close()
-    rec.record_job_end_time()
-    rec.close()
-    store = SQLiteStore(str(db), create=False)
-    costs = [e for e in store.read_events("shapes")[0] if e.kind.value == "program_cost"]
-    store.close()
+    costs = _close_and_read_costs(steps, rec, db, "shapes")
     assert [e.step for e in costs] == [0, 4]
     # x @ x.T: 2 n^2 32 FLOPs; the sum: n 32 - 1 adds (XLA counts exactly)
     assert [e.payload["flops"] for e in costs] == [2 * n * n * 32 + n * 32 - 1 for n in (16, 64)]
@@ -275,12 +281,7 @@ def test_a_compile_between_steps_reads_the_cost_once_and_records_no_repeat(tmp_p
         float(s)
         if step == 4:
             float(evaluate(x))  # compiles between steps 4 and 5
-    steps.close()
-    rec.record_job_end_time()
-    rec.close()
-    store = SQLiteStore(str(db), create=False)
-    costs = [e for e in store.read_events("between")[0] if e.kind.value == "program_cost"]
-    store.close()
+    costs = _close_and_read_costs(steps, rec, db, "between")
     assert len(reads) == 3, reads  # step 0, step 5 (after the evaluation's compile), step 9
     assert [e.step for e in costs] == [0, 9]
     # x * 2: n 4 multiplies; the sum: n 4 - 1 adds
