@@ -77,8 +77,8 @@ class StepSink:
     tuple ``(code, t, step, None, None)`` (``put``'s arguments), with one C-level
     ``append``; the rule is applied at the grant (room left under ``max_queue``, the
     writer woken when a batch is queued), so the queue may exceed ``max_queue`` by at most
-    one grant and the writer may be woken up to one grant late (it also wakes at every
-    flush interval).
+    the grants outstanding (one per caller: a ``StepRecorder`` asks for 64 at a time) and
+    the writer may be woken up to one grant late (it also wakes at every flush interval).
 
     Example:
         >>> import tempfile, os

@@ -163,6 +163,11 @@ class Attachment:
         with self._lock:
             self._callbacks = (*self._callbacks, callback)
 
+    @property
+    def compile_callbacks(self) -> tuple[Callable[[], Any], ...]:
+        """The callbacks added with :meth:`add_compile_callback`, in order."""
+        return self._callbacks
+
     def remove_compile_callback(self, callback: Callable[[], Any]) -> None:
         """Stop calling ``callback`` (added with :meth:`add_compile_callback`; idempotent)."""
         with self._lock:

@@ -755,10 +755,13 @@ class StepRecorder:
         """The attachment's compile callback: flags the compile for the step call's return
         (holds this StepRecorder weakly)."""
         ref = weakref.ref(self)
+        att = self._att
 
         def step_program_compiled() -> None:
             steps = ref()
-            if steps is not None:
+            if steps is None:  # collected without close(): leave the attachment
+                att.remove_compile_callback(step_program_compiled)
+            else:
                 steps._compiled = True
                 steps._after = True
 

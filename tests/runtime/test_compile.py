@@ -114,6 +114,7 @@ def test_compile_callbacks_run_after_each_recorded_compile_until_removed(tmp_pat
     with pytest.raises(TypeError, match=r"callback \(3\) must be callable"):
         att.add_compile_callback(3)
     att.add_compile_callback(callback)
+    assert att.compile_callbacks == (callback,)
     jax.jit(lambda x: jnp.sin(x) * 3)(np.ones(5, np.float32)).block_until_ready()
     th = threading.Thread(target=lambda: jax.jit(lambda x: jnp.sin(x) * 4)(
         np.ones(5, np.float32)).block_until_ready())

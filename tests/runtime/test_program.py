@@ -286,3 +286,19 @@ def test_a_compile_between_steps_reads_the_cost_once_and_records_no_repeat(tmp_p
     assert [e.step for e in costs] == [0, 9]
     # x * 2: n 4 multiplies; the sum: n 4 - 1 adds
     assert [e.payload["flops"] for e in costs] == [2 * n * 4 - 1 for n in (8, 16)]
+
+
+def test_a_step_recorder_collected_without_close_leaves_the_attachments_callbacks(tmp_path):
+    """A StepRecorder dropped without close(): its compile callback, at the next compile,
+    removes itself from the recorder's attachment (no callback kept for a dead recorder)."""
+    import gc
+
+    rec = goodput.GoodputRecorder("gone", "l", True, store=f"sqlite:///{tmp_path / 'gone.db'}")
+    steps = runtime.StepRecorder(rec, peak=DevicePeak("cpu", 1e11, 1e10, "user"))
+    att = runtime.attached(rec)
+    assert att is not None and len(att.compile_callbacks) == 1
+    del steps
+    gc.collect()
+    jax.jit(lambda x: jnp.cos(x) * 7.0)(jnp.ones(3)).block_until_ready()  # a compile
+    assert att.compile_callbacks == ()
+    rec.close()
