@@ -79,6 +79,10 @@ _HOOK_BACKOFF_MAX = 512
 #: a CPU); after _HOOK_NEEDLESS steps in a row where the watcher was prompter, the hook backs
 #: off as after a miss (a loader that sleeps or waits on I/O leaves the GIL to the watcher)
 _HOOK_USEFUL_S = 2e-4
+#: the hook asks whether its step is ready at most once in this many seconds (a readiness
+#: query costs about a microsecond, a return event a fraction of it): the device end it
+#: records is late by at most this much where Python runs between returns
+_HOOK_QUERY_S = 2e-5
 _HOOK_NEEDLESS = 8
 _getprofile, _setprofile = sys.getprofile, sys.setprofile
 #: StepRecorders whose watcher runs (started at the first tracked step, dropped at close)
@@ -169,8 +173,9 @@ class StepRecorder:
       loop waits for its steps (``float(loss)`` each step, a loader slower than
       the device), a readiness hook (``sys.setprofile`` on the training thread,
       installed at the step's dispatch) polls the step's probe at the first
-      Python function return after each blocking call, records the end and
-      removes itself. This is the observation that does not depend on which
+      Python function return after each blocking call (and at most once per
+      20 us while Python runs between returns), records the end and removes
+      itself. This is the observation that does not depend on which
       thread holds the GIL or gets a CPU: the thread that waited for the device
       is the one running when the wait ends. A loop that runs ahead of the
       device (the step is not ready at the next ``start``, or within 2048 profile
@@ -801,11 +806,13 @@ class StepRecorder:
         count = itertools.count(1).__next__
         claim = self._claim
         rec = self
+        next_query = 0.0
 
         def ready_hook(frame: Any, event: str, arg: Any) -> None:
             # Called by the interpreter on every call and return of this thread while
             # installed: a blocking call (the device's wait) ends in a return, so calls are
             # only counted. Never raises (an exception here would surface in user code).
+            nonlocal next_query
             n = count()
             if event == "call" or event == "c_call":
                 if n < _HOOK_EVENTS:
@@ -815,7 +822,12 @@ class StepRecorder:
                 ok = None  # removed at a start on another thread, or by close()
             elif item.t is not None:
                 ok = True  # the watcher saw it first
+            elif (now := _time()) < next_query and n < _HOOK_EVENTS:
+                # asked less than _HOOK_QUERY_S ago: a run of Python between returns, not a
+                # wait that just ended (the first return after a wait is later than that)
+                return
             else:
+                next_query = now + _HOOK_QUERY_S
                 try:
                     ready = item.probe.is_ready()
                 except Exception:  # noqa: BLE001 - donated or dropped: the watcher decides

@@ -379,3 +379,41 @@ def test_a_full_queue_takes_at_most_one_grant_beyond_max_queue(tmp_path):
     # job start + 300 starts + 300 device ends + job end: each written or counted
     assert rec.written_count + rec.dropped_count == 602
     assert len(evs) == rec.written_count
+
+
+def _tiny() -> int:
+    return 1
+
+
+def test_the_readiness_hook_asks_at_most_once_per_query_interval(tmp_path):
+    """While Python runs between returns, the readiness hook asks whether its step is ready
+    at most once per ``_HOOK_QUERY_S`` (a query costs about a microsecond, a return event a
+    fraction of it; before, it asked at every return: 300 here); the first return after
+    the step became ready records it."""
+    from goodput_jax.runtime.steps import _HOOK_QUERY_S
+
+    gate = CountingGate()  # the watcher is held on it: the hook records it
+
+    def body(rec, steps):
+        steps.start(0)
+        steps.track(0, Gate(ready=True, release=True))
+        steps.start(1)
+        steps.track(1, gate)  # not ready: the readiness hook is installed
+        assert sys.getprofile() is steps._hooked is not None
+        before, t0 = gate.queries, time.perf_counter()
+        for _ in range(300):
+            _tiny()
+        elapsed = time.perf_counter() - t0
+        asked = gate.queries - before
+        hooked = sys.getprofile() is not None
+        gate.ready.set()
+        time.sleep(2 * _HOOK_QUERY_S)
+        _tiny()  # the first return after the interval: asks, sees it ready, records
+        claims, profile = steps.hook_claims, sys.getprofile()
+        gate.release.set()
+        return asked, elapsed, hooked, claims, profile
+
+    (asked, elapsed, hooked, claims, profile), evs, steps = _run(tmp_path, body)
+    assert hooked and 1 <= asked <= elapsed / _HOOK_QUERY_S + 2, (asked, elapsed)
+    assert claims == 1 and profile is None
+    assert sorted(e.step for e in evs if e.kind.value == "step_device_end") == [0, 1]
