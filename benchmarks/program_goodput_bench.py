@@ -1,0 +1,275 @@
+"""Program goodput and MFU of a matmul chain, against a jax.profiler trace and the device's peak.
+
+Issue 35's accelerator check ("where a GPU is at hand: program goodput and MFU of a bf16
+matmul chain against the profiler and the device's published peak"); it runs on any backend
+(on a CPU with float32 and the measured peak, small sizes: a dry run of the same code).
+
+The step: ``layers`` chained ``n x n`` matmuls (``h = h @ w_i``, each weight scaled so values
+stay bounded) and a sum; analytically ``2 * layers * n**3`` FLOPs plus ``n**2`` adds. The
+loop records through ``runtime.StepRecorder`` (``steps.wrap(step)`` as in the quickstart)
+into SQLite while ``jax.profiler`` traces the same run (no Python tracer). Two loops:
+
+- synced: each step waits for its loss (``float(loss)``), then 2 ms of host work, so the
+  trace shows each step apart; the profiler's execution time of a step is the span of the
+  device's busy intervals inside the step's host window (first start to last end).
+- queued: the host dispatches ahead and waits every 8 steps (as training with an input
+  pipeline that keeps up); the profiler's step time is the device's busy time in the run
+  divided by its steps (the device never waits inside a block: a mean, against the
+  calculator's median).
+
+Beside these, on a GPU/TPU, the median of the trace's ``XLA Modules`` executions (one per
+step) in each loop's window.
+
+Printed against the profiler: the calculator's median device-true step time and MFU
+(``GoodputCalculator.get_program_goodput``) with the table's peak where the device has one,
+the same MFU against this run's own ceilings (an ``n x n x n`` matmul timed here, best of
+10; goodput_jax's measured peak beside it), program goodput, the bound, and the cost
+analysis' FLOPs against the formula; the compiles counted with the cost read on and off
+(equal), and the time of one cost read. Device truth is ``tests.runtime._helpers.device_busy``
+(the ``/device:*`` planes of the trace on a GPU/TPU; the XLA runtime threads on a CPU).
+
+Usage:
+    python benchmarks/program_goodput_bench.py [--size N] [--layers L] [--steps S] [--dtype D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _make(n: int, layers: int, dtype):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    ws = tuple(jnp.asarray(rng.standard_normal((n, n)) / np.sqrt(n), dtype) for _ in range(layers))
+    x = jnp.asarray(rng.standard_normal((n, n)), dtype)
+
+    @jax.jit
+    def step(ws, x):
+        h = x
+        for w in ws:
+            h = h @ w
+        return h, jnp.sum(h.astype(jnp.float32))
+
+    return step, ws, x
+
+
+def _ceiling(n: int, dtype) -> float:
+    """FLOP/s of one ``n x n x n`` matmul on this device: best of 10 timed calls."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    a = jnp.asarray(rng.standard_normal((n, n)), dtype)
+    b = jnp.asarray(rng.standard_normal((n, n)), dtype)
+    f = jax.jit(lambda a, b: a @ b)
+    jax.block_until_ready(f(a, b))
+    best = float("inf")
+    for _ in range(10):
+        t = time.perf_counter()
+        jax.block_until_ready(f(a, b))
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+_LINES: set = set()  # the device planes' line names seen (printed: what the truth rests on)
+
+
+def _module_times(trace: str, a: float, b: float) -> list[float]:
+    """Durations (s) of the executions on the trace's ``XLA Modules`` lines of its
+    ``/device:*`` planes that start in ``[a, b]`` (one per step on a GPU); empty where the
+    trace has none (a CPU)."""
+    import glob
+
+    from jax.profiler import ProfileData
+
+    (path,) = glob.glob(os.path.join(trace, "**", "*.xplane.pb"), recursive=True)
+    pd = ProfileData.from_file(path)
+    t0 = next(dict(p.stats)["profile_start_time"] for p in pd.planes
+              if p.name == "Task Environment") / 1e9
+    _LINES.update(f"{p.name}:{line.name}" for p in pd.planes if p.name.startswith("/device:")
+                  for line in p.lines)
+    return [e.duration_ns / 1e9 for p in pd.planes if p.name.startswith("/device:")
+            for line in p.lines if line.name == "XLA Modules" for e in line.events
+            if a <= t0 + e.start_ns / 1e9 <= b]
+
+
+def _loop(tmp: str, name: str, step, ws, x, num_steps: int, synced: bool) -> dict:
+    import jax
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.measure.calculator import GoodputCalculator
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+    from tests.runtime._helpers import device_busy, overlap, trace_options
+
+    db = os.path.join(tmp, f"{name}.db")
+    rec = goodput.GoodputRecorder(name, "bench", True, store=f"sqlite:///{db}")
+    steps = runtime.StepRecorder(rec)
+    recorded = steps.wrap(step)
+    trace = os.path.join(tmp, f"trace-{name}")
+    jax.profiler.start_trace(trace, profiler_options=trace_options())
+    marks = []
+    t_queued = 0.0
+    try:
+        rec.record_job_start_time()
+        for i in range(num_steps):
+            t0 = time.time()
+            h, loss = recorded(i, ws, x)
+            if synced:
+                float(loss)
+                marks.append((t0, time.time()))
+                time.sleep(0.002)
+            elif i % 8 == 7 or i == 0:
+                float(loss)
+                if i == 0:  # the compile: left out below
+                    t_queued = time.time()
+        jax.block_until_ready(h)
+        t_end = time.time()
+        steps.finish()
+        rec.record_job_end_time()
+    finally:
+        jax.profiler.stop_trace()
+        steps.close()
+        rec.close()
+    busy = device_busy(trace)
+    if synced:
+        execs = []
+        for a, b in marks[1:]:
+            inside = [(max(s, a), min(e, b)) for s, e in busy if e > a and s < b]
+            execs.append(max(e for _, e in inside) - min(s for s, _ in inside))
+        truth = statistics.median(execs)
+        modules = _module_times(trace, marks[1][0], marks[-1][1])
+    else:
+        truth = overlap(busy, t_queued, t_end) / (num_steps - 1)
+        modules = _module_times(trace, t_queued, t_end)
+    calc = GoodputCalculator(name, store=SQLiteStore(db, create=False))
+    pg = calc.get_program_goodput()
+    calc.store.close()
+    return {"pg": pg, "truth_s": truth,
+            "module_s": statistics.median(modules) if modules else float("nan"),
+            "modules": len(modules)}
+
+
+def _compiles(tmp: str, arrays: list, costs: bool) -> tuple[int, int]:
+    """Compiles counted by the attachment over 3 distinct shapes (``arrays``, made before)
+    with the cost read on/off (each arm its own jitted function), and the number of program
+    costs recorded."""
+    import jax
+    import jax.numpy as jnp
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.measure.calculator import GoodputCalculator
+
+    @jax.jit
+    def f(w, x):
+        return jnp.tanh(x @ w), jnp.sum(x)
+
+    db = os.path.join(tmp, f"c{costs}.db")
+    rec = goodput.GoodputRecorder(f"c{costs}", "bench", True, store=f"sqlite:///{db}")
+    steps = runtime.StepRecorder(rec, program_costs=costs)
+    for i, w in enumerate(arrays):
+        jax.block_until_ready(steps(i, f, w, w))
+    steps.finish()
+    count = runtime.attached(rec).compilations
+    steps.close()
+    rec.close()
+    calc = GoodputCalculator(f"c{costs}", store=f"sqlite:///{db}")
+    programs = len(calc.get_program_goodput().programs)
+    calc.store.close()
+    return count, programs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=None, help="matrix size (8192 on a GPU/TPU, 768 on a CPU)")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--steps", type=int, default=None, help="steps per loop (40 on a GPU/TPU, 12 on a CPU)")
+    p.add_argument("--dtype", default=None, help="bfloat16 on a GPU/TPU, float32 on a CPU")
+    args = p.parse_args(argv)
+    import jax
+    import jax.numpy as jnp
+
+    from goodput_jax.runtime.program import device_peak, measured_peak, program_cost
+
+    cpu = jax.default_backend() == "cpu"
+    n = args.size or (768 if cpu else 8192)
+    num_steps = args.steps or (12 if cpu else 40)
+    dtype = jnp.dtype(args.dtype or ("float32" if cpu else "bfloat16"))
+    if n < 32 or args.layers < 1 or num_steps < 4:
+        raise SystemExit(f"--size ({n}) >= 32, --layers ({args.layers}) >= 1, --steps ({num_steps}) >= 4")
+    step, ws, x = _make(n, args.layers, dtype)
+    formula = 2 * args.layers * n ** 3 + n * n
+    jax.block_until_ready(step(ws, x))  # compiled, as when a StepRecorder reads the cost
+    t = time.perf_counter()
+    cost = program_cost(step, ws, x)
+    first_read = time.perf_counter() - t
+    reads = []
+    for _ in range(5):
+        t = time.perf_counter()
+        program_cost(step, ws, x)
+        reads.append(time.perf_counter() - t)
+    table = device_peak(measure=False)
+    t = time.perf_counter()
+    mpeak = measured_peak()
+    probe_s = time.perf_counter() - t
+    ceil = _ceiling(n, dtype)
+    peak = table or mpeak
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for synced in (True, False):
+            r = _loop(tmp, "synced" if synced else "queued", step, ws, x, num_steps, synced)
+            rows.append(("synced (float(loss) each step)" if synced else "queued (wait every 8)", r))
+        arrays = [jnp.ones((m, m), dtype) for m in (n // 4, n // 2, n)]
+        c_off, _ = _compiles(tmp, arrays, False)
+        c_on, programs = _compiles(tmp, arrays, True)
+    dev = jax.devices()[0]
+    print(f"Program goodput bench: jax {jax.__version__}, {dev.device_kind} ({jax.default_backend()}),"
+          f" Python {platform.python_version()}, {os.cpu_count()} CPUs; {args.layers} x {n}^2 "
+          f"{dtype.name} matmuls per step, {num_steps} steps per loop")
+    print(f"peak used: {peak.flops_per_s / 1e12:.1f} TFLOP/s, {peak.bytes_per_s / 1e9:.0f} GB/s "
+          f"({peak.source}); goodput_jax's measured peak: {mpeak.flops_per_s / 1e12:.1f} TFLOP/s, "
+          f"{mpeak.bytes_per_s / 1e9:.0f} GB/s (probe {probe_s:.2f} s); this run's {n}^3 "
+          f"{dtype.name} matmul ceiling: {ceil / 1e12:.1f} TFLOP/s")
+    print(f"{'measure':<46}{'value':>14}{'reference':>14}{'ratio':>8}")
+    print(f"{'cost analysis FLOPs per step (formula)':<46}{cost.flops:>14.4g}{formula:>14.4g}"
+          f"{cost.flops / formula:>8.4f}")
+    print(f"{'cost analysis bytes per step':<46}{cost.bytes_accessed:>14.4g}")
+    print(f"{'one cost read after the compile: first / median':<46}{1e3 * first_read:>14.3f}"
+          f"{1e3 * statistics.median(reads):>14.3f}  ms")
+    print(f"{'compiles, 3 shapes, cost read off / on':<46}{c_off:>14d}{c_on:>14d}")
+    print(f"{'program costs recorded (3 shapes)':<46}{programs:>14d}")
+    for label, r in rows:
+        pg, truth = r["pg"], r["truth_s"]
+        ps = pg.programs[0]
+        mfu_truth = ps.cost.flops / (truth * peak.flops_per_s)
+        print(f"{label}: calculator vs jax.profiler trace")
+        print(f"{'  step time (ms; calculator median)':<46}{1e3 * ps.step_time_s:>14.3f}"
+              f"{1e3 * truth:>14.3f}{ps.step_time_s / truth:>8.4f}")
+        print(f"{'  profiler XLA Modules median (ms), count':<46}{1e3 * r['module_s']:>14.3f}"
+              f"{r['modules']:>14d}")
+        print(f"{'  MFU vs ' + peak.source + ' peak (%)':<46}{100 * ps.mfu:>14.2f}"
+              f"{100 * mfu_truth:>14.2f}{ps.mfu / mfu_truth:>8.4f}")
+        print(f"{'  MFU vs this run' + chr(39) + 's matmul ceiling (%)':<46}"
+              f"{100 * ps.compute_time_s * peak.flops_per_s / ceil / ps.step_time_s:>14.2f}"
+              f"{100 * ps.cost.flops / ceil / truth:>14.2f}")
+        print(f"{'  program goodput (%), bound':<46}{100 * ps.program_goodput:>14.2f}"
+              f"{ps.bound:>14}")
+        print(f"{'  steps attributed':<46}{ps.num_steps:>14d}")
+    if _LINES:
+        print("trace lines of the device planes:", ", ".join(sorted(_LINES)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
