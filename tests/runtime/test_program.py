@@ -302,3 +302,88 @@ def test_a_step_recorder_collected_without_close_leaves_the_attachments_callback
     jax.jit(lambda x: jnp.cos(x) * 7.0)(jnp.ones(3)).block_until_ready()  # a compile
     assert att.compile_callbacks == ()
     rec.close()
+
+
+def test_a_scan_over_layers_counts_every_iteration():
+    """XLA's cost analysis counts a loop body once; program_cost multiplies its matrix
+    products by the loop's trip count (``lax.scan`` over layers, as MaxText's default)."""
+    n, layers = 128, 6
+    ws = jnp.ones((layers, n, n), jnp.float32) * 0.01
+
+    @jax.jit
+    def scanned(ws, x):
+        h, _ = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)
+        return h
+
+    x = jnp.ones((n, n), jnp.float32)
+    jax.block_until_ready(scanned(ws, x))
+    formula = 2 * layers * n ** 3
+    xla = _first_ca(scanned.lower(ws, x).compile().cost_analysis())["flops"]
+    assert xla < 0.5 * formula  # what the correction is for (one iteration counted)
+    cost = program_cost(scanned, ws, x)
+    assert abs(cost.flops - formula) <= 0.01 * formula, (cost.flops, formula, xla)
+
+
+def _first_ca(ca):
+    return ca[0] if isinstance(ca, (list, tuple)) else ca
+
+
+# An excerpt of the HLO that jax 0.11.2 compiled on an H200 for ``lax.scan`` over 4 bf16
+# 8192^2 matmuls: the product is a cuBLAS call inside the loop body, which XLA's cost
+# analysis counted as 0 FLOPs (its figure: 1.342e8, the final sum's).
+_GPU_SCAN_HLO = """\
+HloModule jit_scanned, entry_computation_layout={(bf16[8192,8192]{1,0})->bf16[8192,8192]{1,0}}
+
+%region_0.2 (arg_tuple.1: (s32[], bf16[8192,8192], bf16[4,8192,8192])) -> (s32[], bf16[8192,8192], bf16[4,8192,8192]) {
+  %arg_tuple.1 = (s32[], bf16[8192,8192]{1,0}, bf16[4,8192,8192]{2,1,0}) parameter(0), metadata={scheduling_name="arg_tuple.1"}
+  %get-tuple-element.7 = s32[] get-tuple-element(%arg_tuple.1), index=0
+  %get-tuple-element.15 = bf16[4,8192,8192]{2,1,0} get-tuple-element(%arg_tuple.1), index=2
+  %get-tuple-element.8 = bf16[8192,8192]{1,0} get-tuple-element(%arg_tuple.1), index=1
+  %bitcast.6.0 = bf16[8192,8192]{1,0} bitcast(%get-tuple-element.15)
+  %custom-call.1 = (bf16[8192,8192]{1,0}, s8[33554432]{0}) custom-call(%get-tuple-element.8, %bitcast.6.0), custom_call_target="__cublas$lt$matmul", metadata={op_name="jit(scanned)/while/body/dot_general"}, backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_batch_dimensions":[],"lhs_contracting_dimensions":["1"],"rhs_batch_dimensions":[],"rhs_contracting_dimensions":["0"]}}}
+  %get-tuple-element.14 = bf16[8192,8192]{1,0} get-tuple-element(%custom-call.1), index=0
+  ROOT %tuple.4 = (s32[], bf16[8192,8192]{1,0}, bf16[4,8192,8192]{2,1,0}) tuple(%get-tuple-element.7, %get-tuple-element.14, %get-tuple-element.15)
+}
+
+%region_1.3 (arg_tuple.3: (s32[], bf16[8192,8192], bf16[4,8192,8192])) -> pred[] {
+  %arg_tuple.3 = (s32[], bf16[8192,8192]{1,0}, bf16[4,8192,8192]{2,1,0}) parameter(0)
+  %get-tuple-element.9 = s32[] get-tuple-element(%arg_tuple.3), index=0
+  %constant.6 = s32[] constant(4)
+  ROOT %lt = pred[] compare(%get-tuple-element.9, %constant.6), direction=LT
+}
+
+%fused_dot (p0: bf16[8192,8192], p1: bf16[8192,8192]) -> bf16[8192,8192] {
+  %p0 = bf16[8192,8192]{1,0} parameter(0)
+  %p1 = bf16[8192,8192]{1,0} parameter(1)
+  ROOT %dot.0 = bf16[8192,8192]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main.2 (ws.1: bf16[4,8192,8192], x.1: bf16[8192,8192]) -> bf16[8192,8192] {
+  %ws.1 = bf16[4,8192,8192]{2,1,0} parameter(0)
+  %x.1 = bf16[8192,8192]{1,0} parameter(1)
+  %constant.7 = s32[] constant(0)
+  %tuple = (s32[], bf16[8192,8192]{1,0}, bf16[4,8192,8192]{2,1,0}) tuple(%constant.7, %x.1, %ws.1)
+  %while.5 = (s32[], bf16[8192,8192]{1,0}, bf16[4,8192,8192]{2,1,0}) while(%tuple), condition=%region_1.3, body=%region_0.2, backend_config={"known_trip_count":{"n":"4"},"known_init_step":{"init":"0","step":"1"}}
+  %h = bf16[8192,8192]{1,0} get-tuple-element(%while.5), index=1
+  ROOT %gemm_fusion = bf16[8192,8192]{1,0} fusion(%h, %x.1), kind=kCustom, calls=%fused_dot
+}
+"""
+
+
+def test_matmul_counts_read_library_calls_in_loops_from_gpu_hlo():
+    from goodput_jax.runtime.program import _corrected, matmul_counts
+
+    c = matmul_counts(_GPU_SCAN_HLO)
+    one = 2.0 * 8192 ** 3
+    mat = 8192 * 8192 * 2.0  # one bf16 matrix's bytes
+    assert c.gemm_flops == one and c.gemm_flops_looped == 4 * one  # the cuBLAS call, 4 runs
+    assert c.dot_flops == one and c.dot_flops_looped == one  # the fused dot after the loop
+    assert c.gemm_bytes == 3 * mat and c.dot_bytes == 3 * mat
+    # XLA's figures on the H200 (the fused dot counted, the library call not at all)
+    flops, nbytes = _corrected(1.342e8 + one, 2.15e9, c)
+    assert flops == pytest.approx(5 * one + 1.342e8)
+    assert nbytes == pytest.approx(2.15e9 + 4 * 3 * mat)
+    # an XLA that counts the call once: only the 3 more iterations are added
+    flops, _ = _corrected(1.342e8 + 2 * one, 2.15e9, c)
+    assert flops == pytest.approx(5 * one + 1.342e8)
+    assert matmul_counts("not HLO") == type(c)()
