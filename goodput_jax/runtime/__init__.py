@@ -9,7 +9,8 @@
   off the training thread), so asynchronous dispatch is measured, not guessed;
   :func:`finish_steps` waits until those of a recorder are all recorded.
 * :func:`program_cost` / :func:`device_peak` / :func:`measured_peak`: a compiled step's
-  FLOPs and bytes from XLA, and the device's peak (program goodput; the StepRecorder
+  FLOPs and bytes from XLA (with the matrix products XLA's analysis leaves out counted
+  from the compiled HLO: :func:`matmul_counts`), and the device's peak (program goodput; the StepRecorder
   records them).
 
 Importing this package does not import JAX (each function does, when called).
@@ -25,13 +26,15 @@ Example:
 
 from goodput_jax.runtime.backend import BackendInit, init_backend, measured_init, start_job
 from goodput_jax.runtime.compile import Attachment, attach, attached, detach, listener
-from goodput_jax.runtime.program import device_peak, measured_peak, program_cost
+from goodput_jax.runtime.program import (MatmulCounts, device_peak, matmul_counts,
+                                         measured_peak, program_cost)
 from goodput_jax.runtime.steps import StepRecorder, finish_steps
 from goodput_jax.runtime.timer import OneStepLateTimer
 
 __all__ = [
     "Attachment",
     "BackendInit",
+    "MatmulCounts",
     "OneStepLateTimer",
     "StepRecorder",
     "attach",
@@ -41,6 +44,7 @@ __all__ = [
     "finish_steps",
     "init_backend",
     "listener",
+    "matmul_counts",
     "measured_init",
     "measured_peak",
     "program_cost",

@@ -2,10 +2,12 @@
 
 * :func:`program_cost`: FLOPs, transcendentals and bytes accessed of ``fn`` at ``args``,
   per device (the partitioned program's numbers: sharding accounted for), from
-  ``fn.lower(*args).compile().cost_analysis()``. For a function already called with
-  these shapes, lowering and compiling hit JAX's caches: no compilation is added
-  (``benchmarks/step_recorder_bench.py`` counts them) and the read takes well under a
-  millisecond.
+  ``fn.lower(*args).compile().cost_analysis()``, plus the matrix products that analysis
+  leaves out (:func:`matmul_counts`: cuBLAS calls on a GPU, loop iterations beyond the
+  first). For a function already called with these shapes, lowering and compiling hit
+  JAX's caches: no compilation is added (``benchmarks/step_recorder_bench.py`` counts
+  them); the read takes 0.2 ms for a small program on a 2-core CPU, 3 ms for an 8-layer
+  MLP's AdamW step (docs/productivity.md).
 * :func:`device_peak`: the device's peak FLOP/s and memory bandwidth, from the published
   table (:data:`goodput_jax.measure.productivity.PEAK_TABLE`, overridable), or, on a CPU
   or a device not in the table, :func:`measured_peak`: a short matmul and copy probe, run
@@ -37,7 +39,7 @@ from goodput_jax.measure.productivity import DevicePeak, ProgramCost, lookup_pea
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["device_peak", "measured_peak", "program_cost"]
+__all__ = ["MatmulCounts", "device_peak", "matmul_counts", "measured_peak", "program_cost"]
 
 _PEAKS: dict[str, DevicePeak] = {}
 _PEAK_LOCK = threading.Lock()
@@ -278,7 +280,8 @@ def _corrected(flops: float, nbytes: float, counts: MatmulCounts) -> tuple[float
 
 
 def program_cost(fn: Any, *args: Any, **kwargs: Any) -> ProgramCost:
-    """XLA's cost analysis of the jitted ``fn`` called with ``args``, per device.
+    """XLA's cost analysis of the jitted ``fn`` called with ``args``, per device, with the
+    matrix products it leaves out added (:func:`matmul_counts`).
 
     Args:
         fn: a ``jax.jit``-ed function (anything with ``.lower(*args, **kwargs)``).

@@ -106,12 +106,8 @@ class _Item:
 
     def __init__(self, step: int, outputs: Any):
         self.step = step
+        self.outputs = outputs
         self.probe = _probe(outputs)
-        # Only the probe is kept where there is one (every live array where there is not):
-        # holding the step's other outputs (the new state) until its device end moves their
-        # free from the user's next dispatch to the watcher, which made every dispatch
-        # ~0.12 ms slower on a GPU (H200, jax 0.11; docs/index.md, "On a GPU").
-        self.outputs = outputs if self.probe is None else None
         self.t: float | None = None  # claimed: 1.0 recorded, -1.0 unobservable
         self.hook = 0
 
@@ -139,12 +135,6 @@ def _wait_ready(outputs: Any, leaves_of: Callable, is_array: type) -> bool:
         except Exception:  # noqa: BLE001, S112 - deleted (donated) meanwhile: try the next
             continue
     return watched
-
-
-def _wait_item(item: _Item, leaves_of: Callable, is_array: type) -> bool:
-    """Block until ``item``'s probe (else its live arrays) is ready; False when there was
-    nothing to watch (no live JAX array: a probe donated meanwhile)."""
-    return _wait_ready(item.outputs if item.probe is None else item.probe, leaves_of, is_array)
 
 
 def _probe(out: Any) -> Any:
@@ -473,7 +463,7 @@ class StepRecorder:
         import jax
 
         item, self._first = self._first, None
-        if item.t is None and _wait_item(item, jax.tree_util.tree_leaves, jax.Array):
+        if item.t is None and _wait_ready(item.outputs, jax.tree_util.tree_leaves, jax.Array):
             self._claim(item)
 
     def start(self, step: int) -> None:
@@ -996,7 +986,7 @@ class StepRecorder:
         if p is not None:
             try:  # one output of the step's program: all its outputs are ready together
                 p.block_until_ready()
-            except Exception:  # noqa: BLE001, S110 - deleted (donated): the live outputs, if kept
+            except Exception:  # noqa: BLE001, S110 - deleted (donated): watch the other leaves
                 pass
             else:
                 recorded = self._claim(item, _time())  # seen now, before taking the lock
