@@ -322,6 +322,23 @@ def test_a_scan_over_layers_counts_every_iteration():
     assert xla < 0.5 * formula  # what the correction is for (one iteration counted)
     cost = program_cost(scanned, ws, x)
     assert abs(cost.flops - formula) <= 0.01 * formula, (cost.flops, formula, xla)
+    # the text read without op metadata counts what the public text counts
+    from goodput_jax.runtime.program import _hlo_text, matmul_counts
+
+    compiled = scanned.lower(ws, x).compile()
+    short = _hlo_text(compiled)
+    assert len(short) < len(compiled.as_text())
+    assert matmul_counts(short) == matmul_counts(compiled.as_text())
+    assert matmul_counts(short).dot_flops_looped == formula
+
+    @jax.jit
+    def nested(ws, x):  # a scan of 3 inside a scan over the layers: 3 x layers products
+        def outer(h, w):
+            return jax.lax.scan(lambda g, v: (jnp.tanh(g @ v), None), h, jnp.stack([w] * 3))[0], None
+        return jax.lax.scan(outer, x, ws)[0]
+
+    jax.block_until_ready(nested(ws, x))
+    assert program_cost(nested, ws, x).flops == pytest.approx(3 * formula, rel=0.01)
 
 
 def _first_ca(ca):
