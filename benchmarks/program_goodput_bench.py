@@ -17,8 +17,8 @@ into SQLite while ``jax.profiler`` traces the same run (no Python tracer). Two l
   divided by its steps (the device never waits inside a block: a mean, against the
   calculator's median).
 
-Beside these, on a GPU/TPU, the median of the trace's ``XLA Modules`` executions (one per
-step) in each loop's window.
+The device planes' line names of the traces are printed last (on the H200: the compute
+stream and the copy streams).
 
 Printed against the profiler: the calculator's median device-true step time and MFU
 (``GoodputCalculator.get_program_goodput``) with the table's peak where the device has one,
@@ -89,23 +89,15 @@ def _ceiling(n: int, dtype) -> float:
 _LINES: set = set()  # the device planes' line names seen (printed: what the truth rests on)
 
 
-def _module_times(trace: str, a: float, b: float) -> list[float]:
-    """Durations (s) of the executions on the trace's ``XLA Modules`` lines of its
-    ``/device:*`` planes that start in ``[a, b]`` (one per step on a GPU); empty where the
-    trace has none (a CPU)."""
+def _device_lines(trace: str) -> None:
+    """Note the line names of the trace's ``/device:*`` planes (a GPU's streams)."""
     import glob
 
     from jax.profiler import ProfileData
 
     (path,) = glob.glob(os.path.join(trace, "**", "*.xplane.pb"), recursive=True)
-    pd = ProfileData.from_file(path)
-    t0 = next(dict(p.stats)["profile_start_time"] for p in pd.planes
-              if p.name == "Task Environment") / 1e9
-    _LINES.update(f"{p.name}:{line.name}" for p in pd.planes if p.name.startswith("/device:")
-                  for line in p.lines)
-    return [e.duration_ns / 1e9 for p in pd.planes if p.name.startswith("/device:")
-            for line in p.lines if line.name == "XLA Modules" for e in line.events
-            if a <= t0 + e.start_ns / 1e9 <= b]
+    _LINES.update(f"{p.name}:{line.name}" for p in ProfileData.from_file(path).planes
+                  if p.name.startswith("/device:") for line in p.lines)
 
 
 def _loop(tmp: str, name: str, step, ws, x, num_steps: int, synced: bool) -> dict:
@@ -152,16 +144,13 @@ def _loop(tmp: str, name: str, step, ws, x, num_steps: int, synced: bool) -> dic
             inside = [(max(s, a), min(e, b)) for s, e in busy if e > a and s < b]
             execs.append(max(e for _, e in inside) - min(s for s, _ in inside))
         truth = statistics.median(execs)
-        modules = _module_times(trace, marks[1][0], marks[-1][1])
     else:
         truth = overlap(busy, t_queued, t_end) / (num_steps - 1)
-        modules = _module_times(trace, t_queued, t_end)
+    _device_lines(trace)
     calc = GoodputCalculator(name, store=SQLiteStore(db, create=False))
     pg = calc.get_program_goodput()
     calc.store.close()
-    return {"pg": pg, "truth_s": truth,
-            "module_s": statistics.median(modules) if modules else float("nan"),
-            "modules": len(modules)}
+    return {"pg": pg, "truth_s": truth}
 
 
 def _compiles(tmp: str, arrays: list, costs: bool) -> tuple[int, int]:
@@ -259,8 +248,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label}: calculator vs jax.profiler trace")
         print(f"{'  step time (ms; calculator median)':<46}{1e3 * ps.step_time_s:>14.3f}"
               f"{1e3 * truth:>14.3f}{ps.step_time_s / truth:>8.4f}")
-        print(f"{'  profiler XLA Modules median (ms), count':<46}{1e3 * r['module_s']:>14.3f}"
-              f"{r['modules']:>14d}")
         print(f"{'  MFU vs ' + peak.source + ' peak (%)':<46}{100 * ps.mfu:>14.2f}"
               f"{100 * mfu_truth:>14.2f}{ps.mfu / mfu_truth:>8.4f}")
         print(f"{'  MFU vs the host-timed matmul (%)':<46}"

@@ -404,3 +404,23 @@ def test_matmul_counts_read_library_calls_in_loops_from_gpu_hlo():
     flops, _ = _corrected(1.342e8 + 2 * one, 2.15e9, c)
     assert flops == pytest.approx(5 * one + 1.342e8)
     assert matmul_counts("not HLO") == type(c)()
+
+
+def test_program_goodput_bench_runs_and_prints_its_table(tmp_path, monkeypatch, capsys):
+    """benchmarks/program_goodput_bench.py (the GPU check's script) on a small CPU step."""
+    import importlib.util
+    import pathlib
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = pathlib.Path(__file__).parents[2] / "benchmarks" / "program_goodput_bench.py"
+    spec = importlib.util.spec_from_file_location("program_goodput_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--size", "256", "--layers", "2", "--steps", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "cost analysis FLOPs per step (formula)" in out and "queued (wait every 8)" in out
+    flops_row = next(line for line in out.splitlines() if line.startswith("cost analysis FLOPs"))
+    assert float(flops_row.split()[-1]) == pytest.approx(1.0, abs=0.01)  # the ratio column
+    with pytest.raises(SystemExit, match="--steps"):
+        bench.main(["--size", "256", "--steps", "2"])
