@@ -49,20 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    from benchmarks.step_recorder_bench import _make_step, pick_size
+    from benchmarks.step_recorder_bench import _calibrate, _make_step, pick_size
     from goodput_jax import goodput, runtime
 
     size = pick_size(5.0)
     train_step = _make_step(size)
     w = jnp.eye(size, dtype=jnp.float32) * 0.5
     x = jnp.asarray(np.random.default_rng(0).normal(size=(size, size)).astype("float32"))
-    jax.block_until_ready(train_step(w, x))
-    t = time.perf_counter()
-    s = w
-    for _ in range(10):
-        s, _m = train_step(s, x)
-    jax.block_until_ready(s)
-    step_s = (time.perf_counter() - t) / 10
+    step_s = _calibrate(train_step, w, x, 0.005)
     load = 0.4 * step_s
     perf, cpu = time.perf_counter, time.thread_time
     pending: collections.deque = collections.deque()

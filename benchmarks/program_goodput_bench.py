@@ -106,18 +106,16 @@ def _loop(tmp: str, name: str, step, ws, x, num_steps: int, synced: bool) -> dic
     from goodput_jax import goodput, runtime
     from goodput_jax.measure.calculator import GoodputCalculator
     from goodput_jax.measure.stores.sqlite import SQLiteStore
-    from tests.runtime._helpers import device_busy, overlap, trace_options
+    from tests.runtime._helpers import device_busy, overlap, step_executions, traced_job
 
     db = os.path.join(tmp, f"{name}.db")
     rec = goodput.GoodputRecorder(name, "bench", True, store=f"sqlite:///{db}")
     steps = runtime.StepRecorder(rec)
     recorded = steps.wrap(step)
     trace = os.path.join(tmp, f"trace-{name}")
-    jax.profiler.start_trace(trace, profiler_options=trace_options())
     marks = []
-    t_queued = 0.0
-    try:
-        rec.record_job_start_time()
+    t_queued = t_end = 0.0
+    with traced_job(trace, rec, steps):
         for i in range(num_steps):
             t0 = time.time()
             h, loss = recorded(i, ws, x)
@@ -131,19 +129,9 @@ def _loop(tmp: str, name: str, step, ws, x, num_steps: int, synced: bool) -> dic
                     t_queued = time.time()
         jax.block_until_ready(h)
         t_end = time.time()
-        steps.finish()
-        rec.record_job_end_time()
-    finally:
-        jax.profiler.stop_trace()
-        steps.close()
-        rec.close()
     busy = device_busy(trace)
     if synced:
-        execs = []
-        for a, b in marks[1:]:
-            inside = [(max(s, a), min(e, b)) for s, e in busy if e > a and s < b]
-            execs.append(max(e for _, e in inside) - min(s for s, _ in inside))
-        truth = statistics.median(execs)
+        truth = statistics.median(step_executions(busy, marks[1:]))
     else:
         truth = overlap(busy, t_queued, t_end) / (num_steps - 1)
     _device_lines(trace)

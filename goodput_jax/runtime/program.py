@@ -130,50 +130,6 @@ def _nbytes(arrays: list[tuple[str, list[int]]]) -> float:
     return float(sum(_BYTES.get(dt, 4) * math.prod(dims) for dt, dims in arrays))
 
 
-@dataclasses.dataclass(slots=True)
-class MatmulCounts:
-    """Matrix products of a compiled module, counted from its HLO text (per device).
-
-    Attributes:
-        dot_flops / dot_bytes: XLA ``dot`` instructions, each counted once (as XLA's cost
-            analysis counts them).
-        dot_flops_looped / dot_bytes_looped: the same, times their loops' trip counts.
-        gemm_flops / gemm_bytes: library calls (cuBLAS custom calls), each counted once.
-        gemm_flops_looped / gemm_bytes_looped: the same, times their loops' trip counts.
-    """
-
-    dot_flops: float = 0.0
-    dot_bytes: float = 0.0
-    dot_flops_looped: float = 0.0
-    dot_bytes_looped: float = 0.0
-    gemm_flops: float = 0.0
-    gemm_bytes: float = 0.0
-    gemm_flops_looped: float = 0.0
-    gemm_bytes_looped: float = 0.0
-
-    def add(self, gemm: bool, flops: float, nbytes: float, runs: int) -> None:
-        """One product of ``flops`` and ``nbytes``, run ``runs`` times per program call."""
-        if gemm:
-            self.gemm_flops += flops
-            self.gemm_bytes += nbytes
-            self.gemm_flops_looped += runs * flops
-            self.gemm_bytes_looped += runs * nbytes
-        else:
-            self.dot_flops += flops
-            self.dot_bytes += nbytes
-            self.dot_flops_looped += runs * flops
-            self.dot_bytes_looped += runs * nbytes
-
-
-def _arrays(shape_text: str) -> list[tuple[str, list[int]]]:
-    return [(dt, [int(d) for d in dims.split(",") if d])
-            for dt, dims in _ARRAY.findall(shape_text)]
-
-
-def _nbytes(arrays: list[tuple[str, list[int]]]) -> float:
-    return float(sum(_BYTES.get(dt, 4) * math.prod(dims) for dt, dims in arrays))
-
-
 def _runs(entry: str, calls: dict[str, list[tuple[str, int]]]) -> dict[str, int]:
     """How often each computation runs per call of ``entry`` (the call graph is a DAG:
     the sum over its call sites)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
@@ -119,6 +120,18 @@ def device_busy(trace_dir) -> list[tuple[float, float]]:
     return [((t0 + a) / 1e9, (t0 + b) / 1e9) for a, b in merged]
 
 
+def step_executions(spans: list[tuple[float, float]], marks: list[tuple[float, float]]
+                    ) -> list[float]:
+    """The device's execution time of each step of a loop that waits for every step: the
+    span from the first busy interval's start to the last one's end inside each host window
+    ``marks[i] = (call, wait returned)`` (``spans`` from :func:`device_busy`)."""
+    execs = []
+    for t0, t1 in marks:
+        inside = [(max(a, t0), min(b, t1)) for a, b in spans if b > t0 and a < t1]
+        execs.append(max(b for _, b in inside) - min(a for a, _ in inside))
+    return execs
+
+
 def overlap(spans: list[tuple[float, float]], a: float, b: float) -> float:
     """Seconds of ``spans`` (merged intervals) inside ``[a, b]``."""
     return sum(max(0.0, min(e, b) - max(s, a)) for s, e in spans)
@@ -151,6 +164,25 @@ class CpuBurner:
     def __exit__(self, *exc):
         self.proc.kill()
         self.proc.wait()
+
+
+@contextlib.contextmanager
+def traced_job(trace_dir, rec, steps):
+    """A recorded job under a ``jax.profiler`` trace (:func:`trace_options`): the trace and
+    the job start on entry; on a clean exit the steps finish and the job ends; the trace
+    stops and ``steps`` and ``rec`` close in any case."""
+    import jax
+
+    jax.profiler.start_trace(str(trace_dir), profiler_options=trace_options())
+    try:
+        rec.record_job_start_time()
+        yield
+        steps.finish()
+        rec.record_job_end_time()
+    finally:
+        jax.profiler.stop_trace()
+        steps.close()
+        rec.close()
 
 
 def trace_options():

@@ -23,7 +23,7 @@ from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.productivity import DevicePeak, lookup_peak
 from goodput_jax.measure.stores.sqlite import SQLiteStore
 from goodput_jax.runtime.program import device_peak, measured_peak, program_cost
-from tests.runtime._helpers import device_busy
+from tests.runtime._helpers import device_busy, step_executions, traced_job
 
 N = 1280  # ~50-100 ms a step on 2 CPU cores: the host wake-up (~1 ms under load) stays < 2 %
 STEPS = 14
@@ -83,12 +83,8 @@ def _run(tmp_path, name: str) -> tuple[GoodputCalculator, list, list]:
     db = tmp_path / f"{name}.db"
     rec = goodput.GoodputRecorder(name, "l", True, store=f"sqlite:///{db}")
     steps = runtime.StepRecorder(rec)
-    opts = jax.profiler.ProfileOptions()
-    opts.python_tracer_level = 0
-    jax.profiler.start_trace(str(tmp_path / f"trace-{name}"), profiler_options=opts)
     marks = []
-    try:
-        rec.record_job_start_time()
+    with traced_job(tmp_path / f"trace-{name}", rec, steps):
         for step in range(STEPS):
             t0 = time.time()
             out, s = steps(step, _matmul, a, b)
@@ -96,12 +92,6 @@ def _run(tmp_path, name: str) -> tuple[GoodputCalculator, list, list]:
             jax.block_until_ready(out)
             marks.append((t0, time.time()))
             time.sleep(0.003)  # host work between steps: the trace shows each step apart
-        steps.finish()
-        rec.record_job_end_time()
-    finally:
-        jax.profiler.stop_trace()
-        steps.close()
-        rec.close()
     spans = device_busy(tmp_path / f"trace-{name}")
     calc = GoodputCalculator(name, store=SQLiteStore(str(db), create=False))
     return calc, spans, marks
@@ -119,10 +109,7 @@ def test_mfu_from_device_true_step_time_matches_profiler(tmp_path):
         assert ps.peak == peak and ps.peak.source == "measured"
         assert abs(ps.cost.flops - 2 * N ** 3) <= 0.01 * 2 * N ** 3
         # the profiler's execution time of each step (after the first: its compile)
-        execs = []
-        for t0, t1 in marks[1:]:
-            inside = [(max(a, t0), min(b, t1)) for a, b in spans if b > t0 and a < t1]
-            execs.append(max(b for _, b in inside) - min(a for a, _ in inside))
+        execs = step_executions(spans, marks[1:])
         truth = ps.cost.flops / (float(np.median(execs)) * peak.flops_per_s)
         err = abs(ps.mfu - truth) / truth
         errs.append((ps.mfu, truth, err))
