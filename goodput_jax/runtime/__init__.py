@@ -10,8 +10,8 @@
   :func:`finish_steps` waits until those of a recorder are all recorded.
 * :func:`program_cost` / :func:`device_peak` / :func:`measured_peak`: a compiled step's
   FLOPs and bytes from XLA (with the matrix products XLA's analysis leaves out counted
-  from the compiled HLO: :func:`matmul_counts`), and the device's peak (program goodput; the StepRecorder
-  records them).
+  from the compiled HLO: :func:`matmul_counts`), and the device's peak (program goodput;
+  the StepRecorder records them).
 
 Importing this package does not import JAX (each function does, when called).
 

@@ -6,8 +6,8 @@
   leaves out (:func:`matmul_counts`: cuBLAS calls on a GPU, loop iterations beyond the
   first). For a function already called with these shapes, lowering and compiling hit
   JAX's caches: no compilation is added (``benchmarks/step_recorder_bench.py`` counts
-  them); the read takes 0.2 ms for a small program on a 2-core CPU, 3 ms for an 8-layer
-  MLP's AdamW step (docs/productivity.md).
+  them); the read takes 0.1 ms for a small program on a 2-core CPU, 1.1 ms for an
+  8-layer MLP's AdamW step (docs/productivity.md).
 * :func:`device_peak`: the device's peak FLOP/s and memory bandwidth, from the published
   table (:data:`goodput_jax.measure.productivity.PEAK_TABLE`, overridable), or, on a CPU
   or a device not in the table, :func:`measured_peak`: a short matmul and copy probe, run
@@ -77,7 +77,8 @@ _ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
 _CALLEE = re.compile(r"\b(calls|to_apply|body|condition|branch_computations|true_computation|"
                      r"false_computation)=(\{[^}]*\}|%[^\s,]+)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_DOT = re.compile(r" = (\S+) dot\(%([^\s,)]+), %([^\s,)]+)\)[^\n]*?lhs_contracting_dims=\{([\d,]*)\}")
+_DOT = re.compile(r" = (\S+) dot\(%([^\s,)]+), %([^\s,)]+)\)[^\n]*?"
+                  r"lhs_contracting_dims=\{([\d,]*)\}")
 _LIB = re.compile(r" = (\([^\n]*?\)(?= )|\S+) custom-call\(%([^\s,)]+), %([^\s,)]+)[^\n]*?"
                   r'custom_call_target="[^"]*(?:gemm|matmul)[^"]*"[^\n]*?'
                   r'"lhs_contracting_dimensions":\[([^\]]*)\]')
@@ -127,7 +128,9 @@ def _arrays(shape_text: str) -> list[tuple[str, list[int]]]:
 
 
 def _nbytes(arrays: list[tuple[str, list[int]]]) -> float:
-    return float(sum(_BYTES.get(dt, 4) * math.prod(dims) for dt, dims in arrays))
+    # the 8-bit floats (f8e4m3fn, f8e5m2, ...) take a byte; an unknown type counts 4
+    return float(sum(_BYTES.get(dt, 1 if dt.startswith("f8") else 4) * math.prod(dims)
+                     for dt, dims in arrays))
 
 
 def _runs(entry: str, calls: dict[str, list[tuple[str, int]]]) -> dict[str, int]:
@@ -209,7 +212,8 @@ def matmul_counts(hlo_text: str) -> MatmulCounts:
                                            for d in dims.split(",") if d.strip('" '))
                 except (IndexError, ValueError):
                     continue
-                nbytes = _nbytes(result) + _nbytes(lhs) + _nbytes(_arrays(_shape_of(chunk, rhs_name)))
+                rhs = _arrays(_shape_of(chunk, rhs_name))
+                nbytes = _nbytes(result) + _nbytes(lhs) + _nbytes(rhs)
                 counts.add(gemm, 2.0 * math.prod(result[0][1]) * contracted, nbytes, n)
     return counts
 

@@ -730,9 +730,9 @@ class StepRecorder:
     # ------------------------------------------------------ program cost
     def _program_seen(self, step: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         """A step call compiled (or is the first): record the program's cost (training
-        thread; JAX's caches answer: 0.2 ms for a small program, a few ms for a large one,
-        mostly reading the compiled module's matrix products; a measured peak once per
-        process on a device the table does not know)."""
+        thread; JAX's caches answer: 0.1 ms for a small program, about 1 ms for an 8-layer
+        AdamW step, most of it reading the compiled module's matrix products; a measured
+        peak once per process on a device the table does not know)."""
         self._cost_first = False
         if getattr(fn, "lower", None) is None:
             self._compiled = False
