@@ -45,7 +45,8 @@ FACTOR_MEANINGS = (
     ("runtime goodput", "productive step time / held time (the measured goodput, over "
                         "the held time)"),
     ("program goodput", "roofline ideal step time / device-true step time (XLA's cost "
-                        "analysis against the device's peak)"),
+                        "analysis, with the matrix products it leaves out, against the "
+                        "device's peak)"),
     ("ML Productivity Goodput", "scheduling x runtime x program goodput"),
     ("ETTR", "productive step time / job time (Meta's effective training time ratio)"),
     ("MFU", "FLOPs per step / peak FLOP/s / step time (model FLOPs utilisation)"),

@@ -332,7 +332,8 @@ def _productivity_html(data: _Data, img: Any) -> str:
             body += (f'\n<figure>{img("roofline", "roofline position of each step program")}'
                      '<figcaption id="caption-roofline">Each compiled step program on its '
                      "device's roofline (log-log): x its arithmetic intensity (FLOPs per byte "
-                     "accessed, from XLA's cost analysis), y the FLOP/s it achieved per device "
+                     "accessed, from XLA's cost analysis and the compiled program's matrix "
+                     "products), y the FLOP/s it achieved per device "
                      "(FLOPs per step / its median device-true step time); the line is the "
                      "roof, min(peak FLOP/s, intensity x memory bandwidth), turning at the "
                      "dotted ridge point. Left of the ridge a step is memory-bound, right of "
