@@ -153,7 +153,29 @@ def _client(args: argparse.Namespace):
     if address is not None:
         _require()
         return ClusterClient(address=address)
+    require_cluster_dir(args.state_dir)
     return ClusterClient(args.state_dir)
+
+
+def require_cluster_dir(state_dir: str) -> None:
+    """Refuse a state directory that holds no cluster (a typo must not create one).
+
+    A directory holds a cluster once ``up`` (its controller) wrote ``cluster.json`` or
+    ``controller.json`` there; every subcommand but ``up`` asks this first, so nothing
+    is created in a directory that is not a cluster's.
+
+    Raises:
+        UserError: no such directory, or no cluster state in it (one line, exit 2).
+    """
+    from goodput_jax.cluster.state import StateDir
+
+    sd = StateDir(state_dir)
+    if not os.path.isdir(sd.root):
+        raise UserError(f"--state-dir ({state_dir!r}) does not exist; start a cluster there "
+                        f"with 'goodput-jax cluster up --state-dir {state_dir}'")
+    if not (os.path.exists(sd.cluster_path) or os.path.exists(sd.controller_path)):
+        raise UserError(f"--state-dir ({state_dir!r}) holds no cluster (no cluster.json or "
+                        f"controller.json); start one with 'goodput-jax cluster up'")
 
 
 def _json_arg(name: str, text: str | None) -> dict:
@@ -252,6 +274,7 @@ def run_logs(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     from goodput_jax.cluster.report import write_cluster_report
 
+    require_cluster_dir(args.state_dir)
     try:
         path = write_cluster_report(args.state_dir, args.html)
     except ValueError as e:

@@ -158,3 +158,22 @@ def test_max_capacity_is_parsed_and_bad_values_are_one_line_errors(tmp_path, cap
                  "a=2x2"]) == 2
     assert "needs --autoscale" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_every_subcommand_but_up_refuses_a_directory_without_a_cluster(tmp_path, capsys):
+    """Fails on the old CLI: down created requests/down, submit queued in a new inbox,
+    status printed an empty table, all with exit 0."""
+    import os
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for where in (str(tmp_path / "nonexistent"), str(empty)):
+        for argv in (["down"], ["submit", "--name", "j", "--entry-point", EX], ["status"],
+                     ["cancel", "j"], ["reallocate", "j", "--to", "n0"], ["logs", "j"],
+                     ["report", "--html", str(tmp_path / "r.html")]):
+            rc = main(["cluster", argv[0], "--state-dir", where, *argv[1:]])
+            err = capsys.readouterr().err
+            assert rc == 2, (argv, where)
+            assert err.count("\n") == 1 and repr(where) in err, err
+    assert not os.path.exists(tmp_path / "nonexistent")
+    assert os.listdir(empty) == [] and not os.path.exists(tmp_path / "r.html")
