@@ -71,6 +71,7 @@ __all__ = [
     "build_timeline",
     "gantt_svg",
     "render_html",
+    "nodes_of_run",
     "timeline_from_state",
     "write_cluster_report",
 ]
@@ -98,7 +99,7 @@ def timeline_from_state(state_dir: str | os.PathLike, *, now: float | None = Non
                          f"(no controller.json)")
     state = read_state(sd.root)  # the typed records, any saved format version
     jobs = {n: rec.to_json() for n, rec in state.jobs.items()}
-    nodes = (sd.read_json(sd.cluster_path, {}) or {}).get("nodes") or []
+    nodes = nodes_of_run(sd.read_json(sd.cluster_path, {}) or {})
     progress = {n: sd.read_progress(n) for n in jobs}
     tl = build_timeline(jobs, state.rounds, nodes, progress=progress, now=now)
     if not goodput:
@@ -111,6 +112,26 @@ def timeline_from_state(state_dir: str | os.PathLike, *, now: float | None = Non
                                 sched, tl.end)
         measured.append(dataclasses.replace(j, goodput=score, productivity=prod))
     return dataclasses.replace(tl, jobs=tuple(measured))
+
+
+def nodes_of_run(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of the run from ``cluster.json``: its live ``nodes`` and, from
+    ``nodes_seen`` (every node the controller ever saw), the ones gone since
+    (``alive``: False), each with its accelerator type and devices.
+
+    Example:
+        >>> nodes_of_run({"nodes": [{"label": "n0", "accelerator_type": "a", "devices": 2}],
+        ...               "nodes_seen": [{"label": "n0", "accelerator_type": "a", "devices": 2},
+        ...                              {"label": "n1", "accelerator_type": "a", "devices": 2}]})
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [{'label': 'n0', 'accelerator_type': 'a', 'devices': 2},
+         {'label': 'n1', 'accelerator_type': 'a', 'devices': 2, 'alive': False}]
+    """
+    live = list(cluster.get("nodes") or [])
+    labels = {n["label"] for n in live}
+    gone = [{**n, "alive": False} for n in cluster.get("nodes_seen") or []
+            if n["label"] not in labels]
+    return live + gone
 
 
 def _measured(name: str, store: str | None, scheduling: Any, end: float
@@ -155,4 +176,4 @@ def write_cluster_report(state_dir: str | os.PathLike, path: str | os.PathLike, 
     if not os.path.isdir(parent):
         raise ValueError(f"path ({os.fspath(path)!r}): directory {parent!r} does not exist")
     tl = timeline_from_state(state_dir, now=now, goodput=goodput)
-    return render_html(tl, path, title=os.path.basename(os.path.abspath(os.fspath(state_dir))))
+    return render_html(tl, path, source=os.path.abspath(os.fspath(state_dir)))

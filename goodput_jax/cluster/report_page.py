@@ -14,7 +14,7 @@ import os
 from goodput_jax.cluster.report_timeline import ClusterNode, ClusterTimeline, alloc_text
 from goodput_jax.report.labels import plural
 
-__all__ = ["gantt_svg", "render_html"]
+__all__ = ["gantt_svg", "headline", "page_title", "render_html"]
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7",
            "#9c755f", "#e15759", "#bab0ac")
@@ -38,7 +38,37 @@ svg { display: block; }
 .legend span.item { margin-right: 14px; white-space: nowrap; }
 details { margin: 4px 0; } summary { cursor: pointer; }
 td.note { white-space: normal; min-width: 12em; }
+@media (max-width: 820px) {
+  table.reflow, table.reflow tbody, table.reflow tr, table.reflow td { display: block; }
+  table.reflow tr.head { display: none; }
+  table.reflow tr { border: 1px solid #ddd; border-radius: 4px; margin: 6px 0; }
+  table.reflow td { display: flex; justify-content: space-between; gap: 12px;
+                    border-bottom: 1px solid #f0f0f0; white-space: normal; text-align: right;
+                    padding: 2px 8px; min-width: 0; }
+  table.reflow td::before { content: attr(data-label); color: #555; text-align: left; }
+}
 """
+
+
+def _table(cls: str, head: list[tuple[str, bool]], rows: list[tuple[str, list[str]]]) -> str:
+    """A table that reflows into one card per row below 820 px: ``head`` is (label,
+    left-aligned) per column; each row is (its ``<tr>`` attributes, one cell's HTML per
+    column, already escaped; a cell may start with ``<td ...>`` to set its own attributes)."""
+    left_th = " class='l'"
+    ths = "".join(f"<th{left_th if left else ''}>{html.escape(label)}</th>"
+                  for label, left in head)
+    body = []
+    for attrs, cells in rows:
+        tds = []
+        for (label, left), cell in zip(head, cells):
+            extra = " class='l'" if left else ""
+            if cell.startswith("<td"):
+                tag, _, rest = cell.partition(">")
+                tds.append(f"{tag} data-label='{html.escape(label)}'>{rest}")
+            else:
+                tds.append(f"<td{extra} data-label='{html.escape(label)}'>{cell}</td>")
+        body.append(f"<tr {attrs}>{''.join(tds)}</tr>" if attrs else f"<tr>{''.join(tds)}</tr>")
+    return f"<table class='{cls} reflow'><tr class='head'>{ths}</tr>{''.join(body)}</table>"
 
 
 def _s(x: float | None, digits: int = 1) -> str:
@@ -90,13 +120,16 @@ def gantt_svg(tl: ClusterTimeline, width: int = 960, svg_id: str = "gantt") -> s
     node_gap = {}
     y, prev = top, None
     ys = []
+    per_node = {n.label: sum(1 for m, _ in rows if m.label == n.label) for n in tl.nodes}
     for node, d in rows:
         if prev is not None and node.label != prev:
-            y += gap
+            y += gap + (row_h - 6 if per_node.get(prev, 2) < 2 else 0)  # its subtitle's line
         ys.append(y)
         node_gap[(node.label, d)] = y
         y += row_h
         prev = node.label
+    if prev is not None and per_node.get(prev, 2) < 2:
+        y += row_h - 6
     height = y + 34
 
     def x(t: float) -> float:
@@ -130,10 +163,9 @@ def gantt_svg(tl: ClusterTimeline, width: int = 960, svg_id: str = "gantt") -> s
             out.append(f'<text x="{left - 6}" y="{yy + 13}" text-anchor="end" '
                        f'font-weight="600" fill="{"#222" if node.alive else "#b22"}">'
                        f'{name}</text>')
-            out.append(f'<text x="{left - 6}" y="{yy + 13 + row_h}" text-anchor="end" '
-                       f'fill="#777" font-size="11">{kind} \u00b7 {node.devices} dev</text>'
-                       if node.devices > 1 else
-                       f'<title>{kind}</title>')
+            out.append(f'<text class="node-kind" x="{left - 6}" y="{yy + 13 + row_h}" '
+                       f'text-anchor="end" fill="#777" font-size="11">'
+                       f'{kind} \u00b7 {node.devices} dev</text>')
         prev = node.label
     # launches
     for j in tl.jobs:
@@ -194,22 +226,19 @@ def _nice_step(raw: float) -> float:
 
 
 def _jobs_table(tl: ClusterTimeline) -> str:
-    head = ("<tr><th class='l'>job</th><th class='l'>status</th><th>submitted (s)</th>"
-            "<th>queued before start (s)</th><th>between launches (s)</th><th>launches</th>"
-            "<th>restarts</th><th>restart cost (s)</th><th>crashes</th><th>JCT (s)</th>"
-            "<th>goodput (%)</th></tr>")
+    head = [("job", True), ("status", True), ("submitted (s)", False),
+            ("queued before start (s)", False), ("between launches (s)", False),
+            ("launches", False), ("restarts", False), ("restart cost (s)", False),
+            ("crashes", False), ("JCT (s)", False), ("goodput (%)", False)]
     rows = []
     for i, j in enumerate(tl.jobs):
         cost = sum(r.cost for r in j.restarts)
-        rows.append(
-            f"<tr id='job-{html.escape(j.name)}'><td class='l'><span class='swatch' "
-            f"style='background:{_color(i)}'></span>{html.escape(j.name)}</td>"
-            f"<td class='l'>{html.escape(j.status)}</td><td>{j.submitted - tl.start:.1f}</td>"
-            f"<td>{j.queued_before_start:.1f}</td><td>{j.between_launches:.1f}</td>"
-            f"<td>{len(j.launches)}</td><td>{len(j.restarts)}</td>"
-            f"<td>{cost:.1f}</td><td>{j.failures}</td><td>{_s(j.jct)}</td>"
-            f"<td>{_s(j.goodput)}</td></tr>")
-    return f"<table class='jobs'>{head}{''.join(rows)}</table>"
+        rows.append((f"id='job-{html.escape(j.name)}'", [
+            f"<span class='swatch' style='background:{_color(i)}'></span>{html.escape(j.name)}",
+            html.escape(j.status), f"{j.submitted - tl.start:.1f}",
+            f"{j.queued_before_start:.1f}", f"{j.between_launches:.1f}", f"{len(j.launches)}",
+            f"{len(j.restarts)}", f"{cost:.1f}", f"{j.failures}", _s(j.jct), _s(j.goodput)]))
+    return _table("jobs", head, rows)
 
 
 def _pct(x: float | None) -> str:
@@ -218,61 +247,56 @@ def _pct(x: float | None) -> str:
 
 def _productivity_table(tl: ClusterTimeline) -> str:
     """Per job: scheduling, runtime and program goodput, their product, ETTR, MFU."""
-    head = ("<tr><th class='l'>job</th><th>scheduling goodput (%)</th>"
-            "<th>runtime goodput (%)</th><th>program goodput (%)</th>"
-            "<th>ML Productivity Goodput (%)</th><th>ETTR (%)</th><th>MFU (%)</th>"
-            "<th>held / job time (s)</th><th class='l'>note</th></tr>")
+    head = [("job", True), ("scheduling goodput (%)", False), ("runtime goodput (%)", False),
+            ("program goodput (%)", False), ("ML Productivity Goodput (%)", False),
+            ("ETTR (%)", False), ("MFU (%)", False), ("held / job time (s)", False),
+            ("note", True)]
     rows = []
     for i, j in enumerate(tl.jobs):
         p = j.productivity
         if p is None:
             note = "no goodput store" if j.goodput is None else "no scheduling time"
-            cells = "".join("<td>\u2013</td>" for _ in range(7))
+            cells = ["\u2013"] * 7
         else:
             note = ("no program cost recorded (no MFU, no product)"
                     if not math.isfinite(p.program_goodput) else "")
-            cells = (f"<td class='sched'>{_pct(p.scheduling_goodput)}</td>"
-                     f"<td class='runtime'>{_pct(p.runtime_goodput)}</td>"
-                     f"<td class='program'>{_pct(p.program_goodput)}</td>"
-                     f"<td class='product'><b>{_pct(p.ml_productivity_goodput)}</b></td>"
-                     f"<td>{_pct(p.ettr)}</td><td>{_pct(p.mfu)}</td>"
-                     f"<td>{p.held_s:.1f} / {p.total_s:.1f}</td>")
-        rows.append(f"<tr id='productivity-{html.escape(j.name)}'><td class='l'><span "
-                    f"class='swatch' style='background:{_color(i)}'></span>"
-                    f"{html.escape(j.name)}</td>{cells}"
-                    f"<td class='l note'>{html.escape(note)}</td></tr>")
-    return f"<table class='productivity'>{head}{''.join(rows)}</table>"
+            cells = [f"<td class='sched'>{_pct(p.scheduling_goodput)}",
+                     f"<td class='runtime'>{_pct(p.runtime_goodput)}",
+                     f"<td class='program'>{_pct(p.program_goodput)}",
+                     f"<td class='product'><b>{_pct(p.ml_productivity_goodput)}</b>",
+                     _pct(p.ettr), _pct(p.mfu), f"{p.held_s:.1f} / {p.total_s:.1f}"]
+        cells = [c + "</td>" if c.startswith("<td") else c for c in cells]
+        rows.append((f"id='productivity-{html.escape(j.name)}'", [
+            f"<span class='swatch' style='background:{_color(i)}'></span>{html.escape(j.name)}",
+            *cells, f"<td class='l note'>{html.escape(note)}</td>"]))
+    return _table("productivity", head, rows)
 
 
 def _restarts_table(tl: ClusterTimeline) -> str:
     rs = [r for j in tl.jobs for r in j.restarts]
     if not rs:
         return "<p class='explain' id='no-restarts'>No job restarted.</p>"
-    rows = []
-    for r in sorted(rs, key=lambda r: r.requested):
-        rows.append(f"<tr><td class='l'>{html.escape(r.job)}</td><td>{r.attempt}</td>"
-                    f"<td class='l'>{html.escape(r.cause)}</td>"
-                    f"<td>{r.requested - tl.start:.1f}</td><td>{r.launched - tl.start:.1f}</td>"
-                    f"<td>{_s(None if r.first_step is None else r.first_step - tl.start)}</td>"
-                    f"<td><b>{r.cost:.1f}</b></td></tr>")
-    return ("<table class='restarts'><tr><th class='l'>job</th><th>new attempt</th>"
-            "<th class='l'>cause</th><th>at (s)</th><th>relaunched (s)</th>"
-            "<th>first step (s)</th><th>cost (s)</th></tr>" + "".join(rows) + "</table>")
+    head = [("job", True), ("new attempt", False), ("cause", True), ("at (s)", False),
+            ("relaunched (s)", False), ("first step (s)", False), ("cost (s)", False)]
+    rows = [("", [html.escape(r.job), f"{r.attempt}", html.escape(r.cause),
+                  f"{r.requested - tl.start:.1f}", f"{r.launched - tl.start:.1f}",
+                  _s(None if r.first_step is None else r.first_step - tl.start),
+                  f"<b>{r.cost:.1f}</b>"])
+            for r in sorted(rs, key=lambda r: r.requested)]
+    return _table("restarts", head, rows)
 
 
 def _rounds_table(tl: ClusterTimeline) -> str:
     if not tl.rounds:
         return "<p class='explain' id='no-rounds'>No round changed an allocation.</p>"
+    head = [("at (s)", False), ("policy", True), ("changes (old \u2192 new devices)", True)]
     rows = []
     for r in tl.rounds:
         moves = "<br>".join(
             f"{html.escape(k)}: {html.escape(alloc_text(r.previous.get(k, ())))} \u2192 "
             f"{html.escape(alloc_text(r.allocations.get(k, ())))}" for k in r.changed)
-        rows.append(f"<tr><td>{r.t - tl.start:.1f}</td><td class='l'>{html.escape(r.policy)}"
-                    f"</td><td class='l'>{moves}</td></tr>")
-    return ("<table class='rounds'><tr><th>at (s)</th><th class='l'>policy</th>"
-            "<th class='l'>changes (old \u2192 new devices)</th></tr>" + "".join(rows)
-            + "</table>")
+        rows.append(("", [f"{r.t - tl.start:.1f}", html.escape(r.policy), moves]))
+    return _table("rounds", head, rows)
 
 
 def _events_html(tl: ClusterTimeline) -> str:
@@ -290,21 +314,56 @@ def _events_html(tl: ClusterTimeline) -> str:
     return "\n".join(out)
 
 
-def render_html(tl: ClusterTimeline, path: str | os.PathLike, *, title: str = "cluster") -> str:
-    """Write the cluster report page for ``tl`` to ``path``; returns the path."""
-    if not isinstance(tl, ClusterTimeline):
-        raise TypeError(f"tl must be a ClusterTimeline, got {type(tl).__name__}")
-    stamp = datetime.datetime.fromtimestamp(tl.start, datetime.UTC).strftime(
-        "%Y-%m-%d %H:%M:%S UTC")
-    devices = sum(n.devices for n in tl.nodes if n.alive)
+def page_title(tl: ClusterTimeline) -> str:
+    """The page's title: its jobs by name (the first three, then how many more).
+
+    Example:
+        >>> page_title(ClusterTimeline((), (), (), 0.0, 0.0))
+        'no jobs'
+    """
+    names = [j.name for j in tl.jobs]
+    if not names:
+        return "no jobs"
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ", ".join(names[:3]) + more
+
+
+def headline(tl: ClusterTimeline) -> str:
+    """One sentence: jobs, every node of the run (lost ones counted, and said), restarts,
+    mean JCT."""
+    alive = [n for n in tl.nodes if n.alive]
+    lost = len(tl.nodes) - len(alive)
+    devices = sum(n.devices for n in tl.nodes)
+    nodes = f"{plural(len(tl.nodes), 'node')} ({plural(devices, 'device')}"
+    nodes += f"; {lost} lost during the run, {len(alive)} at its end)" if lost else ")"
     done = [j for j in tl.jobs if j.jct is not None]
     restarts = [r for j in tl.jobs for r in j.restarts]
-    head = (f"{plural(len(tl.jobs), 'job')} ({len(done)} finished) on "
-            f"{plural(sum(n.alive for n in tl.nodes), 'node')} ({plural(devices, 'device')})"
+    head = (f"{plural(len(tl.jobs), 'job')} ({len(done)} finished) on {nodes}"
             f" over {tl.end - tl.start:.1f} s; {plural(len(restarts), 'restart')} costing "
             f"{sum(r.cost for r in restarts):.1f} s in all")
     if done:
-        head += f"; mean JCT {sum(j.jct for j in done) / len(done):.1f} s"
+        head += f"; mean JCT {sum(j.jct or 0.0 for j in done) / len(done):.1f} s"
+    return head
+
+
+def render_html(tl: ClusterTimeline, path: str | os.PathLike, *, title: str | None = None,
+                source: str | None = None) -> str:
+    """Write the cluster report page for ``tl`` to ``path``; returns the path.
+
+    Args:
+        tl: what the page shows.
+        path: the page to write (its directory must exist).
+        title: the page's title after "Cluster report: " (default: its jobs' names).
+        source: where the records came from (the state directory), shown under the title.
+    """
+    if not isinstance(tl, ClusterTimeline):
+        raise TypeError(f"tl must be a ClusterTimeline, got {type(tl).__name__}")
+    if title is None:
+        title = page_title(tl)
+    stamp = datetime.datetime.fromtimestamp(tl.start, datetime.UTC).strftime(
+        "%Y-%m-%d %H:%M:%S UTC")
+    head = headline(tl)
+    where = f"; records from {html.escape(source)}" if source else ""
     legend = "".join(f"<span class='item'><span class='swatch' style='background:{_color(i)}'>"
                      f"</span>{html.escape(j.name)}</span>" for i, j in enumerate(tl.jobs))
     page = f"""<!DOCTYPE html>
@@ -314,7 +373,7 @@ def render_html(tl: ClusterTimeline, path: str | os.PathLike, *, title: str = "c
 <style>{_CSS}</style></head>
 <body>
 <h1>Cluster report: {html.escape(title)}</h1>
-<p class="meta">from {stamp} (time 0) to {tl.end - tl.start:.1f} s</p>
+<p class="meta">from {stamp} (time 0) to {tl.end - tl.start:.1f} s{where}</p>
 <p id="headline">{html.escape(head)}.</p>
 <h2 id="allocation">Who held which device when</h2>
 <p class="explain">One row per device of each node (grouped by node, with its accelerator

@@ -255,8 +255,9 @@ def build_timeline(jobs: Mapping[str, Mapping[str, Any]], rounds: Sequence[Mappi
             ``submitted``, ``finished``, ``failures``, ``events`` [``t``, ``what`` ...],
             ``launches`` [``t``, ``attempt``, ``reason``, ``allocation``, ``type``]).
         rounds: the controller's rounds (``t``, ``policy``, ``changed``, ``allocations``).
-        nodes: the live nodes (``label``, ``accelerator_type``, ``devices``); nodes only
-            seen in launches are added as lost.
+        nodes: every node of the run (``label``, ``accelerator_type``, ``devices``, and
+            ``alive``: False for a node that is gone, default True); nodes only seen in
+            launches are added as lost, with the devices their launches used.
         progress: name -> the job's progress log (``event``, ``attempt``, ``t``).
         goodput: name -> measured goodput in %.
         productivity: name -> the job's ML Productivity Goodput
@@ -286,7 +287,8 @@ def build_timeline(jobs: Mapping[str, Mapping[str, Any]], rounds: Sequence[Mappi
                       for n in sorted(jobs))
     start = min([j.submitted for j in summaries] + times + [end])
     live = {str(n["label"]): ClusterNode(str(n["label"]), n.get("accelerator_type"),
-                                         int(n.get("devices", 0)), True) for n in nodes}
+                                         int(n.get("devices", 0)), bool(n.get("alive", True)))
+            for n in nodes}
     seen: dict[str, tuple[str | None, int]] = {}
     for j in summaries:
         for la in j.launches:

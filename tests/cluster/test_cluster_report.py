@@ -295,7 +295,7 @@ def test_productivity_per_job(tmp_path):
     out = render_html(tl, tmp_path / "report.html")
     page = open(out, encoding="utf-8").read()
     row = re.search(r"<tr id='productivity-j1'>(.*?)</tr>", page).group(1)
-    cells = dict(re.findall(r"<td class='(sched|runtime|program|product)'>(?:<b>)?([^<]*)", row))
+    cells = dict(re.findall(r"<td class='(sched|runtime|program|product)'[^>]*>(?:<b>)?([^<]*)", row))
     assert cells == {"sched": f"{100 * p1.scheduling_goodput:.1f}",
                      "runtime": f"{100 * p1.runtime_goodput:.1f}", "program": "25.0",
                      "product": f"{100 * p1.ml_productivity_goodput:.1f}"}
@@ -304,3 +304,36 @@ def test_productivity_per_job(tmp_path):
                                                    page).group(1)
     with pytest.raises(TypeError, match=r"productivity\['j'\]"):
         build_timeline({"j": {"submitted": 0.0}}, productivity={"j": 0.5})
+
+
+def test_nodes_over_the_run_titles_and_tables_that_reflow(tmp_path):
+    """Fails on the old page: its headline counted only the nodes live at the end ("on 2
+    nodes (4 devices)" beside a chart of 3), the lost node had no "type · devices" line,
+    the title was the state directory's name, and the tables had no narrow layout."""
+    sd = write_state(tmp_path / "state")
+    cluster = sd.read_json(sd.cluster_path)
+    # what the controller saw over the run: a1 (4 devices) was lost at 50 s
+    cluster["nodes_seen"] = cluster["nodes"] + [
+        {"label": "a1", "accelerator_type": "a", "devices": 4}]
+    sd.write_json(sd.cluster_path, cluster)
+    out = write_cluster_report(sd.root, tmp_path / "report.html", now=T0 + 100)
+    page = open(out, encoding="utf-8").read()
+    assert "on 3 nodes (8 devices; 1 lost during the run, 2 at its end)" in page
+    kinds = re.findall(r'<text class="node-kind"[^>]*>([^<]*)</text>', page)
+    # each node once per drawing (wide and narrow), the lost one with its own devices
+    assert sorted(kinds) == sorted(["a \u00b7 2 dev", "a \u00b7 4 dev", "b \u00b7 2 dev"] * 2)
+    assert "<title>Cluster report: j1, j2, j3</title>" in page
+    assert f"records from {sd.root}" in page
+    for cls in ("jobs", "productivity", "restarts", "rounds"):
+        table = re.search(rf"<table class='{cls} reflow'>.*?</table>", page, re.S).group(0)
+        heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+        cells = re.findall(r"<td[^>]*data-label='([^']*)'", table)
+        assert cells and set(cells) <= set(heads), cls
+    assert "table.reflow td::before { content: attr(data-label)" in page
+    # without nodes_seen, a lost node still counts, with the devices its launches used
+    from goodput_jax.cluster.report import timeline_from_state
+
+    del cluster["nodes_seen"]
+    sd.write_json(sd.cluster_path, cluster)
+    tl = timeline_from_state(sd.root, now=T0 + 100, goodput=False)
+    assert [(n.label, n.alive) for n in tl.nodes] == [("a0", True), ("a1", False), ("b0", True)]
