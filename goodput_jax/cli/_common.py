@@ -295,7 +295,7 @@ def run_command(command: str, fn: Callable[[], int]) -> int:
         extra = extra_of(e.name)
         if extra is None:
             raise
-        message = str(MissingExtraError(extra, e.name, f"goodput-jax {command}"))
+        message = str(MissingExtraError(extra, e.name or extra, f"goodput-jax {command}"))
     except ImportError as e:
         # A store that needs an extra raises ImportError("... pip install ..."); any other
         # ImportError is a bug and keeps its traceback.

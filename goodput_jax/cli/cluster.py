@@ -341,18 +341,19 @@ def run_up(args: argparse.Namespace) -> int:
         if args.autoscale:
             argv.append("--autoscale")
         return _reexec_sandboxed(argv)
-    from goodput_jax.cluster.api import ClusterClient
     from goodput_jax.cluster.controller import start_controller
 
     from goodput_jax.cluster.controller import stop_controller
     from goodput_jax.cluster.launch import NAMESPACE
 
-    client = ClusterClient(args.state_dir)
-    os.makedirs(client.sd.root, exist_ok=True)
+    from goodput_jax.cluster.state import StateDir
+
+    sd = StateDir(args.state_dir)
+    os.makedirs(sd.root, exist_ok=True)
     # Ray's own messages (its node-IP probes, a dead raylet's state dump) go to
     # STATE_DIR/ray.log, not to this command's output
     saved = os.dup(2)
-    ray_log = os.open(os.path.join(client.sd.root, "ray.log"),
+    ray_log = os.open(os.path.join(sd.root, "ray.log"),
                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(ray_log, 2)
     os.close(ray_log)
@@ -368,15 +369,15 @@ def run_up(args: argparse.Namespace) -> int:
 
             ray.init(address=args.address, namespace=NAMESPACE, log_to_driver=False)
             address = args.address
-        if os.path.exists(client.sd.down_path()):
-            os.remove(client.sd.down_path())
+        if os.path.exists(sd.down_path()):
+            os.remove(sd.down_path())
         actor = start_controller(args.state_dir, policy=args.policy, interval=args.interval,
                                  fake_devices=args.address is None, autoscale=args.autoscale,
                                  max_capacity=max_capacity)
-        print(f"cluster up at {address}: state in {client.sd.root}; 'goodput-jax cluster "
+        print(f"cluster up at {address}: state in {sd.root}; 'goodput-jax cluster "
               f"down --state-dir {args.state_dir}' stops it", flush=True)
         try:
-            while not os.path.exists(client.sd.down_path()):
+            while not os.path.exists(sd.down_path()):
                 time.sleep(1.0)
         except KeyboardInterrupt:
             pass

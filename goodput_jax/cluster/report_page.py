@@ -93,7 +93,7 @@ def _device_rows(tl: ClusterTimeline) -> tuple[list[tuple[ClusterNode, int]],
             if not need:
                 continue
             end = la.end if la.end is not None else tl.end
-            got = []
+            got: list[int] = []
             for i, until in enumerate(busy_until):
                 if len(got) < need and until <= la.start:
                     got.append(i)
