@@ -234,7 +234,8 @@ def _jobs_table(tl: ClusterTimeline) -> str:
     for i, j in enumerate(tl.jobs):
         cost = sum(r.cost for r in j.restarts)
         rows.append((f"id='job-{html.escape(j.name)}'", [
-            f"<span class='swatch' style='background:{_color(i)}'></span>{html.escape(j.name)}",
+            f"<span><span class='swatch' style='background:{_color(i)}'></span>"
+            f"{html.escape(j.name)}</span>",
             html.escape(j.status), f"{j.submitted - tl.start:.1f}",
             f"{j.queued_before_start:.1f}", f"{j.between_launches:.1f}", f"{len(j.launches)}",
             f"{len(j.restarts)}", f"{cost:.1f}", f"{j.failures}", _s(j.jct), _s(j.goodput)]))
@@ -267,7 +268,8 @@ def _productivity_table(tl: ClusterTimeline) -> str:
                      _pct(p.ettr), _pct(p.mfu), f"{p.held_s:.1f} / {p.total_s:.1f}"]
         cells = [c + "</td>" if c.startswith("<td") else c for c in cells]
         rows.append((f"id='productivity-{html.escape(j.name)}'", [
-            f"<span class='swatch' style='background:{_color(i)}'></span>{html.escape(j.name)}",
+            f"<span><span class='swatch' style='background:{_color(i)}'></span>"
+            f"{html.escape(j.name)}</span>",
             *cells, f"<td class='l note'>{html.escape(note)}</td>"]))
     return _table("productivity", head, rows)
 
