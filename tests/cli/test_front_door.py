@@ -215,3 +215,21 @@ def test_simulate_help_describes_every_policy_it_accepts():
 
     for policy in ("pollux", "optimus", "tiresias", "sia", "pollux-typed"):
         assert re.search(rf"(?<![\w-]){re.escape(policy)}(?![\w-])", DESCRIPTION), policy
+
+
+def test_the_docs_command_list_names_every_subcommand():
+    """Fails while docs/index.md's command list leaves a subcommand out (it missed
+    'cluster')."""
+    import pathlib
+    import re
+
+    from goodput_jax.cli import build_parser
+
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "index.md").read_text()
+    block = text.split("## Command line", 1)[1].split("```", 2)[1]
+    listed = set(re.findall(r"^goodput-jax (\w+)", block, re.M))
+    usage = build_parser().format_usage()  # "usage: goodput-jax [-h] [--version] COMMAND ..."
+    helps = build_parser().format_help().split("COMMAND\n", 2)[-1]
+    commands = set(re.findall(r"^    (\w+) ", helps, re.M))
+    assert "COMMAND" in usage and len(commands) >= 5, helps
+    assert listed == commands, (listed, commands)
