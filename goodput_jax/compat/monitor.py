@@ -20,6 +20,7 @@ from goodput_jax.compat.calculator import GoodputCalculator
 from goodput_jax.compat.enums import GoodputType, IntervalMetricType
 from goodput_jax.compat.options import LOGGER_NAME, GCPOptions, check_flag, check_positive
 from goodput_jax.compat.recorder import flush_live_recorders
+from goodput_jax.measure.calculator import GoodputCalculator as _BaseCalculator
 from goodput_jax.measure.monitor import GoodputMonitor as _BaseMonitor
 
 __all__ = ["GoodputMonitor"]
@@ -78,6 +79,10 @@ class GoodputMonitor(_BaseMonitor):
         >>> m.upload_interval, m.monitoring_enabled                                   # doctest: +SKIP
         (60.0, False)
     """
+
+    #: send and write the slice efficiency (the elastic monitor's option; its drop-in,
+    #: ``goodput_jax.monitoring_elastic``, sets it per instance)
+    include_slice_efficiency: bool = False
 
     def __init__(
         self,
@@ -180,12 +185,23 @@ class GoodputMonitor(_BaseMonitor):
         sending this monitor's metrics (None when Cloud Monitoring is off)."""
         return self._gcm
 
+    def goodput_exporter(self) -> Any:
+        """:attr:`cloud_monitoring` when ``gcp_options.enable_gcp_goodput_metrics``."""
+        return self._gcm if self.gcp_options.enable_gcp_goodput_metrics else None
+
     def upload_goodput(self) -> dict[str, float]:
         values = super().upload_goodput()
-        if self._gcm is not None and values and self.gcp_options.enable_gcp_goodput_metrics:
-            self._gcm.send_goodput(
-                self.calculator, self._now(),
-                include_slice_efficiency=bool(getattr(self, "include_slice_efficiency", False)))
+        gcm = self.goodput_exporter()
+        if gcm is not None and values:
+            calc = self.calculator
+            # the measure room's details (seconds, its keys), whichever calculator this is
+            details = _BaseCalculator.get_job_goodput_details(calc)
+            if self.include_slice_efficiency:  # the elastic calculator's details carry them
+                full = calc.get_job_goodput_details()
+                details.update({k: full[k] for k in ("stepping_slice_efficiency",
+                                                     "available_slice_efficiency") if k in full})
+            gcm.send_goodput(details, calc.get_step_statistics(), self._now(),
+                             include_slice_efficiency=self.include_slice_efficiency)
         return values
 
     def upload_hang_status(self, last_step: int | None = None, *, flush: bool = True
@@ -200,9 +216,9 @@ class GoodputMonitor(_BaseMonitor):
                 instance_id=md.instance_id if md is not None else None), self._now())
         return values
 
-    def _interval_calculator(self) -> Any:
+    def _interval_calculator(self) -> GoodputCalculator:
         calc = self.calculator
-        if hasattr(calc, "get_interval_metric_details"):
+        if isinstance(calc, GoodputCalculator):  # Google's interval rule is its own
             return calc
         if self._google_calc is None:  # Google's interval rule on the same store
             self._google_calc = GoodputCalculator(self.job_name, self.logger_name,
@@ -220,7 +236,7 @@ class GoodputMonitor(_BaseMonitor):
             window_seconds)
         now = self._now()
         values: dict[str, float] = {}
-        slice_eff = bool(getattr(self, "include_slice_efficiency", False))
+        slice_eff = self.include_slice_efficiency
         calc = self._interval_calculator()
         send = self._gcm is not None and self.gcp_options.enable_gcp_goodput_metrics
         for w in windows:

@@ -112,9 +112,13 @@ import math
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goodput_jax.measure.badput import GOOGLE_NAMES
+
+if TYPE_CHECKING:
+    from goodput_jax.measure.calculator import StepDeviation
+    from goodput_jax.measure.monitor_calculator import MonitoredCalculator
 
 _log = logging.getLogger(__name__)
 
@@ -798,19 +802,17 @@ class CloudMonitoringExporter:
         self.sent += n
         return n
 
-    def send_goodput(self, calculator: Any, now: float | None = None, *,
-                     include_slice_efficiency: bool = False) -> int:
-        """Send the goodput metrics of ``calculator``'s job now."""
-        from goodput_jax.measure.calculator import GoodputCalculator
+    def send_goodput(self, details: dict[str, Any], step_statistics: StepDeviation | None,
+                     now: float | None = None, *, include_slice_efficiency: bool = False
+                     ) -> int:
+        """Send the :meth:`goodput_metrics` of one goodput upload now.
 
-        details = GoodputCalculator.get_job_goodput_details(calculator)
-        if include_slice_efficiency:  # the elastic calculator's own details carry them
-            full = calculator.get_job_goodput_details()
-            for key in ("stepping_slice_efficiency", "available_slice_efficiency"):
-                if key in full:
-                    details[key] = full[key]
-        stats = GoodputCalculator.get_step_deviation(calculator)
-        return self.send(self.goodput_metrics(details, stats,
+        Args:
+            details: the measure room's ``GoodputCalculator.get_job_goodput_details()``
+                (seconds; with the elastic keys for ``include_slice_efficiency``).
+            step_statistics: the calculator's ``get_step_statistics()``.
+        """
+        return self.send(self.goodput_metrics(details, step_statistics,
                                               include_slice_efficiency=include_slice_efficiency),
                          now)
 
@@ -826,14 +828,13 @@ class CloudMonitoringExporter:
         metrics = self.productivity_metrics(result)
         return self.send(metrics, now) if metrics else 0
 
-    def send_step_deviation(self, calculator: Any, now: float | None = None) -> int:
+    def send_step_deviation(self, calculator: MonitoredCalculator, now: float | None = None
+                            ) -> int:
         """Send ``step_time_deviation`` (the step-deviation uploader).
 
         Google's step-deviation uploader sends the mean deviation as ``performance``,
         which its goodput uploader fills with the ideal step time; here
         ``performance`` keeps that one meaning and the deviation goes to its own
         series (the same one each goodput upload updates)."""
-        from goodput_jax.measure.calculator import GoodputCalculator
-
-        metrics = self.step_deviation_metrics(GoodputCalculator.get_step_deviation(calculator))
+        metrics = self.step_deviation_metrics(calculator.get_step_statistics())
         return self.send(metrics, now) if metrics else 0

@@ -67,10 +67,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from goodput_jax.measure.badput import GOOGLE_NAMES
 from goodput_jax.measure.events import to_timestamp
+from goodput_jax.measure.monitor_calculator import (
+    MonitorCalculator,
+    MonitoredCalculator,
+    check_calculator,
+)
 from goodput_jax.measure.tags import (  # noqa: F401 - HINT_TAGS, hint_scalars: public here too
     HINT_TAGS,
     PRODUCTIVITY_TAGS,
@@ -82,6 +87,10 @@ from goodput_jax.measure.tags import (  # noqa: F401 - HINT_TAGS, hint_scalars: 
     window_tag,
 )
 from goodput_jax.measure.tensorboard import ScalarEventWriter, check_tensorboard_dir
+
+if TYPE_CHECKING:
+    from goodput_jax.measure.calculator import StepDeviation
+    from goodput_jax.measure.cloud_monitoring import CloudMonitoringExporter
 
 _log = logging.getLogger(__name__)
 
@@ -262,7 +271,7 @@ class GoodputMonitor:
         store: Any = None,
         clock: Callable[[], Any] | None = None,
         stop_timeout: float = 10.0,
-        calculator: Any = None,
+        calculator: MonitoredCalculator | None = None,
         max_deviation_points: int = 10_000,
         tag_layout: str = "goodput_jax",
         hang_threshold_seconds: float | None = None,
@@ -324,18 +333,17 @@ class GoodputMonitor:
         self._clock = clock or time.time
         self._owns_store = False
         if calculator is None:
-            from goodput_jax.measure.calculator import GoodputCalculator
             from goodput_jax.measure.stores import resolve_store
 
             self._owns_store = store is None or isinstance(store, str)
-            calculator = GoodputCalculator(
+            calculator = MonitorCalculator(
                 job_name,
                 logger_name,
                 store=resolve_store(store),
                 clock=self._clock,
                 configured_ideal_step_time=configured_ideal_step_time,
             )
-        self.calculator = calculator
+        self.calculator: MonitoredCalculator = check_calculator(calculator)
         self.configured_ideal_step_time = configured_ideal_step_time
         self._writer = ScalarEventWriter(
             os.path.join(self.tensorboard_dir, "goodput") if tag_layout == "reference"
@@ -344,7 +352,6 @@ class GoodputMonitor:
         self._lock = threading.Lock()
         self._uploaders: dict[str, _Uploader] = {}
         self._rolling_windows: tuple[float, ...] = ()
-        self._last_dev_step = -1
         self._dev_token: Any = None
         self._dev_lock = threading.Lock()
         self._step_clock = _StepClock(self.calculator.store, job_name)
@@ -463,18 +470,22 @@ class GoodputMonitor:
         self._writer.write(int(step), values, now)
         if flush:
             self._writer.flush()
-        gcm = self.cloud_monitoring
-        opts = getattr(self, "gcp_options", None)
-        if gcm is not None and self.send_productivity_metrics \
-                and getattr(opts, "enable_gcp_goodput_metrics", True):
+        gcm = self.goodput_exporter()
+        if gcm is not None and self.send_productivity_metrics:
             gcm.send_productivity(result, now)
         return values
 
     # ----------------------------------------------------------------- stragglers
     @property
-    def cloud_monitoring(self) -> Any:
+    def cloud_monitoring(self) -> CloudMonitoringExporter | None:
         """The Cloud Monitoring exporter this monitor sends with (None here; the
         drop-in ``goodput_jax.monitoring.GoodputMonitor`` returns its exporter)."""
+        return None
+
+    def goodput_exporter(self) -> CloudMonitoringExporter | None:
+        """The exporter the goodput upload's own metrics (stragglers, productivity) go
+        to: :attr:`cloud_monitoring` when it sends goodput metrics, else None (here
+        always None; the drop-in's follows ``gcp_options.enable_gcp_goodput_metrics``)."""
         return None
 
     def upload_stragglers(self, last_step: int | None = None, *, flush: bool = True
@@ -494,12 +505,9 @@ class GoodputMonitor:
             >>> monitor.upload_stragglers()["stragglers/slowest_host"]  # doctest: +SKIP
             1.0
         """
-        get = getattr(self.calculator, "get_step_stragglers", None)
-        if get is None:
-            return {}
         now = self._now()
         w = self.straggler_window_seconds
-        st = get(since=None if w is None else now - w)
+        st = self.calculator.get_step_stragglers(since=None if w is None else now - w)
         values = straggler_scalars(st, self.straggler_top)
         if not values:
             return {}
@@ -508,9 +516,8 @@ class GoodputMonitor:
         if flush:
             self._writer.flush()
         self._log_slowest(st)
-        gcm = self.cloud_monitoring
-        opts = getattr(self, "gcp_options", None)
-        if gcm is not None and getattr(opts, "enable_gcp_goodput_metrics", True):
+        gcm = self.goodput_exporter()
+        if gcm is not None:
             gcm.send(gcm.straggler_metrics(st, top=self.straggler_top, window_seconds=w), now)
         return values
 
@@ -632,11 +639,8 @@ class GoodputMonitor:
         """The windows (s) of the running rolling-window uploader (empty if none)."""
         return self._rolling_windows
 
-    def _step_stats(self):
-        # the drop-in calculator's get_step_deviation() is Google's dict; the full
-        # statistics are get_step_statistics()
-        calc = self.calculator
-        return getattr(calc, "get_step_statistics", calc.get_step_deviation)()
+    def _step_stats(self) -> StepDeviation:
+        return self.calculator.get_step_statistics()
 
     def _step_summary(self, dev: Any = None) -> dict[str, float]:
         """The ``step_time/*`` summary tags of ``dev`` (default: the calculator's now)."""
@@ -670,21 +674,14 @@ class GoodputMonitor:
         now = self._now()
         tag = "step_deviation" if self.tag_layout == "reference" else "step_time/deviation"
         with self._dev_lock:
-            new_times = getattr(self.calculator, "new_step_times", None)
-            if new_times is not None:
-                # only the steps completed (or redone after a rollback) since the last poll
-                steps_a, secs_a, self._dev_token = new_times(self._dev_token)
-                new = list(zip(steps_a.tolist(), (secs_a - dev.ideal_step_time).tolist()))
-            else:  # a calculator without it: every step, once, by step number
-                new = [(s, d) for s, d in zip(dev.steps.tolist(), dev.deviations.tolist())
-                       if s > self._last_dev_step]
+            # only the steps completed (or redone after a rollback) since the last poll
+            steps_a, secs_a, self._dev_token = self.calculator.new_step_times(self._dev_token)
+            new = list(zip(steps_a.tolist(), (secs_a - dev.ideal_step_time).tolist()))
             if self.max_deviation_points and len(new) > self.max_deviation_points:
                 new = new[-self.max_deviation_points:]
             elif not self.max_deviation_points:
                 new = []
             points = self._writer.write_series(tag, new, now) if dev.num_steps else 0
-            if dev.num_steps:
-                self._last_dev_step = max(self._last_dev_step, int(dev.steps[-1]))
         steps = [int(dev.steps[-1])] if dev.num_steps else []
         values = self._step_summary(dev)
         if dev.num_steps:
@@ -824,10 +821,8 @@ class GoodputMonitor:
                 return ok
             self._closed = True
         self._writer.close()
-        if self._owns_store:
-            close = getattr(self.calculator.store, "close", None)
-            if ok and close is not None:
-                close()
+        if self._owns_store and ok:
+            self.calculator.store.close()
         return ok
 
     def __enter__(self) -> Self:

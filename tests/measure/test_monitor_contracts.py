@@ -57,3 +57,74 @@ def test_an_existing_event_file_is_never_overwritten(tmp_path, monkeypatch):
     with pytest.raises(FileExistsError):
         LocalEventFile(str(tmp_path), ".goodput_jax")
     assert taken.read_bytes() == b"keep"
+
+
+# ----------------------------------------------------------------- the calculator protocol
+from goodput_jax.measure.calculator import GoodputCalculator  # noqa: E402
+from goodput_jax.measure.monitor import GoodputMonitor  # noqa: E402
+from goodput_jax.measure.monitor_calculator import (  # noqa: E402
+    MONITORED_MEMBERS,
+    MonitorCalculator,
+    MonitoredCalculator,
+)
+from goodput_jax.measure.stores.sqlite import SQLiteStore  # noqa: E402
+
+
+class Delegating:
+    """A calculator that is no GoodputCalculator: it has exactly the protocol's members,
+    or all but ``without``."""
+
+    def __init__(self, inner, without=()):
+        self.calls = []
+        for name in MONITORED_MEMBERS:
+            if name in without:
+                continue
+            member = getattr(inner, name)
+            if callable(member):
+                member = self._counted(name, member)
+            setattr(self, name, member)
+
+    def _counted(self, name, fn):
+        def call(*a, **kw):
+            self.calls.append(name)
+            return fn(*a, **kw)
+        return call
+
+
+def test_the_protocol_names_every_member_the_monitor_reads():
+    assert set(MONITORED_MEMBERS) == {n for n in vars(MonitoredCalculator)
+                                      if not n.startswith("_")}
+    calc = MonitorCalculator("j", store=":memory:")
+    assert isinstance(calc, MonitoredCalculator)
+    from goodput_jax.goodput import GoodputCalculator as DropIn
+
+    assert isinstance(DropIn("j", store=":memory:"), MonitoredCalculator)
+
+
+def test_a_calculator_lacking_a_member_fails_at_construction(tmp_path):
+    inner = MonitorCalculator("j", store=":memory:")
+    calc = Delegating(inner, without=("get_step_stragglers", "new_step_times"))
+    with pytest.raises(TypeError) as e:
+        GoodputMonitor("j", "goodput_j", str(tmp_path / "tb"), 30, True, calculator=calc)
+    msg = str(e.value)
+    assert "\n" not in msg and "calculator (Delegating)" in msg
+    assert "get_step_stragglers, new_step_times" in msg
+    assert not (tmp_path / "tb").exists()
+
+
+def test_any_object_with_the_members_is_monitored(tmp_path):
+    from tests.measure.test_monitor import scenario
+
+    store = SQLiteStore(str(tmp_path / "g.db"))
+    store.append(scenario("j"))
+    calc = Delegating(MonitorCalculator("j", store=store, clock=lambda: 1_700_000_120.0))
+    mon = GoodputMonitor("j", "goodput_j", str(tmp_path / "tb"), 30, True, calculator=calc,
+                         clock=lambda: 1_700_000_120.0)
+    values = mon.upload_goodput()
+    expect = GoodputCalculator("j", store=store, clock=lambda: 1_700_000_120.0).get_job_goodput()
+    assert values["goodput/total"] == pytest.approx(expect[0])
+    assert mon.upload_step_deviation()["points"] == 30.0
+    assert {"get_job_goodput", "get_step_statistics", "get_step_stragglers",
+            "new_step_times"} <= set(calc.calls)
+    mon.close()
+    store.close()
