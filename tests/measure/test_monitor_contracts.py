@@ -60,14 +60,14 @@ def test_an_existing_event_file_is_never_overwritten(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------- the calculator protocol
-from goodput_jax.measure.calculator import GoodputCalculator  # noqa: E402
-from goodput_jax.measure.monitor import GoodputMonitor  # noqa: E402
-from goodput_jax.measure.monitor_calculator import (  # noqa: E402
+from goodput_jax.measure.calculator import GoodputCalculator
+from goodput_jax.measure.monitor import GoodputMonitor
+from goodput_jax.measure.monitor_calculator import (
     MONITORED_MEMBERS,
     MonitorCalculator,
     MonitoredCalculator,
 )
-from goodput_jax.measure.stores.sqlite import SQLiteStore  # noqa: E402
+from goodput_jax.measure.stores.sqlite import SQLiteStore
 
 
 class Delegating:
@@ -128,3 +128,81 @@ def test_any_object_with_the_members_is_monitored(tmp_path):
             "new_step_times"} <= set(calc.calls)
     mon.close()
     store.close()
+
+
+# ----------------------------------------------------------------- options
+import dataclasses
+import typing
+
+from goodput_jax.measure.monitor_options import (
+    MonitorKeywords,
+    MonitorOptions,
+    monitor_options,
+)
+
+
+@pytest.mark.parametrize("field, value, exc", [
+    ("upload_interval", 0, ValueError), ("upload_interval", "30", TypeError),
+    ("stop_timeout", -1, ValueError), ("hang_threshold_seconds", float("nan"), ValueError),
+    ("straggler_top", -1, ValueError), ("straggler_top", True, ValueError),
+    ("max_deviation_points", 1.5, ValueError), ("tag_layout", "google", ValueError),
+    ("badput_tags", 1, ValueError), ("step_deviation_interval_seconds", 0, ValueError),
+])
+def test_options_fail_once_with_one_line_naming_field_and_value(field, value, exc):
+    with pytest.raises(exc) as e:
+        MonitorOptions(**{field: value})
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{field} ({value!r})")
+
+
+def test_options_are_frozen_keyword_only_and_the_keywords_name_their_fields():
+    o = MonitorOptions(upload_interval=5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.upload_interval = 6  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        MonitorOptions(5)  # type: ignore[misc]
+    assert o.upload_interval == 5.0 and isinstance(o.upload_interval, float)
+    assert o.step_interval == 5.0
+    fields = {f.name for f in dataclasses.fields(MonitorOptions)}
+    assert set(typing.get_type_hints(MonitorKeywords)) == fields - {"upload_interval",
+                                                                    "monitoring_enabled"}
+
+
+def test_keywords_become_options_in_one_place():
+    o = monitor_options(None, upload_interval=5, hang_threshold_seconds=60)
+    assert (o.upload_interval, o.hang_threshold_seconds) == (5.0, 60.0)
+    base = MonitorOptions(straggler_top=5)
+    assert monitor_options(base, upload_interval=7) == dataclasses.replace(base,
+                                                                          upload_interval=7)
+    assert monitor_options(base, straggler_top=5) is not None  # agreeing: fine
+    with pytest.raises(ValueError, match=r"straggler_top \(2\) and options.straggler_top \(5\)"):
+        monitor_options(base, straggler_top=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'hang_treshold'"):
+        monitor_options(None, hang_treshold=5)
+    with pytest.raises(TypeError, match="options"):
+        monitor_options({"upload_interval": 5})  # type: ignore[arg-type]
+
+
+def test_the_monitor_takes_options_and_reads_its_attributes_from_them(tmp_path):
+    opts = MonitorOptions(upload_interval=12, monitoring_enabled=True, badput_tags=False,
+                          hang_threshold_seconds=60, straggler_window_seconds=None)
+    mon = GoodputMonitor("j", "goodput_j", str(tmp_path / "tb"), options=opts,
+                         store=":memory:")
+    assert mon.options is opts
+    assert (mon.upload_interval, mon.monitoring_enabled, mon.badput_tags,
+            mon.hang_threshold_seconds, mon.straggler_window_seconds,
+            mon.step_deviation_interval_seconds) == (12.0, True, False, 60.0, None, 12.0)
+    with pytest.raises(AttributeError):
+        mon.upload_interval = 3  # read-only: the options are the one place
+    mon.close()
+    # the earlier keywords still work, translated into the same options
+    kw = GoodputMonitor("j", "goodput_j", str(tmp_path / "tb"), 12, True, badput_tags=False,
+                        hang_threshold_seconds=60, straggler_window_seconds=None,
+                        store=":memory:")
+    assert kw.options == opts
+    kw.close()
+
+
+def test_no_public_monitor_constructor_takes_more_than_ten_parameters():
+    sig = inspect.signature(GoodputMonitor.__init__)
+    assert len([p for p in sig.parameters if p != "self"]) <= 10
