@@ -91,6 +91,7 @@ Example:
 
 from __future__ import annotations
 
+import enum
 import math
 from typing import Any
 
@@ -255,7 +256,8 @@ class CloudMetrics:
         out = []
         for gtype, pct in (details.get("interval_goodput") or {}).items():
             out.append(self._m("interval_goodput", float(pct),
-                               {"goodput_source": getattr(gtype, "name", str(gtype)), **window}))
+                               {"goodput_source": gtype.name if isinstance(gtype, enum.Enum)
+                                else str(gtype), **window}))
         for bt, pct in (details.get("interval_badput") or {}).items():
             name = GOOGLE_NAMES.get(bt.name, bt.name)
             if not self._sends_source(name, pct):

@@ -206,3 +206,43 @@ def test_the_monitor_takes_options_and_reads_its_attributes_from_them(tmp_path):
 def test_no_public_monitor_constructor_takes_more_than_ten_parameters():
     sig = inspect.signature(GoodputMonitor.__init__)
     assert len([p for p in sig.parameters if p != "self"]) <= 10
+
+
+# ----------------------------------------------------------------- the drop-in's translation
+def test_the_drop_in_translates_googles_and_maxtexts_arguments_into_options(tmp_path):
+    from goodput_jax import monitoring
+
+    m = monitoring.GoodputMonitor("j", "goodput_j", str(tmp_path / "tb"),
+                                  goodput_upload_interval_seconds=45, monitor_goodput=True,
+                                  include_badput_breakdown=True,
+                                  final_flush_timeout_seconds=12.0,
+                                  hang_threshold_seconds=60, store=":memory:")
+    o = m.options
+    assert (o.upload_interval, o.monitoring_enabled, o.badput_tags, o.stop_timeout,
+            o.tag_layout, o.hang_threshold_seconds, o.include_step_deviation) == \
+        (45.0, True, True, 12.0, "reference", 60.0, False)
+    m.close()
+    with pytest.raises(TypeError) as e:
+        monitoring.GoodputMonitor("j", "goodput_j", str(tmp_path / "tb"), 30,
+                                  hang_treshold_seconds=60, store=":memory:")
+    assert "\n" not in str(e.value) and "hang_treshold_seconds" in str(e.value)
+    with pytest.raises(ValueError, match=r"^straggler_top \(-1\)"):
+        monitoring.GoodputMonitor("j", "goodput_j", str(tmp_path / "tb"), 30,
+                                  straggler_top=-1, store=":memory:")
+
+
+def test_the_exporter_reads_gcp_options_through_the_gcptarget_protocol():
+    from goodput_jax.goodput import GCPOptions
+    from goodput_jax.measure.cloud_metrics import CloudMetrics
+    from goodput_jax.measure.gce_metadata import GCPTarget
+
+    opts = GCPOptions(project_id="p", location="l", acc_type="TPU-v5e", cluster_name="c")
+    assert isinstance(opts, GCPTarget)
+    m = CloudMetrics(opts, "job").interval_metrics({"interval_size": 60,
+                                                    "interval_goodput": {"TOTAL": 90.0}})
+    assert m[0]["metric_labels"] == {"goodput_source": "TOTAL", "rolling_window_size": "60",
+                                     "accelerator_type": "TPU-v5e", "cluster_name": "c"}
+    with pytest.raises(TypeError, match=r"gcp_options \(\{'project_id': 'p'\}\)"):
+        CloudMetrics({"project_id": "p"}, "job")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="project_id"):
+        CloudMetrics(GCPOptions(location="l"), "job")
