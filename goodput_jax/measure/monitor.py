@@ -17,7 +17,8 @@ rest are :class:`~goodput_jax.measure.monitor_options.MonitorOptions` (``options
 Its modules, one seam each: :mod:`~goodput_jax.measure.monitor_options` (the options,
 validated once), :mod:`~goodput_jax.measure.monitor_calculator` (what it reads of the
 calculator), :mod:`~goodput_jax.measure.monitor_uploaders` (the background threads),
-:mod:`~goodput_jax.measure.monitor_hang` (hang detection), :mod:`~goodput_jax.measure.tags`
+:mod:`~goodput_jax.measure.monitor_hang` (hang detection),
+:mod:`~goodput_jax.measure.monitor_stragglers` (the slowest-host log), :mod:`~goodput_jax.measure.tags`
 (which tag a value becomes) and :mod:`~goodput_jax.measure.tensorboard` (the event files).
 The tags are listed in ``docs/tensorboard_tags.md``.
 
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from goodput_jax.measure.stores import EventStore
 
 _log = logging.getLogger(__name__)
+
 
 class GoodputMonitor:
     """Background uploader of a job's goodput to TensorBoard.
