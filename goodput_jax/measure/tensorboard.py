@@ -19,9 +19,9 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import itertools
 import socket
 import threading
 import time
@@ -80,8 +80,7 @@ def check_tensorboard_dir(tensorboard_dir: str) -> str | None:
 
 
 def _check_local_dir(tensorboard_dir: str) -> None:
-    path = tensorboard_dir[len("file://"):] if tensorboard_dir.startswith("file://") \
-        else tensorboard_dir
+    path = tensorboard_dir.removeprefix("file://")
     probe = os.path.abspath(os.path.expanduser(path))
     while not os.path.lexists(probe):  # the nearest existing ancestor: created from there
         parent = os.path.dirname(probe)
@@ -147,7 +146,7 @@ class LocalEventFile:
     def __init__(self, logdir: str, suffix: str):
         from tensorboard.summary.writer.record_writer import RecordWriter
 
-        path = logdir[len("file://"):] if logdir.startswith("file://") else logdir
+        path = logdir.removeprefix("file://")
         os.makedirs(path, exist_ok=True)
         self.file_name = event_file_name(path, suffix)
         real_dir = os.path.realpath(path)
