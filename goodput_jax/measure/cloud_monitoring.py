@@ -56,9 +56,9 @@ from goodput_jax.measure.gce_metadata import (  # noqa: F401 - public here too (
     MetadataUnavailable,
     accelerator_from_machine_type,
     fill_gcp_options,
-    get_gcp_metadata,
     metadata_host,
     on_gce,
+    query_gce_metadata,
     read_gce_metadata,
 )
 
@@ -67,6 +67,11 @@ if TYPE_CHECKING:
     from goodput_jax.measure.monitor_calculator import MonitoredCalculator
 
 _log = logging.getLogger(__name__)
+
+#: the old name of :func:`query_gce_metadata` (raises when no server answers), kept only for
+#: ``goodput_jax.compat.utils`` until it calls the new name: ``get_gcp_metadata`` is Google's
+#: function there (None when unavailable), one name for one thing.
+get_gcp_metadata = query_gce_metadata
 
 #: environment variable naming the Cloud Monitoring endpoint the exporter's client talks
 #: to: ``host[:port]`` (TLS, default credentials) or ``insecure://host:port`` (plaintext,

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = ["DEFAULT_METADATA_HOST", "METADATA_HOST_ENV", "METADATA_ROOT_ENV", "GCEMetadata",
            "GCPTarget", "MetadataUnavailable", "accelerator_from_machine_type",
-           "fill_gcp_options", "get_gcp_metadata", "metadata_host", "on_gce",
+           "fill_gcp_options", "metadata_host", "on_gce", "query_gce_metadata",
            "read_gce_metadata"]
 
 #: environment variable naming the metadata server ``host[:port]`` (Google's clients'
@@ -83,9 +83,12 @@ class MetadataUnavailable(RuntimeError):
     """The metadata server could not be reached or did not answer as one."""
 
 
-def get_gcp_metadata(category: str, attribute: str, *, host: str | None = None,
-                     timeout: float = 1.0) -> str | None:
+def query_gce_metadata(category: str, attribute: str, *, host: str | None = None,
+                       timeout: float = 1.0) -> str | None:
     """One value from the GCE metadata server (``/computeMetadata/v1/<category>/<attribute>``).
+
+    It raises when no server answers; Google's ``get_gcp_metadata``
+    (``goodput_jax.goodput_utils``) returns None instead: two names for two things.
 
     Sends ``Metadata-Flavor: Google`` and accepts only an answer carrying it back.
 
@@ -97,7 +100,7 @@ def get_gcp_metadata(category: str, attribute: str, *, host: str | None = None,
             metadata server).
 
     Example:
-        >>> get_gcp_metadata("project", "project-id", host="127.0.0.1:9")  # doctest: +SKIP
+        >>> query_gce_metadata("project", "project-id", host="127.0.0.1:9")  # doctest: +SKIP
         Traceback (most recent call last):
         MetadataUnavailable: ...
     """
@@ -198,16 +201,16 @@ def read_gce_metadata(*, host: str | None = None, timeout: float = 1.0,
     out: dict[str, Any] = {"host": host}
 
     def lookup() -> None:
+        def value(category: str, attribute: str) -> str | None:
+            return query_gce_metadata(category, attribute, host=host, timeout=timeout)
+
         try:
-            out["project_id"] = get_gcp_metadata("project", "project-id", host=host,
-                                                 timeout=timeout)
-            zone = get_gcp_metadata("instance", "zone", host=host, timeout=timeout)
+            out["project_id"] = value("project", "project-id")
+            zone = value("instance", "zone")
             out["zone"] = zone.rsplit("/", 1)[-1] if zone else None
-            out["machine_type"] = get_gcp_metadata("instance", "machine-type", host=host,
-                                                   timeout=timeout)
-            out["instance_id"] = get_gcp_metadata("instance", "id", host=host, timeout=timeout)
-            out["cluster_name"] = get_gcp_metadata("instance", "attributes/cluster-name",
-                                                   host=host, timeout=timeout)
+            out["machine_type"] = value("instance", "machine-type")
+            out["instance_id"] = value("instance", "id")
+            out["cluster_name"] = value("instance", "attributes/cluster-name")
         except MetadataUnavailable as e:
             out["error"] = str(e)
 

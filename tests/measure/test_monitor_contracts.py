@@ -246,3 +246,13 @@ def test_the_exporter_reads_gcp_options_through_the_gcptarget_protocol():
         CloudMetrics({"project_id": "p"}, "job")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="project_id"):
         CloudMetrics(GCPOptions(location="l"), "job")
+
+
+def test_one_name_one_thing_for_the_metadata_lookup(monkeypatch):
+    from goodput_jax import goodput_utils
+    from goodput_jax.measure.gce_metadata import MetadataUnavailable, query_gce_metadata
+
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")  # nothing listens: refused
+    with pytest.raises(MetadataUnavailable):
+        query_gce_metadata("project", "project-id", timeout=0.5)
+    assert goodput_utils.get_gcp_metadata("project", "project-id", timeout=0.5) is None
