@@ -14,17 +14,85 @@ import dataclasses
 import datetime
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goodput_jax.compat.calculator import GoodputCalculator
 from goodput_jax.compat.enums import GoodputType, IntervalMetricType
 from goodput_jax.compat.options import LOGGER_NAME, GCPOptions, check_flag, check_positive
 from goodput_jax.compat.recorder import flush_live_recorders
+from goodput_jax.measure.calculator import GoodputCalculator as _BaseCalculator
 from goodput_jax.measure.monitor import GoodputMonitor as _BaseMonitor
+from goodput_jax.measure.monitor_options import MonitorOptions, check_windows, monitor_options
 
-__all__ = ["GoodputMonitor"]
+if TYPE_CHECKING:
+    from goodput_jax.measure.cloud_monitoring import CloudMonitoringExporter
+
+__all__ = ["GoodputMonitor", "google_monitor_options"]
 
 _log = logging.getLogger(LOGGER_NAME)
+
+
+def google_monitor_options(
+    upload_interval: float | None, monitoring_enabled: bool, include_badput_breakdown: bool,
+    include_step_deviation: bool | None, configured_ideal_step_time: float | None,
+    step_deviation_interval_seconds: float | None, final_flush_timeout_seconds: float | None,
+    *, monitor_goodput: bool | None = None,
+    goodput_upload_interval_seconds: float | None = None,
+    monitor_step_time_deviation: bool | None = None,
+    extra: dict[str, Any] | None = None,
+) -> tuple[MonitorOptions, bool]:
+    """Google's and MaxText's monitor arguments as :class:`MonitorOptions`: the one place
+    the drop-in's constructor becomes options.
+
+    ``extra`` holds goodput_jax's own (``options=`` and :class:`MonitorOptions` fields
+    such as ``hang_threshold_seconds``, ``stop_timeout``, ``tag_layout``); an explicit
+    ``stop_timeout`` wins over ``final_flush_timeout_seconds``, and the tag layout is
+    Google's (``"reference"``) unless given.
+
+    Returns:
+        ``(options, monitor_step_time_deviation)``: the flag says whether
+        :meth:`GoodputMonitor.start` also starts the step-deviation uploader.
+
+    Raises:
+        ValueError: two arguments that name one setting disagree, or a value is invalid.
+
+    Example:
+        >>> o, dev = google_monitor_options(None, False, False, None, None, 10, 30.0,
+        ...                                 monitor_goodput=True)
+        >>> o.monitoring_enabled, o.badput_tags, o.tag_layout, o.stop_timeout, dev
+        (True, False, 'reference', 30.0, False)
+    """
+    extra = dict(extra or {})
+    if upload_interval is None:
+        upload_interval = 30.0 if goodput_upload_interval_seconds is None \
+            else goodput_upload_interval_seconds
+    elif goodput_upload_interval_seconds is not None and \
+            float(goodput_upload_interval_seconds) != float(upload_interval):
+        raise ValueError(
+            f"upload_interval ({upload_interval!r}) and goodput_upload_interval_seconds "
+            f"({goodput_upload_interval_seconds!r}) disagree; give one of them")
+    mg = check_flag("monitor_goodput", monitor_goodput)
+    if mg is not None:
+        monitoring_enabled = mg
+    dev = check_flag("monitor_step_time_deviation", monitor_step_time_deviation)
+    if include_step_deviation is None:
+        include_step_deviation = bool(dev)
+    elif dev is not None and dev != bool(include_step_deviation):
+        raise ValueError(
+            f"include_step_deviation ({include_step_deviation!r}) and "
+            f"monitor_step_time_deviation ({monitor_step_time_deviation!r}) disagree")
+    if final_flush_timeout_seconds is not None:
+        extra.setdefault("stop_timeout", check_positive(
+            "final_flush_timeout_seconds", final_flush_timeout_seconds))
+    extra.setdefault("tag_layout", "reference")
+    options = monitor_options(
+        extra.pop("options", None), upload_interval=upload_interval,
+        monitoring_enabled=bool(monitoring_enabled),
+        badput_tags=bool(check_flag("include_badput_breakdown", include_badput_breakdown)),
+        include_step_deviation=bool(include_step_deviation),
+        configured_ideal_step_time=configured_ideal_step_time,
+        step_deviation_interval_seconds=step_deviation_interval_seconds, **extra)
+    return options, bool(dev)
 
 
 class GoodputMonitor(_BaseMonitor):
@@ -79,6 +147,10 @@ class GoodputMonitor(_BaseMonitor):
         (60.0, False)
     """
 
+    #: send and write the slice efficiency (the elastic monitor's option; its drop-in,
+    #: ``goodput_jax.monitoring_elastic``, sets it per instance)
+    include_slice_efficiency: bool = False
+
     def __init__(
         self,
         job_name: str,
@@ -105,51 +177,29 @@ class GoodputMonitor(_BaseMonitor):
         **kwargs: Any,
     ):
         gcm_client = kwargs.pop("gcm_client", None)
-        from goodput_jax.measure.monitor import check_windows
-
+        resources = {k: kwargs.pop(k) for k in ("store", "clock", "calculator") if k in kwargs}
         self.rolling_windows_seconds = (None if rolling_windows_seconds is None
                                         else check_windows(rolling_windows_seconds))
-        if upload_interval is None:
-            upload_interval = 30.0 if goodput_upload_interval_seconds is None \
-                else goodput_upload_interval_seconds
-        elif goodput_upload_interval_seconds is not None and \
-                float(goodput_upload_interval_seconds) != float(upload_interval):
-            raise ValueError(
-                f"upload_interval ({upload_interval!r}) and goodput_upload_interval_seconds "
-                f"({goodput_upload_interval_seconds!r}) disagree; give one of them"
-            )
-        mg = check_flag("monitor_goodput", monitor_goodput)
-        if mg is not None:
-            monitoring_enabled = mg
-        dev = check_flag("monitor_step_time_deviation", monitor_step_time_deviation)
-        if include_step_deviation is None:
-            include_step_deviation = bool(dev)
-        elif dev is not None and dev != bool(include_step_deviation):
-            raise ValueError(
-                f"include_step_deviation ({include_step_deviation!r}) and "
-                f"monitor_step_time_deviation ({monitor_step_time_deviation!r}) disagree"
-            )
+        options, self.monitor_step_time_deviation = google_monitor_options(
+            upload_interval, monitoring_enabled, include_badput_breakdown,
+            include_step_deviation, configured_ideal_step_time,
+            step_deviation_interval_seconds, final_flush_timeout_seconds,
+            monitor_goodput=monitor_goodput,
+            goodput_upload_interval_seconds=goodput_upload_interval_seconds,
+            monitor_step_time_deviation=monitor_step_time_deviation, extra=kwargs)
         if gcp_options is not None and not isinstance(gcp_options, GCPOptions) and not all(
                 hasattr(gcp_options, f.name) for f in dataclasses.fields(GCPOptions)):
             raise TypeError(f"gcp_options ({gcp_options!r}) must be a GCPOptions")
-        self.monitor_step_time_deviation = bool(dev) if dev is not None else False
         self.gcp_options = gcp_options if gcp_options is not None else GCPOptions()
+        self.pathway_enabled = bool(pathway_enabled)
         self.skip_final_flush = bool(skip_final_flush)
         self.gcs_sync_interval_seconds = gcs_sync_interval_seconds
         self.cache_dir = os.fspath(cache_dir)
         self.max_logs_retention_period = max_logs_retention_period
-        if final_flush_timeout_seconds is not None:
-            kwargs.setdefault("stop_timeout", check_positive(
-                "final_flush_timeout_seconds", final_flush_timeout_seconds))
-        kwargs.setdefault("tag_layout", "reference")
-        super().__init__(
-            job_name, logger_name, tensorboard_dir, upload_interval, monitoring_enabled,
-            pathway_enabled, include_badput_breakdown, bool(include_step_deviation),
-            configured_ideal_step_time, step_deviation_interval_seconds, **kwargs,
-        )
-        self._gcm = None
+        super().__init__(job_name, logger_name, tensorboard_dir, options=options, **resources)
+        self._gcm: CloudMonitoringExporter | None = None
         self._defer_gcm_flush = False
-        self._google_calc = None
+        self._google_calc: GoodputCalculator | None = None
         #: what the GCE metadata server said (None when it was not asked)
         self.gce_metadata = None
         opts = self.gcp_options
@@ -175,17 +225,34 @@ class GoodputMonitor(_BaseMonitor):
                     self.gce_metadata.error or "it had no such entry")
 
     @property
-    def cloud_monitoring(self) -> Any:
+    def include_badput_breakdown(self) -> bool:
+        """Google's name for :attr:`badput_tags` (here default False, as Google's)."""
+        return self.badput_tags
+
+    @property
+    def cloud_monitoring(self) -> CloudMonitoringExporter | None:
         """The :class:`~goodput_jax.measure.cloud_monitoring.CloudMonitoringExporter`
         sending this monitor's metrics (None when Cloud Monitoring is off)."""
         return self._gcm
 
+    def goodput_exporter(self) -> CloudMonitoringExporter | None:
+        """:attr:`cloud_monitoring` when ``gcp_options.enable_gcp_goodput_metrics``."""
+        return self._gcm if self.gcp_options.enable_gcp_goodput_metrics else None
+
     def upload_goodput(self) -> dict[str, float]:
         values = super().upload_goodput()
-        if self._gcm is not None and values and self.gcp_options.enable_gcp_goodput_metrics:
-            self._gcm.send_goodput(
-                self.calculator, self._now(),
-                include_slice_efficiency=bool(getattr(self, "include_slice_efficiency", False)))
+        gcm = self.goodput_exporter()
+        if gcm is not None and values:
+            calc = self.calculator
+            # the measure room's details (seconds, its keys), whichever calculator this is
+            details = (_BaseCalculator.get_job_goodput_details(calc)
+                       if isinstance(calc, _BaseCalculator) else calc.get_job_goodput_details())
+            if self.include_slice_efficiency:  # the elastic calculator's details carry them
+                full = calc.get_job_goodput_details()
+                details.update({k: full[k] for k in ("stepping_slice_efficiency",
+                                                     "available_slice_efficiency") if k in full})
+            gcm.send_goodput(details, calc.get_step_statistics(), self._now(),
+                             include_slice_efficiency=self.include_slice_efficiency)
         return values
 
     def upload_hang_status(self, last_step: int | None = None, *, flush: bool = True
@@ -200,9 +267,9 @@ class GoodputMonitor(_BaseMonitor):
                 instance_id=md.instance_id if md is not None else None), self._now())
         return values
 
-    def _interval_calculator(self) -> Any:
+    def _interval_calculator(self) -> GoodputCalculator:
         calc = self.calculator
-        if hasattr(calc, "get_interval_metric_details"):
+        if isinstance(calc, GoodputCalculator):  # Google's interval rule is its own
             return calc
         if self._google_calc is None:  # Google's interval rule on the same store
             self._google_calc = GoodputCalculator(self.job_name, self.logger_name,
@@ -214,22 +281,20 @@ class GoodputMonitor(_BaseMonitor):
         rule, :meth:`GoodputCalculator.get_interval_metric_details`) and, with Cloud
         Monitoring on, send each window's ``interval_goodput`` / ``interval_badput``
         (and slice efficiency for elastic monitors) as Google's rolling-window uploader."""
-        from goodput_jax.measure.monitor import check_windows
-
         windows = self.rolling_windows if window_seconds is None else check_windows(
             window_seconds)
         now = self._now()
         values: dict[str, float] = {}
-        slice_eff = bool(getattr(self, "include_slice_efficiency", False))
+        slice_eff = self.include_slice_efficiency
         calc = self._interval_calculator()
-        send = self._gcm is not None and self.gcp_options.enable_gcp_goodput_metrics
+        gcm = self.goodput_exporter()
         for w in windows:
             details = calc.get_interval_metric_details(now - w, now)
             g = details.get(IntervalMetricType.INTERVAL_GOODPUT.value) or {}
             if GoodputType.TOTAL in g:
                 values[self.window_tag(w)] = float(g[GoodputType.TOTAL])
-            if send:
-                self._gcm.send_interval(details, now, include_slice_efficiency=slice_eff)
+            if gcm is not None:
+                gcm.send_interval(details, now, include_slice_efficiency=slice_eff)
         if values:
             self.write_scalars(self.last_step, values)
         return values
@@ -271,13 +336,15 @@ class GoodputMonitor(_BaseMonitor):
         skip = self.skip_final_flush if skip_final_flush is None else bool(skip_final_flush)
         return not skip
 
-    def stop_goodput_uploader(self, skip_final_flush: bool | None = None, *,
-                              timeout: float | None = None) -> bool:
+    def stop_goodput_uploader(  # type: ignore[override]  # Google's parameters
+            self, skip_final_flush: bool | None = None, *,
+            timeout: float | None = None) -> bool:
         """Stop the goodput uploader, after a final upload unless ``skip_final_flush``."""
         return self._stop("goodput", timeout, self._final(skip_final_flush))
 
-    def stop_step_deviation_uploader(self, skip_final_flush: bool | None = None, *,
-                                     timeout: float | None = None) -> bool:
+    def stop_step_deviation_uploader(  # type: ignore[override]  # Google's parameters
+            self, skip_final_flush: bool | None = None, *,
+            timeout: float | None = None) -> bool:
         """Stop the step-deviation uploader, after a final upload unless ``skip_final_flush``."""
         return self._stop("step_deviation", timeout, self._final(skip_final_flush))
 
@@ -289,8 +356,9 @@ class GoodputMonitor(_BaseMonitor):
         """
         return super().start_rolling_window_goodput_uploader(rolling_windows_seconds)
 
-    def stop_rolling_window_goodput_uploader(self, skip_final_flush: bool | None = None, *,
-                                             timeout: float | None = None) -> bool:
+    def stop_rolling_window_goodput_uploader(  # type: ignore[override]  # Google's parameters
+            self, skip_final_flush: bool | None = None, *,
+            timeout: float | None = None) -> bool:
         """Stop the rolling-window uploader, after a final upload unless ``skip_final_flush``."""
         return self._stop("rolling_window", timeout, self._final(skip_final_flush))
 

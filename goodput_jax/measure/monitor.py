@@ -1,8 +1,8 @@
 """GoodputMonitor: uploads a job's goodput to TensorBoard from background threads.
 
-Same constructor as Google's ml-goodput-measurement ``GoodputMonitor``
-(``job_name, logger_name, tensorboard_dir, upload_interval,
-monitoring_enabled``), but:
+The first five parameters are Google's ml-goodput-measurement ``GoodputMonitor``'s
+(``job_name, logger_name, tensorboard_dir, upload_interval, monitoring_enabled``); the
+rest are :class:`~goodput_jax.measure.monitor_options.MonitorOptions` (``options=``). And:
 
 - every uploader is a **thread**, and all of them share **one** incremental,
   thread-safe :class:`~goodput_jax.measure.calculator.GoodputCalculator` (no
@@ -11,48 +11,20 @@ monitoring_enabled``), but:
   idempotent; an exception in one poll is logged and counted, and the uploader
   keeps going;
 - the store and the clock are injectable (``store=``, ``clock=``);
-- it writes real TensorBoard event files (``EventFileWriter``, ``simple_value``
-  scalars), only under ``tensorboard_dir``.
+- it writes real TensorBoard event files (``simple_value`` scalars), only under
+  ``tensorboard_dir``.
 
-Tags (stable; see ``docs/tensorboard_tags.md``). ``step`` is the job's last
-productive step unless noted:
-
-=====================================  ==============================================
-``goodput/total``                      goodput of the whole job so far (%)
-``badput/<type>``                      badput of each cause (%), ``<type>`` is the
-                                       lower-case :class:`BadputType` name, e.g.
-                                       ``badput/data_loading``
-``badput/custom/<label>``              custom badput per user label (%)
-``goodput/productive_time``            productive seconds
-``goodput/total_time``                 job seconds
-``goodput/interval_<W>s``              goodput of the last ``W`` seconds (%)
-``step_time/deviation``                step time minus ideal (s); step = step number
-``step_time/median`` ``step_time/p90`` ``step_time/mean``
-``step_time/ideal``                    configured or estimated ideal step time (s)
-``step_time/max_abs_deviation``        largest ``|deviation|`` (s)
-``model/gradient_noise_scale``         from the training hooks' hints (see below)
-``model/efficiency`` ``model/suggested_batch_size`` ``model/predicted_speedup``
-``model/init_batch_size`` ``model/grad_norm_sqr`` ``model/grad_variance``
-``model/suggested_accumulation_steps`` ``model/suggested_atomic_batch_size``
-``model/atomic_batch_size`` ``model/accumulation_steps`` ``model/num_replicas``
-``model/num_nodes`` ``model/max_batch_size``
-``hang/seconds_since_last_step``       seconds since the last step started or ended
-                                       (or since the latest run started)
-``hang/hung``                          1 once past ``hang_threshold_seconds``, else 0
-``stragglers/*``                       only when several hosts record the job: the
-                                       slowest hosts over the last
-                                       ``straggler_window_seconds`` (see
-                                       :func:`straggler_scalars`)
-``productivity/scheduling_goodput``    ML Productivity Goodput's factors (%), each when
-``productivity/runtime_goodput``       its figure exists (no program cost recorded: no
-``productivity/program_goodput``       program goodput, MFU or product); see
-``productivity/ml_productivity_goodput``  :func:`productivity_scalars`
-``productivity/ettr`` ``productivity/mfu``
-=====================================  ==============================================
+Its modules, one seam each: :mod:`~goodput_jax.measure.monitor_options` (the options,
+validated once), :mod:`~goodput_jax.measure.monitor_calculator` (what it reads of the
+calculator), :mod:`~goodput_jax.measure.monitor_uploaders` (the background threads),
+:mod:`~goodput_jax.measure.monitor_hang` (hang detection),
+:mod:`~goodput_jax.measure.monitor_stragglers` (the slowest-host log), :mod:`~goodput_jax.measure.tags`
+(which tag a value becomes) and :mod:`~goodput_jax.measure.tensorboard` (the event files).
+The tags are listed in ``docs/tensorboard_tags.md``.
 
 Example:
-    >>> monitor = GoodputMonitor("my-run", "goodput_my-run", "/tmp/tb", upload_interval=30,
-    ...                          monitoring_enabled=True)          # doctest: +SKIP
+    >>> monitor = GoodputMonitor("my-run", "goodput_my-run", "/tmp/tb",
+    ...     options=MonitorOptions(upload_interval=30, monitoring_enabled=True))  # doctest: +SKIP
     >>> monitor.start_goodput_uploader()                           # doctest: +SKIP
     >>> ...                                                        # doctest: +SKIP
     >>> monitor.stop_goodput_uploader()                            # doctest: +SKIP
@@ -61,118 +33,49 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from goodput_jax.measure.badput import GOOGLE_NAMES
 from goodput_jax.measure.events import to_timestamp
-from goodput_jax.measure.tags import (  # noqa: F401 - HINT_TAGS, hint_scalars: public here too
+from goodput_jax.measure.monitor_calculator import (
+    MonitorCalculator,
+    MonitoredCalculator,
+    check_calculator,
+)
+from goodput_jax.measure.monitor_hang import HangCheck, StepClock
+from goodput_jax.measure.monitor_options import (
+    MonitorKeywords,
+    MonitorOptions,
+    OptionField,
+    check_windows,
+    monitor_options,
+    nonnegative_seconds,
+)
+from goodput_jax.measure.monitor_stragglers import SlowestHostLog
+from goodput_jax.measure.monitor_uploaders import Uploaders
+from goodput_jax.measure.tags import (  # noqa: F401 - HINT_TAGS ...: public here too
     HINT_TAGS,
     PRODUCTIVITY_TAGS,
+    badput_scalars,
     finite_number,
     hint_scalars,
     productivity_scalars,
     straggler_scalars,
-    tag_part,
     window_tag,
 )
 from goodput_jax.measure.tensorboard import ScalarEventWriter, check_tensorboard_dir
 
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from goodput_jax.measure.calculator import StepDeviation
+    from goodput_jax.measure.cloud_monitoring import CloudMonitoringExporter
+    from goodput_jax.measure.stores import EventStore
+
 _log = logging.getLogger(__name__)
-
-class _StepClock:
-    """The job's latest step time, read incrementally from the store (its own cursor)."""
-
-    _STEP_KINDS = ("STEP_START", "STEP_END", "STEP_DEVICE_END")
-
-    def __init__(self, store: Any, job_name: str):
-        from goodput_jax.measure.events import KIND_CODES, EventKind
-
-        self._store = store
-        self._job = job_name
-        self._cursor: Any = None
-        self._step_codes = [KIND_CODES[EventKind[k]] for k in self._STEP_KINDS]
-        self._start = KIND_CODES[EventKind.JOB_START]
-        self._end = KIND_CODES[EventKind.JOB_END]
-        self._lock = threading.Lock()
-        self.last_step_t: float | None = None
-        self.last_start_t: float | None = None
-        self.last_end_t: float | None = None
-        self.last_step = 0
-
-    def poll(self) -> tuple[float | None, bool]:
-        """``(time of the last step event or of the latest job start, ended)``."""
-        import numpy as np
-
-        with self._lock:
-            while True:
-                cols, self._cursor, done = self._store.read_columns(self._job, self._cursor,
-                                                                    100_000)
-                if cols is not None and cols["kind"].size:
-                    kind, ts = cols["kind"], cols["ts"]
-                    steps = np.isin(kind, self._step_codes)
-                    if steps.any():
-                        i = int(np.argmax(np.where(steps, ts, -np.inf)))
-                        if self.last_step_t is None or ts[i] >= self.last_step_t:
-                            self.last_step_t = float(ts[i])
-                            self.last_step = max(int(cols["step"][i]), 0)
-                    for code, attr in ((self._start, "last_start_t"), (self._end, "last_end_t")):
-                        sel = ts[kind == code]
-                        if sel.size:
-                            old = getattr(self, attr)
-                            setattr(self, attr, float(sel.max()) if old is None
-                                    else max(old, float(sel.max())))
-                if done:
-                    break
-            marks = [t for t in (self.last_step_t, self.last_start_t) if t is not None]
-            last = max(marks) if marks else None
-            ended = (self.last_end_t is not None
-                     and (self.last_start_t is None or self.last_end_t >= self.last_start_t))
-            return last, ended
-
-
-class _Uploader:
-    """One background thread: poll, wait ``interval``, repeat; a final poll on stop."""
-
-    def __init__(self, name: str, interval: float, poll: Callable[[], Any], on_error):
-        self.name = name
-        self.interval = interval
-        self._poll = poll
-        self._on_error = on_error
-        self._stop = threading.Event()
-        self.final = True
-        self.thread = threading.Thread(target=self._run, name=f"goodput-monitor-{name}", daemon=True)
-        self.polls = 0
-
-    def _safe_poll(self) -> None:
-        try:
-            self._poll()
-        except Exception as e:  # noqa: BLE001 - logged and counted; the uploader keeps going
-            self._on_error(self.name, e)
-        finally:
-            self.polls += 1
-
-    def _run(self) -> None:
-        while True:
-            self._safe_poll()
-            if self._stop.wait(self.interval):
-                break
-        if self.final:
-            self._safe_poll()  # the final upload
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self, timeout: float, final: bool = True) -> bool:
-        self.final = final
-        self._stop.set()
-        self.thread.join(timeout)
-        return not self.thread.is_alive()
 
 
 class GoodputMonitor:
@@ -183,55 +86,25 @@ class GoodputMonitor:
         logger_name: kept for drop-in compatibility (the store decides where
             events live); passed to the calculator.
         tensorboard_dir: directory for the TensorBoard event file (created);
-            nothing is written outside it.
-        upload_interval: seconds between uploads (> 0).
-        monitoring_enabled: if False every ``start_*`` is a no-op (only one
-            worker of a multi-host job should monitor, e.g. process 0).
-        pathway_enabled: accepted for drop-in compatibility; ignored.
-        include_badput_breakdown: write ``badput/<type>`` tags.
-        include_step_deviation: also write the ``step_time/*`` summary tags
-            from the goodput uploader.
-        configured_ideal_step_time: ideal step time (s) for the step deviation;
-            None = robust estimate.
-        step_deviation_interval_seconds: interval of the step-deviation
-            uploader (default ``upload_interval``).
+            nothing is written outside it. May be a ``gs://`` URL (needs ``gcsfs``, the
+            ``gcp`` extra): event files are written through fsspec, no TensorFlow.
+        upload_interval, monitoring_enabled: :class:`MonitorOptions` fields, here
+            positional as in Google's constructor (None: ``options``' value).
+        options: every setting (:class:`MonitorOptions`: what to upload, how often, the
+            hang check, the straggler tags); default ``MonitorOptions()``.
         store: an EventStore, a store URL, or None (``$GOODPUT_JAX_STORE`` or
-            ``./goodput.db``).
+            ``./goodput.db``); a store opened here from a URL is closed by :meth:`close`.
         clock: "now" as float UTC seconds (or aware datetime); default
             ``time.time``. Used by the calculator and as TensorBoard wall time.
-        stop_timeout: default seconds a ``stop_*`` waits for its thread.
-        calculator: an existing GoodputCalculator to share (advanced).
-        max_deviation_points: at most this many new per-step deviations are
-            written per upload (the newest).
-        tag_layout: ``"goodput_jax"`` (tags below, in ``tensorboard_dir``) or
-            ``"reference"``: ml-goodput-measurement's layout, in
-            ``<tensorboard_dir>/goodput/`` with its tags (``goodput/goodput``,
-            ``badput/tpu_initialization``, ``badput/data_loading_sync``,
-            ``badput/custom_badput_events/<type>``, ``step_deviation``); our extra
-            tags (``goodput/total_time``, ``step_time/*``, ``model/*``) sit beside them.
-        hang_threshold_seconds: with it, each goodput upload also checks for a hang:
-            once no step has started or ended for this long (and the job has not
-            ended) the job is reported hung (a warning, ``hang/hung`` = 1, and in
-            the drop-in the Cloud Monitoring ``hung`` metric) until a step comes;
-            so a hang is reported within the threshold plus one ``upload_interval``.
-            None = ``hang/seconds_since_last_step`` only.
-        straggler_window_seconds: when several hosts record the job, each goodput upload
-            also writes the ``stragglers/*`` tags over the steps of the last this many
-            seconds (the comparison is O(steps), so the window bounds each upload's cost);
-            None = the whole job.
-        straggler_top: how many of the slowest hosts get their own ``stragglers/host_<h>/*``
-            tags (and Cloud Monitoring series).
-        straggler_log_every: the slowest host is logged when it changes, else at most once
-            every this many goodput uploads (0: only when it changes).
-        include_productivity: each goodput upload also writes the ``productivity/*`` tags
-            (ML Productivity Goodput: scheduling, runtime and program goodput, their
-            product, ETTR, MFU; :meth:`upload_productivity`).
-        send_productivity_metrics: with Cloud Monitoring on (the drop-in monitor), also
-            send them as ``custom.googleapis.com/goodput_jax/*`` metrics. Off by default:
-            custom metrics are created in the project only when asked for.
+        calculator: an existing calculator to share (advanced): any
+            :class:`~goodput_jax.measure.monitor_calculator.MonitoredCalculator`.
+        **keywords: :class:`MonitorOptions` fields as keywords (the earlier
+            constructor's, kept working; typed by :class:`MonitorKeywords`); each
+            replaces the field of ``options`` (which must leave it at its default).
 
-    ``tensorboard_dir`` may be a ``gs://`` URL (needs ``gcsfs``, the ``gcp`` extra):
-    event files are written through fsspec, no TensorFlow.
+    Raises:
+        TypeError, ValueError: one line naming the argument and its value (an option,
+            an unwritable ``tensorboard_dir``, a calculator lacking a member).
 
     Example:
         >>> m = GoodputMonitor("job", "goodput_job", "/tmp/tb", 30, True,
@@ -246,121 +119,100 @@ class GoodputMonitor:
     #: ``"goodput_jax"`` layout writes every bucket whatever it says.
     elastic_tags: bool = False
 
+    upload_interval = OptionField[float]()
+    monitoring_enabled = OptionField[bool]()
+    badput_tags = OptionField[bool]()
+    include_step_deviation = OptionField[bool]()
+    configured_ideal_step_time = OptionField["float | None"]()
+    stop_timeout = OptionField[float]()
+    max_deviation_points = OptionField[int]()
+    tag_layout = OptionField[str]()
+    hang_threshold_seconds = OptionField["float | None"]()
+    straggler_window_seconds = OptionField["float | None"]()
+    straggler_top = OptionField[int]()
+    straggler_log_every = OptionField[int]()
+    include_productivity = OptionField[bool]()
+    send_productivity_metrics = OptionField[bool]()
+
     def __init__(
         self,
         job_name: str,
         logger_name: str | None,
-        tensorboard_dir: str | os.PathLike,
-        upload_interval: float,
-        monitoring_enabled: bool = False,
-        pathway_enabled: bool = False,
-        include_badput_breakdown: bool = True,
-        include_step_deviation: bool = True,
-        configured_ideal_step_time: float | None = None,
-        step_deviation_interval_seconds: float | None = None,
+        tensorboard_dir: str | os.PathLike[str],
+        upload_interval: float | None = None,
+        monitoring_enabled: bool | None = None,
         *,
-        store: Any = None,
+        options: MonitorOptions | None = None,
+        store: EventStore | str | None = None,
         clock: Callable[[], Any] | None = None,
-        stop_timeout: float = 10.0,
-        calculator: Any = None,
-        max_deviation_points: int = 10_000,
-        tag_layout: str = "goodput_jax",
-        hang_threshold_seconds: float | None = None,
-        straggler_window_seconds: float | None = 3600.0,
-        straggler_top: int = 3,
-        straggler_log_every: int = 20,
-        include_productivity: bool = True,
-        send_productivity_metrics: bool = False,
+        calculator: MonitoredCalculator | None = None,
+        **keywords: Unpack[MonitorKeywords],
     ) -> None:
-        if tag_layout not in ("goodput_jax", "reference"):
-            raise ValueError(
-                f"tag_layout ({tag_layout!r}) must be 'goodput_jax' or 'reference'"
-            )
-        self.tag_layout = tag_layout
+        #: the monitor's settings (frozen; validated once)
+        self.options = monitor_options(options, upload_interval=upload_interval,
+                                       monitoring_enabled=monitoring_enabled, **keywords)
         if not isinstance(job_name, str) or not job_name:
             raise ValueError(f"job_name ({job_name!r}) must be a non-empty string")
         if not isinstance(tensorboard_dir, (str, os.PathLike)) or not os.fspath(tensorboard_dir):
             raise ValueError(f"tensorboard_dir ({tensorboard_dir!r}) must be a non-empty path")
-        self.upload_interval = _positive("upload_interval", upload_interval)
-        self.step_deviation_interval_seconds = (
-            self.upload_interval
-            if step_deviation_interval_seconds is None
-            else _positive("step_deviation_interval_seconds", step_deviation_interval_seconds)
-        )
-        self.stop_timeout = _nonneg("stop_timeout", stop_timeout)
-        self.hang_threshold_seconds = (None if hang_threshold_seconds is None else
-                                       _positive("hang_threshold_seconds", hang_threshold_seconds))
-        self.straggler_window_seconds = (
-            None if straggler_window_seconds is None
-            else _positive("straggler_window_seconds", straggler_window_seconds))
-        for name, v in (("straggler_top", straggler_top),
-                        ("straggler_log_every", straggler_log_every)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} ({v!r}) must be a non-negative int")
-        self.straggler_top = straggler_top
-        self.straggler_log_every = straggler_log_every
-        for name, v in (("include_productivity", include_productivity),
-                        ("send_productivity_metrics", send_productivity_metrics)):
-            if not isinstance(v, bool):
-                raise ValueError(f"{name} ({v!r}) must be True or False")
-        self.include_productivity = include_productivity
-        self.send_productivity_metrics = send_productivity_metrics
         check_tensorboard_dir(os.fspath(tensorboard_dir))
-        if isinstance(max_deviation_points, bool) or not isinstance(max_deviation_points, int) \
-                or max_deviation_points < 0:
-            raise ValueError(
-                f"max_deviation_points ({max_deviation_points!r}) must be a non-negative int"
-            )
         if clock is not None and not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
         self.job_name = job_name
         self.logger_name = logger_name
         self.tensorboard_dir = os.fspath(tensorboard_dir)
-        self.monitoring_enabled = bool(monitoring_enabled)
-        self.pathway_enabled = bool(pathway_enabled)
-        self.include_badput_breakdown = bool(include_badput_breakdown)
-        self.include_step_deviation = bool(include_step_deviation)
-        self.max_deviation_points = max_deviation_points
         self._clock = clock or time.time
         self._owns_store = False
         if calculator is None:
-            from goodput_jax.measure.calculator import GoodputCalculator
             from goodput_jax.measure.stores import resolve_store
 
             self._owns_store = store is None or isinstance(store, str)
-            calculator = GoodputCalculator(
-                job_name,
-                logger_name,
-                store=resolve_store(store),
-                clock=self._clock,
-                configured_ideal_step_time=configured_ideal_step_time,
-            )
-        self.calculator = calculator
-        self.configured_ideal_step_time = configured_ideal_step_time
+            calculator = MonitorCalculator(
+                job_name, logger_name, store=resolve_store(store), clock=self._clock,
+                configured_ideal_step_time=self.options.configured_ideal_step_time)
+        #: the calculator every uploader reads (one, shared, thread-safe)
+        self.calculator: MonitoredCalculator = check_calculator(calculator)
         self._writer = ScalarEventWriter(
-            os.path.join(self.tensorboard_dir, "goodput") if tag_layout == "reference"
+            os.path.join(self.tensorboard_dir, "goodput") if self.tag_layout == "reference"
             else self.tensorboard_dir
         )
-        self._lock = threading.Lock()
-        self._uploaders: dict[str, _Uploader] = {}
+        self._uploaders = Uploaders()
         self._rolling_windows: tuple[float, ...] = ()
-        self._last_dev_step = -1
-        self._dev_token: Any = None
+        self._dev_token: tuple[int, int] | None = None
         self._dev_lock = threading.Lock()
-        self._step_clock = _StepClock(self.calculator.store, job_name)
-        #: Whether the last hang check found the job hung (see :meth:`upload_hang_status`).
-        self.hung = False
+        self._step_clock = StepClock(self.calculator.store, job_name)
+        self._hang = HangCheck(job_name, self.hang_threshold_seconds)
         #: Set while the goodput uploader makes its final upload at stop: the process is
         #: finishing, so the hang check reports the job not hung (MaxText stops the
         #: monitor before it records the job end).
         self._stopping = False
-        #: The slowest host of the last straggler upload (None: none yet, or one host).
-        self.slowest_host: int | None = None
-        self._straggler_uploads = 0
-        #: Polls that raised (each is logged).
-        self.poll_errors = 0
-        self.last_error: str | None = None
-        self._closed = False
+        self._slowest = SlowestHostLog(job_name, self.straggler_window_seconds,
+                                       self.straggler_log_every)
+
+    @property
+    def step_deviation_interval_seconds(self) -> float:
+        """Seconds between step-deviation uploads (:attr:`MonitorOptions.step_interval`)."""
+        return self.options.step_interval
+
+    @property
+    def slowest_host(self) -> int | None:
+        """The slowest host of the last straggler upload (None: none yet, or one host)."""
+        return self._slowest.slowest_host
+
+    @property
+    def hung(self) -> bool:
+        """Whether the last hang check found the job hung (:meth:`upload_hang_status`)."""
+        return self._hang.hung
+
+    @property
+    def poll_errors(self) -> int:
+        """Polls that raised (each is logged)."""
+        return self._uploaders.poll_errors
+
+    @property
+    def last_error(self) -> str | None:
+        """The last poll's exception, as ``"Type: message"`` (None: none yet)."""
+        return self._uploaders.last_error
 
     # ----------------------------------------------------------------- one poll each
     def _now(self) -> float:
@@ -382,35 +234,16 @@ class GoodputMonitor:
         calc = self.calculator
         try:
             goodput, badput, last_step = calc.get_job_goodput(
-                include_badput_breakdown=self.include_badput_breakdown
+                include_badput_breakdown=self.badput_tags
             )
         except NoEventsError as e:
             _log.info("goodput monitor: nothing to upload yet (%s)", e)
             return {}
         ref = self.tag_layout == "reference"
         values: dict[str, float] = {("goodput/goodput" if ref else "goodput/total"): float(goodput)}
-        if self.include_badput_breakdown:
-            for kind, pct in badput.items():
-                if ref:
-                    name = GOOGLE_NAMES.get(kind.name, kind.name)
-                    if kind.name == "CUSTOM_BADPUT_EVENTS" or isinstance(pct, dict):
-                        continue
-                    if name.startswith("ELASTIC_") and not self.elastic_tags:
-                        continue
-                    if kind.name == "RECOMPILATION" and not pct:
-                        continue
-                    values[f"badput/{name.lower()}"] = float(pct)
-                elif not isinstance(pct, dict):
-                    values[f"badput/{kind.name.lower()}"] = float(pct)
-            details = calc.get_job_goodput_details()
-            total = float(details["total_time"])
-            values["goodput/productive_time"] = float(details["productive_time"])
-            values["goodput/total_time"] = total
-            if total > 0:
-                prefix = "badput/custom_badput_events/" if ref else "badput/custom/"
-                for label, secs in sorted(details.get("custom_badput_time", {}).items()):
-                    values[prefix + tag_part(label.lower() if ref else label)] = \
-                        100.0 * float(secs) / total
+        if self.badput_tags:
+            values.update(badput_scalars(badput, calc.get_job_goodput_details(),
+                                         reference=ref, elastic=self.elastic_tags))
         if self.include_step_deviation:
             values.update(self._step_summary())
         values.update(hint_scalars(calc.get_latest_hints()))
@@ -419,12 +252,12 @@ class GoodputMonitor:
         try:
             values.update(self.upload_stragglers(last_step=int(last_step), flush=False))
         except Exception as e:  # noqa: BLE001 - logged and counted; goodput was written
-            self._on_error("stragglers", e)
+            self._uploaders.on_error("stragglers", e)
         if self.include_productivity:
             try:
                 values.update(self.upload_productivity(last_step=int(last_step), flush=False))
             except Exception as e:  # noqa: BLE001 - logged and counted; goodput was written
-                self._on_error("productivity", e)
+                self._uploaders.on_error("productivity", e)
         self._writer.flush()
         return values
 
@@ -463,18 +296,22 @@ class GoodputMonitor:
         self._writer.write(int(step), values, now)
         if flush:
             self._writer.flush()
-        gcm = self.cloud_monitoring
-        opts = getattr(self, "gcp_options", None)
-        if gcm is not None and self.send_productivity_metrics \
-                and getattr(opts, "enable_gcp_goodput_metrics", True):
+        gcm = self.goodput_exporter()
+        if gcm is not None and self.send_productivity_metrics:
             gcm.send_productivity(result, now)
         return values
 
     # ----------------------------------------------------------------- stragglers
     @property
-    def cloud_monitoring(self) -> Any:
+    def cloud_monitoring(self) -> CloudMonitoringExporter | None:
         """The Cloud Monitoring exporter this monitor sends with (None here; the
         drop-in ``goodput_jax.monitoring.GoodputMonitor`` returns its exporter)."""
+        return None
+
+    def goodput_exporter(self) -> CloudMonitoringExporter | None:
+        """The exporter the goodput upload's own metrics (stragglers, productivity) go
+        to: :attr:`cloud_monitoring` when it sends goodput metrics, else None (here
+        always None; the drop-in's follows ``gcp_options.enable_gcp_goodput_metrics``)."""
         return None
 
     def upload_stragglers(self, last_step: int | None = None, *, flush: bool = True
@@ -494,12 +331,9 @@ class GoodputMonitor:
             >>> monitor.upload_stragglers()["stragglers/slowest_host"]  # doctest: +SKIP
             1.0
         """
-        get = getattr(self.calculator, "get_step_stragglers", None)
-        if get is None:
-            return {}
         now = self._now()
         w = self.straggler_window_seconds
-        st = get(since=None if w is None else now - w)
+        st = self.calculator.get_step_stragglers(since=None if w is None else now - w)
         values = straggler_scalars(st, self.straggler_top)
         if not values:
             return {}
@@ -507,37 +341,11 @@ class GoodputMonitor:
         self._writer.write(int(step), values, now)
         if flush:
             self._writer.flush()
-        self._log_slowest(st)
-        gcm = self.cloud_monitoring
-        opts = getattr(self, "gcp_options", None)
-        if gcm is not None and getattr(opts, "enable_gcp_goodput_metrics", True):
+        self._slowest.update(st)
+        gcm = self.goodput_exporter()
+        if gcm is not None:
             gcm.send(gcm.straggler_metrics(st, top=self.straggler_top, window_seconds=w), now)
         return values
-
-    def _log_slowest(self, st: Any) -> None:
-        self._straggler_uploads += 1
-        top = st.slowest(1)
-        slowest = top[0].host if top else None
-        changed = slowest != self.slowest_host
-        self.slowest_host = slowest
-        every = self.straggler_log_every
-        if not (changed or (every and self._straggler_uploads >= every)):
-            return
-        self._straggler_uploads = 0
-        span = ("the whole job" if self.straggler_window_seconds is None
-                else f"the last {self.straggler_window_seconds:g}s")
-        if not top:
-            _log.info("goodput monitor: job %r: no host held a step back (%d hosts, %d steps "
-                      "compared, %s)", self.job_name, st.num_hosts, st.steps.size, span)
-            return
-        h = top[0]
-        # (the job share is against the whole job's time: shown for a whole-job query only)
-        job = (f", {100 * h.job_share:.1f}% of job time"
-               if self.straggler_window_seconds is None and math.isfinite(h.job_share) else "")
-        _log.info("goodput monitor: job %r: slowest host %d held back %d of %d steps, "
-                  "%.3fs lost (%.1f%% of straggler time%s; %d hosts, %s)", self.job_name,
-                  h.host, h.steps_last, st.steps.size, h.lost_time, 100 * h.share, job,
-                  st.num_hosts, span)
 
     # ----------------------------------------------------------------- hangs
     def seconds_since_last_step(self, now: float | None = None) -> tuple[float | None, bool]:
@@ -575,19 +383,7 @@ class GoodputMonitor:
         secs, ended = self.seconds_since_last_step(now)
         if secs is None:
             return {}
-        values = {"hang/seconds_since_last_step": secs}
-        thr = self.hang_threshold_seconds
-        if thr is not None:
-            hung = not ended and not self._stopping and secs >= thr
-            if hung and not self.hung:
-                _log.warning("goodput monitor: job %r is hung: no step for %.1fs "
-                             "(hang_threshold_seconds=%g)", self.job_name, secs, thr)
-            elif self.hung and not hung:
-                _log.info("goodput monitor: job %r %s", self.job_name,
-                          "ended" if ended else "is finishing (monitor stopped)"
-                          if self._stopping else "is stepping again")
-            self.hung = hung
-            values["hang/hung"] = 1.0 if hung else 0.0
+        values = self._hang.update(secs, ended=ended, stopping=self._stopping)
         step = last_step if last_step is not None else self._step_clock.last_step
         self._writer.write(int(step), values, now)
         if flush:
@@ -632,11 +428,8 @@ class GoodputMonitor:
         """The windows (s) of the running rolling-window uploader (empty if none)."""
         return self._rolling_windows
 
-    def _step_stats(self):
-        # the drop-in calculator's get_step_deviation() is Google's dict; the full
-        # statistics are get_step_statistics()
-        calc = self.calculator
-        return getattr(calc, "get_step_statistics", calc.get_step_deviation)()
+    def _step_stats(self) -> StepDeviation:
+        return self.calculator.get_step_statistics()
 
     def _step_summary(self, dev: Any = None) -> dict[str, float]:
         """The ``step_time/*`` summary tags of ``dev`` (default: the calculator's now)."""
@@ -670,21 +463,14 @@ class GoodputMonitor:
         now = self._now()
         tag = "step_deviation" if self.tag_layout == "reference" else "step_time/deviation"
         with self._dev_lock:
-            new_times = getattr(self.calculator, "new_step_times", None)
-            if new_times is not None:
-                # only the steps completed (or redone after a rollback) since the last poll
-                steps_a, secs_a, self._dev_token = new_times(self._dev_token)
-                new = list(zip(steps_a.tolist(), (secs_a - dev.ideal_step_time).tolist()))
-            else:  # a calculator without it: every step, once, by step number
-                new = [(s, d) for s, d in zip(dev.steps.tolist(), dev.deviations.tolist())
-                       if s > self._last_dev_step]
+            # only the steps completed (or redone after a rollback) since the last poll
+            steps_a, secs_a, self._dev_token = self.calculator.new_step_times(self._dev_token)
+            new = list(zip(steps_a.tolist(), (secs_a - dev.ideal_step_time).tolist()))
             if self.max_deviation_points and len(new) > self.max_deviation_points:
                 new = new[-self.max_deviation_points:]
             elif not self.max_deviation_points:
                 new = []
             points = self._writer.write_series(tag, new, now) if dev.num_steps else 0
-            if dev.num_steps:
-                self._last_dev_step = max(self._last_dev_step, int(dev.steps[-1]))
         steps = [int(dev.steps[-1])] if dev.num_steps else []
         values = self._step_summary(dev)
         if dev.num_steps:
@@ -704,7 +490,7 @@ class GoodputMonitor:
         """
         from goodput_jax.measure.calculator import NoEventsError
 
-        windows = self._rolling_windows if window_seconds is None else _windows(window_seconds)
+        windows = self._rolling_windows if window_seconds is None else check_windows(window_seconds)
         now = self._now()
         values: dict[str, float] = {}
         last_step = 0
@@ -724,50 +510,20 @@ class GoodputMonitor:
         return values
 
     # ----------------------------------------------------------------- threads
-    def _on_error(self, name: str, exc: BaseException) -> None:
-        with self._lock:
-            self.poll_errors += 1
-            first = self.poll_errors == 1
-        self.last_error = f"{type(exc).__name__}: {exc}"
-        if first:
-            _log.warning("goodput monitor: %s upload failed; will retry", name, exc_info=exc)
-        else:
-            _log.warning("goodput monitor: %s upload failed (%s); will retry",
-                         name, self.last_error)
-
-    def _start(self, name: str, interval: float, poll: Callable[[], Any]) -> bool:
+    def _start(self, name: str, interval: float, poll: Callable[[], object]) -> bool:
         if not self.monitoring_enabled:
             _log.info("goodput monitor: monitoring is disabled; %s uploader not started", name)
             return False
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("GoodputMonitor is closed")
-            running = self._uploaders.get(name)
-            if running is not None and running.thread.is_alive():
-                _log.info("goodput monitor: %s uploader already running", name)
-                return False
-            up = _Uploader(name, interval, poll, self._on_error)
-            self._uploaders[name] = up
-            if name == "goodput":
-                self._stopping = False
-            up.start()
-        return True
+        if name == "goodput":
+            self._stopping = False
+        return self._uploaders.start(name, interval, poll)
 
     def _stop(self, name: str, timeout: float | None, final: bool = True) -> bool:
-        timeout = self.stop_timeout if timeout is None else _nonneg("timeout", timeout)
-        with self._lock:
-            up = self._uploaders.pop(name, None)
-        if up is None:
-            return True
-        if name == "goodput" and final:
+        timeout = self.stop_timeout if timeout is None else nonnegative_seconds("timeout",
+                                                                               timeout)
+        if name == "goodput" and final and name in self._uploaders.names():
             self._stopping = True  # its final upload: the job is not hung, it is finishing
-        done = up.stop(timeout, final)
-        if not done:
-            _log.warning(
-                "goodput monitor: %s uploader did not finish within %.3gs "
-                "(the store may be hanging); left it behind as a daemon thread",
-                name, timeout,
-            )
+        done = self._uploaders.stop(name, timeout, final)
         self._writer.flush()
         return done
 
@@ -803,7 +559,7 @@ class GoodputMonitor:
         Args:
             window_seconds: a window length in seconds, or a list of them.
         """
-        windows = _windows(window_seconds)
+        windows = check_windows(window_seconds)
         if self.monitoring_enabled:
             self._rolling_windows = windows
         return self._start("rolling_window", self.upload_interval, self.upload_rolling_window_goodput)
@@ -814,20 +570,14 @@ class GoodputMonitor:
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop every uploader (sharing ``timeout``) and close the event file. Idempotent."""
-        timeout = self.stop_timeout if timeout is None else _nonneg("timeout", timeout)
-        deadline = time.monotonic() + timeout
-        ok = True
-        for name in list(self._uploaders):
-            ok &= self._stop(name, max(0.0, deadline - time.monotonic()))
-        with self._lock:
-            if self._closed:
-                return ok
-            self._closed = True
+        timeout = self.stop_timeout if timeout is None else nonnegative_seconds("timeout",
+                                                                               timeout)
+        ok = self._uploaders.stop_all(timeout, self._stop)
+        if not self._uploaders.close():
+            return ok
         self._writer.close()
-        if self._owns_store:
-            close = getattr(self.calculator.store, "close", None)
-            if ok and close is not None:
-                close()
+        if self._owns_store and ok:
+            self.calculator.store.close()
         return ok
 
     def __enter__(self) -> Self:
@@ -840,51 +590,3 @@ class GoodputMonitor:
     def event_file(self) -> str | None:
         """Path of the TensorBoard event file (None until the first upload)."""
         return self._writer.file_name
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} ({value!r}) must be a positive number of seconds")
-    v = float(value)
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} ({value!r}) must be a positive finite number of seconds")
-    return v
-
-
-def _nonneg(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} ({value!r}) must be a number of seconds")
-    v = float(value)
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} ({value!r}) must be a finite number of seconds >= 0")
-    return v
-
-
-def check_windows(window_seconds: Any) -> tuple[float, ...]:
-    """Rolling windows as sorted unique positive seconds (one number or a list).
-
-    Raises:
-        TypeError, ValueError: naming ``window_seconds`` and the value.
-
-    Example:
-        >>> check_windows([900, 60, 60])
-        (60.0, 900.0)
-    """
-    return _windows(window_seconds)
-
-
-def _windows(window_seconds: Any) -> tuple[float, ...]:
-    if isinstance(window_seconds, (str, bytes)):
-        raise TypeError(f"window_seconds ({window_seconds!r}) must be a number or a list of numbers")
-    if isinstance(window_seconds, numbers.Real):
-        items = [window_seconds]
-    else:
-        try:
-            items = list(window_seconds)
-        except TypeError:
-            raise TypeError(
-                f"window_seconds ({window_seconds!r}) must be a number or a list of numbers"
-            ) from None
-    if not items:
-        raise ValueError("window_seconds ([]) must name at least one window")
-    return tuple(sorted({_positive("window_seconds", w) for w in items}))

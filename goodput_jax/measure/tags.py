@@ -16,10 +16,11 @@ import math
 import numbers
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["HINT_TAGS", "PRODUCTIVITY_TAGS", "finite_number", "hint_scalars",
-           "productivity_scalars", "straggler_scalars", "tag_part", "window_tag"]
+__all__ = ["HINT_TAGS", "PRODUCTIVITY_TAGS", "JsonHints", "badput_scalars", "finite_number",
+           "hint_scalars", "productivity_scalars", "straggler_scalars", "tag_part",
+           "window_tag"]
 
 
 #: TensorBoard tag -> the hint's JSON key, as ``goodput_jax.model.hints.Hints.to_json``
@@ -70,6 +71,62 @@ def finite_number(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+@runtime_checkable
+class JsonHints(Protocol):
+    """Hints that give their JSON form (``goodput_jax.model.hints.Hints``)."""
+
+    def to_json(self) -> Mapping[str, Any]:
+        """The hints as AdaptDL's JSON keys."""
+        ...
+
+
+def badput_scalars(badput: Mapping[Any, Any], details: Mapping[str, Any], *,
+                   reference: bool = False, elastic: bool = False) -> dict[str, float]:
+    """The badput tags of one goodput upload (%), and ``goodput/productive_time`` and
+    ``goodput/total_time`` (s).
+
+    Args:
+        badput: ``get_job_goodput(include_badput_breakdown=True)[1]``: {BadputType: %}
+            (a custom-badput dict value is skipped: custom badput comes from ``details``).
+        details: ``get_job_goodput_details()`` (``total_time``, ``productive_time``,
+            ``custom_badput_time`` {label: s}).
+        reference: ml-goodput-measurement's tags: ``badput/<google name>`` (no
+            ``ELASTIC_*`` unless ``elastic``; recompilation only when it holds time) and
+            ``badput/custom_badput_events/<label>``; else ``badput/<type>`` and
+            ``badput/custom/<label>``.
+
+    Example:
+        >>> from goodput_jax.measure.badput import BadputType
+        >>> badput_scalars({BadputType.DATA_LOADING: 5.0},
+        ...                {"total_time": 10.0, "productive_time": 9.0,
+        ...                 "custom_badput_time": {"eval": 0.5}})
+        {'badput/data_loading': 5.0, 'goodput/productive_time': 9.0, 'goodput/total_time': 10.0, 'badput/custom/eval': 5.0}
+    """
+    from goodput_jax.measure.badput import GOOGLE_NAMES
+
+    values: dict[str, float] = {}
+    for kind, pct in badput.items():
+        if isinstance(pct, dict):
+            continue
+        if not reference:
+            values[f"badput/{kind.name.lower()}"] = float(pct)
+            continue
+        name = GOOGLE_NAMES.get(kind.name, kind.name)
+        if kind.name == "CUSTOM_BADPUT_EVENTS" or (name.startswith("ELASTIC_") and not elastic) \
+                or (kind.name == "RECOMPILATION" and not pct):
+            continue
+        values[f"badput/{name.lower()}"] = float(pct)
+    total = float(details["total_time"])
+    values["goodput/productive_time"] = float(details["productive_time"])
+    values["goodput/total_time"] = total
+    if total > 0:
+        prefix = "badput/custom_badput_events/" if reference else "badput/custom/"
+        for label, secs in sorted(details.get("custom_badput_time", {}).items()):
+            values[prefix + tag_part(label.lower() if reference else label)] = \
+                100.0 * float(secs) / total
+    return values
+
+
 def hint_scalars(hints: Any) -> dict[str, float]:
     """TensorBoard scalars from the training hooks' latest hints.
 
@@ -89,9 +146,8 @@ def hint_scalars(hints: Any) -> dict[str, float]:
         >>> hint_scalars({"gradParams": {"norm": 2.0, "var": 4.0}, "initBatchSize": 32})
         {'model/init_batch_size': 32.0, 'model/grad_norm_sqr': 2.0, 'model/grad_variance': 4.0, 'model/gradient_noise_scale': 64.0}
     """
-    to_json = getattr(hints, "to_json", None)
-    if not isinstance(hints, Mapping) and callable(to_json):
-        hints = to_json()
+    if not isinstance(hints, Mapping) and isinstance(hints, JsonHints):
+        hints = hints.to_json()
     if not isinstance(hints, Mapping):
         return {}
     out: dict[str, float] = {}

@@ -1,9 +1,11 @@
 """TensorBoard event files for the monitor: local directories and object stores.
 
 :class:`ScalarEventWriter` writes ``simple_value`` scalars to one event file (opened
-lazily, thread-safe) under a local ``tensorboard_dir`` with TensorBoard's own
-``EventFileWriter``, or under ``gs://...`` through fsspec/gcsfs (:class:`RemoteEventFile`),
-without TensorFlow. :func:`check_tensorboard_dir` validates a remote directory before
+lazily, thread-safe) under a local ``tensorboard_dir`` (:class:`LocalEventFile`), or under
+``gs://...`` through fsspec/gcsfs (:class:`RemoteEventFile`), without TensorFlow. Both
+name their file themselves (``events.out.tfevents.<time>.<host>.<pid>.<n>.goodput_jax``,
+the name TensorBoard's own writer gives) and write its records with TensorBoard's public
+``RecordWriter``. :func:`check_tensorboard_dir` validates a remote directory before
 anything is written.
 
 Example:
@@ -17,15 +19,19 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 _log = logging.getLogger("goodput_jax.measure.monitor")
 
-__all__ = ["RemoteEventFile", "ScalarEventWriter", "check_tensorboard_dir"]
+__all__ = ["LocalEventFile", "RemoteEventFile", "ScalarEventWriter", "check_tensorboard_dir",
+           "event_file_name"]
 
 
 _REMOTE_PACKAGES = {"gs": ("gcsfs", "gcp"), "gcs": ("gcsfs", "gcp")}
@@ -74,8 +80,7 @@ def check_tensorboard_dir(tensorboard_dir: str) -> str | None:
 
 
 def _check_local_dir(tensorboard_dir: str) -> None:
-    path = tensorboard_dir[len("file://"):] if tensorboard_dir.startswith("file://") \
-        else tensorboard_dir
+    path = tensorboard_dir.removeprefix("file://")
     probe = os.path.abspath(os.path.expanduser(path))
     while not os.path.lexists(probe):  # the nearest existing ancestor: created from there
         parent = os.path.dirname(probe)
@@ -97,6 +102,77 @@ def _check_local_dir(tensorboard_dir: str) -> None:
         raise ValueError(f"tensorboard_dir ({tensorboard_dir!r}) is not writable: {why}")
 
 
+_SEQ = itertools.count(1)  # this process's event files, numbered (names never repeat)
+
+
+def event_file_name(logdir: str, suffix: str = ".goodput_jax") -> str:
+    """A new event file's path in ``logdir``, named as TensorBoard's writer names them:
+    ``events.out.tfevents.<unix time>.<host>.<pid>.<n><suffix>`` (``n`` counts this
+    process's files, so two monitors never share one).
+
+    Example:
+        >>> event_file_name("/tmp/tb").startswith("/tmp/tb/events.out.tfevents.")
+        True
+    """
+    return (f"{logdir.rstrip('/')}/events.out.tfevents.{int(time.time()):010d}."
+            f"{socket.gethostname()}.{os.getpid()}.{next(_SEQ)}{suffix}")
+
+
+class _EventFile(Protocol):
+    file_name: str
+
+    def add_event(self, event: Any) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _first_event() -> Any:
+    from tensorboard.compat.proto import event_pb2
+
+    return event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
+
+
+class LocalEventFile:
+    """An event file in a local directory (created), written with TensorBoard's
+    ``RecordWriter``; the file is created exclusively, so an existing one is never
+    overwritten.
+
+    Raises:
+        ValueError: the file would be outside ``logdir`` (a symlinked name).
+    """
+
+    def __init__(self, logdir: str, suffix: str):
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        path = logdir.removeprefix("file://")
+        os.makedirs(path, exist_ok=True)
+        self.file_name = event_file_name(path, suffix)
+        real_dir = os.path.realpath(path)
+        if os.path.commonpath([real_dir, os.path.realpath(self.file_name)]) != real_dir:
+            raise ValueError(f"tensorboard event file {self.file_name!r} would be outside "
+                             f"tensorboard_dir ({logdir!r})")
+        self._file = open(self.file_name, "xb")  # noqa: SIM115 - closed by close()
+        self._records = RecordWriter(self._file)
+        self.add_event(_first_event())
+        self.flush()
+
+    def add_event(self, event: Any) -> None:
+        """Append one ``Event`` record (written at the next :meth:`flush`)."""
+        self._records.write(event.SerializeToString())
+
+    def flush(self) -> None:
+        """Write the appended records to the file."""
+        self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close the file. Idempotent."""
+        if not self._file.closed:
+            self._file.flush()
+            self._file.close()
+
+
 class RemoteEventFile:
     """An event file on an object store (``gs://``), written through fsspec.
 
@@ -107,7 +183,6 @@ class RemoteEventFile:
     """
 
     def __init__(self, logdir: str, suffix: str, max_bytes: int = 8 << 20):
-        import socket
         import tempfile
 
         import fsspec
@@ -116,28 +191,22 @@ class RemoteEventFile:
         self._suffix = suffix
         self._max_bytes = max_bytes
         self._fs, _ = fsspec.core.url_to_fs(self.logdir)
-        self._host = socket.gethostname()
         self._tempfile = tempfile
-        self._seq = 0
-        self._spool = None
+        self._spool: Any = None
         self._dirty = False
         self.file_name = ""
         self._new_file()
 
     def _new_file(self) -> None:
-        from tensorboard.compat.proto import event_pb2
         from tensorboard.summary.writer.record_writer import RecordWriter
 
         if self._spool is not None:
             self.flush()
             self._spool.close()
-        self._seq += 1
-        self.file_name = (f"{self.logdir}/events.out.tfevents.{int(time.time()):010d}."
-                          f"{self._host}.{os.getpid()}.{self._seq}{self._suffix}")
+        self.file_name = event_file_name(self.logdir, self._suffix)
         self._spool = self._tempfile.TemporaryFile(prefix="goodput_jax_tb_")
         self._records = RecordWriter(self._spool)
-        self._records.write(event_pb2.Event(wall_time=time.time(),
-                                            file_version="brain.Event:2").SerializeToString())
+        self._records.write(_first_event().SerializeToString())
         self._dirty = True
         self.flush()
 
@@ -170,13 +239,13 @@ class RemoteEventFile:
 
 
 class ScalarEventWriter:
-    """Thread-safe scalar writer on one TensorBoard event file (opened lazily)."""
+    """Thread-safe scalar writer on one TensorBoard event file (opened lazily at the first
+    write; records reach the file at :meth:`flush`)."""
 
-    def __init__(self, logdir: str, flush_secs: float = 5.0):
+    def __init__(self, logdir: str):
         self.logdir = logdir
-        self._flush_secs = flush_secs
         self._lock = threading.Lock()
-        self._writer = None
+        self._writer: _EventFile | None = None
         self._closed = False
         self.file_name: str | None = None
 
@@ -192,9 +261,9 @@ class ScalarEventWriter:
         with self._lock:
             if self._closed:
                 return 0  # a late poll of an uploader that outlived its stop timeout
-            self._open()
-            self._writer.add_event(event)
-            self.file_name = getattr(self._writer, "file_name", self.file_name)
+            writer = self._open()
+            writer.add_event(event)
+            self.file_name = writer.file_name  # a remote file rolls over to a new one
         return len(values)
 
     def write_series(self, tag: str, points: Iterable[tuple[int, float]], wall_time: float) -> int:
@@ -204,39 +273,24 @@ class ScalarEventWriter:
         with self._lock:
             if self._closed:
                 return 0
-            self._open()
+            writer = self._open()
             for step, value in points:
                 summary = summary_pb2.Summary(
                     value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
                 )
-                self._writer.add_event(
+                writer.add_event(
                     event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary)
                 )
                 n += 1
         return n
 
-    def _open(self) -> None:
-        if self._writer is None and _protocol(self.logdir) is not None:
-            self._writer = RemoteEventFile(self.logdir, ".goodput_jax")
-            self.file_name = self._writer.file_name
+    def _open(self) -> _EventFile:
         if self._writer is None:
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-            writer = EventFileWriter(
-                self.logdir, max_queue_size=1000, flush_secs=self._flush_secs,
-                filename_suffix=".goodput_jax",
-            )
-            name = writer._file_name if hasattr(writer, "_file_name") else None
-            if name is not None and "://" not in self.logdir:
-                real_dir = os.path.realpath(self.logdir)
-                if os.path.commonpath([real_dir, os.path.realpath(name)]) != real_dir:
-                    writer.close()
-                    raise ValueError(
-                        f"tensorboard event file {name!r} would be outside "
-                        f"tensorboard_dir ({self.logdir!r})"
-                    )
-            self.file_name = name
-            self._writer = writer
+            self._writer = (RemoteEventFile(self.logdir, ".goodput_jax")
+                            if _protocol(self.logdir) is not None
+                            else LocalEventFile(self.logdir, ".goodput_jax"))
+            self.file_name = self._writer.file_name
+        return self._writer
 
     def flush(self) -> None:
         with self._lock:

@@ -278,7 +278,7 @@ class FlakyStore:
 def test_uploader_survives_a_store_that_fails_every_other_poll(store, tmp_path, caplog):
     flaky = FlakyStore(store)
     tb = tmp_path / "tb"
-    monitor = make_monitor(flaky, tb, include_badput_breakdown=False,
+    monitor = make_monitor(flaky, tb, badput_tags=False,
                            include_step_deviation=False)
     assert monitor.start_goodput_uploader()
     wait_for(lambda: flaky.calls >= 16)
@@ -418,10 +418,26 @@ def test_window_validation(store, tmp_path):
 def test_drop_in_constructor_positional_like_the_seed(store, tmp_path):
     monitor = GoodputMonitor(job_name="job", logger_name="goodput_job",
                              tensorboard_dir=str(tmp_path / "tb"), upload_interval=30,
-                             monitoring_enabled=True, include_badput_breakdown=True,
-                             store=store, clock=clock)
+                             monitoring_enabled=True, store=store, clock=clock)
     assert monitor.upload_goodput()["goodput/total"] > 0
+    assert monitor.badput_tags is True and "badput/data_loading" in monitor.upload_goodput()
     monitor.close()
+
+
+def test_google_badput_argument_is_the_drop_ins_and_named_in_one_line(store, tmp_path):
+    # one name, one thing: Google's include_badput_breakdown (default False) is the
+    # drop-in's; this monitor's badput_tags (default True) is another name
+    with pytest.raises(TypeError) as e:
+        GoodputMonitor("job", "goodput_job", str(tmp_path / "tb"), 30,
+                       include_badput_breakdown=True, store=store)
+    assert "\n" not in str(e.value) and "badput_tags" in str(e.value)
+    from goodput_jax import monitoring
+
+    drop_in = monitoring.GoodputMonitor("job", "goodput_job", str(tmp_path / "tb2"), 30,
+                                        store=store, clock=clock)
+    assert drop_in.include_badput_breakdown is False and drop_in.badput_tags is False
+    assert not any(k.startswith("badput/") for k in drop_in.upload_goodput())
+    drop_in.close()
 
 
 # ----------------------------------------------------------------- CLI
