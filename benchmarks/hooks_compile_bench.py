@@ -204,7 +204,9 @@ def main() -> None:
     arms = ["plain", "stats", "hooks", "hooks+summary"]
     if a.baseline_tree:
         arms.append("hooks@baseline")
-    results: dict[str, list[dict]] = {arm: [] for arm in [*arms, "hooks 2nd process"]}
+    names = list(arms)
+    names.insert(names.index("hooks") + 1, "hooks 2nd process")
+    results: dict[str, list[dict]] = {arm: [] for arm in names}
     for rnd in range(a.rounds):
         order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]  # interleaved, rotated
         # "hooks 2nd process" right after "hooks", on the fit cache that one filled
