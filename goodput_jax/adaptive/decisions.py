@@ -63,14 +63,29 @@ data, the step and the checkpointed state.
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from goodput_jax.integrations.search import feasible_configs
 
-__all__ = ["SwitchDecisions"]
+__all__ = ["PrecompilingStep", "SwitchDecisions"]
+
+
+@runtime_checkable
+class PrecompilingStep(Protocol):
+    """A step that compiles other batch shapes ahead of time
+    (:func:`~goodput_jax.adaptive.step.make_train_step`'s): a switch to a shape not
+    compiled yet waits for its background compile instead of compiling inline."""
+
+    def __call__(self, *args: Any) -> Any: ...
+
+    def precompile(self, params: Any, opt_state: Any,
+                   batch_like: Any) -> concurrent.futures.Future: ...
+
+    def is_compiled(self, batch_like: Any) -> bool: ...
 
 
 class SwitchDecisions:
@@ -129,7 +144,7 @@ class SwitchDecisions:
     def _ready(self, config: tuple[int, int]) -> bool:
         """Whether switching to ``config`` costs no compile; starts a background compile if not."""
         ref = self._step_ref
-        if ref is None or not hasattr(ref[0], "precompile"):
+        if ref is None or not isinstance(ref[0], PrecompilingStep):
             return True
         like = self.batch_like(*config)
         if like is None:

@@ -198,15 +198,14 @@ class AdaptiveOptions:
     adaptive: bool = True
 
     def __post_init__(self) -> None:
-        for name, cls in (("search", SearchSpace), ("policy", SwitchPolicy),
-                          ("checks", CheckSchedule)):
-            v = getattr(self, name)
+        for name, v, cls in (("search", self.search, SearchSpace),
+                             ("policy", self.policy, SwitchPolicy),
+                             ("checks", self.checks, CheckSchedule)):
             if not isinstance(v, cls):
                 raise TypeError(f"{name} ({v!r}) must be a {cls.__name__}")
-        for name in ("rescale_nu", "adaptive"):
-            v = getattr(self, name)
-            if not isinstance(v, bool):
-                raise ValueError(f"{name} ({v!r}) must be True or False")  # noqa: TRY004 - as before
+        for flag, b in (("rescale_nu", self.rescale_nu), ("adaptive", self.adaptive)):
+            if not isinstance(b, bool):
+                raise ValueError(f"{flag} ({b!r}) must be True or False")  # noqa: TRY004 - as before
 
     def with_keywords(self, **keywords: Any) -> AdaptiveOptions:
         """These options with the controller's flat keywords applied (``patience=3``, ...).
@@ -225,6 +224,8 @@ class AdaptiveOptions:
                 groups.setdefault(_KEYWORDS[k], {})[k] = v
             else:
                 top[k] = v
+        parts: dict[str, Any] = {"search": self.search, "policy": self.policy,
+                                 "checks": self.checks}
         for g, kw in groups.items():
-            top[g] = dataclasses.replace(getattr(self, g), **kw)
+            top[g] = dataclasses.replace(parts[g], **kw)
         return dataclasses.replace(self, **top) if top else self
