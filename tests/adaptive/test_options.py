@@ -88,3 +88,18 @@ def test_bad_keywords():
         AdaptiveBatchSize(_hooks(), {"x": np.arange(10.0)}, patience=0)
     with pytest.raises(TypeError, match="options"):
         AdaptiveBatchSize(_hooks(), {"x": np.arange(10.0)}, {"patience": 3})
+
+
+def test_the_docs_block_runs(tmp_path, monkeypatch):
+    """docs/adaptive.md's ``<!-- adaptive-options -->`` block as it stands."""
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "adaptive.md"
+    m = re.search(r"<!-- adaptive-options -->\s*```python\n(.*?)```", doc.read_text(),
+                  re.DOTALL)
+    assert m, "docs/adaptive.md lost its block <!-- adaptive-options -->"
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(m.group(1), "docs/adaptive.md adaptive-options", "exec"), ns)  # noqa: S102
+    assert ns["adaptive"].options.policy.patience == 3
