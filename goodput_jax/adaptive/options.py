@@ -217,6 +217,8 @@ class AdaptiveOptions:
         if unknown:
             raise TypeError(f"AdaptiveBatchSize() got an unexpected keyword argument "
                             f"{unknown[0]!r}")
+        if "adaptive" in keywords:  # the old keyword took any truth value
+            keywords["adaptive"] = bool(keywords["adaptive"])
         groups: dict[str, dict[str, Any]] = {}
         top: dict[str, Any] = {}
         for k, v in keywords.items():

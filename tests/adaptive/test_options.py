@@ -103,3 +103,10 @@ def test_the_docs_block_runs(tmp_path, monkeypatch):
     ns: dict = {}
     exec(compile(m.group(1), "docs/adaptive.md adaptive-options", "exec"), ns)  # noqa: S102
     assert ns["adaptive"].options.policy.patience == 3
+
+
+def test_old_adaptive_keyword_takes_a_truth_value():
+    a = AdaptiveBatchSize(_hooks(), {"x": np.arange(10.0)}, adaptive=np.bool_(False))
+    assert a.adaptive is False and a.options.adaptive is False
+    with pytest.raises(ValueError, match=r"^adaptive \(1\) must be True or False$"):
+        AdaptiveOptions(adaptive=1)  # type: ignore[arg-type]
