@@ -173,8 +173,8 @@ class FinishForecast:
         seconds_left: ``work_s + expected_badput_s``.
         finish_time: UTC seconds when the target is reached (``now + seconds_left``).
         expected_badput: bucket name -> expected seconds.
-        one_time_badput: bucket name -> seconds the job spent once (start-up before its
-            first productive step); reported, not extrapolated.
+        one_time_badput: bucket name -> seconds the job spent once (start-up, until the
+            end of its first step); reported, not extrapolated.
     """
 
     target_step: int

@@ -7,9 +7,9 @@ through the calculator's public reads only (``get_job_goodput_details``,
 * **One step-time statistic**: the mean productive step (productive seconds per step), for
   the work left and for turning an interval into steps; the badput the job brings along is
   per productive step, so both terms use the same statistic.
-* **One-time badput apart**: everything before the job's first productive step
-  (accelerator initialisation, training preparation, program startup, a peak probe,
-  "other" start-up time) happens once and is not extrapolated; what comes after (saves,
+* **One-time badput apart**: everything until the end of the job's first step
+  (accelerator initialisation, training preparation, program startup, a peak probe inside
+  or before it, "other" start-up time) happens once and is not extrapolated; what comes after (saves,
   data loading, hangs, and restarts with their own start-up) recurs per step.
 * **Interrupted saves counted apart**: a crash during a save leaves a save start with no
   end; the engine books its time from the start to the crash, and the downtime after, to
@@ -51,7 +51,7 @@ _SAVE = "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"
 _RESTORE = "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME"
 _INFRA = "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"
 _STEP_CATS = frozenset({PRODUCTIVE, "WASTED_PROGRESS_FROM_DISRUPTION"})
-#: buckets that are one-time in the run that holds the job's first productive step, wherever
+#: buckets that are one-time in the run that holds the job's first step, wherever
 #: they fall in it (a measured compile after the first step, a second preparation span)
 ONE_TIME_BUCKETS = frozenset({"ACCELERATOR_INITIALIZATION", "TRAINING_PREP", "PROGRAM_STARTUP"})
 _SAVE_START = KIND_CODES[EventKind.CHECKPOINT_SAVE_START]
@@ -69,8 +69,8 @@ class AdviceInputs:
         step_time_s: mean productive seconds per step (nan without a step).
         productive_s: productive seconds.
         total_s: the job's seconds so far.
-        one_time_badput: bucket name -> seconds spent once, before the first productive
-            step (and the one-time buckets of that run).
+        one_time_badput: bucket name -> seconds spent once, until the end of the job's
+            first step (and the one-time buckets of that step's run).
         recurring_badput: bucket name -> seconds of every other badput.
         saves: saves started (the first host's marks).
         interrupted_saves: saves a crash cut short (a start, then the run crashed).
@@ -129,16 +129,20 @@ def _save_marks(calc: GoodputCalculator) -> dict[str, list[tuple[float, int, int
 
 def _split_startup(segments: list) -> tuple[dict[str, float], dict[str, float]]:
     """(one-time, recurring) badput seconds by bucket from the timeline's slices: one-time is
-    what came before the job's first step (productive, or redone after a crash), and the
-    one-time buckets of that step's run."""
+    what came before the end of the job's first step (productive, or redone after a crash;
+    its compile and whatever ran inside it, a peak probe say), and the one-time buckets of
+    that step's run."""
     steps = [s for s in segments if s[4] is not None and s[2] in _STEP_CATS and s[1] > s[0]]
     first = min(steps, key=lambda s: s[0]) if steps else None
+    end = -math.inf
+    if first is not None:  # the first step's last slice: where start-up ends
+        end = max(s[1] for s in steps if s[3] == first[3] and s[4] == first[4])
     once: dict[str, float] = {}
     rec: dict[str, float] = {}
     for a, b, cat, run, *_ in segments:
         if cat == PRODUCTIVE or b <= a:
             continue
-        one = first is None or b <= first[0] or (run == first[3] and cat in ONE_TIME_BUCKETS)
+        one = first is None or b <= end or (run == first[3] and cat in ONE_TIME_BUCKETS)
         d = once if one else rec
         d[cat] = d.get(cat, 0.0) + (b - a)
     return once, rec

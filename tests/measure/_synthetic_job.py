@@ -49,6 +49,7 @@ class StartupJob:
     save_s: float = 1.5
     every: int = 100
     step_s: Callable[[int], float] = lambda s: 0.2 if s % 10 == 9 else 0.01
+    probe_s: float = 0.0
 
     def times(self, last_step: int) -> list[tuple[str, float, int | None]]:
         """The job's marks up to the start of step ``last_step + 1`` (the moment step
@@ -62,6 +63,11 @@ class StartupJob:
         t += self.other_s
         for s in range(last_step + 1):
             out.append(("step", t, s))
+            if s == 0 and self.probe_s:  # the probe in the middle of the first step
+                t += (self.compile_s + self.step_s(s)) / 2
+                out += [("probe_start", t, None), ("probe_end", t + self.probe_s, None)]
+                t += self.probe_s + (self.compile_s + self.step_s(s)) / 2
+                continue
             t += self.step_s(s) + (self.compile_s if s == 0 else 0.0)
             if (s + 1) % self.every == 0:
                 out += [("save_start", t, s), ("save_end", t + self.save_s, s)]
@@ -79,6 +85,10 @@ class StartupJob:
                  "prep_start": lambda s: rec.record_training_preparation_start_time(),
                  "prep_end": lambda s: rec.record_training_preparation_end_time(),
                  "step": rec.record_step_start_time,
+                 "probe_start": lambda s: rec.record_custom_badput_event_start_time(
+                     custom_badput_event_type="peak probe"),
+                 "probe_end": lambda s: rec.record_custom_badput_event_end_time(
+                     custom_badput_event_type="peak probe"),
                  "save_start": rec.record_checkpoint_save_start_time,
                  "save_end": rec.record_checkpoint_save_end_time}
         for what, t, step in self.times(last_step):

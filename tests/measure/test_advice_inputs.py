@@ -55,6 +55,19 @@ def test_forecast_other_shapes(tmp_path):
         assert f.seconds_left == pytest.approx(finish - now, rel=0.05), (cut, f)
 
 
+@pytest.mark.parametrize("compile_s", [3.0, 0.0])
+def test_a_probe_inside_the_first_step_is_one_time(tmp_path, compile_s):
+    """A peak probe recorded as a custom badput span inside the first step (as the runtime
+    may book it) is start-up, not recurring badput, with or without a compile around it."""
+    job, url = StartupJob(probe_s=2.0, compile_s=compile_s), _url(tmp_path)
+    now = job.record(url, 400)
+    finish = job.times(2000)[-1][1]
+    f = finish_forecast_for(calculator(url, now), 2000)
+    assert f.one_time_badput.get("CUSTOM_BADPUT_EVENTS") == pytest.approx(2.0)
+    assert "CUSTOM_BADPUT_EVENTS" not in f.expected_badput
+    assert f.seconds_left == pytest.approx(finish - now, rel=0.05), f
+
+
 def _offsets(job: CrashJob, seed: int) -> tuple[list[float], int]:
     """Crash offsets (seconds after each run's start): a third of them inside a save (at
     10%, 50%, 90% of it), the rest at random moments of the first 2,500 s (which may fall in
