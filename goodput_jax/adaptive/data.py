@@ -128,6 +128,7 @@ class IterableSource:
     """
 
     def __init__(self, factory: Callable[[], Iterable] | Iterable):
+        self._factory: Callable[[], Iterable] | None
         if callable(factory):
             self._factory = factory
         else:

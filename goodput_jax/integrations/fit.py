@@ -6,27 +6,87 @@
 * :func:`model_errors`: those errors for given parameters (a restored fit);
 * :class:`RefitPool`: one background worker, never two refits at once;
 * :func:`precompile_fit_once`: the fit's program compiled once per process, in the
-  background, with the interpreter's exit waiting for it.
+  background, with the interpreter's exit waiting for it; and once per machine: the
+  compiled program is kept in a persistent compilation cache of the fit's own
+  (:func:`fit_cache_dir`), so a second process loads it instead of compiling.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from goodput_jax.model.formulas import predict_optim_time_np
 from goodput_jax.model.types import PerfParams
 
-__all__ = ["PRECOMPILE_EXIT_WAIT", "FitSnapshot", "RefitPool", "fit_profile", "model_errors",
-           "precompile_fit_once"]
+__all__ = ["FIT_CACHE_ENV", "PRECOMPILE_EXIT_WAIT", "FitSnapshot", "RefitPool", "fit_cache_dir",
+           "fit_profile", "model_errors", "precompile_fit_once"]
+
+#: Environment variable: the fit's compilation cache directory, or ``0`` / ``off`` for none.
+FIT_CACHE_ENV = "GOODPUT_JAX_FIT_CACHE"
 
 #: Longest the interpreter's exit waits for the fit's background compile, in seconds.
 PRECOMPILE_EXIT_WAIT = 60.0
 _precompile_lock = threading.Lock()
 _precompile_waiter: threading.Thread | None = None
+
+
+def fit_cache_dir() -> str | None:
+    """Where the step-time fit's compiled program is kept between processes, or None (off).
+
+    ``$GOODPUT_JAX_FIT_CACHE`` (``0``, ``off`` or empty: off), else
+    ``$XDG_CACHE_HOME/goodput_jax/fit-xla`` (``~/.cache/goodput_jax/fit-xla``).
+
+    Example:
+        >>> d = fit_cache_dir()   # e.g. '/home/me/.cache/goodput_jax/fit-xla'
+        >>> d is None or d.endswith("fit-xla") or d == os.environ[FIT_CACHE_ENV]
+        True
+    """
+    env = os.environ.get(FIT_CACHE_ENV)
+    if env is not None:
+        return None if env.strip().lower() in ("", "0", "off", "false", "no") else env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "goodput_jax", "fit-xla")
+
+
+@contextlib.contextmanager
+def _fit_cache(path: str | None) -> Iterator[None]:
+    """JAX's persistent compilation cache at ``path`` while the fit compiles, then as it was.
+
+    Only when the user has set no cache of their own (then theirs keeps the fit too, and
+    nothing is changed). JAX's cache is process-wide: a compile on another thread during
+    this window (the fit's lowering and compile, or its load from the cache: about 0.1 s
+    once cached) is cached there too. ``docs/adaptive.md`` says so.
+    """
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    cfg: Any = jax.config  # its options are attributes made at run time
+    if (path is None or cfg.jax_compilation_cache_dir
+            or not cfg.jax_enable_compilation_cache):
+        yield
+        return
+    old_min = cfg.jax_persistent_cache_min_compile_time_secs
+    try:
+        os.makedirs(path, exist_ok=True)
+        cfg.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        cfg.update("jax_compilation_cache_dir", path)
+        cc.reset_cache()  # JAX decides once whether a cache is used: decide again
+    except Exception:  # a cache is an optimisation only
+        logging.getLogger(__name__).warning("goodput: no fit cache at %s", path, exc_info=True)
+    try:
+        yield
+    finally:
+        cfg.update("jax_compilation_cache_dir", None)
+        cfg.update("jax_persistent_cache_min_compile_time_secs", old_min)
+        cc.reset_cache()
 
 
 def precompile_fit_once() -> threading.Thread:
@@ -43,6 +103,10 @@ def precompile_fit_once() -> threading.Thread:
     the compile waits for it (about two seconds) and exits cleanly. Later calls
     return the same waiter. :class:`GoodputHooks` calls it on the primary process.
 
+    The compile goes through a persistent compilation cache of the fit's own
+    (:func:`fit_cache_dir`, unless the user set JAX's cache: then through theirs), so
+    only the first process on a machine compiles; later ones load the program.
+
     Returns:
         The waiter thread (``join()`` it to wait for the compile).
 
@@ -55,10 +119,19 @@ def precompile_fit_once() -> threading.Thread:
         if _precompile_waiter is None:
             from goodput_jax.model.perf import precompile_fit
 
-            compiling = precompile_fit()
+            done = threading.Event()
+
+            def compile_cached() -> None:
+                with _fit_cache(fit_cache_dir()):
+                    precompile_fit().join(PRECOMPILE_EXIT_WAIT)
+                done.set()
+
+            compiling = threading.Thread(target=compile_cached, name="goodput-fit-cache",
+                                         daemon=True)
+            compiling.start()
 
             def wait() -> None:
-                compiling.join(PRECOMPILE_EXIT_WAIT)
+                done.wait(PRECOMPILE_EXIT_WAIT)
 
             _precompile_waiter = threading.Thread(
                 target=wait, name="goodput-fit-compile-wait", daemon=False)
@@ -68,7 +141,8 @@ def precompile_fit_once() -> threading.Thread:
 
 def _columns(table: dict) -> tuple[list, tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
     keys = list(table)
-    nrb = tuple(np.array([k[i] for k in keys]) for i in range(3))
+    nrb = (np.array([k[0] for k in keys]), np.array([k[1] for k in keys]),
+           np.array([k[2] for k in keys]))
     return keys, nrb, np.array([table[k][1] for k in keys], float)
 
 
@@ -178,4 +252,5 @@ class FitSnapshot:
         if any(abs(v[1] - fitted[k]) > tolerance * fitted[k] for k, v in table.items()):
             return True
         return (noise_scale is None) != (gns is None) or (
-            noise_scale is not None and abs(noise_scale - gns) > tolerance * abs(gns))
+            noise_scale is not None and gns is not None
+            and abs(noise_scale - gns) > tolerance * abs(gns))

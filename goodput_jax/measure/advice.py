@@ -164,14 +164,17 @@ class FinishForecast:
         target_step: the step asked about.
         current_step: the last productive step.
         steps_left: ``target_step - current_step`` (>= 0).
-        step_time_s: productive seconds per step (the median device-true step time).
+        step_time_s: productive seconds per step: the mean productive step (productive
+            seconds / steps), the one statistic of both terms.
         work_s: ``steps_left x step_time_s``.
         expected_badput_s: badput expected on the way (today's recurring badput per
-            productive second; one-time start-up costs left out), by bucket name in
-            ``expected_badput``.
+            productive second of ``work_s``, i.e. per step; one-time start-up costs left
+            out), by bucket name in ``expected_badput``.
         seconds_left: ``work_s + expected_badput_s``.
         finish_time: UTC seconds when the target is reached (``now + seconds_left``).
         expected_badput: bucket name -> expected seconds.
+        one_time_badput: bucket name -> seconds the job spent once (start-up, until the
+            end of its first step); reported, not extrapolated.
     """
 
     target_step: int
@@ -183,6 +186,7 @@ class FinishForecast:
     seconds_left: float
     finish_time: float
     expected_badput: dict[str, float]
+    one_time_badput: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict:
         """JSON-ready dict of every field."""
@@ -191,9 +195,14 @@ class FinishForecast:
 
 def finish_forecast(target_step: int, current_step: int, step_time_s: float,
                     productive_s: float, recurring_badput_s: dict[str, float],
-                    now: float) -> FinishForecast:
+                    now: float, *, one_time_badput: dict[str, float] | None = None
+                    ) -> FinishForecast:
     """Forecast from today's rates: each productive second brings along
     ``recurring badput / productive`` seconds of badput.
+
+    ``step_time_s`` should be ``productive_s / steps`` (the mean step): then the work and the
+    badput use one statistic (:func:`goodput_jax.measure.advice_inputs.finish_forecast_for`
+    measures both, with one-time start-up badput apart, passed as ``one_time_badput``).
 
     Example:
         >>> f = finish_forecast(200, 100, 1.0, 100.0, {"DATA_LOADING": 25.0}, now=0.0)
@@ -208,5 +217,6 @@ def finish_forecast(target_step: int, current_step: int, step_time_s: float,
     work = left * st
     per = {k: work * float(v) / p for k, v in recurring_badput_s.items() if v > 0}
     bad = float(sum(per.values()))
+    once = {k: float(v) for k, v in (one_time_badput or {}).items() if v > 0}
     return FinishForecast(target_step, int(current_step), left, st, work, bad, work + bad,
-                          float(now) + work + bad, per)
+                          float(now) + work + bad, per, once)
