@@ -8,20 +8,14 @@ Example:
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from goodput_jax.compat.enums import BadputType
 from goodput_jax.compat.options import check_flag, check_positive, cloud_logger_store, local_time
+from goodput_jax.measure.live import flush_job
 from goodput_jax.measure.recorder import GoodputRecorder as _BaseRecorder
 
 __all__ = ["GoodputRecorder", "flush_live_recorders"]
-
-#: drop-in recorders alive in this process: a monitor flushes its job's ones before
-#: its final upload (MaxText records the job end right before stopping the monitor,
-#: and this recorder writes in the background).
-_LIVE_RECORDERS: weakref.WeakSet = weakref.WeakSet()
-
 
 class GoodputRecorder(_BaseRecorder):
     """:class:`goodput_jax.measure.recorder.GoodputRecorder` with Google's constructor.
@@ -66,8 +60,6 @@ class GoodputRecorder(_BaseRecorder):
             kwargs.setdefault("synchronous", True)
         super().__init__(job_name, logger_name, enabled, **kwargs)
         self.cloud_logger = cloud_logger
-        if self.logging_enabled:
-            _LIVE_RECORDERS.add(self)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (at most ``background_grace_period_s`` by default) and stop writing."""
@@ -176,6 +168,4 @@ def flush_live_recorders(job_name: str, timeout: float | None) -> None:
     Example:
         >>> flush_live_recorders("no-such-job", 1.0)
     """
-    for rec in list(_LIVE_RECORDERS):
-        if rec.job_name == job_name and not rec.closed:
-            rec.flush(timeout)
+    flush_job(job_name, timeout)  # every enabled recorder registers (measure.live)

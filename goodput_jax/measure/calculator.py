@@ -54,6 +54,7 @@ import numpy as np
 
 from goodput_jax.measure.advice import CheckpointAdvice, FinishForecast, checkpoint_advice, finish_forecast
 from goodput_jax.measure.badput import BUCKET_NAMES, BadputType
+from goodput_jax.measure.live import flush_writers
 from goodput_jax.measure.engine import Engine, StreamKeys
 from goodput_jax.measure.engine.codes import payload
 from goodput_jax.measure.events import KIND_CODES, EventKind, check_job_name, to_timestamp
@@ -220,8 +221,10 @@ class GoodputCalculator:
         """Feed ``eng`` every event newer than ``cursor``, one chunk at a time.
 
         ``only=(a, b)`` feeds only the events with ``a < timestamp <= b``.
-        Yields ``(cursor, count)`` after each chunk has been fed.
+        Yields ``(cursor, count)`` after each chunk has been fed. This process's live
+        recorders of the job on this store write what they hold first (read your own writes).
         """
+        flush_writers(self.job_name, self.store)
         while True:
             # every EventStore reads columns (stores without a fast path through
             # stores.base.RowColumns / RowStoreAdapter)

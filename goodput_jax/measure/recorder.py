@@ -41,6 +41,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Self
 
+from goodput_jax.measure import live
 from goodput_jax.measure.badput import RECORDABLE, BadputType
 from goodput_jax.measure.events import KIND_CODES as _K
 from goodput_jax.measure.events import (
@@ -264,6 +265,7 @@ class GoodputRecorder:
             return
         self._owns_store = store is None or isinstance(store, str)
         self._store = resolve_store(store)
+        live.register(self, self._store)  # a calculator in this process reads our writes
         self._wake = threading.Event()
         # synchronous: every event is written at once (a "batch" of one, drained inline)
         self._sink = (StepSink(self._q, max_queue, 1, self._drain, self._count_drop)
