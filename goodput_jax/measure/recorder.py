@@ -41,6 +41,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Self
 
+__all__ = ["GoodputRecorder", "JobEndedError", "JobState", "RecorderOptions", "Rerun",
+           "StepSink"]
+
 from goodput_jax.measure import live
 from goodput_jax.measure.badput import RECORDABLE, BadputType
 from goodput_jax.measure.events import KIND_CODES as _K
@@ -53,8 +56,10 @@ from goodput_jax.measure.events import (
     new_run_id,
     to_timestamp,
 )
+from goodput_jax.measure.lifecycle import JobEndedError, JobLifecycle, JobState, Rerun
+from goodput_jax.measure.options import RecorderOptions
 from goodput_jax.measure.productivity import ProgramCost
-from goodput_jax.measure.stores import EventStore, resolve_store
+from goodput_jax.measure.stores import EventStore, RawEventStore, resolve_store
 
 logger = logging.getLogger(__name__)
 
@@ -185,16 +190,12 @@ class GoodputRecorder:
         logging_enabled: record only when True (e.g. ``jax.process_index() == 0``);
             when False every call is a cheap no-op.
         store: EventStore, store URL, or None (``$GOODPUT_JAX_STORE`` or ``./goodput.db``).
-        clock: returns UTC seconds (default ``time.time``); used when no timestamp is given.
-        host: host / process index stored with each event.
-        run_id: id of this process launch (default: fresh per recorder).
-        max_queue: events held in memory at most; beyond it new events are dropped and counted.
-        batch_size: events per store write.
-        flush_interval: seconds between background writes.
-        max_retries: retries of a failing write before its batch is dropped and counted.
-        synchronous: write each event to the store in the calling thread (no background
-            thread; for test seams such as Google's ``cloud_logger=``, where a read must
-            see the write that preceded it).
+            Keyword-only (Google's drop-in takes ``cloud_logger`` fourth).
+        options: :class:`RecorderOptions` (clock, host, run id, queue and writer, rerun
+            policy); validated once.
+        **keywords: the fields of :class:`RecorderOptions` as keywords
+            (``clock=..., synchronous=True``), translated into ``options`` in one place
+            (:meth:`RecorderOptions.merged`); not both.
 
     Raises:
         ValueError / TypeError: bad arguments (named in the message).
@@ -209,40 +210,24 @@ class GoodputRecorder:
         job_name: str,
         logger_name: str | None = None,
         logging_enabled: bool = False,
+        *,
         store: EventStore | str | None = None,
-        clock: Callable[[], Any] | None = None,
-        host: int | None = None,
-        run_id: str | None = None,
-        max_queue: int = 1_000_000,
-        batch_size: int = 4096,
-        flush_interval: float = 0.5,
-        max_retries: int = 6,
-        synchronous: bool = False,
+        options: RecorderOptions | None = None,
+        **keywords: Any,
     ):
         check_job_name(job_name)
-        if clock is not None and not callable(clock):
-            raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
-        if host is not None and (isinstance(host, bool) or not isinstance(host, int) or host < 0):
-            raise ValueError(f"host ({host!r}) must be a non-negative int")
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            raise ValueError(f"run_id ({run_id!r}) must be a non-empty string")
-        for name, v in (("max_queue", max_queue), ("batch_size", batch_size)):
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name} ({v!r}) must be a positive int")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries ({max_retries!r}) must be a non-negative int")
-        if not isinstance(flush_interval, (int, float)) or not flush_interval > 0:
-            raise ValueError(f"flush_interval ({flush_interval!r}) must be a positive number")
+        opts = RecorderOptions.merged(options, keywords)
+        self.options = opts
         self.job_name = job_name
         self.logger_name = logger_name
         self._enabled = bool(logging_enabled)
-        self._clock = clock or time.time
-        self._host = 0 if host is None else host
-        self._run_id = run_id or new_run_id()
-        self._max_queue = max_queue
-        self._batch = batch_size
-        self._flush_interval = float(flush_interval)
-        self._max_retries = max_retries
+        self._clock = opts.clock or time.time
+        self._host = 0 if opts.host is None else opts.host
+        self._run_id = opts.run_id or new_run_id()
+        self._max_queue = max_queue = opts.max_queue
+        self._batch = batch_size = opts.batch_size
+        self._flush_interval = float(opts.flush_interval)
+        self._max_retries = opts.max_retries
         self._q: collections.deque = collections.deque()
         self._dropped = 0
         self._written = 0
@@ -252,7 +237,7 @@ class GoodputRecorder:
         self._open: dict[tuple[int, str | None], int] = {}
         self._open_lock = threading.Lock()
         self._closed = False
-        self._sync = bool(synchronous)
+        self._sync = opts.synchronous
         self._drop_lock = threading.Lock()
         self._store: EventStore | None = None
         self._owns_store = False
@@ -260,11 +245,14 @@ class GoodputRecorder:
         #: called (no arguments) before a badput span's start is stamped; see
         #: add_span_start_listener (a tuple: read without a lock, replaced on change)
         self._span_listeners: tuple[Callable[[], Any], ...] = ()
-        self._job_open = False
+        self._lifecycle = JobLifecycle(job_name)
+        self._ended = False  # mirror of the lifecycle's ENDED, read on the hot path
+        self._drain_ended = False  # the writer's view: a job end was the last job event
         if not self._enabled:
             return
         self._owns_store = store is None or isinstance(store, str)
         self._store = resolve_store(store)
+        self._raw = isinstance(self._store, RawEventStore)
         live.register(self, self._store)  # a calculator in this process reads our writes
         self._wake = threading.Event()
         # synchronous: every event is written at once (a "batch" of one, drained inline)
@@ -390,6 +378,9 @@ class GoodputRecorder:
                 "(see dropped_count)", self._max_queue)
 
     def _put(self, code: int, t: float, step: int | None, label: str | None, payload: Any) -> None:
+        if self._ended:
+            self._lifecycle.refuse(f"a {KINDS_BY_CODE[code].value} event")
+            return
         self._sink.put(code, t, step, label, payload)
 
     def step_sink(self) -> StepSink | None:
@@ -430,6 +421,9 @@ class GoodputRecorder:
                 t = to_timestamp(t, name="clock()")
         else:
             t = to_timestamp(start_time, name="start_time")
+        if self._ended:
+            self._lifecycle.refuse(f"step {step}'s start")
+            return
         self._sink.put(_STEP_START, t, step)
 
     def record_step_end_time(self, step: int, end_time: Any = None) -> None:
@@ -443,6 +437,9 @@ class GoodputRecorder:
     def _record(self, kind: EventKind, when: Any, argname: str,
                 step: int | None = None, label: str | None = None) -> None:
         if not self._enabled:
+            return
+        if self._ended and kind is not EventKind.JOB_START:
+            self._lifecycle.refuse(f"a {kind.value} event")
             return
         span_start = kind.value.endswith("_start") and kind not in (EventKind.JOB_START,
                                                                      EventKind.STEP_START)
@@ -471,14 +468,55 @@ class GoodputRecorder:
         self._put(code, t, step, label, None)
 
     def record_job_start_time(self, start_time: Any = None) -> None:
-        """Record the job's (this run's) start."""
+        """Record the job's (this run's) start: NOT_STARTED (or ENDED) -> RUNNING.
+
+        The recorder's first start applies its ``rerun`` option when the job's last run
+        in the store ended cleanly (:class:`~goodput_jax.measure.lifecycle.Rerun`).
+
+        Raises:
+            JobEndedError: that run ended and ``rerun`` is ``"refuse"``.
+        """
+        if self._enabled:
+            self._lifecycle.check_rerun(self.options.rerun, self._store, self._run_id)
         self._record(EventKind.JOB_START, start_time, "start_time")
-        self._job_open = True
+        self._lifecycle.start()
+        self._ended = False
 
     def record_job_end_time(self, end_time: Any = None) -> None:
-        """Record the job's (this run's) clean end. A run without it counts as crashed."""
+        """Record the job's (this run's) clean end: -> ENDED. A run without it counts as
+        crashed. Later events are refused (warned once) until a new job start; span-start
+        listeners are called first, so a step recorder books the device ends it sees."""
+        if self._ended:
+            if self._enabled:
+                self._lifecycle.refuse("a second job end")
+            return
+        if self._enabled and self._span_listeners and end_time is None:
+            self._span_starting()
         self._record(EventKind.JOB_END, end_time, "end_time")
-        self._job_open = False
+        self._lifecycle.end()
+        self._ended = True
+
+    @property
+    def job_state(self) -> JobState:
+        """Where this recorder's job is (also when disabled).
+
+        Example:
+            >>> rec = GoodputRecorder("job", "goodput_job")
+            >>> rec.job_state, (rec.record_job_start_time(), rec.job_state)[1]
+            (<JobState.NOT_STARTED: 'not_started'>, <JobState.RUNNING: 'running'>)
+        """
+        return self._lifecycle.state
+
+    @property
+    def lifecycle(self) -> JobLifecycle:
+        """The job's :class:`~goodput_jax.measure.lifecycle.JobLifecycle` (its transitions
+        are methods: the elastic recorder opens and closes waits on it)."""
+        return self._lifecycle
+
+    @property
+    def refused_count(self) -> int:
+        """Events refused because they came after the job end (see :attr:`job_state`)."""
+        return self._lifecycle.refused
 
     @property
     def job_started(self) -> bool:
@@ -492,7 +530,7 @@ class GoodputRecorder:
             >>> rec.job_started, (rec.record_job_start_time(), rec.job_started)[1]
             (False, True)
         """
-        return self._job_open
+        return self._lifecycle.started
 
     def record_tpu_init_start_time(self, start_time: Any = None) -> None:
         """Record the start of accelerator (TPU/GPU) initialization."""
@@ -736,10 +774,14 @@ class GoodputRecorder:
         q = self._q
         batch: list = []
         ok_since_marker = True
-        # a store with ``append_raw`` (SQLite) takes the queued tuples as they are;
-        # any other gets Event objects
-        raw = callable(getattr(self._store, "append_raw", None))
+        # a RawEventStore (SQLite) takes the queued tuples as they are; any other gets
+        # Event objects
+        raw = self._raw
         mk = Event
+        # the lifecycle's last word, for what the fast path (StepSink) queued without a
+        # state check: after a job end only a new job start is written
+        ended = self._drain_ended
+        refused = 0
         job, run, host = self.job_name, self._run_id, self._host
         kinds = KINDS_BY_CODE
         while q:
@@ -752,6 +794,14 @@ class GoodputRecorder:
                 item.done.set()
                 ok_since_marker = True
                 continue
+            code = item[0]
+            if ended:
+                if code != _JOB_START:
+                    refused += 1
+                    continue
+                ended = False
+            elif code == _JOB_END:
+                ended = True
             if raw:
                 batch.append(item)
             else:
@@ -762,12 +812,15 @@ class GoodputRecorder:
                 batch = []
         if batch:
             self._write(batch)
+        self._drain_ended = ended
+        if refused:
+            self._lifecycle.refuse("an event queued through the step sink", refused)
 
     def _write(self, batch: list) -> bool:
         delay = 0.05
         for attempt in range(self._max_retries + 1):
             try:
-                if batch and type(batch[0]) is tuple:
+                if self._raw:
                     self._store.append_raw(self.job_name, self._run_id, self._host, batch)
                 else:
                     self._store.append(batch)

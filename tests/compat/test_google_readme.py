@@ -62,7 +62,6 @@ def test_readme_verbatim_reads_its_own_writes(fresh_dir, capsys):
     assert (fresh_dir / "goodput.db").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="lifecycle: next commit")
 def test_readme_twice_in_one_directory_warns_of_the_second_run(fresh_dir, caplog):
     """An accidental rerun (same job name, same store, the first run ended cleanly) is told
     so: the default is to append the run and warn once (docs/semantics.md, "Runs of a job")."""
