@@ -52,12 +52,17 @@ from typing import Any
 
 import numpy as np
 
-from goodput_jax.measure.advice import CheckpointAdvice, FinishForecast, checkpoint_advice, finish_forecast
+from goodput_jax.measure.advice import (
+    CheckpointAdvice,
+    FinishForecast,
+    checkpoint_advice,
+    finish_forecast,
+)
 from goodput_jax.measure.badput import BUCKET_NAMES, BadputType
-from goodput_jax.measure.live import flush_writers
 from goodput_jax.measure.engine import Engine, StreamKeys
 from goodput_jax.measure.engine.codes import payload
 from goodput_jax.measure.events import KIND_CODES, EventKind, check_job_name, to_timestamp
+from goodput_jax.measure.live import flush_writers
 from goodput_jax.measure.productivity import (
     DevicePeak,
     ProductivityGoodput,
