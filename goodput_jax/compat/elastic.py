@@ -244,9 +244,8 @@ class ElasticGoodputMonitor(GoodputMonitor):
 
     def _close_own_store(self) -> None:
         store, self._own_store = self._own_store, None
-        close = getattr(store, "close", None)
-        if close is not None:
-            close()
+        if store is not None:
+            store.close()
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop every uploader and close the event file (as the base monitor), then the

@@ -298,7 +298,7 @@ class GoodputCalculator:
         if eng.runs == 0:
             raise NoEventsError(
                 f"no goodput events for job {self.job_name!r} in store "
-                f"{getattr(self.store, 'url', self.store)!r}"
+                f"{self.store.url!r}"
             )
 
     # ----------------------------------------------------------------- results

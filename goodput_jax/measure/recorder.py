@@ -832,7 +832,7 @@ class GoodputRecorder:
                     logger.warning(
                         "goodput recorder: writing to store %r failed (%s: %s); retrying with "
                         "backoff, events that still fail are dropped and counted",
-                        getattr(self._store, "url", self._store), type(e).__name__, e)
+                        self._store.url, type(e).__name__, e)
                 if attempt == self._max_retries:
                     break
                 if self._stop.wait(delay) and attempt >= 1:
