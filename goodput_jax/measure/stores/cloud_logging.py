@@ -42,9 +42,7 @@ Example:
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime as _dt
-import functools
 import itertools
 import logging
 import random
@@ -68,6 +66,17 @@ from goodput_jax.measure.stores.cloud_logging_options import (
     validate_logger_name,
     validate_project,
 )
+from goodput_jax.measure.stores.cloud_logging_wire import (
+    EPOCH,
+    CloudLoggingCursor,
+    error_text,
+    parse_ts,
+    service_errors,
+    transient_errors,
+    ts_to_datetime,
+    ts_to_iso,
+    utc_iso,
+)
 
 __all__ = ["DEFAULT_READ_OVERLAP_SECONDS", "SCHEMA_KEY", "SCHEMA_VERSION", "CloudLoggingCursor",
            "CloudLoggingOptions", "CloudLoggingStore", "quote_filter_value",
@@ -78,95 +87,6 @@ _log = logging.getLogger(__name__)
 #: Key added to every jsonPayload written by this store (identifies our entries).
 SCHEMA_KEY = "goodput_jax_schema"
 SCHEMA_VERSION = "event/1"
-
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-
-
-def _utc_iso(value: _dt.datetime) -> str:
-    """RFC 3339 with microseconds and a ``Z`` suffix (what Cloud Logging accepts)."""
-    return value.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _ts_to_datetime(ts: float) -> _dt.datetime:
-    return _EPOCH + _dt.timedelta(microseconds=round(ts * 1e6))
-
-
-_SECOND_CACHE: tuple[int, str] = (-(2**62), "")
-
-
-def _ts_to_iso(ts: float) -> str:
-    """Float UTC seconds -> RFC 3339 with microseconds (same text as ``_utc_iso``).
-
-    About 10x faster than going through ``datetime``: the date/time prefix of
-    the last whole second is cached (consecutive events share it).
-    """
-    global _SECOND_CACHE
-    sec, us = divmod(round(ts * 1e6), 1_000_000)
-    cached = _SECOND_CACHE
-    if cached[0] == sec:
-        prefix = cached[1]
-    else:
-        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        _SECOND_CACHE = (sec, prefix)
-    return f"{prefix}.{us:06d}Z"
-
-
-@functools.lru_cache(maxsize=1)
-def _transient_errors() -> tuple[type[BaseException], ...]:
-    from google.api_core import exceptions as gexc
-    from google.auth import exceptions as aexc
-
-    errs: list[type[BaseException]] = [
-        gexc.TooManyRequests,  # 429 (ResourceExhausted on gRPC is a subclass)
-        gexc.InternalServerError,  # 500
-        gexc.BadGateway,  # 502
-        gexc.ServiceUnavailable,  # 503
-        gexc.GatewayTimeout,  # 504, DeadlineExceeded
-        gexc.Aborted,
-        gexc.RetryError,
-        aexc.TransportError,  # token refresh could not reach the auth server
-        ConnectionError,
-        TimeoutError,
-    ]
-    try:
-        import requests
-
-        errs += [requests.exceptions.ConnectionError, requests.exceptions.Timeout]
-    except ImportError:  # pragma: no cover - requests ships with the client
-        pass
-    return tuple(errs)
-
-
-@functools.lru_cache(maxsize=1)
-def _service_errors() -> tuple[type[BaseException], ...]:
-    """Errors of the service, the transport or authentication (all become StoreError on read)."""
-    from google.api_core import exceptions as gexc
-    from google.auth import exceptions as aexc
-
-    return (gexc.GoogleAPIError, aexc.GoogleAuthError, *_transient_errors())
-
-
-def _error_text(exc: BaseException) -> str:
-    """Short description of an API error: class and message, never headers/credentials."""
-    msg = str(exc)
-    if len(msg) > 300:
-        msg = msg[:300] + "..."
-    return f"{type(exc).__name__}: {msg}"
-
-
-@dataclasses.dataclass(frozen=True)
-class CloudLoggingCursor:
-    """Opaque read position of :meth:`CloudLoggingStore.read_events`.
-
-    Attributes:
-        high_water: timestamp (RFC 3339) of the newest entry returned so far.
-        seen: ``(timestamp, insertId)`` of entries already returned within the
-            overlap window before ``high_water``.
-    """
-
-    high_water: str
-    seen: tuple[tuple[str, str], ...] = ()
-
 
 class CloudLoggingStore(RowColumns):
     """Event store on Google Cloud Logging; ``append`` writes synchronously, in batches.
@@ -220,11 +140,11 @@ class CloudLoggingStore(RowColumns):
         self.close_timeout = float(o.close_timeout)
         st = o.start_time
         if st is None:
-            self._start = _EPOCH
+            self._start = EPOCH
         elif isinstance(st, _dt.datetime):
             self._start = st
         else:
-            self._start = _ts_to_datetime(float(st))
+            self._start = ts_to_datetime(float(st))
 
         # Write state (counters are updated by whichever threads call append).
         self._cond = threading.Condition()
@@ -242,7 +162,7 @@ class CloudLoggingStore(RowColumns):
         #: Entries skipped on read (foreign entries, diagnostics, undecodable).
         self.skipped_entries = 0
         self.last_error: str | None = None
-        self._transient = _transient_errors()
+        self._transient = transient_errors()
         _register_atexit(self)
 
     # ------------------------------------------------------------------ factory
@@ -339,7 +259,7 @@ class CloudLoggingStore(RowColumns):
                 try:
                     self._send_with_retry(batch)
                 except Exception as e:  # noqa: BLE001 - e.g. resource detection failed
-                    self.last_error = _error_text(e)
+                    self.last_error = error_text(e)
                     self._drop(batch, f"unexpected write error ({self.last_error})")
         finally:
             with self._cond:
@@ -353,7 +273,7 @@ class CloudLoggingStore(RowColumns):
         return {
             "logName": self.log_name,
             "jsonPayload": payload,
-            "timestamp": _ts_to_iso(ev.timestamp),
+            "timestamp": ts_to_iso(ev.timestamp),
             # Sortable within one writer: equal timestamps keep append order.
             "insertId": f"{self._id_prefix}-{seq:012d}",
             "labels": {"job": ev.job_name, "run": ev.run_id, "host": str(ev.host)},
@@ -387,7 +307,7 @@ class CloudLoggingStore(RowColumns):
                     self.written_events += len(batch)
                 return
             except self._transient as e:
-                self.last_error = _error_text(e)
+                self.last_error = error_text(e)
                 if self._abort.is_set():
                     self._drop(batch, f"store closed after a transient error ({self.last_error})")
                     return
@@ -407,7 +327,7 @@ class CloudLoggingStore(RowColumns):
                 delay = min(max(delay * 2, 1e-3), self.retry_max)
             except gexc.BadRequest as e:
                 # One bad entry fails an all-or-nothing batch: bisect to isolate it.
-                self.last_error = _error_text(e)
+                self.last_error = error_text(e)
                 if len(batch) > 1:
                     mid = len(batch) // 2
                     self._send_with_retry(batch[:mid])
@@ -416,7 +336,7 @@ class CloudLoggingStore(RowColumns):
                     self._drop(batch, f"rejected by Cloud Logging ({self.last_error})")
                 return
             except Exception as e:  # noqa: BLE001 - permanent (401, 403, 404, ...) or unexpected
-                self.last_error = _error_text(e)
+                self.last_error = error_text(e)
                 self._drop(batch, f"write failed permanently ({self.last_error})")
                 return
 
@@ -519,7 +439,7 @@ class CloudLoggingStore(RowColumns):
         since = self._start if since is None else max(since, self._start)
         parts = [
             f"logName={quote_filter_value(self.log_name, name='log_name')}",
-            f"timestamp>={quote_filter_value(_utc_iso(since))}",
+            f"timestamp>={quote_filter_value(utc_iso(since))}",
         ]
         if job_name is not None:
             parts.append(f"labels.job={quote_filter_value(job_name, name='job_name')}")
@@ -584,7 +504,7 @@ class CloudLoggingStore(RowColumns):
             seen: dict[str, str] = {}
             high = None
         else:
-            high = _parse_ts(cursor.high_water)
+            high = parse_ts(cursor.high_water)
             since = high - _dt.timedelta(seconds=self.read_overlap_seconds)
             seen = {iid: ts for ts, iid in cursor.seen}
         out: list[Event] = []
@@ -594,7 +514,7 @@ class CloudLoggingStore(RowColumns):
                 if iid in seen:
                     continue
                 ts = entry.timestamp
-                ts_iso = _utc_iso(ts) if ts is not None else None
+                ts_iso = utc_iso(ts) if ts is not None else None
                 ev = self._decode(entry, job_name)
                 if ts_iso is not None:
                     seen[iid] = ts_iso
@@ -604,13 +524,13 @@ class CloudLoggingStore(RowColumns):
                     out.append(ev)
                     if limit is not None and len(out) >= limit:
                         break
-        except _service_errors() as e:
-            raise StoreError(f"{self!r}: reading job {job_name!r} failed: {_error_text(e)}") from None
+        except service_errors() as e:
+            raise StoreError(f"{self!r}: reading job {job_name!r} failed: {error_text(e)}") from None
         if high is None:
-            return out, cursor if cursor is not None else CloudLoggingCursor(_utc_iso(self._start))
-        low = _utc_iso(high - _dt.timedelta(seconds=self.read_overlap_seconds))
+            return out, cursor if cursor is not None else CloudLoggingCursor(utc_iso(self._start))
+        low = utc_iso(high - _dt.timedelta(seconds=self.read_overlap_seconds))
         kept = tuple(sorted((ts, iid) for iid, ts in seen.items() if ts >= low))
-        return out, CloudLoggingCursor(_utc_iso(high), kept)
+        return out, CloudLoggingCursor(utc_iso(high), kept)
 
     def list_jobs(self) -> list[str]:
         """Names of all jobs with at least one event in this log (scans the log)."""
@@ -622,15 +542,9 @@ class CloudLoggingStore(RowColumns):
                 ev = self._decode(entry, None)
                 if ev is not None:
                     jobs.add(ev.job_name)
-        except _service_errors() as e:
-            raise StoreError(f"{self!r}: listing jobs failed: {_error_text(e)}") from None
+        except service_errors() as e:
+            raise StoreError(f"{self!r}: listing jobs failed: {error_text(e)}") from None
         return sorted(jobs)
-
-
-def _parse_ts(value: str) -> _dt.datetime:
-    from google.cloud._helpers import _rfc3339_nanos_to_datetime
-
-    return _rfc3339_nanos_to_datetime(value)
 
 
 _LIVE: weakref.WeakSet[CloudLoggingStore] = weakref.WeakSet()

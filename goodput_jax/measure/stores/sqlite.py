@@ -49,10 +49,13 @@ from goodput_jax.measure.events import (
     KIND_CODES,
     KINDS_BY_CODE,
     Event,
-    EventKind,
     check_job_name,
 )
 from goodput_jax.measure.stores.base import StoreError
+from goodput_jax.measure.stores.sqlite_blocks import blocks_of, read_blocks
+from goodput_jax.measure.stores.sqlite_pending import PendingSQLiteStore
+
+__all__ = ["SCHEMA_VERSION", "PendingSQLiteStore", "SQLiteStore"]
 
 SCHEMA_VERSION = 2
 _FORMAT = "goodput_jax.events"
@@ -74,19 +77,6 @@ _SCHEMA = (
      " stream_id INTEGER NOT NULL, first_id INTEGER NOT NULL, last_id INTEGER NOT NULL,"
      " kinds BLOB NOT NULL, ts BLOB NOT NULL, steps BLOB NOT NULL, n_labelled INTEGER NOT NULL)"),
     "CREATE INDEX IF NOT EXISTS blocks_job_last ON blocks(job_id, last_id)",
-)
-
-#: kinds whose label / payload column matters to the calculator
-_LABELLED_KINDS = (
-    KIND_CODES[EventKind.CUSTOM_BADPUT_START],
-    KIND_CODES[EventKind.CUSTOM_BADPUT_END],
-    KIND_CODES[EventKind.HINTS],
-    KIND_CODES[EventKind.COMPILATION],
-    KIND_CODES[EventKind.CHECKPOINT_STATS],
-    KIND_CODES[EventKind.ELASTIC_WAIT_START],
-    KIND_CODES[EventKind.ELASTIC_WAIT_END],
-    KIND_CODES[EventKind.ELASTIC_SLICE_COUNTS],
-    KIND_CODES[EventKind.PROGRAM_COST],
 )
 
 #: One raw row as read by :meth:`SQLiteStore.read_rows`:
@@ -389,7 +379,7 @@ class SQLiteStore:
                 c.executemany(
                     "INSERT INTO blocks(job_id, stream_id, first_id, last_id, kinds, ts, steps,"
                     " n_labelled) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    _blocks(rows),
+                    blocks_of(rows),
                 )
                 c.execute("COMMIT")
             except BaseException as e:
@@ -482,42 +472,8 @@ class SQLiteStore:
                     top = top or 0
                     if top <= after:
                         return None, cursor, True
-                    kinds, streams, ts, steps = [], [], [], []
-                    labelled_blocks = []  # (offset in the output, first id read, last id)
-                    n = 0
-                    hi = after
-                    cur = c.execute(
-                        "SELECT stream_id, first_id, last_id, kinds, ts, steps, n_labelled"
-                        " FROM blocks WHERE job_id = ? AND last_id > ? ORDER BY last_id",
-                        (jid, after),
-                    )
-                    for sid, first, last, bk, bt, bs, n_lab in cur:
-                        if first > top:
-                            break
-                        lo = max(after + 1 - first, 0)
-                        k = np.frombuffer(bk, dtype=np.int8)[lo:]
-                        if n_lab:
-                            labelled_blocks.append((n, first + lo, last))
-                        kinds.append(k)
-                        ts.append(np.frombuffer(bt, dtype=np.float64)[lo:])
-                        steps.append(np.frombuffer(bs, dtype=np.int64)[lo:])
-                        streams.append(np.full(k.size, sid, dtype=np.int64))
-                        n += k.size
-                        hi = last
-                        if n >= max_events:
-                            break
-                    cur.close()
-                    done = n < max_events
-                    if done:
-                        hi = top
-                    labels = {}
-                    for offset, first, last in labelled_blocks:
-                        for eid, text in c.execute(
-                            "SELECT id, COALESCE(label, payload) FROM events WHERE id >= ?"
-                            " AND id <= ? AND kind IN (" + ", ".join("?" * len(_LABELLED_KINDS)) + ")",
-                            (first, last, *_LABELLED_KINDS),
-                        ):
-                            labels[offset + eid - first] = text
+                    n, hi, done, kinds, streams, ts, steps, labels = read_blocks(
+                        c, jid, after, top, max_events)
                 finally:
                     c.execute("COMMIT")
             except sqlite3.DatabaseError as e:
@@ -634,89 +590,3 @@ class SQLiteStore:
         if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
             raise ValueError(f"cursor ({cursor!r}) must be None or a cursor returned by this store")
         return cursor
-
-
-def _blocks(rows: list[tuple]) -> list[tuple]:
-    """Group inserted rows (id, job, stream, kind, ts, step, ...) into columnar blocks."""
-    out = []
-    start = 0
-    n = len(rows)
-    for i in range(1, n + 1):
-        if i == n or rows[i][1] != rows[start][1] or rows[i][2] != rows[start][2]:
-            chunk = rows[start:i]
-            out.append((
-                chunk[0][1], chunk[0][2], chunk[0][0], chunk[-1][0],
-                np.fromiter((r[3] for r in chunk), dtype=np.int8, count=len(chunk)).tobytes(),
-                np.fromiter((r[4] for r in chunk), dtype=np.float64, count=len(chunk)).tobytes(),
-                np.fromiter((-1 if r[5] is None else r[5] for r in chunk), dtype=np.int64,
-                            count=len(chunk)).tobytes(),
-                sum(1 for r in chunk if r[3] in _LABELLED_KINDS),
-            ))
-            start = i
-    return out
-
-
-class PendingSQLiteStore:
-    """A reader of a SQLite store file that may not exist yet: it creates nothing.
-
-    A calculator opened on a path where no recorder has written reads an empty store
-    (``NoEventsError`` names the path) and leaves the directory as it was; once the file
-    exists, every call goes to a :class:`SQLiteStore` opened on it. Writing (``append``)
-    opens, and creates, the file as a plain :class:`SQLiteStore` would.
-
-    Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "absent.db")
-        >>> st = PendingSQLiteStore(path)
-        >>> st.read_columns("job"), os.path.exists(path)
-        ((None, None, True), False)
-    """
-
-    def __init__(self, path: str | os.PathLike, *, timeout: float = 30.0):
-        self.path = os.fspath(path)
-        if not self.path or self.path == ":memory:":
-            raise ValueError(f"path ({path!r}) must name a file")
-        self.url = "sqlite:///" + self.path
-        self.timeout = timeout
-        self._store: SQLiteStore | None = None
-        self._lock = threading.Lock()
-
-    def _open(self, create: bool = False) -> SQLiteStore | None:
-        with self._lock:
-            if self._store is None and (create or os.path.exists(self.path)):
-                self._store = SQLiteStore(self.path, create=create, timeout=self.timeout)
-            return self._store
-
-    def append(self, events: Sequence[Event]) -> None:
-        self._open(create=True).append(events)
-
-    def read_columns(self, job_name: str, cursor: Any = None, max_events: int = 1_000_000):
-        st = self._open()
-        return (None, cursor, True) if st is None else st.read_columns(job_name, cursor, max_events)
-
-    def read_events(self, job_name: str, cursor: Any = None, limit: int | None = None):
-        st = self._open()
-        return ([], cursor) if st is None else st.read_events(job_name, cursor, limit)
-
-    def stream_info(self, stream_id: int) -> tuple[str, int]:
-        st = self._open()
-        if st is None:
-            raise KeyError(f"stream_id ({stream_id!r}) unknown: store {self.url!r} does not exist")
-        return st.stream_info(stream_id)
-
-    def list_jobs(self) -> list[str]:
-        st = self._open()
-        return [] if st is None else st.list_jobs()
-
-    def flush(self, timeout: float | None = None) -> bool:
-        st = self._store
-        return True if st is None else st.flush(timeout)
-
-    def close(self) -> None:
-        with self._lock:
-            st, self._store = self._store, None
-        if st is not None:
-            st.close()
-
-    def __repr__(self) -> str:
-        return f"PendingSQLiteStore({self.path!r})"
