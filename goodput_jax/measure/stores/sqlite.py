@@ -39,7 +39,6 @@ import math
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
@@ -53,31 +52,9 @@ from goodput_jax.measure.events import (
 )
 from goodput_jax.measure.stores.base import StoreError
 from goodput_jax.measure.stores.sqlite_blocks import blocks_of, read_blocks
-from goodput_jax.measure.stores.sqlite_pending import PendingSQLiteStore
+from goodput_jax.measure.stores.sqlite_schema import SCHEMA_VERSION, init_schema
 
 __all__ = ["SCHEMA_VERSION", "PendingSQLiteStore", "SQLiteStore"]
-
-SCHEMA_VERSION = 2
-_FORMAT = "goodput_jax.events"
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
-    ("CREATE TABLE IF NOT EXISTS streams (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-     " run_id TEXT NOT NULL, host INTEGER NOT NULL, UNIQUE(job_id, run_id, host))"),
-    ("CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-     " stream_id INTEGER NOT NULL, kind INTEGER NOT NULL, ts REAL NOT NULL, step INTEGER,"
-     " label TEXT, payload TEXT)"),
-    "CREATE INDEX IF NOT EXISTS events_job_ts ON events(job_id, ts)",
-    "CREATE INDEX IF NOT EXISTS events_job_id ON events(job_id, id)",
-    # Columnar copy of the timeline for fast cold reads: one row per run of
-    # consecutive events of one (job, stream) in an appended batch; event ids
-    # first_id..last_id are contiguous. kinds int8, ts float64, steps int64 (-1 = none).
-    ("CREATE TABLE IF NOT EXISTS blocks (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-     " stream_id INTEGER NOT NULL, first_id INTEGER NOT NULL, last_id INTEGER NOT NULL,"
-     " kinds BLOB NOT NULL, ts BLOB NOT NULL, steps BLOB NOT NULL, n_labelled INTEGER NOT NULL)"),
-    "CREATE INDEX IF NOT EXISTS blocks_job_last ON blocks(job_id, last_id)",
-)
 
 #: One raw row as read by :meth:`SQLiteStore.read_rows`:
 #: (kind code, stream id, timestamp, step or None, custom label or hints payload JSON or None)
@@ -144,105 +121,10 @@ class SQLiteStore:
         except sqlite3.Error as e:
             raise StoreError(f"cannot open store {self.url!r}: {e}") from e
         try:
-            self._init_schema(is_memory)
+            init_schema(self._conn, self.url, self.timeout, is_memory)
         except BaseException:
             self._conn.close()
             raise
-
-    # ------------------------------------------------------------------ setup
-    def _init_schema(self, is_memory: bool) -> None:
-        c = self._conn
-        try:
-            # the connection's timeout= sets the same busy handler: keep them equal
-            c.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            tables = {
-                r[0]
-                for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
-            }
-        except sqlite3.DatabaseError as e:
-            raise StoreError(
-                f"store {self.url!r} is not a readable SQLite file ({e}); "
-                "refusing to touch it. Move it away or point GOODPUT_JAX_STORE elsewhere."
-            ) from e
-        if tables and "meta" not in tables:
-            raise StoreError(
-                f"store {self.url!r} is an SQLite file but not a goodput_jax event store "
-                f"(tables: {sorted(tables)}); refusing to modify it"
-            )
-        if "meta" in tables:
-            self._check_version()
-            if not is_memory:
-                self._set_wal()
-            return
-        if not is_memory:
-            self._set_wal()
-        try:
-            c.execute("BEGIN IMMEDIATE")
-            # Another process may have created it between our check and the lock.
-            has_meta = c.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
-            ).fetchone()
-            if not has_meta:
-                for stmt in _SCHEMA:
-                    c.execute(stmt)
-                c.executemany(
-                    "INSERT INTO meta(key, value) VALUES (?, ?)",
-                    [("schema_version", str(SCHEMA_VERSION)), ("format", _FORMAT)],
-                )
-            c.execute("COMMIT")
-        except sqlite3.Error as e:
-            if c.in_transaction:
-                c.execute("ROLLBACK")
-            raise StoreError(f"cannot initialise store {self.url!r}: {e}") from e
-        self._check_version()
-
-    def _set_wal(self) -> None:
-        # Switching the journal mode can fail at once with "database is locked", without
-        # the busy handler, while another process holds a lock on the file (two processes
-        # opening one new store together): retry until the store's timeout.
-        deadline = time.monotonic() + self.timeout
-        delay = 0.002
-        while True:
-            try:
-                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                self._conn.execute("PRAGMA synchronous=NORMAL")
-                break
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or time.monotonic() >= deadline:
-                    raise StoreError(
-                        f"cannot switch store {self.url!r} to WAL mode: {e}") from e
-                time.sleep(delay)
-                delay = min(2 * delay, 0.05)
-            except sqlite3.Error as e:
-                raise StoreError(f"cannot switch store {self.url!r} to WAL mode: {e}") from e
-        if str(mode).lower() != "wal":
-            raise StoreError(f"store {self.url!r} refused WAL journal mode (got {mode!r})")
-
-    def _check_version(self) -> None:
-        try:
-            rows = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"store {self.url!r} has an unreadable meta table: {e}") from e
-        if rows.get("format") != _FORMAT:
-            raise StoreError(
-                f"store {self.url!r} is not a goodput_jax event store (format {rows.get('format')!r})"
-            )
-        try:
-            version = int(rows.get("schema_version", ""))
-        except ValueError:
-            raise StoreError(
-                f"store {self.url!r} has a corrupt schema_version {rows.get('schema_version')!r}"
-            ) from None
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"store {self.url!r} has schema version {version}, newer than this goodput_jax "
-                f"supports ({SCHEMA_VERSION}); upgrade goodput_jax to read it"
-            )
-        if version < SCHEMA_VERSION:
-            raise StoreError(
-                f"store {self.url!r} has schema version {version}, written by a pre-release "
-                f"goodput_jax without columnar blocks; this version reads {SCHEMA_VERSION} only"
-            )
 
     @property
     def schema_version(self) -> int:
@@ -590,3 +472,69 @@ class SQLiteStore:
         if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
             raise ValueError(f"cursor ({cursor!r}) must be None or a cursor returned by this store")
         return cursor
+
+
+class PendingSQLiteStore:
+    """A reader of a SQLite store file that may not exist yet: it creates nothing.
+
+    A calculator opened on a path where no recorder has written reads an empty store
+    (``NoEventsError`` names the path) and leaves the directory as it was; once the file
+    exists, every call goes to a :class:`SQLiteStore` opened on it. Writing (``append``)
+    opens, and creates, the file as a plain :class:`SQLiteStore` would.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "absent.db")
+        >>> st = PendingSQLiteStore(path)
+        >>> st.read_columns("job"), os.path.exists(path)
+        ((None, None, True), False)
+    """
+
+    def __init__(self, path: str | os.PathLike, *, timeout: float = 30.0):
+        self.path = os.fspath(path)
+        if not self.path or self.path == ":memory:":
+            raise ValueError(f"path ({path!r}) must name a file")
+        self.url = "sqlite:///" + self.path
+        self.timeout = timeout
+        self._store: SQLiteStore | None = None
+        self._lock = threading.Lock()
+
+    def _open(self, create: bool = False) -> SQLiteStore | None:
+        with self._lock:
+            if self._store is None and (create or os.path.exists(self.path)):
+                self._store = SQLiteStore(self.path, create=create, timeout=self.timeout)
+            return self._store
+
+    def append(self, events: Sequence[Event]) -> None:
+        self._open(create=True).append(events)
+
+    def read_columns(self, job_name: str, cursor: Any = None, max_events: int = 1_000_000):
+        st = self._open()
+        return (None, cursor, True) if st is None else st.read_columns(job_name, cursor, max_events)
+
+    def read_events(self, job_name: str, cursor: Any = None, limit: int | None = None):
+        st = self._open()
+        return ([], cursor) if st is None else st.read_events(job_name, cursor, limit)
+
+    def stream_info(self, stream_id: int) -> tuple[str, int]:
+        st = self._open()
+        if st is None:
+            raise KeyError(f"stream_id ({stream_id!r}) unknown: store {self.url!r} does not exist")
+        return st.stream_info(stream_id)
+
+    def list_jobs(self) -> list[str]:
+        st = self._open()
+        return [] if st is None else st.list_jobs()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        st = self._store
+        return True if st is None else st.flush(timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            st, self._store = self._store, None
+        if st is not None:
+            st.close()
+
+    def __repr__(self) -> str:
+        return f"PendingSQLiteStore({self.path!r})"
