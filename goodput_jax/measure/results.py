@@ -125,8 +125,7 @@ def program_goodput_of(rows: list, steps: np.ndarray, secs: np.ndarray, peak: De
             continue
         first = int(step) if step is not None and int(step) >= 0 else None
         progs.append((first, t, cost))
-    known = [x for x in progs if x[0] is not None]
-    known.sort(key=lambda x: x[0])
+    known = sorted(((f, t, c) for f, t, c in progs if f is not None), key=lambda x: x[0])
     out = []
     for i, (first, _t, cost) in enumerate(known):
         nxt = known[i + 1][0] if i + 1 < len(known) else None
