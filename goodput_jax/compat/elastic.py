@@ -62,11 +62,15 @@ class ElasticGoodputRecorder(GoodputRecorder):
         ``"scale_up"``)."""
         self._record(EventKind.ELASTIC_WAIT_START, local_time(start_time), "start_time",
                      label=_label(event_type))
+        if self.job_started:  # RUNNING -> WAITING
+            self.lifecycle.begin_wait()
 
     def record_elastic_wait_end_time(self, event_type: str, end_time: Any = None) -> None:
         """Record the end of the wait of the same ``event_type``."""
         self._record(EventKind.ELASTIC_WAIT_END, local_time(end_time), "end_time",
                      label=_label(event_type))
+        if self.job_started:  # WAITING -> RUNNING
+            self.lifecycle.end_wait()
 
     def record_elastic_reinit_start_time(self, start_time: Any = None) -> None:
         """Record the start of an elastic re-initialisation."""
@@ -240,9 +244,8 @@ class ElasticGoodputMonitor(GoodputMonitor):
 
     def _close_own_store(self) -> None:
         store, self._own_store = self._own_store, None
-        close = getattr(store, "close", None)
-        if close is not None:
-            close()
+        if store is not None:
+            store.close()
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop every uploader and close the event file (as the base monitor), then the

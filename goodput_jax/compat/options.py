@@ -21,6 +21,7 @@ __all__ = [
     "check_flag",
     "check_positive",
     "cloud_logger_store",
+    "recorder_options",
     "to_ts",
 ]
 
@@ -132,3 +133,44 @@ def cloud_logger_store(cloud_logger: Any, store: Any) -> Any:
     from goodput_jax.measure.stores.cloud_logger import CloudLoggerStore
 
     return CloudLoggerStore(cloud_logger)
+
+
+def recorder_options(*, enabled: bool, cloud_logger: Any, background_grace_period_s: Any,
+                     background_batch_size: Any, background_max_latency_s: Any,
+                     extras: dict[str, Any]) -> tuple[Any, Any, float]:
+    """THE translation of Google's recorder arguments into goodput_jax's: ``(store,
+    RecorderOptions, grace period)``.
+
+    ``background_max_latency_s`` is the writer's ``flush_interval`` (unless ``extras``
+    sets one); a ``cloud_logger`` (on an enabled recorder) becomes a
+    ``CloudLoggerStore`` written synchronously, so a read right after a ``record_*``
+    sees it, as with Google's recorder; ``background_batch_size`` is validated and
+    accepted (the store writes what the writer hands it); ``extras`` are the base
+    recorder's own keywords (``store``, ``options`` and the ``RecorderOptions`` fields).
+
+    Raises:
+        ValueError / TypeError: naming the argument and value.
+
+    Example:
+        >>> store, opts, grace = recorder_options(
+        ...     enabled=True, cloud_logger=None, background_grace_period_s=5.0,
+        ...     background_batch_size=100, background_max_latency_s=2.0, extras={})
+        >>> store, opts.flush_interval, grace
+        (None, 2.0, 5.0)
+    """
+    from goodput_jax.measure.options import RecorderOptions
+
+    grace = check_positive("background_grace_period_s", background_grace_period_s)
+    if isinstance(background_batch_size, bool) or not isinstance(background_batch_size, int) \
+            or background_batch_size <= 0:
+        raise ValueError(
+            f"background_batch_size ({background_batch_size!r}) must be a positive int")
+    keywords = dict(extras)
+    store = keywords.pop("store", None)
+    options = keywords.pop("options", None)
+    keywords.setdefault("flush_interval", check_positive(
+        "background_max_latency_s", background_max_latency_s))
+    if cloud_logger is not None and enabled:
+        store = cloud_logger_store(cloud_logger, store)
+        keywords.setdefault("synchronous", True)
+    return store, RecorderOptions.merged(options, keywords), grace

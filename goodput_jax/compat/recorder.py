@@ -8,20 +8,14 @@ Example:
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from goodput_jax.compat.enums import BadputType
-from goodput_jax.compat.options import check_flag, check_positive, cloud_logger_store, local_time
+from goodput_jax.compat.options import check_flag, local_time, recorder_options
+from goodput_jax.measure.live import flush_job
 from goodput_jax.measure.recorder import GoodputRecorder as _BaseRecorder
 
 __all__ = ["GoodputRecorder", "flush_live_recorders"]
-
-#: drop-in recorders alive in this process: a monitor flushes its job's ones before
-#: its final upload (MaxText records the job end right before stopping the monitor,
-#: and this recorder writes in the background).
-_LIVE_RECORDERS: weakref.WeakSet = weakref.WeakSet()
-
 
 class GoodputRecorder(_BaseRecorder):
     """:class:`goodput_jax.measure.recorder.GoodputRecorder` with Google's constructor.
@@ -34,11 +28,14 @@ class GoodputRecorder(_BaseRecorder):
             after a ``record_*`` sees it), like Google's own recorder.
         background_grace_period_s: seconds the recorder may spend flushing at
             close / interpreter exit.
-        background_batch_size: events per store write.
+        background_batch_size: validated and accepted (the writer batches by its own
+            ``batch_size``).
         background_max_latency_s: seconds an event may wait before it is written.
         enable_goodput_recording: MaxText's flag; when False nothing is
             recorded whatever ``logging_enabled`` says. None = not given.
-        **kwargs: the base recorder's extras (``store``, ``clock``, ...).
+        **kwargs: the base recorder's extras (``store``, ``options``, ``clock``,
+            ``rerun``, ...); all of these are translated in one place,
+            :func:`goodput_jax.compat.options.recorder_options`.
 
     Example:
         >>> GoodputRecorder("j", "goodput_j", logging_enabled=False).logging_enabled
@@ -52,22 +49,14 @@ class GoodputRecorder(_BaseRecorder):
                  enable_goodput_recording: bool | None = None, **kwargs: Any):
         flag = check_flag("enable_goodput_recording", enable_goodput_recording)
         self.enable_goodput_recording = True if flag is None else flag
-        self.background_grace_period_s = check_positive(
-            "background_grace_period_s", background_grace_period_s)
-        if isinstance(background_batch_size, bool) or not isinstance(background_batch_size, int) \
-                or background_batch_size <= 0:
-            raise ValueError(
-                f"background_batch_size ({background_batch_size!r}) must be a positive int")
-        kwargs.setdefault("flush_interval", check_positive(
-            "background_max_latency_s", background_max_latency_s))
         enabled = bool(logging_enabled) and (flag is not False)
-        if cloud_logger is not None and enabled:
-            kwargs["store"] = cloud_logger_store(cloud_logger, kwargs.get("store"))
-            kwargs.setdefault("synchronous", True)
-        super().__init__(job_name, logger_name, enabled, **kwargs)
+        store, options, self.background_grace_period_s = recorder_options(
+            enabled=enabled, cloud_logger=cloud_logger,
+            background_grace_period_s=background_grace_period_s,
+            background_batch_size=background_batch_size,
+            background_max_latency_s=background_max_latency_s, extras=kwargs)
+        super().__init__(job_name, logger_name, enabled, store=store, options=options)
         self.cloud_logger = cloud_logger
-        if self.logging_enabled:
-            _LIVE_RECORDERS.add(self)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (at most ``background_grace_period_s`` by default) and stop writing."""
@@ -176,6 +165,4 @@ def flush_live_recorders(job_name: str, timeout: float | None) -> None:
     Example:
         >>> flush_live_recorders("no-such-job", 1.0)
     """
-    for rec in list(_LIVE_RECORDERS):
-        if rec.job_name == job_name and not rec.closed:
-            rec.flush(timeout)
+    flush_job(job_name, timeout)  # every enabled recorder registers (measure.live)

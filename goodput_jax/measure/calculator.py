@@ -42,7 +42,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import threading
@@ -52,104 +51,43 @@ from typing import Any
 
 import numpy as np
 
-from goodput_jax.measure.advice import CheckpointAdvice, FinishForecast, checkpoint_advice, finish_forecast
-from goodput_jax.measure.badput import BUCKET_NAMES, BadputType
+from goodput_jax.measure.advice import CheckpointAdvice, FinishForecast
+from goodput_jax.measure.badput import BadputType
+from goodput_jax.measure.calculator_advice import advise_checkpoints, forecast_finish
 from goodput_jax.measure.engine import Engine, StreamKeys
-from goodput_jax.measure.engine.codes import payload
-from goodput_jax.measure.events import KIND_CODES, EventKind, check_job_name, to_timestamp
+from goodput_jax.measure.events import check_job_name, to_timestamp
+from goodput_jax.measure.live import flush_writers
 from goodput_jax.measure.productivity import (
     DevicePeak,
     ProductivityGoodput,
-    ProgramCost,
     ProgramGoodput,
     SchedulingTimeline,
-    combine_programs,
-    lookup_peak,
     productivity,
     productivity_of,
-    program_stats,
     timeline_from_segments,
 )
+from goodput_jax.measure.results import (  # the result shapes, re-exported here
+    BUCKET_TYPES,
+    NoEventsError,
+    StepDeviation,
+    breakdown,
+    check_ideal,
+    estimate_ideal_step_time,
+    goodput_percent,
+    mad_limit,
+    program_goodput_of,
+    step_deviation_of,
+)
+from goodput_jax.measure.store_reads import StepMarks, save_marks, select
 from goodput_jax.measure.stores import EventStore, resolve_store
 from goodput_jax.measure.stragglers import Stragglers, step_stragglers
 
-
-class NoEventsError(ValueError):
-    """The store holds no timeline events for the job (message names store and job)."""
-
-
-#: The badput types of the engine's per-bucket seconds, in their order: ``acc[i]`` of
-#: ``Engine.totals()`` is ``BUCKET_TYPES[i]`` (the seam :func:`breakdown` and the drop-ins use).
-BUCKET_TYPES: tuple[BadputType, ...] = tuple(BadputType[name] for name in BUCKET_NAMES)
 #: buckets of time a job outside the cluster runtime waited for its resources
 _WAIT_BUCKETS = (BUCKET_TYPES.index(BadputType.ELASTIC_SLICE_DOWN),
                  BUCKET_TYPES.index(BadputType.ELASTIC_SCALE_UP))
 
-
-
-@dataclasses.dataclass(frozen=True)
-class StepDeviation:
-    """Step-time statistics of the live (productive) steps.
-
-    Attributes:
-        num_steps: number of completed productive steps.
-        median: median step time (s).
-        p90: 90th percentile step time (s).
-        mean: mean step time (s).
-        ideal_step_time: the configured ideal, or a robust estimate (median of
-            the steps within median + 3 MAD).
-        ideal_source: ``"configured"`` or ``"estimated"``.
-        steps: step numbers (int64 array).
-        step_times: productive seconds of each step (float64 array).
-        deviations: ``step_times - ideal_step_time`` (float64 array).
-    """
-
-    num_steps: int
-    median: float
-    p90: float
-    mean: float
-    ideal_step_time: float
-    ideal_source: str
-    steps: np.ndarray
-    step_times: np.ndarray
-    deviations: np.ndarray
-
-    @property
-    def step_deviation(self) -> dict[int, float]:
-        """``{step: step_time - ideal}`` like Google's step-deviation dict."""
-        return dict(zip(self.steps.tolist(), self.deviations.tolist()))
-
-    def as_dict(self) -> dict:
-        """Summary (no per-step arrays) for JSON / TensorBoard."""
-        return {
-            "num_steps": self.num_steps,
-            "median": self.median,
-            "p90": self.p90,
-            "mean": self.mean,
-            "ideal_step_time": self.ideal_step_time,
-            "ideal_source": self.ideal_source,
-            "max_abs_deviation": float(np.max(np.abs(self.deviations))) if self.num_steps else 0.0,
-        }
-
-
-def check_ideal(value: Any) -> float | None:
-    """A ``configured_ideal_step_time``, validated: None, or a positive finite float.
-
-    Raises:
-        TypeError, ValueError: naming ``configured_ideal_step_time`` and the value.
-
-    Example:
-        >>> check_ideal(2), check_ideal(None)
-        (2.0, None)
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"configured_ideal_step_time ({value!r}) must be a positive float or None")
-    v = float(value)
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"configured_ideal_step_time ({value!r}) must be a positive finite float")
-    return v
+__all__ = ["BUCKET_TYPES", "GoodputCalculator", "NoEventsError", "StepDeviation", "breakdown",
+           "check_ideal", "estimate_ideal_step_time", "goodput_percent", "mad_limit"]
 
 
 class GoodputCalculator:
@@ -165,9 +103,7 @@ class GoodputCalculator:
         clock: returns "now" as float UTC seconds (or an aware datetime); time of
             a running job counts up to now. Default ``time.time``.
         configured_ideal_step_time: ideal step time (s) for
-            :meth:`get_step_deviation`; None = robust estimate.
-
-    All methods are thread-safe.
+            :meth:`get_step_deviation`; None = robust estimate. (All methods are thread-safe.)
 
     Example:
         >>> calc = GoodputCalculator("my-job", "goodput_my-job", store="sqlite:///goodput.db")  # doctest: +SKIP
@@ -198,7 +134,7 @@ class GoodputCalculator:
         self._cursor: Any = None
         self._keys = StreamKeys()  # (run_id, host) -> engine stream key
         self._sid_keys: dict[int, int] = {}  # store stream id -> engine stream key
-        self._marks = _StepMarks()  # step marks of every host, for get_step_stragglers
+        self._marks = StepMarks()  # step marks of every host, for get_step_stragglers
 
     # ----------------------------------------------------------------- reading
     def _now(self) -> float:
@@ -220,8 +156,10 @@ class GoodputCalculator:
         """Feed ``eng`` every event newer than ``cursor``, one chunk at a time.
 
         ``only=(a, b)`` feeds only the events with ``a < timestamp <= b``.
-        Yields ``(cursor, count)`` after each chunk has been fed.
+        Yields ``(cursor, count)`` after each chunk has been fed. This process's live
+        recorders of the job on this store write what they hold first (read your own writes).
         """
+        flush_writers(self.job_name, self.store)
         while True:
             # every EventStore reads columns (stores without a fast path through
             # stores.base.RowColumns / RowStoreAdapter)
@@ -231,7 +169,7 @@ class GoodputCalculator:
                 n = cols["kind"].size
                 cols = self._keyed(cols)
                 if only is not None:
-                    cols = _select(cols, (cols["ts"] > only[0]) & (cols["ts"] <= only[1]))
+                    cols = select(cols, (cols["ts"] > only[0]) & (cols["ts"] <= only[1]))
                 eng.feed_columns(cols)
             yield cursor, n
             if done:
@@ -290,7 +228,7 @@ class GoodputCalculator:
         if eng.runs == 0:
             raise NoEventsError(
                 f"no goodput events for job {self.job_name!r} in store "
-                f"{getattr(self.store, 'url', self.store)!r}"
+                f"{self.store.url!r}"
             )
 
     # ----------------------------------------------------------------- results
@@ -463,28 +401,7 @@ class GoodputCalculator:
             self._require_events(self._engine)
             steps = np.frombuffer(self._engine.live_steps, dtype=np.int64).copy()
             times = np.frombuffer(self._engine.live_secs, dtype=np.float64).copy()
-        if times.size == 0:
-            nan = float("nan")
-            ideal = ideal_cfg if ideal_cfg is not None else nan
-            return StepDeviation(0, nan, nan, nan, ideal,
-                                 "configured" if ideal_cfg is not None else "estimated",
-                                 steps, times, times.copy())
-        med = float(np.median(times))
-        if ideal_cfg is not None:
-            ideal, source = ideal_cfg, "configured"
-        else:
-            ideal, source = estimate_ideal_step_time(times), "estimated"
-        return StepDeviation(
-            num_steps=int(times.size),
-            median=med,
-            p90=float(np.percentile(times, 90)),
-            mean=float(times.mean()),
-            ideal_step_time=ideal,
-            ideal_source=source,
-            steps=steps,
-            step_times=times,
-            deviations=times - ideal,
-        )
+        return step_deviation_of(steps, times, ideal_cfg)
 
     def get_step_stragglers(self, since: Any = None) -> Stragglers:
         """Per step, which host held the step back and by how much; the slowest hosts.
@@ -519,24 +436,7 @@ class GoodputCalculator:
             # (the base shape: the drop-ins override get_job_goodput_details with Google's)
             total = GoodputCalculator.get_job_goodput_details(self)["total_time"]
             m = self._marks
-            while True:
-                cols, cur, done = self.store.read_columns(self.job_name, m.cursor, self._CHUNK)
-                if cols is not None and cols["kind"].size:
-                    keep = np.isin(cols["kind"], _MARK_CODES)
-                    stream = cols["stream"][keep]
-                    u, inv = np.unique(stream, return_inverse=True)
-                    rh = np.empty((u.size, 2), dtype=np.int64)
-                    for i, sid in enumerate(u.tolist()):
-                        if sid not in m.info:
-                            run_id, host = self.store.stream_info(sid)
-                            m.info[sid] = (m.runs.setdefault(run_id, len(m.runs)), int(host))
-                        rh[i] = m.info[sid]
-                    new = (cols["kind"][keep].astype(np.int64), rh[inv, 0], rh[inv, 1],
-                           cols["ts"][keep], cols["step"][keep].astype(np.int64))
-                    m.cols = tuple(np.concatenate((a, b)) for a, b in zip(m.cols, new))
-                m.cursor = cur  # advanced chunk by chunk: a failed read resumes here
-                if done:
-                    break
+            m.read(self.store, self.job_name, self._CHUNK)
             k, r, h, t, st = m.cols
             names = tuple(m.runs)
         if t0 is not None:
@@ -581,7 +481,7 @@ class GoodputCalculator:
             rows = list(eng.programs)
             steps = np.frombuffer(eng.live_steps, dtype=np.int64).copy()
             secs = np.frombuffer(eng.live_secs, dtype=np.float64).copy()
-        return _program_goodput(rows, steps, secs, peak, peak_table)
+        return program_goodput_of(rows, steps, secs, peak, peak_table)
 
     def get_scheduling_timeline(self, now: Any = None) -> SchedulingTimeline:
         """The job's scheduling timeline derived from its own events (jobs outside the
@@ -636,28 +536,6 @@ class GoodputCalculator:
         timeline = self.get_scheduling_timeline(t) if spans else None
         return productivity_of(total, max(held, 0.0), productive, program, "events", timeline)
 
-    def _save_marks(self) -> tuple[np.ndarray, np.ndarray]:
-        """(times, steps) of the checkpoint saves' starts of each run's first host."""
-        code = KIND_CODES[EventKind.CHECKPOINT_SAVE_START]
-        ts: list[np.ndarray] = []
-        st: list[np.ndarray] = []
-        cursor = None
-        while True:
-            cols, cursor, done = self.store.read_columns(self.job_name, cursor, self._CHUNK)
-            if cols is not None and cols["kind"].size:
-                sel = cols["kind"] == code
-                if sel.any():
-                    hosts = np.array([self.store.stream_info(int(sid))[1]
-                                      for sid in cols["stream"][sel].tolist()])
-                    keep = hosts == hosts.min()
-                    ts.append(cols["ts"][sel][keep])
-                    st.append(cols["step"][sel][keep])
-            if done:
-                break
-        if not ts:
-            return np.zeros(0), np.zeros(0, dtype=np.int64)
-        return np.concatenate(ts), np.concatenate(st).astype(np.int64)
-
     def get_checkpoint_advice(self, mtbf_s: float | None = None, *,
                               save_cost_s: float | None = None,
                               restart_s: float | None = None,
@@ -687,38 +565,10 @@ class GoodputCalculator:
         """
         det = GoodputCalculator.get_job_goodput_details(self)  # the base shape (drop-in)
         dev = GoodputCalculator.get_step_deviation(self)
-        if dev.num_steps == 0:
-            raise ValueError(f"job {self.job_name!r} has no productive step yet: "
-                             "no step time to turn an interval into steps")
-        times, steps = self._save_marks()
-        bad = det["badput_time"]
-        if save_cost_s is None:
-            if times.size == 0:
-                raise ValueError(f"save_cost_s (None): job {self.job_name!r} recorded no "
-                                 "checkpoint save; pass save_cost_s")
-            save_cost_s = bad[BadputType.UNPRODUCTIVE_CHECKPOINT_SAVE_TIME] / times.size
-            save_cost_s = max(save_cost_s, 1e-9)
-        disruptions = det["num_disruptions"]
-        source = "given"
-        if mtbf_s is None:
-            if disruptions == 0:
-                raise ValueError(f"mtbf_s (None): job {self.job_name!r} saw no disruption "
-                                 "yet; pass the mean time between failures in seconds")
-            mtbf_s, source = det["total_time"] / disruptions, "observed"
-        if restart_s is None:
-            lost = bad[BadputType.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION] \
-                + bad[BadputType.UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME]
-            restart_s = lost / disruptions if disruptions else 0.0
-        current = None
-        good = steps[steps >= 0]
-        if good.size >= 2:
-            gaps = np.diff(np.sort(good))
-            gaps = gaps[gaps > 0]
-            if gaps.size:
-                current = int(np.median(gaps))
-        return checkpoint_advice(save_cost_s, mtbf_s, dev.median, restart_s=restart_s,
-                                 current_interval_steps=current, mtbf_source=source,
-                                 method=method)
+        return advise_checkpoints(self.job_name, det, dev,
+                                  save_marks(self.store, self.job_name, self._CHUNK),
+                                  mtbf_s=mtbf_s, save_cost_s=save_cost_s, restart_s=restart_s,
+                                  method=method)
 
     def get_finish_forecast(self, target_step: int, now: Any = None) -> FinishForecast:
         """When the job reaches ``target_step`` at its current rates, and the badput expected
@@ -734,15 +584,8 @@ class GoodputCalculator:
         """
         t = self._now() if now is None else to_timestamp(now, name="now")
         det = GoodputCalculator.get_job_goodput_details(self)  # the base shape (drop-in)
-        dev = GoodputCalculator.get_step_deviation(self)
-        if dev.num_steps == 0:
-            raise ValueError(f"job {self.job_name!r} has no productive step yet: no rate to "
-                             "forecast from")
-        once = (BadputType.ACCELERATOR_INITIALIZATION, BadputType.TRAINING_PREP,
-                BadputType.PROGRAM_STARTUP, BadputType.DATA_LOADING_ASYNC)
-        recurring = {b.name: float(v) for b, v in det["badput_time"].items() if b not in once}
-        return finish_forecast(target_step, det["last_productive_step"], dev.median,
-                               max(det["productive_time"], 1e-12), recurring, t)
+        return forecast_finish(self.job_name, det, GoodputCalculator.get_step_deviation(self),
+                               target_step, t)
 
     def get_latest_hints(self) -> dict | None:
         """Payload of the latest ``HINTS`` event (from ``record_hints``), or None."""
@@ -754,140 +597,3 @@ class GoodputCalculator:
         return None if h is None else dict(h)
 
 
-_MARK_CODES = np.array([KIND_CODES[EventKind.STEP_START], KIND_CODES[EventKind.STEP_END],
-                        KIND_CODES[EventKind.STEP_DEVICE_END]], dtype=np.int64)
-
-
-class _StepMarks:
-    """Every host's step marks read so far (columns), with the store cursor they end at."""
-
-    def __init__(self) -> None:
-        self.cursor: Any = None
-        self.runs: dict[str, int] = {}  # run id -> run index
-        self.info: dict[int, tuple[int, int]] = {}  # store stream id -> (run index, host)
-        e = np.empty(0, dtype=np.int64)
-        self.cols: tuple = (e, e, e, np.empty(0, dtype=np.float64), e)
-
-
-def _select(cols: dict, mask: np.ndarray) -> dict:
-    """The rows of a columnar chunk where ``mask`` holds (labels re-indexed)."""
-    if mask.all():
-        return cols
-    idx = np.flatnonzero(mask)
-    pos = {int(i): j for j, i in enumerate(idx)}
-    labels = {pos[i]: v for i, v in cols["labels"].items() if i in pos}
-    return {"kind": cols["kind"][idx], "stream": cols["stream"][idx], "ts": cols["ts"][idx],
-            "step": cols["step"][idx], "labels": labels}
-
-
-def _program_goodput(rows: list, steps: np.ndarray, secs: np.ndarray, peak: DevicePeak | None,
-                     peak_table: dict[str, DevicePeak] | None) -> ProgramGoodput:
-    """Each recorded program's stats over its productive steps (see
-    ``GoodputCalculator.get_program_goodput``)."""
-    progs = []
-    for t, step, label in rows:
-        p = payload(label)
-        try:
-            cost = ProgramCost.from_payload(p)
-        except (KeyError, TypeError, ValueError):
-            continue
-        first = int(step) if step is not None and int(step) >= 0 else None
-        progs.append((first, t, cost))
-    known = [x for x in progs if x[0] is not None]
-    known.sort(key=lambda x: x[0])
-    out = []
-    for i, (first, _t, cost) in enumerate(known):
-        nxt = known[i + 1][0] if i + 1 < len(known) else None
-        sel = steps >= first
-        if nxt is not None:
-            sel &= steps < nxt
-        times = secs[sel]
-        if times.size > 1 and steps[sel][0] == first:
-            times = times[1:]  # the program's first step holds its compile
-        # the caller's peak, then the caller's table, then what the runtime recorded, then
-        # the published table
-        pk = peak
-        if pk is None and peak_table:
-            pk = lookup_peak(cost.device_kind, peak_table)
-        if pk is None:
-            pk = cost.peak if cost.peak is not None else lookup_peak(cost.device_kind)
-        if pk is None:
-            continue
-        out.append(program_stats(cost, pk, times, first))
-    return combine_programs(out)
-
-
-def mad_limit(step_times: Any) -> float:
-    """The anomalous-step limit, median + 3 MAD (median absolute deviation), of step times.
-
-    The one home of the rule: the calculator's ideal step time and the drop-ins'
-    (Google's) ideal and anomalous-step helpers all split at this limit; a step above it
-    is anomalous (with MAD 0 the limit is the median).
-
-    Example:
-        >>> round(mad_limit([1.0, 1.1, 0.9, 1.0, 30.0]), 6)
-        1.3
-    """
-    x = np.asarray(step_times, dtype=np.float64)
-    if x.size == 0:
-        raise ValueError("step_times (empty) must contain at least one step time")
-    med = float(np.median(x))
-    return med + 3.0 * float(np.median(np.abs(x - med)))
-
-
-def goodput_percent(productive: float, total: float) -> float:
-    """Goodput in percent: ``100 * productive / total`` seconds (NaN when ``total`` <= 0).
-
-    The one home of the formula, for the calculator, the drop-ins and the reports.
-
-    Example:
-        >>> goodput_percent(3.0, 4.0)
-        75.0
-    """
-    return 100.0 * float(productive) / float(total) if total > 0 else float("nan")
-
-
-def estimate_ideal_step_time(step_times: Any) -> float:
-    """Robust ideal step time: median of the steps within median + 3 MAD (:func:`mad_limit`).
-
-    Excludes compile-heavy first steps and stragglers.
-
-    Example:
-        >>> estimate_ideal_step_time([1.0, 1.1, 0.9, 1.0, 30.0])
-        1.0
-    """
-    x = np.asarray(step_times, dtype=np.float64)
-    normal = x[x <= mad_limit(x)]
-    return float(np.median(normal)) if normal.size else float(np.median(x))
-
-
-def breakdown(acc: list[float], total: float, async_s: float = 0.0) -> dict[BadputType, float]:
-    """Badput percentages from the engine's per-bucket seconds (the calculator's rule).
-
-    Args:
-        acc: seconds per bucket in :data:`BUCKET_TYPES` order (``Engine.totals()[1]``).
-        total: the job seconds the percentages are of (productive + ``sum(acc)``), > 0.
-        async_s: asynchronous data-loading seconds: reported as ``DATA_LOADING_ASYNC``
-            beside the others, not part of the 100 % (it did not block training).
-
-    Returns:
-        ``{BadputType: %}`` for every bucket and ``DATA_LOADING_ASYNC``.
-
-    Raises:
-        ValueError: ``acc`` has not one entry per bucket, or ``total`` is not positive.
-
-    Example:
-        >>> acc = [0.0] * len(BUCKET_TYPES)
-        >>> acc[BUCKET_TYPES.index(BadputType.OTHER)] = 5.0
-        >>> breakdown(acc, 20.0)[BadputType.OTHER]
-        25.0
-    """
-    if len(acc) != len(BUCKET_TYPES):
-        raise ValueError(f"acc ({len(acc)} entries) must hold one entry per bucket "
-                         f"({len(BUCKET_TYPES)}, in BUCKET_TYPES order)")
-    if not total > 0:
-        raise ValueError(f"total ({total!r}) must be positive")
-    out = {t: 100.0 * acc[i] / total for i, t in enumerate(BUCKET_TYPES)}
-    # reported beside the others, not part of the 100 % (it did not block training)
-    out[BadputType.DATA_LOADING_ASYNC] = 100.0 * async_s / total
-    return out

@@ -14,6 +14,7 @@ import os
 from goodput_jax.measure.stores.base import (
     BasicStore,
     EventStore,
+    RawEventStore,
     RowStoreAdapter,
     StoreError,
     as_event_store,
@@ -22,7 +23,7 @@ from goodput_jax.measure.stores.base import (
 DEFAULT_STORE_URL = "sqlite:///goodput.db"
 ENV_VAR = "GOODPUT_JAX_STORE"
 
-__all__ = ["DEFAULT_STORE_URL", "BasicStore", "EventStore", "RowStoreAdapter", "StoreError",
+__all__ = ["DEFAULT_STORE_URL", "BasicStore", "EventStore", "RawEventStore", "RowStoreAdapter", "StoreError",
            "as_event_store", "open_store", "resolve_store"]
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from goodput_jax.measure.events import KIND_CODES, Event, EventKind
 
-__all__ = ["BasicStore", "EventStore", "RowColumns", "RowStoreAdapter", "StoreError",
+__all__ = ["BasicStore", "EventStore", "RawEventStore", "RowColumns", "RowStoreAdapter", "StoreError",
            "as_event_store"]
 
 #: kinds whose payload (not label) a columnar read returns in ``labels``
@@ -97,6 +97,23 @@ class EventStore(BasicStore, Protocol):
 
     def stream_info(self, stream_id: int) -> tuple[str, int]:
         """``(run_id, host)`` of a stream id returned by :meth:`read_columns`."""
+        ...
+
+
+@runtime_checkable
+class RawEventStore(EventStore, Protocol):
+    """An :class:`EventStore` whose write path also takes the recorder's queued tuples as
+    they are (SQLite): the recorder then builds no :class:`Event` objects.
+
+    Example:
+        >>> from goodput_jax.measure.stores.sqlite import SQLiteStore
+        >>> isinstance(SQLiteStore(":memory:"), RawEventStore)
+        True
+    """
+
+    def append_raw(self, job_name: str, run_id: str, host: int,
+                   items: Sequence[tuple]) -> None:
+        """Append ``items``, ``(kind code, timestamp, step, label, payload)`` of one stream."""
         ...
 
 

@@ -42,14 +42,10 @@ Example:
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime as _dt
-import functools
 import itertools
 import logging
-import math
 import random
-import re
 import threading
 import time
 import urllib.parse
@@ -60,6 +56,31 @@ from typing import Any
 
 from goodput_jax.measure.events import Event
 from goodput_jax.measure.stores.base import RowColumns, StoreError
+from goodput_jax.measure.stores.cloud_logging_options import (
+    DEFAULT_READ_OVERLAP_SECONDS,
+    CloudLoggingOptions,
+    check_endpoint,
+    check_int,
+    check_nonneg,
+    quote_filter_value,
+    validate_logger_name,
+    validate_project,
+)
+from goodput_jax.measure.stores.cloud_logging_wire import (
+    EPOCH,
+    CloudLoggingCursor,
+    error_text,
+    parse_ts,
+    service_errors,
+    transient_errors,
+    ts_to_datetime,
+    ts_to_iso,
+    utc_iso,
+)
+
+__all__ = ["DEFAULT_READ_OVERLAP_SECONDS", "SCHEMA_KEY", "SCHEMA_VERSION", "CloudLoggingCursor",
+           "CloudLoggingOptions", "CloudLoggingStore", "quote_filter_value",
+           "validate_logger_name", "validate_project"]
 
 _log = logging.getLogger(__name__)
 
@@ -67,179 +88,14 @@ _log = logging.getLogger(__name__)
 SCHEMA_KEY = "goodput_jax_schema"
 SCHEMA_VERSION = "event/1"
 
-#: Seconds before the cursor's high-water mark that each read re-scans.
-DEFAULT_READ_OVERLAP_SECONDS = 120.0
-
-_PROJECT_RE = re.compile(r"^(?:[a-z0-9][a-z0-9.\-]*:)?[a-z][a-z0-9\-]{0,61}[a-z0-9]$")
-_LOG_ID_RE = re.compile(r"^[A-Za-z0-9_\-./]{1,511}$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-
-
-def _utc_iso(value: _dt.datetime) -> str:
-    """RFC 3339 with microseconds and a ``Z`` suffix (what Cloud Logging accepts)."""
-    return value.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _ts_to_datetime(ts: float) -> _dt.datetime:
-    return _EPOCH + _dt.timedelta(microseconds=round(ts * 1e6))
-
-
-_SECOND_CACHE: tuple[int, str] = (-(2**62), "")
-
-
-def _ts_to_iso(ts: float) -> str:
-    """Float UTC seconds -> RFC 3339 with microseconds (same text as ``_utc_iso``).
-
-    About 10x faster than going through ``datetime``: the date/time prefix of
-    the last whole second is cached (consecutive events share it).
-    """
-    global _SECOND_CACHE
-    sec, us = divmod(round(ts * 1e6), 1_000_000)
-    cached = _SECOND_CACHE
-    if cached[0] == sec:
-        prefix = cached[1]
-    else:
-        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        _SECOND_CACHE = (sec, prefix)
-    return f"{prefix}.{us:06d}Z"
-
-
-def quote_filter_value(value: str, *, name: str = "value") -> str:
-    """Quote a string for a Cloud Logging filter, so it can only ever be a literal.
-
-    Backslashes and double quotes are escaped; everything else (``OR``, ``AND``,
-    parentheses, ``=``) is inert inside the quotes. Control characters cannot be
-    expressed safely and are rejected.
-
-    Raises:
-        TypeError: ``value`` is not a string.
-        ValueError: ``value`` contains a control character.
-
-    Example:
-        >>> quote_filter_value('a" OR labels.job="b')
-        '"a\\\\" OR labels.job=\\\\"b"'
-    """
-    if not isinstance(value, str):
-        raise TypeError(f"{name} ({value!r}) must be a string, not {type(value).__name__}")
-    if _CONTROL_RE.search(value):
-        raise ValueError(
-            f"{name} ({value!r}) contains a control character, which cannot be used "
-            "in a Cloud Logging filter"
-        )
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def validate_project(project: Any) -> str:
-    """Validate a Google Cloud project id (``my-proj`` or ``example.com:my-proj``)."""
-    if not isinstance(project, str) or not _PROJECT_RE.match(project):
-        raise ValueError(
-            f"project ({project!r}) is not a valid Google Cloud project id "
-            "(lowercase letters, digits and hyphens, optionally 'domain:' prefixed)"
-        )
-    return project
-
-
-def validate_logger_name(logger_name: Any) -> str:
-    """Validate a Cloud Logging log id: letters, digits, ``_ - . /``, at most 511 chars."""
-    if not isinstance(logger_name, str) or not _LOG_ID_RE.match(logger_name):
-        raise ValueError(
-            f"logger_name ({logger_name!r}) must be 1-511 characters from "
-            "[A-Za-z0-9_-./]"
-        )
-    return logger_name
-
-
-@functools.lru_cache(maxsize=1)
-def _transient_errors() -> tuple[type[BaseException], ...]:
-    from google.api_core import exceptions as gexc
-    from google.auth import exceptions as aexc
-
-    errs: list[type[BaseException]] = [
-        gexc.TooManyRequests,  # 429 (ResourceExhausted on gRPC is a subclass)
-        gexc.InternalServerError,  # 500
-        gexc.BadGateway,  # 502
-        gexc.ServiceUnavailable,  # 503
-        gexc.GatewayTimeout,  # 504, DeadlineExceeded
-        gexc.Aborted,
-        gexc.RetryError,
-        aexc.TransportError,  # token refresh could not reach the auth server
-        ConnectionError,
-        TimeoutError,
-    ]
-    try:
-        import requests
-
-        errs += [requests.exceptions.ConnectionError, requests.exceptions.Timeout]
-    except ImportError:  # pragma: no cover - requests ships with the client
-        pass
-    return tuple(errs)
-
-
-@functools.lru_cache(maxsize=1)
-def _service_errors() -> tuple[type[BaseException], ...]:
-    """Errors of the service, the transport or authentication (all become StoreError on read)."""
-    from google.api_core import exceptions as gexc
-    from google.auth import exceptions as aexc
-
-    return (gexc.GoogleAPIError, aexc.GoogleAuthError, *_transient_errors())
-
-
-def _error_text(exc: BaseException) -> str:
-    """Short description of an API error: class and message, never headers/credentials."""
-    msg = str(exc)
-    if len(msg) > 300:
-        msg = msg[:300] + "..."
-    return f"{type(exc).__name__}: {msg}"
-
-
-@dataclasses.dataclass(frozen=True)
-class CloudLoggingCursor:
-    """Opaque read position of :meth:`CloudLoggingStore.read_events`.
-
-    Attributes:
-        high_water: timestamp (RFC 3339) of the newest entry returned so far.
-        seen: ``(timestamp, insertId)`` of entries already returned within the
-            overlap window before ``high_water``.
-    """
-
-    high_water: str
-    seen: tuple[tuple[str, str], ...] = ()
-
-
 class CloudLoggingStore(RowColumns):
     """Event store on Google Cloud Logging; ``append`` writes synchronously, in batches.
 
     Args:
-        client: an existing ``google.cloud.logging.Client`` (injected, as in
-            orbax's ``CloudLoggerOptions(client=...)``). If None, one is built
-            from ``project`` / ``credentials`` / ``client_options`` with the
-            library's standard credential discovery.
-        project: Google Cloud project id; defaults to the client's project.
-        credentials: optional ``google.auth`` credentials for a client built here.
-        logger_name: the log id (``projects/P/logs/<logger_name>``).
-        resource: the monitored resource written with each entry (a
-            ``google.cloud.logging.Resource`` or a dict with ``type`` and
-            ``labels``). If None, the library detects it (GCE/GKE/...) once.
-        batch_size: entries per ``entries.write`` call (1-1000).
-        max_queue: accepted for compatibility (validated, >= 1); the store has
-            no queue (the recorder's ``max_queue`` bounds buffered events).
-        flush_interval: accepted for compatibility (validated, >= 0); writes
-            happen inside :meth:`append` (the recorder's ``flush_interval``
-            sets how often they happen).
-        retry_initial, retry_max: first and largest backoff between retries (s).
-        retry_deadline: how long one batch is retried after transient errors
-            before it is dropped and counted (s); a service that stays unavailable
-            does not hold the caller (and every later event) forever.
-        read_page_size: entries per ``entries.list`` page (1-1000).
-        read_overlap_seconds: how far before the cursor each read re-scans for
-            late-arriving entries (s).
-        start_time: lower bound of every read (UTC seconds or aware datetime);
-            default: the epoch.
-        client_options: passed to a client built here (e.g. ``api_endpoint``).
-        use_grpc: transport of a client built here (None: the library default).
-        close_timeout: how long :meth:`close` (and interpreter exit) waits for
-            writes in progress in other threads before interrupting their retries (s).
+        options: a :class:`CloudLoggingOptions` (client or project, logger name, batching,
+            retries, reads); validated once.
+        **keywords: its fields as keywords (``client=..., logger_name=...``), translated
+            into ``options`` in one place (:meth:`CloudLoggingOptions.merged`).
 
     Example:
         >>> store = CloudLoggingStore(project="my-proj", logger_name="goodput_run1")  # doctest: +SKIP
@@ -248,82 +104,47 @@ class CloudLoggingStore(RowColumns):
         1
     """
 
-    def __init__(
-        self,
-        client: Any = None,
-        project: str | None = None,
-        credentials: Any = None,
-        logger_name: str = "goodput_jax",
-        resource: Any = None,
-        batch_size: int = 500,
-        max_queue: int = 100_000,
-        flush_interval: float = 0.5,
-        retry_initial: float = 0.5,
-        retry_max: float = 30.0,
-        retry_deadline: float = 600.0,
-        read_page_size: int = 1000,
-        read_overlap_seconds: float = DEFAULT_READ_OVERLAP_SECONDS,
-        start_time: float | _dt.datetime | None = None,
-        client_options: Any = None,
-        use_grpc: bool | None = None,
-        close_timeout: float = 10.0,
-    ) -> None:
-        self.logger_name = validate_logger_name(logger_name)
-        _check_int("batch_size", batch_size, 1, 1000)
-        _check_int("max_queue", max_queue, 1, None)
-        _check_int("read_page_size", read_page_size, 1, 1000)
-        for name, val in (
-            ("flush_interval", flush_interval),
-            ("retry_initial", retry_initial),
-            ("retry_max", retry_max),
-            ("retry_deadline", retry_deadline),
-            ("read_overlap_seconds", read_overlap_seconds),
-            ("close_timeout", close_timeout),
-        ):
-            _check_nonneg(name, val)
+    def __init__(self, *, options: CloudLoggingOptions | None = None, **keywords: Any) -> None:
+        o = self.options = CloudLoggingOptions.merged(options, keywords)
+        self.logger_name = o.logger_name
+        client = o.client
         if client is None:
-            if project is not None:
-                validate_project(project)
             try:
                 from google.cloud import logging as gcl
             except ImportError as e:  # pragma: no cover - depends on the install
                 raise ImportError(
                     "CloudLoggingStore needs google-cloud-logging: pip install 'goodput-jax[gcp]'"
                 ) from e
-            kw: dict[str, Any] = {"project": project, "credentials": credentials}
-            if client_options is not None:
-                kw["client_options"] = client_options
-            if use_grpc is not None:
-                kw["_use_grpc"] = use_grpc
+            kw: dict[str, Any] = {"project": o.project, "credentials": o.credentials}
+            if o.client_options is not None:
+                kw["client_options"] = o.client_options
+            if o.use_grpc is not None:
+                kw["_use_grpc"] = o.use_grpc
             client = gcl.Client(**kw)
-        elif credentials is not None or client_options is not None:
-            raise ValueError("pass either client= or credentials=/client_options=, not both")
         self._client = client
-        self.project = validate_project(project if project is not None else client.project)
+        self.project = validate_project(o.project if o.project is not None else client.project)
         self.log_name = (
             f"projects/{self.project}/logs/{urllib.parse.quote(self.logger_name, safe='')}"
         )
         self.url = f"gcl://{self.project}/{self.logger_name}"
-        self._resource_arg = resource
+        self._resource_arg = o.resource
         self._resource_dict: dict | None = None
-        self.batch_size = int(batch_size)
-        self.max_queue = int(max_queue)
-        self.flush_interval = float(flush_interval)
-        self.retry_initial = float(retry_initial)
-        self.retry_max = float(retry_max)
-        self.retry_deadline = float(retry_deadline)
-        self.read_page_size = int(read_page_size)
-        self.read_overlap_seconds = float(read_overlap_seconds)
-        self.close_timeout = float(close_timeout)
-        if start_time is None:
-            self._start = _EPOCH
-        elif isinstance(start_time, _dt.datetime):
-            if start_time.tzinfo is None:
-                raise ValueError(f"start_time ({start_time!r}) must be timezone-aware")
-            self._start = start_time
+        self.batch_size = int(o.batch_size)
+        self.max_queue = int(o.max_queue)
+        self.flush_interval = float(o.flush_interval)
+        self.retry_initial = float(o.retry_initial)
+        self.retry_max = float(o.retry_max)
+        self.retry_deadline = float(o.retry_deadline)
+        self.read_page_size = int(o.read_page_size)
+        self.read_overlap_seconds = float(o.read_overlap_seconds)
+        self.close_timeout = float(o.close_timeout)
+        st = o.start_time
+        if st is None:
+            self._start = EPOCH
+        elif isinstance(st, _dt.datetime):
+            self._start = st
         else:
-            _check_nonneg("start_time", start_time)
-            self._start = _ts_to_datetime(float(start_time))
+            self._start = ts_to_datetime(float(st))
 
         # Write state (counters are updated by whichever threads call append).
         self._cond = threading.Condition()
@@ -341,7 +162,7 @@ class CloudLoggingStore(RowColumns):
         #: Entries skipped on read (foreign entries, diagnostics, undecodable).
         self.skipped_entries = 0
         self.last_error: str | None = None
-        self._transient = _transient_errors()
+        self._transient = transient_errors()
         _register_atexit(self)
 
     # ------------------------------------------------------------------ factory
@@ -376,7 +197,7 @@ class CloudLoggingStore(RowColumns):
         if "client" not in kwargs:
             if "api_endpoint" in query:
                 endpoint = query["api_endpoint"][-1]
-                _check_endpoint(endpoint)
+                check_endpoint(endpoint)
                 kwargs.setdefault("client_options", {"api_endpoint": endpoint})
                 if endpoint.startswith("http://"):
                     kwargs.setdefault("use_grpc", False)
@@ -438,7 +259,7 @@ class CloudLoggingStore(RowColumns):
                 try:
                     self._send_with_retry(batch)
                 except Exception as e:  # noqa: BLE001 - e.g. resource detection failed
-                    self.last_error = _error_text(e)
+                    self.last_error = error_text(e)
                     self._drop(batch, f"unexpected write error ({self.last_error})")
         finally:
             with self._cond:
@@ -452,7 +273,7 @@ class CloudLoggingStore(RowColumns):
         return {
             "logName": self.log_name,
             "jsonPayload": payload,
-            "timestamp": _ts_to_iso(ev.timestamp),
+            "timestamp": ts_to_iso(ev.timestamp),
             # Sortable within one writer: equal timestamps keep append order.
             "insertId": f"{self._id_prefix}-{seq:012d}",
             "labels": {"job": ev.job_name, "run": ev.run_id, "host": str(ev.host)},
@@ -486,7 +307,7 @@ class CloudLoggingStore(RowColumns):
                     self.written_events += len(batch)
                 return
             except self._transient as e:
-                self.last_error = _error_text(e)
+                self.last_error = error_text(e)
                 if self._abort.is_set():
                     self._drop(batch, f"store closed after a transient error ({self.last_error})")
                     return
@@ -506,7 +327,7 @@ class CloudLoggingStore(RowColumns):
                 delay = min(max(delay * 2, 1e-3), self.retry_max)
             except gexc.BadRequest as e:
                 # One bad entry fails an all-or-nothing batch: bisect to isolate it.
-                self.last_error = _error_text(e)
+                self.last_error = error_text(e)
                 if len(batch) > 1:
                     mid = len(batch) // 2
                     self._send_with_retry(batch[:mid])
@@ -515,7 +336,7 @@ class CloudLoggingStore(RowColumns):
                     self._drop(batch, f"rejected by Cloud Logging ({self.last_error})")
                 return
             except Exception as e:  # noqa: BLE001 - permanent (401, 403, 404, ...) or unexpected
-                self.last_error = _error_text(e)
+                self.last_error = error_text(e)
                 self._drop(batch, f"write failed permanently ({self.last_error})")
                 return
 
@@ -569,7 +390,7 @@ class CloudLoggingStore(RowColumns):
             >>> store.close()  # doctest: +SKIP
         """
         timeout = self.close_timeout if timeout is None else timeout
-        _check_nonneg("timeout", timeout)
+        check_nonneg("timeout", timeout)
         with self._cond:
             if self._closed:
                 return
@@ -618,7 +439,7 @@ class CloudLoggingStore(RowColumns):
         since = self._start if since is None else max(since, self._start)
         parts = [
             f"logName={quote_filter_value(self.log_name, name='log_name')}",
-            f"timestamp>={quote_filter_value(_utc_iso(since))}",
+            f"timestamp>={quote_filter_value(utc_iso(since))}",
         ]
         if job_name is not None:
             parts.append(f"labels.job={quote_filter_value(job_name, name='job_name')}")
@@ -671,7 +492,7 @@ class CloudLoggingStore(RowColumns):
         """
         quote_filter_value(job_name, name="job_name")
         if limit is not None:
-            _check_int("limit", limit, 1, None)
+            check_int("limit", limit, 1, None)
         if cursor is not None and not isinstance(cursor, CloudLoggingCursor):
             raise TypeError(
                 f"cursor ({cursor!r}) must be None or a cursor returned by this store"
@@ -683,7 +504,7 @@ class CloudLoggingStore(RowColumns):
             seen: dict[str, str] = {}
             high = None
         else:
-            high = _parse_ts(cursor.high_water)
+            high = parse_ts(cursor.high_water)
             since = high - _dt.timedelta(seconds=self.read_overlap_seconds)
             seen = {iid: ts for ts, iid in cursor.seen}
         out: list[Event] = []
@@ -693,7 +514,7 @@ class CloudLoggingStore(RowColumns):
                 if iid in seen:
                     continue
                 ts = entry.timestamp
-                ts_iso = _utc_iso(ts) if ts is not None else None
+                ts_iso = utc_iso(ts) if ts is not None else None
                 ev = self._decode(entry, job_name)
                 if ts_iso is not None:
                     seen[iid] = ts_iso
@@ -703,13 +524,13 @@ class CloudLoggingStore(RowColumns):
                     out.append(ev)
                     if limit is not None and len(out) >= limit:
                         break
-        except _service_errors() as e:
-            raise StoreError(f"{self!r}: reading job {job_name!r} failed: {_error_text(e)}") from None
+        except service_errors() as e:
+            raise StoreError(f"{self!r}: reading job {job_name!r} failed: {error_text(e)}") from None
         if high is None:
-            return out, cursor if cursor is not None else CloudLoggingCursor(_utc_iso(self._start))
-        low = _utc_iso(high - _dt.timedelta(seconds=self.read_overlap_seconds))
+            return out, cursor if cursor is not None else CloudLoggingCursor(utc_iso(self._start))
+        low = utc_iso(high - _dt.timedelta(seconds=self.read_overlap_seconds))
         kept = tuple(sorted((ts, iid) for iid, ts in seen.items() if ts >= low))
-        return out, CloudLoggingCursor(_utc_iso(high), kept)
+        return out, CloudLoggingCursor(utc_iso(high), kept)
 
     def list_jobs(self) -> list[str]:
         """Names of all jobs with at least one event in this log (scans the log)."""
@@ -721,41 +542,9 @@ class CloudLoggingStore(RowColumns):
                 ev = self._decode(entry, None)
                 if ev is not None:
                     jobs.add(ev.job_name)
-        except _service_errors() as e:
-            raise StoreError(f"{self!r}: listing jobs failed: {_error_text(e)}") from None
+        except service_errors() as e:
+            raise StoreError(f"{self!r}: listing jobs failed: {error_text(e)}") from None
         return sorted(jobs)
-
-
-def _parse_ts(value: str) -> _dt.datetime:
-    from google.cloud._helpers import _rfc3339_nanos_to_datetime
-
-    return _rfc3339_nanos_to_datetime(value)
-
-
-def _check_int(name: str, value: Any, lo: int, hi: int | None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} ({value!r}) must be an int")
-    if value < lo or (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} ({value!r}) must be {rng}")
-
-
-def _check_nonneg(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} ({value!r}) must be a number")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} ({value!r}) must be finite and >= 0")
-
-
-def _check_endpoint(endpoint: str) -> None:
-    parts = urllib.parse.urlsplit(endpoint)
-    if parts.scheme == "https" and parts.hostname:
-        return
-    if parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1"):
-        return
-    raise ValueError(
-        f"api_endpoint ({endpoint!r}) must be https://HOST, or http:// to a loopback host"
-    )
 
 
 _LIVE: weakref.WeakSet[CloudLoggingStore] = weakref.WeakSet()

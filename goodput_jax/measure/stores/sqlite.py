@@ -39,7 +39,6 @@ import math
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
@@ -49,45 +48,13 @@ from goodput_jax.measure.events import (
     KIND_CODES,
     KINDS_BY_CODE,
     Event,
-    EventKind,
     check_job_name,
 )
 from goodput_jax.measure.stores.base import StoreError
+from goodput_jax.measure.stores.sqlite_blocks import blocks_of, read_blocks
+from goodput_jax.measure.stores.sqlite_schema import SCHEMA_VERSION, init_schema
 
-SCHEMA_VERSION = 2
-_FORMAT = "goodput_jax.events"
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
-    ("CREATE TABLE IF NOT EXISTS streams (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-     " run_id TEXT NOT NULL, host INTEGER NOT NULL, UNIQUE(job_id, run_id, host))"),
-    ("CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-     " stream_id INTEGER NOT NULL, kind INTEGER NOT NULL, ts REAL NOT NULL, step INTEGER,"
-     " label TEXT, payload TEXT)"),
-    "CREATE INDEX IF NOT EXISTS events_job_ts ON events(job_id, ts)",
-    "CREATE INDEX IF NOT EXISTS events_job_id ON events(job_id, id)",
-    # Columnar copy of the timeline for fast cold reads: one row per run of
-    # consecutive events of one (job, stream) in an appended batch; event ids
-    # first_id..last_id are contiguous. kinds int8, ts float64, steps int64 (-1 = none).
-    ("CREATE TABLE IF NOT EXISTS blocks (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-     " stream_id INTEGER NOT NULL, first_id INTEGER NOT NULL, last_id INTEGER NOT NULL,"
-     " kinds BLOB NOT NULL, ts BLOB NOT NULL, steps BLOB NOT NULL, n_labelled INTEGER NOT NULL)"),
-    "CREATE INDEX IF NOT EXISTS blocks_job_last ON blocks(job_id, last_id)",
-)
-
-#: kinds whose label / payload column matters to the calculator
-_LABELLED_KINDS = (
-    KIND_CODES[EventKind.CUSTOM_BADPUT_START],
-    KIND_CODES[EventKind.CUSTOM_BADPUT_END],
-    KIND_CODES[EventKind.HINTS],
-    KIND_CODES[EventKind.COMPILATION],
-    KIND_CODES[EventKind.CHECKPOINT_STATS],
-    KIND_CODES[EventKind.ELASTIC_WAIT_START],
-    KIND_CODES[EventKind.ELASTIC_WAIT_END],
-    KIND_CODES[EventKind.ELASTIC_SLICE_COUNTS],
-    KIND_CODES[EventKind.PROGRAM_COST],
-)
+__all__ = ["SCHEMA_VERSION", "PendingSQLiteStore", "SQLiteStore"]
 
 #: One raw row as read by :meth:`SQLiteStore.read_rows`:
 #: (kind code, stream id, timestamp, step or None, custom label or hints payload JSON or None)
@@ -154,105 +121,10 @@ class SQLiteStore:
         except sqlite3.Error as e:
             raise StoreError(f"cannot open store {self.url!r}: {e}") from e
         try:
-            self._init_schema(is_memory)
+            init_schema(self._conn, self.url, self.timeout, is_memory)
         except BaseException:
             self._conn.close()
             raise
-
-    # ------------------------------------------------------------------ setup
-    def _init_schema(self, is_memory: bool) -> None:
-        c = self._conn
-        try:
-            # the connection's timeout= sets the same busy handler: keep them equal
-            c.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            tables = {
-                r[0]
-                for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
-            }
-        except sqlite3.DatabaseError as e:
-            raise StoreError(
-                f"store {self.url!r} is not a readable SQLite file ({e}); "
-                "refusing to touch it. Move it away or point GOODPUT_JAX_STORE elsewhere."
-            ) from e
-        if tables and "meta" not in tables:
-            raise StoreError(
-                f"store {self.url!r} is an SQLite file but not a goodput_jax event store "
-                f"(tables: {sorted(tables)}); refusing to modify it"
-            )
-        if "meta" in tables:
-            self._check_version()
-            if not is_memory:
-                self._set_wal()
-            return
-        if not is_memory:
-            self._set_wal()
-        try:
-            c.execute("BEGIN IMMEDIATE")
-            # Another process may have created it between our check and the lock.
-            has_meta = c.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
-            ).fetchone()
-            if not has_meta:
-                for stmt in _SCHEMA:
-                    c.execute(stmt)
-                c.executemany(
-                    "INSERT INTO meta(key, value) VALUES (?, ?)",
-                    [("schema_version", str(SCHEMA_VERSION)), ("format", _FORMAT)],
-                )
-            c.execute("COMMIT")
-        except sqlite3.Error as e:
-            if c.in_transaction:
-                c.execute("ROLLBACK")
-            raise StoreError(f"cannot initialise store {self.url!r}: {e}") from e
-        self._check_version()
-
-    def _set_wal(self) -> None:
-        # Switching the journal mode can fail at once with "database is locked", without
-        # the busy handler, while another process holds a lock on the file (two processes
-        # opening one new store together): retry until the store's timeout.
-        deadline = time.monotonic() + self.timeout
-        delay = 0.002
-        while True:
-            try:
-                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                self._conn.execute("PRAGMA synchronous=NORMAL")
-                break
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or time.monotonic() >= deadline:
-                    raise StoreError(
-                        f"cannot switch store {self.url!r} to WAL mode: {e}") from e
-                time.sleep(delay)
-                delay = min(2 * delay, 0.05)
-            except sqlite3.Error as e:
-                raise StoreError(f"cannot switch store {self.url!r} to WAL mode: {e}") from e
-        if str(mode).lower() != "wal":
-            raise StoreError(f"store {self.url!r} refused WAL journal mode (got {mode!r})")
-
-    def _check_version(self) -> None:
-        try:
-            rows = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"store {self.url!r} has an unreadable meta table: {e}") from e
-        if rows.get("format") != _FORMAT:
-            raise StoreError(
-                f"store {self.url!r} is not a goodput_jax event store (format {rows.get('format')!r})"
-            )
-        try:
-            version = int(rows.get("schema_version", ""))
-        except ValueError:
-            raise StoreError(
-                f"store {self.url!r} has a corrupt schema_version {rows.get('schema_version')!r}"
-            ) from None
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"store {self.url!r} has schema version {version}, newer than this goodput_jax "
-                f"supports ({SCHEMA_VERSION}); upgrade goodput_jax to read it"
-            )
-        if version < SCHEMA_VERSION:
-            raise StoreError(
-                f"store {self.url!r} has schema version {version}, written by a pre-release "
-                f"goodput_jax without columnar blocks; this version reads {SCHEMA_VERSION} only"
-            )
 
     @property
     def schema_version(self) -> int:
@@ -389,7 +261,7 @@ class SQLiteStore:
                 c.executemany(
                     "INSERT INTO blocks(job_id, stream_id, first_id, last_id, kinds, ts, steps,"
                     " n_labelled) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    _blocks(rows),
+                    blocks_of(rows),
                 )
                 c.execute("COMMIT")
             except BaseException as e:
@@ -482,42 +354,8 @@ class SQLiteStore:
                     top = top or 0
                     if top <= after:
                         return None, cursor, True
-                    kinds, streams, ts, steps = [], [], [], []
-                    labelled_blocks = []  # (offset in the output, first id read, last id)
-                    n = 0
-                    hi = after
-                    cur = c.execute(
-                        "SELECT stream_id, first_id, last_id, kinds, ts, steps, n_labelled"
-                        " FROM blocks WHERE job_id = ? AND last_id > ? ORDER BY last_id",
-                        (jid, after),
-                    )
-                    for sid, first, last, bk, bt, bs, n_lab in cur:
-                        if first > top:
-                            break
-                        lo = max(after + 1 - first, 0)
-                        k = np.frombuffer(bk, dtype=np.int8)[lo:]
-                        if n_lab:
-                            labelled_blocks.append((n, first + lo, last))
-                        kinds.append(k)
-                        ts.append(np.frombuffer(bt, dtype=np.float64)[lo:])
-                        steps.append(np.frombuffer(bs, dtype=np.int64)[lo:])
-                        streams.append(np.full(k.size, sid, dtype=np.int64))
-                        n += k.size
-                        hi = last
-                        if n >= max_events:
-                            break
-                    cur.close()
-                    done = n < max_events
-                    if done:
-                        hi = top
-                    labels = {}
-                    for offset, first, last in labelled_blocks:
-                        for eid, text in c.execute(
-                            "SELECT id, COALESCE(label, payload) FROM events WHERE id >= ?"
-                            " AND id <= ? AND kind IN (" + ", ".join("?" * len(_LABELLED_KINDS)) + ")",
-                            (first, last, *_LABELLED_KINDS),
-                        ):
-                            labels[offset + eid - first] = text
+                    n, hi, done, kinds, streams, ts, steps, labels = read_blocks(
+                        c, jid, after, top, max_events)
                 finally:
                     c.execute("COMMIT")
             except sqlite3.DatabaseError as e:
@@ -634,26 +472,6 @@ class SQLiteStore:
         if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
             raise ValueError(f"cursor ({cursor!r}) must be None or a cursor returned by this store")
         return cursor
-
-
-def _blocks(rows: list[tuple]) -> list[tuple]:
-    """Group inserted rows (id, job, stream, kind, ts, step, ...) into columnar blocks."""
-    out = []
-    start = 0
-    n = len(rows)
-    for i in range(1, n + 1):
-        if i == n or rows[i][1] != rows[start][1] or rows[i][2] != rows[start][2]:
-            chunk = rows[start:i]
-            out.append((
-                chunk[0][1], chunk[0][2], chunk[0][0], chunk[-1][0],
-                np.fromiter((r[3] for r in chunk), dtype=np.int8, count=len(chunk)).tobytes(),
-                np.fromiter((r[4] for r in chunk), dtype=np.float64, count=len(chunk)).tobytes(),
-                np.fromiter((-1 if r[5] is None else r[5] for r in chunk), dtype=np.int64,
-                            count=len(chunk)).tobytes(),
-                sum(1 for r in chunk if r[3] in _LABELLED_KINDS),
-            ))
-            start = i
-    return out
 
 
 class PendingSQLiteStore:
