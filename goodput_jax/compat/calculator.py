@@ -17,7 +17,6 @@ from goodput_jax.compat.enums import GoodputType, IntervalMetricType, MetricType
 from goodput_jax.compat.options import LOGGER_NAME, check_flag, cloud_logger_store, to_ts
 from goodput_jax.measure.calculator import GoodputCalculator as _BaseCalculator
 from goodput_jax.measure.calculator import (
-    StepDeviation,
     breakdown,
     check_ideal,
     goodput_percent,
@@ -180,9 +179,6 @@ class GoodputCalculator(_BaseCalculator):
         :class:`StepDeviation` is :meth:`get_step_statistics`)."""
         return self.get_step_statistics(configured_ideal_step_time).step_deviation
 
-    def get_step_statistics(self, configured_ideal_step_time: float | None = None) -> StepDeviation:
-        """The base calculator's :class:`StepDeviation` (median, p90, ideal, per-step arrays)."""
-        return super().get_step_deviation(configured_ideal_step_time)
 
     def get_job_goodput_with_exclusions(self, exclusion_intervals: Any,
                                         include_badput_breakdown: bool = False,

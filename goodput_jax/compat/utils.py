@@ -89,7 +89,7 @@ def get_gcp_metadata(category: str, attribute: str, timeout: float = 1.0) -> str
     from goodput_jax.measure import cloud_monitoring as cm
 
     try:
-        return cm.get_gcp_metadata(category, attribute, timeout=timeout)
+        return cm.query_gce_metadata(category, attribute, timeout=timeout)
     except cm.MetadataUnavailable as e:
         _log.warning("Failed to retrieve metadata for %s/%s: %s", category, attribute, e)
         return None

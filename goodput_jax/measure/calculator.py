@@ -1,9 +1,9 @@
 """GoodputCalculator: goodput, badput breakdown, intervals and step-time statistics.
 
-The calculator reads a job's events from an :class:`EventStore` in insertion
-order and attributes every second of the job's time to exactly one bucket:
-productive step time or one :class:`BadputType`. It keeps running totals and a
-store cursor, so a query after K new events costs O(K), not O(history).
+The calculator reads a job's events from an :class:`EventStore` in insertion order and
+attributes every second of the job's time to exactly one bucket: productive step time or
+one :class:`BadputType`. It keeps running totals and a store cursor, so a query after K
+new events costs O(K), not O(history).
 
 The rules (documented with one test each in ``docs/semantics.md``):
 
@@ -22,7 +22,7 @@ The rules (documented with one test each in ``docs/semantics.md``):
   crashed: its in-flight step and the downtime until the new stream's first event
   are ``INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION``. If it ended cleanly, the idle
   time between the two runs is not job time. Late events of a superseded stream
-  are ignored (and counted).
+  are ignored and counted.
 * While the latest stream runs, time from its last event to ``clock()`` goes to
   the open badput span, else ``OTHER``; an in-flight step is not productive until
   it completes, so a hang counts against goodput.
@@ -53,7 +53,6 @@ import numpy as np
 
 from goodput_jax.measure.advice import CheckpointAdvice, FinishForecast
 from goodput_jax.measure.badput import BadputType
-from goodput_jax.measure.calculator_advice import advise_checkpoints, forecast_finish
 from goodput_jax.measure.engine import Engine, StreamKeys
 from goodput_jax.measure.events import check_job_name, to_timestamp
 from goodput_jax.measure.live import flush_writers
@@ -78,7 +77,7 @@ from goodput_jax.measure.results import (  # the result shapes, re-exported here
     program_goodput_of,
     step_deviation_of,
 )
-from goodput_jax.measure.store_reads import StepMarks, save_marks, select
+from goodput_jax.measure.store_reads import StepMarks, select
 from goodput_jax.measure.stores import EventStore, resolve_store
 from goodput_jax.measure.stragglers import Stragglers, step_stragglers
 
@@ -382,6 +381,11 @@ class GoodputCalculator:
             secs = np.array(eng.live_secs[low:], dtype=np.float64)
             return steps, secs, (n, len(eng.rollbacks))
 
+    def get_step_statistics(self, configured_ideal_step_time: float | None = None
+                            ) -> StepDeviation:
+        """:meth:`get_step_deviation` as the monitors read it (the drop-in's is a dict)."""
+        return GoodputCalculator.get_step_deviation(self, configured_ideal_step_time)
+
     def get_step_deviation(self, configured_ideal_step_time: float | None = None) -> StepDeviation:
         """Step-time statistics of the productive steps.
 
@@ -544,8 +548,8 @@ class GoodputCalculator:
 
         From the measured blocking cost of a save (checkpoint-save badput / saves), the
         observed mean time between disruptions (job time / disruptions) or ``mtbf_s``, the
-        measured cost of a restart (infrastructure recovery and restore badput per
-        disruption), and the median productive step time. The predicted goodput at the
+        measured restart cost (per disruption; saves a crash cut short count in neither
+        cost), and the mean productive step (:mod:`goodput_jax.measure.advice_inputs`). The predicted goodput at the
         suggestion and at today's interval (the median steps between saves) come from
         Daly's expectation under Poisson failures (:mod:`goodput_jax.measure.advice`).
 
@@ -563,29 +567,26 @@ class GoodputCalculator:
         Example:
             >>> calc.get_checkpoint_advice(mtbf_s=12 * 3600).interval_steps  # doctest: +SKIP
         """
-        det = GoodputCalculator.get_job_goodput_details(self)  # the base shape (drop-in)
-        dev = GoodputCalculator.get_step_deviation(self)
-        return advise_checkpoints(self.job_name, det, dev,
-                                  save_marks(self.store, self.job_name, self._CHUNK),
-                                  mtbf_s=mtbf_s, save_cost_s=save_cost_s, restart_s=restart_s,
-                                  method=method)
+        from goodput_jax.measure.advice_inputs import checkpoint_advice_for
+
+        return checkpoint_advice_for(self, mtbf_s, save_cost_s=save_cost_s,
+                                     restart_s=restart_s, method=method)
 
     def get_finish_forecast(self, target_step: int, now: Any = None) -> FinishForecast:
         """When the job reaches ``target_step`` at its current rates, and the badput expected
         on the way.
 
-        Work left = steps left x the median productive step time; each productive second
-        brings along today's recurring badput per productive second (every bucket except
-        the one-time accelerator initialisation, training preparation and program
-        startup).
+        Work left = steps left x the mean productive step time; each step brings along
+        today's recurring badput per productive step. Badput up to the end of the first
+        step (initialisation, preparation, startup, a peak probe) is one-time: reported
+        in ``one_time_badput``, not repeated (:mod:`goodput_jax.measure.advice_inputs`).
 
         Example:
             >>> calc.get_finish_forecast(10_000).finish_time            # doctest: +SKIP
         """
-        t = self._now() if now is None else to_timestamp(now, name="now")
-        det = GoodputCalculator.get_job_goodput_details(self)  # the base shape (drop-in)
-        return forecast_finish(self.job_name, det, GoodputCalculator.get_step_deviation(self),
-                               target_step, t)
+        from goodput_jax.measure.advice_inputs import finish_forecast_for
+
+        return finish_forecast_for(self, target_step, now)
 
     def get_latest_hints(self) -> dict | None:
         """Payload of the latest ``HINTS`` event (from ``record_hints``), or None."""

@@ -68,11 +68,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-#: the old name of :func:`query_gce_metadata` (raises when no server answers), kept only for
-#: ``goodput_jax.compat.utils`` until it calls the new name: ``get_gcp_metadata`` is Google's
-#: function there (None when unavailable), one name for one thing.
-get_gcp_metadata = query_gce_metadata
-
 #: environment variable naming the Cloud Monitoring endpoint the exporter's client talks
 #: to: ``host[:port]`` (TLS, default credentials) or ``insecure://host:port`` (plaintext,
 #: no credentials: an emulator or a loopback test server). See ``docs/maxtext.md``.

@@ -39,9 +39,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
+from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.events import to_timestamp
 from goodput_jax.measure.monitor_calculator import (
-    MonitorCalculator,
     MonitoredCalculator,
     check_calculator,
 )
@@ -167,7 +167,7 @@ class GoodputMonitor:
             from goodput_jax.measure.stores import resolve_store
 
             self._owns_store = store is None or isinstance(store, str)
-            calculator = MonitorCalculator(
+            calculator = GoodputCalculator(
                 job_name, logger_name, store=resolve_store(store), clock=self._clock,
                 configured_ideal_step_time=self.options.configured_ideal_step_time)
         #: the calculator every uploader reads (one, shared, thread-safe)

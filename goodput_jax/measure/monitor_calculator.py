@@ -6,14 +6,13 @@ nothing else. It is ``runtime_checkable``: a calculator handed to the monitor th
 member fails at the monitor's construction with one line naming what is missing
 (:func:`check_calculator`), never in an uploader thread later.
 
-:class:`MonitorCalculator` is the monitor's own calculator: the measure room's
-:class:`~goodput_jax.measure.calculator.GoodputCalculator` plus
-:meth:`~MonitorCalculator.get_step_statistics` (the step statistics under the name both
-calculators give them; the drop-in ``goodput_jax.goodput.GoodputCalculator`` keeps
-Google's ``get_step_deviation`` dict and has ``get_step_statistics`` already).
+:class:`~goodput_jax.measure.calculator.GoodputCalculator` (the monitor's default) and
+the drop-in ``goodput_jax.goodput.GoodputCalculator`` satisfy it: both give the step
+statistics as ``get_step_statistics`` (the drop-in keeps Google's ``get_step_deviation``
+dict).
 
 Example:
-    >>> calc = MonitorCalculator("job", store=":memory:")
+    >>> calc = GoodputCalculator("job", store=":memory:")
     >>> isinstance(calc, MonitoredCalculator)
     True
     >>> check_calculator(object())  # doctest: +ELLIPSIS
@@ -26,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from goodput_jax.measure.calculator import GoodputCalculator, StepDeviation
+from goodput_jax.measure.calculator import GoodputCalculator, StepDeviation  # noqa: F401
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
     from goodput_jax.measure.stores import EventStore
     from goodput_jax.measure.stragglers import Stragglers
 
-__all__ = ["MONITORED_MEMBERS", "MonitorCalculator", "MonitoredCalculator", "check_calculator"]
+__all__ = ["MONITORED_MEMBERS", "MonitoredCalculator", "check_calculator"]
 
 
 @runtime_checkable
@@ -43,7 +42,7 @@ class MonitoredCalculator(Protocol):
     """The calculator as the monitor reads it (thread-safe; every call may come from an
     uploader thread).
 
-    ``goodput_jax.measure.monitor_calculator.MonitorCalculator`` (the monitor's default),
+    ``goodput_jax.measure.calculator.GoodputCalculator`` (the monitor's default),
     ``goodput_jax.goodput.GoodputCalculator`` and the elastic drop-in satisfy it.
     """
 
@@ -105,7 +104,7 @@ def check_calculator(calculator: object) -> MonitoredCalculator:
         TypeError: one line naming the calculator's type and every member it lacks.
 
     Example:
-        >>> check_calculator(MonitorCalculator("job", store=":memory:")).job_name
+        >>> check_calculator(GoodputCalculator("job", store=":memory:")).job_name
         'job'
     """
     if isinstance(calculator, MonitoredCalculator):
@@ -114,18 +113,3 @@ def check_calculator(calculator: object) -> MonitoredCalculator:
     raise TypeError(f"calculator ({type(calculator).__name__}) lacks {', '.join(missing)}: "
                     "a GoodputMonitor reads a MonitoredCalculator "
                     "(goodput_jax.measure.monitor_calculator)")
-
-
-class MonitorCalculator(GoodputCalculator):
-    """:class:`~goodput_jax.measure.calculator.GoodputCalculator` with
-    :meth:`get_step_statistics`: the calculator a monitor builds when given none.
-
-    Example:
-        >>> MonitorCalculator("job", store=":memory:").get_step_statistics  # doctest: +ELLIPSIS
-        <bound method MonitorCalculator.get_step_statistics of ...>
-    """
-
-    def get_step_statistics(self, configured_ideal_step_time: float | None = None
-                            ) -> StepDeviation:
-        """The step-time statistics: :meth:`GoodputCalculator.get_step_deviation`."""
-        return self.get_step_deviation(configured_ideal_step_time)

@@ -16,7 +16,7 @@ import numpy as np
 from goodput_jax.measure.events import KIND_CODES, EventKind
 from goodput_jax.measure.stores import EventStore
 
-__all__ = ["StepMarks", "save_marks", "select"]
+__all__ = ["StepMarks", "select"]
 
 _MARK_CODES = np.array([KIND_CODES[EventKind.STEP_START], KIND_CODES[EventKind.STEP_END],
                         KIND_CODES[EventKind.STEP_DEVICE_END]], dtype=np.int64)
@@ -65,26 +65,3 @@ def select(cols: dict, mask: np.ndarray) -> dict:
     labels = {pos[i]: v for i, v in cols["labels"].items() if i in pos}
     return {"kind": cols["kind"][idx], "stream": cols["stream"][idx], "ts": cols["ts"][idx],
             "step": cols["step"][idx], "labels": labels}
-
-
-def save_marks(store: EventStore, job_name: str, chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    """(times, steps) of the checkpoint saves' starts of each run's first host."""
-    code = KIND_CODES[EventKind.CHECKPOINT_SAVE_START]
-    ts: list[np.ndarray] = []
-    st: list[np.ndarray] = []
-    cursor = None
-    while True:
-        cols, cursor, done = store.read_columns(job_name, cursor, chunk)
-        if cols is not None and cols["kind"].size:
-            sel = cols["kind"] == code
-            if sel.any():
-                hosts = np.array([store.stream_info(int(sid))[1]
-                                  for sid in cols["stream"][sel].tolist()])
-                keep = hosts == hosts.min()
-                ts.append(cols["ts"][sel][keep])
-                st.append(cols["step"][sel][keep])
-        if done:
-            break
-    if not ts:
-        return np.zeros(0), np.zeros(0, dtype=np.int64)
-    return np.concatenate(ts), np.concatenate(st).astype(np.int64)

@@ -138,9 +138,6 @@ def test_errors_name_the_missing_input(tmp_path):
     assert checkpoint_advice_for(calc, mtbf_s=100.0, save_cost_s=1.0).restart_s == 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="until GoodputCalculator.get_finish_forecast and "
-                   "get_checkpoint_advice delegate to measure.advice_inputs (calculator.py is "
-                   "another room's; the edit is in this branch's report): then drop this mark")
 def test_the_calculator_reads_the_same(tmp_path):
     job, url = StartupJob(), _url(tmp_path)
     now = job.record(url, 500)

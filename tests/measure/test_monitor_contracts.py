@@ -64,7 +64,6 @@ from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.monitor import GoodputMonitor
 from goodput_jax.measure.monitor_calculator import (
     MONITORED_MEMBERS,
-    MonitorCalculator,
     MonitoredCalculator,
 )
 from goodput_jax.measure.stores.sqlite import SQLiteStore
@@ -94,7 +93,7 @@ class Delegating:
 def test_the_protocol_names_every_member_the_monitor_reads():
     assert set(MONITORED_MEMBERS) == {n for n in vars(MonitoredCalculator)
                                       if not n.startswith("_")}
-    calc = MonitorCalculator("j", store=":memory:")
+    calc = GoodputCalculator("j", store=":memory:")
     assert isinstance(calc, MonitoredCalculator)
     from goodput_jax.goodput import GoodputCalculator as DropIn
 
@@ -102,7 +101,7 @@ def test_the_protocol_names_every_member_the_monitor_reads():
 
 
 def test_a_calculator_lacking_a_member_fails_at_construction(tmp_path):
-    inner = MonitorCalculator("j", store=":memory:")
+    inner = GoodputCalculator("j", store=":memory:")
     calc = Delegating(inner, without=("get_step_stragglers", "new_step_times"))
     with pytest.raises(TypeError) as e:
         GoodputMonitor("j", "goodput_j", str(tmp_path / "tb"), 30, True, calculator=calc)
@@ -117,7 +116,7 @@ def test_any_object_with_the_members_is_monitored(tmp_path):
 
     store = SQLiteStore(str(tmp_path / "g.db"))
     store.append(scenario("j"))
-    calc = Delegating(MonitorCalculator("j", store=store, clock=lambda: 1_700_000_120.0))
+    calc = Delegating(GoodputCalculator("j", store=store, clock=lambda: 1_700_000_120.0))
     mon = GoodputMonitor("j", "goodput_j", str(tmp_path / "tb"), 30, True, calculator=calc,
                          clock=lambda: 1_700_000_120.0)
     values = mon.upload_goodput()
