@@ -318,7 +318,7 @@ def draw_roofline(ax: Any, programs: Any) -> None:
         achieved = p.cost.flops / p.step_time_s
         handles += ax.plot([p.arithmetic_intensity], [achieved], "o", markersize=8,
                            color=colors[i % len(colors)],
-                           label=f"{p.cost.name or 'program'}: {p.bound}-bound, "
+                           label=f"{p.cost.name or 'program'}: {p.verdict}, "
                                  f"MFU {100 * p.mfu:.1f}%")
     ax.set_xscale("log")
     ax.set_yscale("log")
