@@ -48,7 +48,7 @@ from goodput_jax.measure.productivity import DevicePeak, lookup_peak
 logger = logging.getLogger(__name__)
 
 __all__ = ["CACHE_ENV", "PeakProbe", "cached_peak", "measured_peak", "peak_cache_dir",
-           "peak_or_later", "prefetch_peak", "start_peak_probe"]
+           "peak_or_later", "prefetch_peak", "remember_peak", "start_peak_probe"]
 
 #: the environment variable that moves the peak cache (tests point it at a tmp dir)
 CACHE_ENV = "GOODPUT_JAX_CACHE_DIR"
@@ -107,7 +107,8 @@ def _from_file(path: str, key: str, kind: str) -> DevicePeak | None:
         return None
 
 
-def _write(path: str, key: str, peak: DevicePeak, seconds: float) -> DevicePeak:
+def _write(path: str, key: str, peak: DevicePeak, seconds: float, probed: bool = True
+           ) -> DevicePeak:
     """Merge ``peak`` into the cache file (each rate the best seen; the spreads of the
     newest probe) and return the merged peak; a cache that cannot be written is skipped."""
     old = _from_file(path, key, peak.device_kind)
@@ -119,9 +120,12 @@ def _write(path: str, key: str, peak: DevicePeak, seconds: float) -> DevicePeak:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         peaks = _read(path)
         n = int(peaks.get(key, {}).get("probes", 0)) if isinstance(peaks.get(key), dict) else 0
+        prev = peaks.get(key) if isinstance(peaks.get(key), dict) else {}
         peaks[key] = {"flops_per_s": peak.flops_per_s, "bytes_per_s": peak.bytes_per_s,
                       "flops_spread": peak.flops_spread, "bytes_spread": peak.bytes_spread,
-                      "probes": n + 1, "probe_s": round(seconds, 4), "updated": time.time()}
+                      "probes": n + probed,
+                      "probe_s": round(seconds, 4) if probed else prev.get("probe_s", 0.0),
+                      "updated": time.time()}
         fd, tmp = tempfile.mkstemp(prefix=".peaks-", dir=os.path.dirname(path))
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"version": 1, "peaks": peaks}, f, indent=1, sort_keys=True)
@@ -346,6 +350,39 @@ def prefetch_peak(device: Any = None, *, table: dict[str, DevicePeak] | None = N
     except Exception:  # noqa: BLE001 - never break the caller: the first step asks again
         logger.warning("goodput runtime: the peak probe could not start", exc_info=True)
         return None
+
+
+def remember_peak(peak: DevicePeak, device: Any = None) -> DevicePeak:
+    """Keep in the cache a peak this machine's device reached: a peak the calculator raised
+    because a step beat it (``ProgramStats.peak`` where ``raised_from`` is set), so the
+    next job starts from it. Each rate in the cache stays the best seen; returns the merged
+    peak (also this process's from now on).
+
+    Raises:
+        ValueError: ``peak`` is for another device kind.
+
+    Example:
+        >>> from goodput_jax.measure.productivity import DevicePeak
+        >>> remember_peak(DevicePeak("TPU v4", 1.0, 1.0))
+        Traceback (most recent call last):
+        ...
+        ValueError: peak ('TPU v4') is not for this device ('cpu')
+    """
+    dev = _device(device)
+    kind = str(dev.device_kind)
+    if peak.device_kind != kind:
+        raise ValueError(f"peak ({peak.device_kind!r}) is not for this device ({kind!r})")
+    where = _where(dev)
+    with _LOCK:
+        old = _known(where, kind)
+    if old is not None:  # the spreads stay those of the last probe
+        peak = DevicePeak(kind, peak.flops_per_s, peak.bytes_per_s, "measured",
+                          old.flops_spread, old.bytes_spread)
+    merged = _write(*where, DevicePeak(kind, peak.flops_per_s, peak.bytes_per_s, "measured",
+                                       peak.flops_spread, peak.bytes_spread), 0.0, probed=False)
+    with _LOCK:
+        _PEAKS[where] = merged
+    return merged
 
 
 def measured_peak(device: Any = None) -> DevicePeak:

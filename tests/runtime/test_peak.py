@@ -60,6 +60,17 @@ def test_the_probe_is_cached_on_disk_per_device_kind_with_its_spread(tmp_path, m
     assert again.flops_per_s == 1e15 and again.bytes_per_s >= min(p.bytes_per_s, again.bytes_per_s)
     assert json.loads((tmp_path / "cache" / "peaks.json").read_text())["peaks"][key]["probes"] == 2
     assert measured_peak() is again
+    # a peak a step raised is kept for the next job (each rate the best seen; no probe)
+    from goodput_jax.measure.productivity import DevicePeak
+    from goodput_jax.runtime.peak import remember_peak
+
+    kept = remember_peak(DevicePeak(kind, 1e9, again.bytes_per_s * 2, "measured"))
+    assert kept.flops_per_s == 1e15 and kept.bytes_per_s == again.bytes_per_s * 2
+    assert kept.flops_spread == again.flops_spread and measured_peak() is kept
+    e = json.loads((tmp_path / "cache" / "peaks.json").read_text())["peaks"][key]
+    assert e["probes"] == 2 and e["bytes_per_s"] == kept.bytes_per_s
+    with pytest.raises(ValueError, match="is not for this device"):
+        remember_peak(DevicePeak("TPU v4", 1.0, 1.0))
     # a device the table knows, or a kind string, is never probed
     assert prefetch_peak("TPU v4") is None and prefetch_peak() is None  # (cached now)
 
