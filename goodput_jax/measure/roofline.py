@@ -18,7 +18,7 @@ program's steps sit under the roof, with the peak an upper bound on every step.
 
 Example:
     >>> peak = DevicePeak("cpu", 1e11, 1e10, "measured")
-    >>> s = program_stats(ProgramCost("jit(f)", 1e10, 0.0, 1e8, "cpu"), peak, [0.05, 0.06])
+    >>> s = program_stats(ProgramCost("jit(f)", 1e10, 0.0, 1e8, "cpu"), peak, [0.05, 0.05])
     >>> s.raised_from is peak, round(s.peak.flops_per_s / 1e9), s.mfu <= 1.0
     (True, 200, True)
 """
@@ -242,8 +242,7 @@ class ProgramStats:
             when neither is :data:`RIDGE_BAND` (widened by the peak's spreads) times the
             other.
         arithmetic_intensity: FLOPs per byte accessed.
-        best_step_time_s: the fastest of its steps (what the peak must allow).
-        raised_from: the peak as given when a step beat it (None: not raised).
+        raised_from: the peak as given when its steps beat it (None: not raised).
     """
 
     cost: ProgramCost
@@ -258,7 +257,6 @@ class ProgramStats:
     program_goodput: float
     bound: str
     arithmetic_intensity: float
-    best_step_time_s: float = math.nan
     raised_from: DevicePeak | None = None
 
     @property
@@ -290,7 +288,7 @@ def _bound(comp: float, mem: float, peak: DevicePeak) -> str:
 
 
 def _against(cost: ProgramCost, peak: DevicePeak, first_step: int, n: int, med: float,
-             best: float, raised_from: DevicePeak | None) -> ProgramStats:
+             raised_from: DevicePeak | None) -> ProgramStats:
     """The stats of a program whose steps' median is ``med`` against ``peak`` (one no step
     beats: the fractions are clipped at 1 only against rounding)."""
     comp = cost.flops / peak.flops_per_s
@@ -304,7 +302,7 @@ def _against(cost: ProgramCost, peak: DevicePeak, first_step: int, n: int, med: 
         program_goodput=min(ideal / med, 1.0) if ok else math.nan,
         bound=_bound(comp, mem, peak),
         arithmetic_intensity=cost.flops / cost.bytes_accessed if cost.bytes_accessed > 0 else math.inf,
-        best_step_time_s=best, raised_from=raised_from)
+        raised_from=raised_from)
 
 
 def _raised(peak: DevicePeak, flops_per_s: float, bytes_per_s: float) -> DevicePeak:
@@ -319,9 +317,11 @@ def program_stats(cost: ProgramCost, peak: DevicePeak, step_times: Iterable[floa
                   first_step: int = 0) -> ProgramStats:
     """Roofline position, MFU and program goodput of a program from its step times.
 
-    The peak bounds every step: where the fastest step moved more FLOPs or bytes per
-    second than ``peak`` allows, that rate becomes the peak (``raised_from`` keeps the one
-    given) and the figures are computed against it, so MFU and program goodput are <= 1.
+    The peak bounds the program's steps: where they moved more FLOPs or bytes per second
+    than ``peak`` allows (at their median step time, the time the figures use: one step's
+    device-true time can be a split of two, a few us in a queued loop, not the device's
+    rate), that rate becomes the peak (``raised_from`` keeps the one given) and the figures
+    are computed against it, so MFU and program goodput are <= 1.
 
     Example:
         >>> c = ProgramCost("f", flops=1e12, transcendentals=0, bytes_accessed=1e9,
@@ -336,11 +336,10 @@ def program_stats(cost: ProgramCost, peak: DevicePeak, step_times: Iterable[floa
                        dtype=np.float64).ravel()
     n = int(times.size)
     med = float(np.median(times)) if n else math.nan
-    best = float(np.min(times)) if n else math.nan
     used = peak
-    if n and best > 0:
-        used = _raised(peak, cost.flops / best, cost.bytes_accessed / best)
-    return _against(cost, used, first_step, n, med, best, None if used is peak else peak)
+    if n and med > 0:
+        used = _raised(peak, cost.flops / med, cost.bytes_accessed / med)
+    return _against(cost, used, first_step, n, med, None if used is peak else peak)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -394,7 +393,7 @@ def combine_programs(programs: Iterable[ProgramStats]) -> ProgramGoodput:
                      top[p.cost.device_kind].bytes_per_s)
         if pk is not p.peak:
             progs[i] = _against(p.cost, pk, p.first_step, p.num_steps, p.step_time_s,
-                                p.best_step_time_s, p.raised_from or p.peak)
+                                p.raised_from or p.peak)
     used = [p for p in progs if p.num_steps > 0 and p.step_time_s > 0]
     actual = sum(p.step_time_s * p.num_steps for p in used)
     if actual <= 0:

@@ -195,8 +195,7 @@ def merged_programs(programs: Any) -> list[ProgramStats]:
         out.append(dataclasses.replace(
             first, first_step=min(s.first_step for s in group), num_steps=n, step_time_s=st,
             mfu=min(first.compute_time_s / st, 1.0) if st > 0 else math.nan,
-            program_goodput=min(first.ideal_step_time_s / st, 1.0) if st > 0 else math.nan,
-            best_step_time_s=min(s.best_step_time_s for s in group)))
+            program_goodput=min(first.ideal_step_time_s / st, 1.0) if st > 0 else math.nan))
     return out
 
 

@@ -35,14 +35,12 @@ def test_a_step_that_beats_the_peak_reads_at_most_100_percent():
     c = ProgramCost("jit(step)", 1e10, 0.0, 1e8, "cpu", 1, LOW)
     s = program_stats(c, LOW, [0.05, 0.06, 0.07])
     assert s.mfu <= 1.0 and s.program_goodput <= 1.0
-    # the peak was raised to the fastest step's rate; the step's figures against it
+    # the peak was raised to the rate of the program's (median) step, its figures against it
     assert s.raised_from == LOW
-    assert s.peak.flops_per_s == pytest.approx(1e10 / 0.05)
-    assert s.peak.bytes_per_s == LOW.bytes_per_s  # 2 GB/s reached: below the peak's 10
+    assert s.peak.flops_per_s == pytest.approx(1e10 / 0.06)
+    assert s.peak.bytes_per_s == LOW.bytes_per_s  # 1.7 GB/s reached: below the peak's 10
     assert s.peak.source == "measured" and s.peak.flops_spread == 0.2
-    assert s.best_step_time_s == pytest.approx(0.05)
-    assert s.mfu == pytest.approx(0.05 / 0.06)  # the median step against the raised peak
-    assert s.program_goodput == pytest.approx(0.05 / 0.06)
+    assert s.mfu == pytest.approx(1.0) and s.program_goodput == pytest.approx(1.0)
     d = s.as_dict()
     assert d["peak_raised"] is True and d["peak_raised_from_flops_per_s"] == 1e11
     # a peak no step beats is kept
@@ -51,12 +49,24 @@ def test_a_step_that_beats_the_peak_reads_at_most_100_percent():
     assert fine.as_dict()["peak_raised"] is False
 
 
+def test_a_split_step_does_not_raise_the_peak():
+    """A queued loop's device-true step times hold splits: a step whose end was seen with
+    the one before reads a few us (a loop on the 2-core CPU: 24 of 200 steps under half the
+    median, the shortest 7 us against a median of 1.9 ms). Such a step is not the device's
+    rate: the peak is measured against the steps' median, so MFU stays what it was."""
+    c = ProgramCost("jit(step)", 1e8, 0.0, 1e6, "cpu", 1, LOW)
+    times = [0.002] * 170 + [7e-6, 5e-5, 3e-4] * 10
+    s = program_stats(c, LOW, times)
+    assert s.raised_from is None and s.mfu == pytest.approx(1e8 / 1e11 / 0.002)
+
+
 def test_memory_side_raised_too():
     # 1e9 bytes in 20 ms is 50 GB/s against 10: the bandwidth is raised
     c = ProgramCost("jit(add)", 1e8, 0.0, 1e9, "cpu")
-    s = program_stats(c, LOW, [0.02, 0.025])
-    assert s.peak.bytes_per_s == pytest.approx(5e10) and s.peak.flops_per_s == LOW.flops_per_s
-    assert s.bound == "memory" and s.program_goodput == pytest.approx(0.02 / 0.0225)
+    s = program_stats(c, LOW, [0.02, 0.025, 0.03])
+    assert s.peak.bytes_per_s == pytest.approx(1e9 / 0.025)
+    assert s.peak.flops_per_s == LOW.flops_per_s
+    assert s.bound == "memory" and s.program_goodput == pytest.approx(1.0)
 
 
 def test_the_job_measures_every_program_against_one_raised_peak_per_device_kind():
@@ -125,4 +135,4 @@ def test_a_job_whose_steps_beat_the_recorded_peak_reads_at_most_100_percent():
     assert r.ml_productivity_goodput <= r.runtime_goodput * r.scheduling_goodput + 1e-12
     (ps,) = r.program.programs
     assert ps.raised_from is not None and ps.raised_from.flops_per_s == 1e11
-    assert not math.isnan(ps.best_step_time_s)
+    assert ps.program_goodput == pytest.approx(1.0) and not math.isnan(ps.mfu)
