@@ -47,11 +47,15 @@ from goodput_jax.measure.productivity import DevicePeak, lookup_peak
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CACHE_ENV", "PeakProbe", "cached_peak", "measured_peak", "peak_cache_dir",
-           "peak_or_later", "prefetch_peak", "remember_peak", "start_peak_probe"]
+__all__ = ["CACHE_ENV", "PEAK_PROBE", "PeakProbe", "cached_peak", "measured_peak", "peak_cache_dir",
+           "peak_or_later", "prefetch_peak", "remember_peak", "start_peak_probe",
+           "wait_for_probes"]
 
 #: the environment variable that moves the peak cache (tests point it at a tmp dir)
 CACHE_ENV = "GOODPUT_JAX_CACHE_DIR"
+#: the custom badput bucket of a wait for the probe (``StepRecorder.close()`` of a job shorter
+#: than the first probe on its machine); the probe itself is booked nowhere
+PEAK_PROBE = "peak probe"
 _FILE = "peaks.json"
 
 _LOCK = threading.Lock()
@@ -205,6 +209,7 @@ class PeakProbe:
         self._where = where
         self._done = threading.Event()
         self._peak: DevicePeak | None = None
+        self._ended = False
         self._callbacks: list[Callable[[DevicePeak], None]] = []
         self._thread = threading.Thread(target=self._run, args=(dev,), daemon=True,
                                         name="goodput-peak-probe")
@@ -224,8 +229,8 @@ class PeakProbe:
             if peak is not None:
                 _PEAKS[self._where] = peak
             self._peak = peak
+            self._ended = True  # a callback registered from now on is called at once
             callbacks, self._callbacks = self._callbacks, []
-            self._done.set()
         for cb in callbacks:
             if peak is None:
                 break
@@ -233,9 +238,10 @@ class PeakProbe:
                 cb(peak)
             except Exception:  # noqa: BLE001 - one caller's failure is not the probe's
                 logger.warning("goodput runtime: a peak callback failed", exc_info=True)
+        self._done.set()  # after the callbacks: a wait for the probe covers what they record
 
     def done(self) -> bool:
-        """Whether the probe has ended."""
+        """Whether the probe has ended (its callbacks called)."""
         return self._done.is_set()
 
     def result(self, timeout: float | None = None) -> DevicePeak:
@@ -256,7 +262,7 @@ class PeakProbe:
         """Call ``callback(peak)`` when the probe ends (on the probe's thread; now, on this
         one, if it has ended); not at all if it failed."""
         with _LOCK:
-            if not self._done.is_set():
+            if not self._ended:
                 self._callbacks.append(callback)
                 return
             peak = self._peak
@@ -302,7 +308,7 @@ def start_peak_probe(device: Any = None, *, refresh: bool = False) -> PeakProbe:
     where = _where(dev)
     with _LOCK:
         probe = _PROBES.get(where)
-        if probe is not None and not probe.done():
+        if probe is not None and not probe._ended:
             return probe
         if probe is not None and probe._peak is not None and not refresh:
             return probe
@@ -350,6 +356,26 @@ def prefetch_peak(device: Any = None, *, table: dict[str, DevicePeak] | None = N
     except Exception:  # noqa: BLE001 - never break the caller: the first step asks again
         logger.warning("goodput runtime: the peak probe could not start", exc_info=True)
         return None
+
+
+def wait_for_probes(timeout: float | None = None) -> bool:
+    """Wait until every probe this process started has ended and called back (at most
+    ``timeout`` seconds in all); True when none is left running. ``StepRecorder.close()``
+    calls it when a program's cost still waits for its peak (a job shorter than the first
+    probe on its machine), so the cost is recorded before the job ends.
+
+    Example:
+        >>> wait_for_probes(0.0) in (True, False)
+        True
+    """
+    end = None if timeout is None else time.monotonic() + timeout
+    with _LOCK:
+        running = [p for p in _PROBES.values() if not p.done()]
+    for p in running:
+        left = None if end is None else max(end - time.monotonic(), 0.0)
+        if not p._done.wait(left):
+            return False
+    return True
 
 
 def remember_peak(peak: DevicePeak, device: Any = None) -> DevicePeak:

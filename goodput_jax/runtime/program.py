@@ -35,13 +35,14 @@ import re
 from typing import Any
 
 from goodput_jax.measure.productivity import DevicePeak, ProgramCost, lookup_peak
-from goodput_jax.runtime.peak import (cached_peak, measured_peak, peak_or_later,
-                                      prefetch_peak, start_peak_probe)
+from goodput_jax.runtime.peak import (PEAK_PROBE, cached_peak, measured_peak, peak_or_later,
+                                      prefetch_peak, start_peak_probe, wait_for_probes)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MatmulCounts", "cached_peak", "device_peak", "matmul_counts", "measured_peak",
-           "peak_or_later", "prefetch_peak", "program_cost", "start_peak_probe"]
+__all__ = ["PEAK_PROBE", "MatmulCounts", "cached_peak", "device_peak", "matmul_counts", "measured_peak",
+           "peak_or_later", "prefetch_peak", "program_cost", "start_peak_probe",
+           "wait_for_probes"]
 
 
 def _devices_of(args: Any, kwargs: dict) -> tuple[Any, ...]:
