@@ -123,8 +123,12 @@ def _write(path: str, key: str, peak: DevicePeak, seconds: float, probed: bool =
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         peaks = _read(path)
-        n = int(peaks.get(key, {}).get("probes", 0)) if isinstance(peaks.get(key), dict) else 0
-        prev = peaks.get(key) if isinstance(peaks.get(key), dict) else {}
+        e = peaks.get(key)
+        prev: dict = e if isinstance(e, dict) else {}
+        try:
+            n = int(prev.get("probes", 0))
+        except (TypeError, ValueError):  # a damaged entry: counted afresh
+            n = 0
         peaks[key] = {"flops_per_s": peak.flops_per_s, "bytes_per_s": peak.bytes_per_s,
                       "flops_spread": peak.flops_spread, "bytes_spread": peak.bytes_spread,
                       "probes": n + probed,
