@@ -95,7 +95,8 @@ def _read(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        return data.get("peaks", {}) if isinstance(data, dict) else {}
+        peaks = data.get("peaks") if isinstance(data, dict) else None
+        return peaks if isinstance(peaks, dict) else {}
     except (OSError, ValueError):
         return {}
 
