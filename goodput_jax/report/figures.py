@@ -303,22 +303,26 @@ def draw_roofline(ax: Any, programs: Any) -> None:
     progs = [p for p in programs if p.step_time_s > 0 and p.arithmetic_intensity > 0]
     handles = []
     roofs = {}
+    raised = set()
     for p in progs:
         roofs.setdefault((p.peak.flops_per_s, p.peak.bytes_per_s), p.peak)
+        if p.raised_from is not None:
+            raised.add((p.peak.flops_per_s, p.peak.bytes_per_s))
     xs = [p.arithmetic_intensity for p in progs] + [pk.ridge_point for pk in roofs.values()]
     lo, hi = (min(xs) / 8, max(xs) * 8) if xs else (0.1, 1000.0)
     grid = np.geomspace(lo, hi, 200)
-    for i, pk in enumerate(roofs.values()):
+    for i, (key, pk) in enumerate(roofs.items()):
+        how = f"{pk.source} peak" + (", raised: a step beat it" if key in raised else "")
         handles += ax.plot(grid, np.minimum(pk.flops_per_s, grid * pk.bytes_per_s), "-",
                            color="#444444" if i == 0 else "#999999", linewidth=1.5,
-                           label=f"roofline: {pk.device_kind} ({pk.source} peak)")
+                           label=f"roofline: {pk.device_kind} ({how})")
         ax.axvline(pk.ridge_point, color="#bbbbbb", linestyle=":", linewidth=1)
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
     for i, p in enumerate(progs):
         achieved = p.cost.flops / p.step_time_s
         handles += ax.plot([p.arithmetic_intensity], [achieved], "o", markersize=8,
                            color=colors[i % len(colors)],
-                           label=f"{p.cost.name or 'program'}: {p.bound}-bound, "
+                           label=f"{p.cost.name or 'program'}: {p.verdict}, "
                                  f"MFU {100 * p.mfu:.1f}%")
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -35,6 +35,7 @@ __all__ = [
     "format_fraction",
     "format_rate",
     "merged_programs",
+    "peak_words",
     "productivity_lines",
     "productivity_panel",
 ]
@@ -52,12 +53,14 @@ FACTOR_MEANINGS = (
     ("MFU", "FLOPs per step / peak FLOP/s / step time (model FLOPs utilisation)"),
 )
 
-#: shown when a program ran faster than its roofline allows (program goodput above 100%)
-ABOVE_ROOF = ("program goodput above 100%: a step ran faster than its device's roofline "
-              "allows, so the peak it is measured against is too low (a measured peak probed "
-              "on a busy machine, or XLA's bytes counting traffic that stays in cache); pass "
-              "the device's real peak (peak=DevicePeak(...) to the calculator, or "
-              "StepRecorder(peak=...))")
+#: shown when a step ran faster than the peak it was measured against allows: the peak was
+#: raised to what that step reached (so no factor reads above 100%)
+ABOVE_ROOF = ("peak raised: a step ran faster than the peak it was measured against allows "
+              "(a measured peak probed on a busy machine, or XLA's bytes counting traffic "
+              "that stays in cache), which proves the device's peak at least that high; the "
+              "figures are against the raised peak, the one given is on its program's line. "
+              "For the device's real peak pass peak=DevicePeak(...) to the calculator, or "
+              "StepRecorder(peak=...)")
 
 NO_PROGRAM_COST = ("no program cost recorded: program goodput and MFU need "
                    "goodput_jax.runtime.StepRecorder (program_costs=True, the default) "
@@ -188,22 +191,44 @@ def merged_programs(programs: Any) -> list[ProgramStats]:
             continue
         st = sum(s.step_time_s * s.num_steps for s in group) / n
         first = group[0]
+        # (the peak bounds each stretch's steps, so these stay <= 1 but for rounding)
         out.append(dataclasses.replace(
             first, first_step=min(s.first_step for s in group), num_steps=n, step_time_s=st,
-            mfu=first.compute_time_s / st if st > 0 else math.nan,
-            program_goodput=first.ideal_step_time_s / st if st > 0 else math.nan))
+            mfu=min(first.compute_time_s / st, 1.0) if st > 0 else math.nan,
+            program_goodput=min(first.ideal_step_time_s / st, 1.0) if st > 0 else math.nan))
     return out
 
 
 def above_roof(p: ProductivityGoodput) -> bool:
-    """Whether the job or one of its programs ran above its roofline (goodput > 100%).
+    """Whether a step of the job ran above the roofline of the peak it was given (its peak
+    was raised; a result made by hand: a program goodput above 100%).
 
     Example:
         >>> above_roof(calc.get_productivity_goodput())  # doctest: +SKIP
         False
     """
     vals = [p.program_goodput] + [s.program_goodput for s in p.program.programs]
-    return any(math.isfinite(v) and v > 1.0 + 1e-9 for v in vals)
+    return bool(p.program.raised) or any(math.isfinite(v) and v > 1.0 + 1e-9 for v in vals)
+
+
+def peak_words(s: ProgramStats) -> str:
+    """The peak a program is measured against, its source, spread and raise, in words.
+
+    Example:
+        >>> from goodput_jax.measure.productivity import DevicePeak, ProgramCost, program_stats
+        >>> pk = DevicePeak("cpu", 1e11, 4e9, "measured", flops_spread=0.12)
+        >>> peak_words(program_stats(ProgramCost("f", 1e10, 0, 1e6, "cpu"), pk, [0.05]))
+        'peak 200 GFLOP/s, 4 GB/s (measured, spread 12% / 0%; raised from 100 GFLOP/s, 4 GB/s: a step beat it)'
+    """
+    pk = s.peak
+    out = (f"peak {format_rate(pk.flops_per_s, 'FLOP/s')}, {format_rate(pk.bytes_per_s, 'B/s')}"
+           f" ({pk.source}")
+    if pk.flops_spread or pk.bytes_spread:
+        out += f", spread {100 * pk.flops_spread:.0f}% / {100 * pk.bytes_spread:.0f}%"
+    if s.raised_from is not None:
+        out += (f"; raised from {format_rate(s.raised_from.flops_per_s, 'FLOP/s')}, "
+                f"{format_rate(s.raised_from.bytes_per_s, 'B/s')}: a step beat it")
+    return out + ")"
 
 
 def roofline_lines(p: ProductivityGoodput) -> list[str]:
@@ -213,10 +238,8 @@ def roofline_lines(p: ProductivityGoodput) -> list[str]:
         peak = s.peak
         out.append(
             f"  {s.cost.name or 'program'} on {s.cost.device_kind or 'device'}"
-            f" ({plural(s.cost.num_devices, 'device')}, peak "
-            f"{format_rate(peak.flops_per_s, 'FLOP/s')}, {format_rate(peak.bytes_per_s, 'B/s')},"
-            f" {peak.source}): "
-            f"{s.bound}-bound, {s.arithmetic_intensity:.3g} FLOP/byte against a ridge of "
+            f" ({plural(s.cost.num_devices, 'device')}, {peak_words(s)}): "
+            f"{s.verdict}, {s.arithmetic_intensity:.3g} FLOP/byte against a ridge of "
             f"{peak.ridge_point:.3g}; step {format_duration(s.step_time_s)} against an "
             f"ideal {format_duration(s.ideal_step_time_s)} (compute "
             f"{format_duration(s.compute_time_s)}, memory {format_duration(s.memory_time_s)}),"

@@ -337,8 +337,10 @@ def _productivity_html(data: _Data, img: Any) -> str:
                      "(FLOPs per step / its median device-true step time); the line is the "
                      "roof, min(peak FLOP/s, intensity x memory bandwidth), turning at the "
                      "dotted ridge point. Left of the ridge a step is memory-bound, right of "
-                     "it compute-bound; the gap to the roof is what program goodput "
-                     "measures.</figcaption></figure>\n"
+                     "it compute-bound, within a factor 1.5 of it (more for a noisy measured "
+                     "peak) near the ridge; the gap to the roof is what program goodput "
+                     "measures. A peak a step beat is raised to what that step reached."
+                     "</figcaption></figure>\n"
                      f'<ul class="explain" id="roofline-programs">{lines}</ul>')
             if above_roof(p):
                 body += f'\n<p class="note" id="above-roof">{html.escape(ABOVE_ROOF)}.</p>'

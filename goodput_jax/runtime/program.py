@@ -10,8 +10,9 @@
   8-layer MLP's AdamW step (docs/productivity.md).
 * :func:`device_peak`: the device's peak FLOP/s and memory bandwidth, from the published
   table (:data:`goodput_jax.measure.productivity.PEAK_TABLE`, overridable), or, on a CPU
-  or a device not in the table, :func:`measured_peak`: a short matmul and copy probe, run
-  once per process and device kind (cached), labelled ``'measured'``.
+  or a device not in the table, :func:`measured_peak` (``goodput_jax.runtime.peak``): a
+  matmul and streaming probe of several shapes, run once per machine and device kind on
+  its own thread and cached on disk, labelled ``'measured'``, with its spread.
 
 :class:`~goodput_jax.runtime.StepRecorder` calls these when a step program is compiled
 (or first called) and records the result with
@@ -31,18 +32,17 @@ import dataclasses
 import logging
 import math
 import re
-import threading
-import time
 from typing import Any
 
 from goodput_jax.measure.productivity import DevicePeak, ProgramCost, lookup_peak
+from goodput_jax.runtime.peak import (PEAK_PROBE, cached_peak, measured_peak, peak_or_later,
+                                      prefetch_peak, start_peak_probe, wait_for_probes)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MatmulCounts", "device_peak", "matmul_counts", "measured_peak", "program_cost"]
-
-_PEAKS: dict[str, DevicePeak] = {}
-_PEAK_LOCK = threading.Lock()
+__all__ = ["PEAK_PROBE", "MatmulCounts", "cached_peak", "device_peak", "matmul_counts", "measured_peak",
+           "peak_or_later", "prefetch_peak", "program_cost", "start_peak_probe",
+           "wait_for_probes"]
 
 
 def _devices_of(args: Any, kwargs: dict) -> tuple[Any, ...]:
@@ -319,67 +319,6 @@ def program_cost(fn: Any, *args: Any, **kwargs: Any) -> ProgramCost:
         name=f"jit({name})", flops=flops,
         transcendentals=max(float(ca.get("transcendentals", 0.0)), 0.0),
         bytes_accessed=nbytes, device_kind=str(devices[0].device_kind), num_devices=len(devices))
-
-
-def _best(fn: Any, *args: Any, reps: int) -> float:
-    fn(*args).block_until_ready()
-    best = math.inf
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn(*args).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def _probe(device: Any, out: list) -> None:
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    cpu = device.platform == "cpu"
-    dtype = jnp.float32 if cpu else jnp.bfloat16
-    mm = jax.jit(lambda a, b: a @ b)
-    flops = 0.0
-    for n in ((384, 768) if cpu else (4096, 8192)):  # the best of two sizes, 5 runs each
-        a = jax.device_put(jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype),
-                           device)
-        flops = max(flops, 2.0 * n ** 3 / _best(mm, a, a, reps=5))
-    m = (8 if cpu else 256) * 2 ** 20  # float32 elements: 32 MiB (CPU) / 1 GiB
-    scale = jax.jit(lambda x: x * 1.000001)
-    x = jax.device_put(jnp.ones((m,), jnp.float32), device)
-    out.append((flops, 2.0 * 4 * m / _best(scale, x, reps=3)))
-
-
-def measured_peak(device: Any = None) -> DevicePeak:
-    """A measured peak for ``device`` (default: the first device), cached per process.
-
-    Square matmuls (384² and 768² float32 on a CPU, 4096² and 8192² bfloat16 elsewhere;
-    the best of 5 runs of each) give FLOP/s, a scale of a 32 MiB (CPU) / 1 GiB array
-    (read + write; best of 3) gives bytes/s. It runs on its own thread, so an attached
-    recorder does not count its compiles as the training thread's (0.3-2 s on a 2-core CPU,
-    once per process; longer on a loaded machine).
-
-    Example:
-        >>> measured_peak().source
-        'measured'
-    """
-    import jax
-
-    dev = device if device is not None else jax.devices()[0]
-    kind = str(dev.device_kind)
-    with _PEAK_LOCK:
-        hit = _PEAKS.get(kind)
-        if hit is not None:
-            return hit
-        out: list = []
-        th = threading.Thread(target=_probe, args=(dev, out), name="goodput-peak-probe",
-                              daemon=True)
-        th.start()
-        th.join()
-        if not out:
-            raise RuntimeError(f"the peak probe on {kind!r} failed (see the log)")
-        peak = _PEAKS[kind] = DevicePeak(kind, out[0][0], out[0][1], "measured")
-        return peak
 
 
 def device_peak(device: Any = None, *, table: dict[str, DevicePeak] | None = None,

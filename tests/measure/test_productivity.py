@@ -74,7 +74,7 @@ def test_program_goodput_by_hand():
     assert (a.first_step, a.num_steps, b.first_step, b.num_steps) == (0, 4, 5, 4)
     assert a.step_time_s == pytest.approx(0.02) and b.step_time_s == pytest.approx(0.008)
     assert a.compute_time_s == pytest.approx(0.01) and a.memory_time_s == pytest.approx(0.01 * 1)
-    assert a.bound == "compute"  # 1e10 / 1e8 = 100 FLOP/byte = the ridge: compute wins a tie
+    assert a.bound == "ridge"  # 1e10 / 1e8 = 100 FLOP/byte = the ridge: "near the ridge"
     assert a.mfu == pytest.approx(0.5) and a.program_goodput == pytest.approx(0.5)
     assert b.bound == "memory" and b.ideal_step_time_s == pytest.approx(0.004)
     assert b.mfu == pytest.approx(0.001 / 0.008) and b.program_goodput == pytest.approx(0.5)
@@ -271,7 +271,8 @@ def test_results_as_dicts_are_json_ready():
     assert d["ml_productivity_goodput"] == pytest.approx(r.ml_productivity_goodput)
     assert set(d) >= {"scheduling_goodput", "runtime_goodput", "program_goodput", "ettr", "mfu"}
     p = json.loads(json.dumps(r.program.as_dict()))
-    assert [q["bound"] for q in p["programs"]] == ["compute", "memory"]
+    assert [q["bound"] for q in p["programs"]] == ["ridge", "memory"]
+    assert [q["verdict"] for q in p["programs"]] == ["near the ridge", "memory-bound"]
     assert p["programs"][0]["peak_source"] == "user"
     f = calc.get_finish_forecast(20)
     assert json.loads(json.dumps(f.as_dict()))["steps_left"] == 20 - f.current_step

@@ -35,6 +35,30 @@ def _matmul(a, b):
     return a @ b, jnp.sum(a)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _peak_cache_in_tmp(tmp_path_factory):
+    """The measured peak's cache file in a tmp dir (one probe for the module)."""
+    import os
+
+    from goodput_jax.runtime.peak import CACHE_ENV
+
+    old = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("peak-cache"))
+    yield
+    if old is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = old
+
+
+def runtime_sources() -> list:
+    """The runtime's modules that call the peak's API (not the ones that define it)."""
+    import pathlib
+
+    here = pathlib.Path(runtime.__file__).parent
+    return [p for p in here.glob("*.py") if p.name not in ("peak.py", "program.py")]
+
+
 def _arrays():
     rng = np.random.default_rng(0)
     a = jnp.asarray(rng.standard_normal((N, N)), jnp.float32)
@@ -78,8 +102,45 @@ def test_peak_table_and_measured_peak():
     assert p.flops_per_s > 1e8 and p.bytes_per_s > 1e7
 
 
-def _run(tmp_path, name: str) -> tuple[GoodputCalculator, list, list]:
-    a, b = _arrays()
+M = 640  # the held-out shapes (issue 44, item 7): 2-3 GFLOP a step, like N's matmul
+
+
+@jax.jit
+def _mlp_train(ws, x):
+    """A 2-layer tanh MLP's training step, its backward pass included: 5 matrix products."""
+    def loss(ws, x):
+        h = x
+        for w in ws:
+            h = jnp.tanh(h @ w)
+        return jnp.mean(h)
+
+    value, grads = jax.value_and_grad(loss)(ws, x)
+    return tuple(w - 1e-3 * g for w, g in zip(ws, grads, strict=True)), value
+
+
+@jax.jit
+def _scanned(ws, x):
+    """Four matmul + tanh layers as one lax.scan (a loop XLA's analysis counts once)."""
+    h, _ = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)
+    return h, jnp.sum(h)
+
+
+def _step_of(kind: str):
+    """(the jitted step, its arguments, its matrix products' FLOPs by the formula)."""
+    if kind == "matmul":
+        return _matmul, _arrays(), 2 * N ** 3
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((M, M)), jnp.float32)
+    if kind == "mlp_backward":
+        ws = tuple(jnp.asarray(rng.standard_normal((M, M)) / M ** 0.5, jnp.float32)
+                   for _ in range(2))
+        return _mlp_train, (ws, x), 5 * 2 * M ** 3
+    ws = jnp.asarray(rng.standard_normal((4, M, M)) / M ** 0.5, jnp.float32)
+    return _scanned, (ws, x), 4 * 2 * M ** 3
+
+
+def _run(tmp_path, name: str, kind: str = "matmul") -> tuple[GoodputCalculator, list, list]:
+    fn, args, _ = _step_of(kind)
     db = tmp_path / f"{name}.db"
     rec = goodput.GoodputRecorder(name, "l", True, store=f"sqlite:///{db}")
     steps = runtime.StepRecorder(rec)
@@ -87,7 +148,7 @@ def _run(tmp_path, name: str) -> tuple[GoodputCalculator, list, list]:
     with traced_job(tmp_path / f"trace-{name}", rec, steps):
         for step in range(STEPS):
             t0 = time.time()
-            out, s = steps(step, _matmul, a, b)
+            out, s = steps(step, fn, *args)
             float(s)
             jax.block_until_ready(out)
             marks.append((t0, time.time()))
@@ -97,30 +158,35 @@ def _run(tmp_path, name: str) -> tuple[GoodputCalculator, list, list]:
     return calc, spans, marks
 
 
-def test_mfu_from_device_true_step_time_matches_profiler(tmp_path):
-    """Acceptance: MFU within 5 % of the profiler's, against the measured peak."""
+@pytest.mark.parametrize("kind", ["matmul", "mlp_backward", "scan"])
+def test_mfu_from_device_true_step_time_matches_profiler(tmp_path, kind):
+    """Acceptance: MFU within 5 % of the profiler's, against the measured peak; on a matmul,
+    and (issue 44, item 7) on a step with its backward pass and on scanned layers."""
     peak = measured_peak()
+    _, _, formula = _step_of(kind)
     errs = []
     for attempt in range(ATTEMPTS):
-        calc, spans, marks = _run(tmp_path, f"mfu{attempt}")
+        calc, spans, marks = _run(tmp_path, f"mfu{attempt}", kind)
         pg = calc.get_program_goodput()
         assert len(pg.programs) == 1, pg
         ps = pg.programs[0]
-        assert ps.peak == peak and ps.peak.source == "measured"
-        assert abs(ps.cost.flops - 2 * N ** 3) <= 0.01 * 2 * N ** 3
+        # the measured peak, raised where a step beat it (then the figures are against that)
+        assert (ps.peak == peak or ps.raised_from == peak) and ps.peak.source == "measured"
+        # the products by the formula, and the elementwise work beside them (< 1 %)
+        assert formula <= ps.cost.flops <= 1.01 * formula, (ps.cost.flops, formula)
         # the profiler's execution time of each step (after the first: its compile)
         execs = step_executions(spans, marks[1:])
-        truth = ps.cost.flops / (float(np.median(execs)) * peak.flops_per_s)
+        truth = min(ps.cost.flops / (float(np.median(execs)) * ps.peak.flops_per_s), 1.0)
         err = abs(ps.mfu - truth) / truth
         errs.append((ps.mfu, truth, err))
         # the rest of the record is consistent
         assert ps.ideal_step_time_s == pytest.approx(max(ps.compute_time_s, ps.memory_time_s))
         assert ps.program_goodput == pytest.approx(ps.ideal_step_time_s / ps.step_time_s)
-        assert ps.bound in ("compute", "memory")
+        assert ps.bound in ("compute", "memory", "ridge") and ps.program_goodput <= 1.0
         assert pg.mfu == pytest.approx(ps.mfu)
         if err <= 0.05:
             break
-    print("MFU vs profiler", errs)
+    print("MFU vs profiler", kind, errs)
     assert errs[-1][2] <= 0.05, errs
 
 
@@ -193,10 +259,20 @@ def test_step_recorder_records_each_compiled_program_once(tmp_path):
     assert [(p.first_step, p.num_steps) for p in pg.programs] == [(0, 3), (4, 4)]
 
 
-def test_a_first_peak_probe_is_not_step_time(tmp_path):
-    """The measured peak's probe (a fresh process: not cached) runs after the step is handed
-    to the watcher, so the step's device end is not held back by it: the probe lies between
-    steps (device-idle time), not in step 0's productive time."""
+#: the steps.py edit of issue 44 (item 3) makes StepRecorder ask peak_or_later (the probe off
+#: the training thread); until the lead applies it the first call still waits for the probe
+STEPS_DEFER_THE_PROBE = any("peak_or_later(" in p.read_text() for p in runtime_sources())
+
+
+@pytest.mark.xfail(not STEPS_DEFER_THE_PROBE, strict=True,
+                   reason="needs the runtime/steps.py edit in issue 44's peak report")
+def test_the_peak_probe_is_off_the_jobs_clock(tmp_path):
+    """A fresh machine (an empty peak cache, a fresh process): the probe runs on its own
+    thread, held here until the first call has returned, so that call cannot have waited
+    for it. Program startup reads what a timer around the first call reads (the issue saw
+    0.104 s against 0.402 s: the probe was inside the call), no bucket of the job holds the
+    probe but its own ("peak probe": ``close()`` of a job shorter than the probe waits for
+    it there), and the program's cost is recorded at step 0 with the measured peak."""
     import json
     import os
     import subprocess
@@ -207,36 +283,62 @@ def test_a_first_peak_probe_is_not_step_time(tmp_path):
     db = tmp_path / "probe.db"
     script = tmp_path / "probe.py"
     script.write_text(textwrap.dedent(f"""
-        import json, time
+        import json, threading, time
         import jax, jax.numpy as jnp
         from goodput_jax import goodput, runtime
-        from goodput_jax.measure.calculator import GoodputCalculator
+        from goodput_jax.measure.calculator import BadputType, GoodputCalculator
+        from goodput_jax.runtime import peak
+        gate = threading.Event()
+        real = peak._probe
+        def held(dev):
+            gate.wait(10)  # held past the first call (which must not wait for it)
+            return real(dev)
+        peak._probe = held
         f = jax.jit(lambda x: (x * 2.0, jnp.sum(x)))
         x = jnp.ones((64,))
         rec = goodput.GoodputRecorder("probe", "l", True, store="sqlite:///{db}")
-        steps = runtime.StepRecorder(rec)
         rec.record_job_start_time()
-        t0 = time.time()
+        steps = runtime.StepRecorder(rec)
+        t0 = time.perf_counter()
         x, s = steps(0, f, x)
-        probe = time.time() - t0  # compile + probe (the probe dominates)
-        for i in range(1, 4):
+        first = time.perf_counter() - t0
+        probing = not peak.start_peak_probe().done()
+        gate.set()
+        for i in range(1, 6):
             x, s = steps(i, f, x)
             float(s)
-        steps.close()
+        steps.close()  # the probe may still run: close() waits for it, in its own bucket
         rec.record_job_end_time()
+        pk = peak.start_peak_probe().result(300)
         rec.close()
-        dev = GoodputCalculator("probe", store="sqlite:///{db}").get_step_deviation()
-        print(json.dumps({{"probe": probe, "steps": dev.step_times.tolist()}}))
+        calc = GoodputCalculator("probe", store="sqlite:///{db}")
+        det = calc.get_job_goodput_details()
+        pg = calc.get_program_goodput()
+        print(json.dumps({{"first": first, "probing": probing,
+                          "startup": det["badput_time"][BadputType.PROGRAM_STARTUP],
+                          "other": det["badput_time"][BadputType.OTHER],
+                          "custom": det["custom_badput_time"],
+                          "probe_s": peak.start_peak_probe().seconds,
+                          "programs": [(p.first_step, p.peak.source, p.peak.flops_per_s)
+                                       for p in pg.programs],
+                          "peak": pk.flops_per_s}}))
         """))
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
+    env = dict(os.environ, JAX_PLATFORMS="cpu", GOODPUT_JAX_CACHE_DIR=str(tmp_path / "cache"),
                PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("XLA_FLAGS", None)
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=180, env=env, check=False)
+                       timeout=300, env=env, check=False)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["probe"] > 0.1  # the probe ran inside the first call
-    assert out["steps"][0] < 0.3 * out["probe"], out
+    print(out)
+    assert out["probing"], out  # the first call returned while the probe was held
+    # the first call is program startup (its compile), nothing else booked around it, and
+    # the job's unaccounted time does not hold the probe (its wait at close() is its own)
+    assert abs(out["first"] - out["startup"]) < 0.1, out
+    assert out["other"] < 0.5 * out["probe_s"], out
+    assert set(out["custom"]) <= {"peak probe"}, out
+    assert out["programs"] and out["programs"][0][:2] == [0, "measured"], out
+    assert out["programs"][0][2] >= out["peak"]  # (raised where a step beat it)
 
 
 def test_a_compile_between_steps_reads_the_cost_once_and_records_no_repeat(tmp_path, monkeypatch):
@@ -411,3 +513,11 @@ def test_program_goodput_bench_runs_and_prints_its_table(tmp_path, monkeypatch, 
     assert float(flops_row.split()[-1]) == pytest.approx(1.0, abs=0.01)  # the ratio column
     with pytest.raises(SystemExit, match="--steps"):
         bench.main(["--size", "256", "--steps", "2"])
+    # issue 44's held-out shapes: scanned layers, and a step with its backward pass
+    for kind, tol in (("scan", 0.01), ("mlp", 0.03)):
+        assert bench.main(["--step", kind, "--size", "128", "--layers", "2", "--steps", "4"]) == 0
+        out = capsys.readouterr().out
+        flops_row = next(line for line in out.splitlines()
+                         if line.startswith("cost analysis FLOPs"))
+        assert float(flops_row.split()[-1]) == pytest.approx(1.0, abs=tol), (kind, flops_row)
+        assert f"layers per step ({kind})" in out and "program goodput (%), verdict" in out
