@@ -44,7 +44,7 @@ atexit.register(shutil.rmtree, SESSION_DIR, True)
 os.environ["GOODPUT_JAX_STORE"] = "sqlite:///" + os.path.join(SESSION_DIR, "goodput.db")
 # the package's per-machine caches (the step-time fit's compiled program, the measured peak)
 # live in this session's directory, not in ~/.cache; subprocesses inherit it
-os.environ["GOODPUT_JAX_FIT_CACHE"] = os.path.join(SESSION_DIR, "fit-xla")
+os.environ["GOODPUT_JAX_CACHE_DIR"] = os.path.join(SESSION_DIR, "cache")
 try:
     from hypothesis.configuration import set_hypothesis_home_dir
 except ImportError:  # hypothesis is in the test extra; without it nothing writes .hypothesis

@@ -41,8 +41,9 @@ _precompile_waiter: threading.Thread | None = None
 def fit_cache_dir() -> str | None:
     """Where the step-time fit's compiled program is kept between processes, or None (off).
 
-    ``$GOODPUT_JAX_FIT_CACHE`` (``0``, ``off`` or empty: off), else
-    ``$XDG_CACHE_HOME/goodput_jax/fit-xla`` (``~/.cache/goodput_jax/fit-xla``).
+    ``$GOODPUT_JAX_FIT_CACHE`` (``0``, ``off`` or empty: off), else ``fit-xla`` in the
+    package's cache directory (``$GOODPUT_JAX_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/goodput_jax``, else ``~/.cache/goodput_jax``).
 
     Example:
         >>> d = fit_cache_dir()   # e.g. '/home/me/.cache/goodput_jax/fit-xla'
@@ -52,8 +53,9 @@ def fit_cache_dir() -> str | None:
     env = os.environ.get(FIT_CACHE_ENV)
     if env is not None:
         return None if env.strip().lower() in ("", "0", "off", "false", "no") else env
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "goodput_jax", "fit-xla")
+    from goodput_jax.runtime.peak import peak_cache_dir  # the package's one cache root
+
+    return os.path.join(peak_cache_dir(), "fit-xla")
 
 
 @contextlib.contextmanager

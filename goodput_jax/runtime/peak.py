@@ -64,7 +64,8 @@ _PROBES: dict[tuple[str, str], PeakProbe] = {}  # (cache file, key) -> the probe
 
 
 def peak_cache_dir() -> Path:
-    """Where the measured peaks are cached: ``$GOODPUT_JAX_CACHE_DIR``, else
+    """The package's per-machine cache directory (the measured peaks' ``peaks.json``, the
+    step-time fit's compiled program in ``fit-xla/``): ``$GOODPUT_JAX_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/goodput_jax``, else ``~/.cache/goodput_jax``.
 
     Example:

@@ -27,6 +27,9 @@ def test_fit_cache_dir_from_the_environment(monkeypatch, tmp_path):
         monkeypatch.setenv(fit.FIT_CACHE_ENV, off)
         assert fit.fit_cache_dir() is None
     monkeypatch.delenv(fit.FIT_CACHE_ENV)
+    monkeypatch.setenv("GOODPUT_JAX_CACHE_DIR", str(tmp_path / "root"))  # the package's root
+    assert fit.fit_cache_dir() == str(tmp_path / "root" / "fit-xla")
+    monkeypatch.delenv("GOODPUT_JAX_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert fit.fit_cache_dir() == str(tmp_path / "goodput_jax" / "fit-xla")
 
