@@ -102,6 +102,7 @@ from goodput_jax.model.gradstats.estimate import (
     DEFAULT_SMOOTHING,
     GROWTH_POWER,
     MIN_VAR,
+    NO_HELPER_NOTE,
     GradSqNorms,
     GradStatsState,
     StatsSummary,
@@ -111,6 +112,7 @@ from goodput_jax.model.gradstats.estimate import (
     has_grad_stats,
     init_grad_stats,
     is_stats_summary,
+    mark_one_part,
     noise_scale,
     stats_summary,
     update_grad_stats,
@@ -130,6 +132,7 @@ from goodput_jax.model.gradstats.readers import (
     get_grad_stats,
     sample_every,
     sample_now,
+    stats_note,
 )
 from goodput_jax.model.gradstats.transform import (
     GradientNoiseScaleState,
@@ -144,6 +147,7 @@ __all__ = [
     "DEFAULT_SMOOTHING",
     "GROWTH_POWER",
     "MIN_VAR",
+    "NO_HELPER_NOTE",
     "GradSqNorms",
     "GradStatsState",
     "GradientNoiseScaleState",
@@ -165,6 +169,7 @@ __all__ = [
     "has_grad_stats",
     "init_grad_stats",
     "is_stats_summary",
+    "mark_one_part",
     "microbatch_grads",
     "multi_steps",
     "noise_scale",
@@ -174,6 +179,7 @@ __all__ = [
     "sample_now",
     "split_grads",
     "sqnorm",
+    "stats_note",
     "stats_summary",
     "update_grad_stats",
 ]
