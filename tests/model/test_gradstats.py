@@ -470,8 +470,12 @@ def test_the_default_takes_no_statistics_from_one_part_and_says_why(mlp_problem)
             assert gs.stats_note(value) == gs.NO_HELPER_NOTE
         assert "microbatch_grads(loss_fn, params, batch, 2, preconditioner=" in gs.NO_HELPER_NOTE
         assert "\n" not in gs.NO_HELPER_NOTE
-    # a helper's sample afterwards: shown, no note
+    # a helper's update that takes no sample (Adam's first updates): no number, no note
     four = gs.GradSqNorms(jnp.float32(5.0), jnp.float32(2.0), 4, 64)
+    for sq in (four._replace(valid=False), four._replace(count=jnp.int32(4), valid=False)):
+        _, st2 = upd(g, st1, params, grad_sqnorms=sq)
+        assert int(gs.get_grad_stats(st2).count) == 0 and gs.stats_note(st2) is None
+    # a helper's sample afterwards: shown, no note
     _, st1 = upd(g, st1, params, grad_sqnorms=four)
     stats = gs.get_grad_stats(st1)
     assert int(stats.count) == 1 and not bool(stats.biased)
@@ -856,9 +860,9 @@ def test_no_jax_internals_in_the_collection_helpers():
     import ast
     import inspect
 
-    from goodput_jax.model.gradstats import collect, transform
+    from goodput_jax.model.gradstats import collect, parts, transform
 
-    for mod in (collect, transform):
+    for mod in (collect, parts, transform):
         tree = ast.parse(inspect.getsource(mod))
         attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         assert not attrs & {"vma", "manual_axis_type", "Tracer", "core"}, mod.__name__

@@ -139,6 +139,18 @@ def test_the_default_path_shows_a_number_within_2x_or_none_and_the_helper(model,
         assert got["shown"].count == 0
 
 
+def test_the_concepts_page_code_blocks_run_as_they_stand():
+    """docs/concepts.md's code blocks (the default path's note and its fix among them)."""
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "concepts.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)
+    assert len(blocks) >= 2
+    for code in blocks:
+        exec(compile(code, str(page), "exec"), {"__name__": "concepts_md"})  # noqa: S102
+
+
 def main(argv: list[str]) -> None:
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else STEPS
     differenced = True if "--differenced" in argv else None

@@ -330,17 +330,21 @@ def update_grad_stats(
 
 
 def mark_one_part(state: GradStatsState, one_part: Any = True) -> GradStatsState:
-    """``state`` after an update that brought one gradient (no collection helper): flagged
-    ``biased`` while it holds no sample, so that no number is shown and
-    :func:`goodput_jax.model.gradstats.stats_note` says why. A state that holds unbiased
-    samples keeps them (and shows them).
+    """``state`` after an update that brought one gradient (``one_part``: no collection
+    helper) or several (``one_part=False``). While it holds no sample the ``biased`` flag
+    follows the last update: set, no number is shown and
+    :func:`goodput_jax.model.gradstats.stats_note` says why; cleared by a helper's update
+    even before its first sample is taken (Adam's first updates). A state that holds
+    samples keeps its flag (and its numbers).
 
     Example:
-        >>> bool(mark_one_part(init_grad_stats()).biased)
-        True
+        >>> st = mark_one_part(init_grad_stats())
+        >>> bool(st.biased), bool(mark_one_part(st, False).biased)
+        (True, False)
     """
-    flag = jnp.logical_and(jnp.asarray(one_part, jnp.bool_), state.count == 0)
-    return state._replace(biased=jnp.logical_or(jnp.asarray(state.biased, jnp.bool_), flag))
+    flag = jnp.asarray(one_part, jnp.bool_)
+    return state._replace(biased=jnp.where(state.count == 0, flag,
+                                           jnp.asarray(state.biased, jnp.bool_)))
 
 
 def grad_params_from_stats(state: GradStatsState) -> GradParams:

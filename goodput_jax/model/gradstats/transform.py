@@ -23,12 +23,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from goodput_jax.model.gradstats.collect import (
-    _ordered_after,
-    _pre_valid,
-    _when,
-    differenced_sqnorms,
-)
 from goodput_jax.model.gradstats.estimate import (
     DEFAULT_AVERAGING,
     DEFAULT_SMOOTHING,
@@ -42,6 +36,12 @@ from goodput_jax.model.gradstats.estimate import (
     mark_one_part,
     static_count,
     update_grad_stats,
+)
+from goodput_jax.model.gradstats.parts import (
+    _ordered_after,
+    _pre_valid,
+    _when,
+    differenced_sqnorms,
 )
 from goodput_jax.model.gradstats.precondition import (
     DEFAULT_MIN_COUNT,
@@ -91,7 +91,7 @@ def _after_norms(updates: Any, state: GradientNoiseScaleState, preconditioner: A
     The preconditioned differenced norms read the optimizer's ``nu``, which the next
     transformation (Adam) overwrites in place in a donated state; without a data path
     from the norms to the updates XLA copies every ``nu`` leaf first (see
-    :func:`goodput_jax.model.gradstats.collect._ordered_after`).
+    :func:`goodput_jax.model.gradstats.parts._ordered_after`).
     """
     if preconditioner is None:
         return updates
@@ -182,8 +182,9 @@ def gradient_noise_scale(
             sq = sq._replace(valid=jnp.logical_and(jnp.asarray(sq.valid, jnp.bool_), on))
         stats = update_grad_stats(state.stats, sq, m0, smoothing=smoothing, steps=every,
                                   averaging=averaging)
-        if traced:  # a traced part count of 1 takes no sample: flag the state
-            stats = mark_one_part(stats, jnp.asarray(sq.count) <= 1)
+        # a part count of 1 (traced) takes no sample: flag the state; a helper's update
+        # clears the flag of one that holds none yet
+        stats = mark_one_part(stats, jnp.asarray(sq.count) <= 1 if traced else False)
         # Unbiased samples: the differenced chain restarts from scratch.
         return state._replace(stats=stats, has_prev=jnp.zeros([], jnp.bool_), step=step)
 
