@@ -21,7 +21,8 @@ own ``nu``, averaged over the steps ``t - 10, t - 5, t`` as in
 ``test_gradstats_truth.py``) or there is none and the note names the helper.
 
 ``python tests/model/test_gradstats_default.py`` prints the table (``--steps N``,
-``--differenced`` for the old estimator, now an explicit opt-in).
+``--differenced`` for the old estimator, now an explicit opt-in, ``--helper`` for the fix
+the note names).
 """
 
 from __future__ import annotations
@@ -84,18 +85,23 @@ def _truth_fn(loss):
 
 
 def run(model: str, optimizer: str, steps: int = STEPS, differenced: bool | None = None,
-        seed: int = 0) -> dict:
+        seed: int = 0, helper: bool = False) -> dict:
     """Train ``steps`` plain steps; the reading the package shows at the end, its note, and
-    (where a number is shown) the truth."""
+    (where a number is shown) the truth. ``helper``: the fix the note names instead,
+    ``microbatch_grads(loss, params, batch, 2, preconditioner=pre)``."""
     init, loss, x, y = _problem(model)
     kw = {} if differenced is None else {"differenced": differenced}
     tx = optax.chain(gs.gradient_noise_scale(BATCH, **kw), OPTIMIZERS[optimizer]())
 
     @jax.jit
     def step(params, opt_state, batch):
-        value, grads = jax.value_and_grad(loss)(params, batch)
         pre = gs.auto_preconditioner(opt_state)  # as documented; no helper takes it here
-        updates, opt_state = tx.update(grads, opt_state, params, preconditioner=pre)
+        if helper:
+            value, grads, sq = gs.microbatch_grads(loss, params, batch, 2, preconditioner=pre)
+        else:
+            (value, grads), sq = jax.value_and_grad(loss)(params, batch), None
+        updates, opt_state = tx.update(grads, opt_state, params, preconditioner=pre,
+                                       grad_sqnorms=sq)
         return optax.apply_updates(params, updates), opt_state, value
 
     params = init(jax.random.key(seed))
@@ -108,6 +114,9 @@ def run(model: str, optimizer: str, steps: int = STEPS, differenced: bool | None
         if steps - t in TRUTH_SPAN:
             kept.append((params, opt_state))
     shown = gs.as_stats_summary(gs.stats_summary(gs.get_grad_stats(opt_state)))
+    if differenced:  # the opt-in's own (not shown) averages, for the table
+        gp = gs.get_grad_stats(opt_state)
+        shown = gs.StatsSummary(float(gp.count), *(float(v) for v in gs.grad_params_from_stats(gp)))
     out = {"shown": shown, "note": None, "estimate": None, "truth": None}
     if shown.count > 0 and math.isfinite(shown.sqr) and math.isfinite(shown.var):
         truth = _truth_fn(loss)
@@ -154,11 +163,12 @@ def test_the_concepts_page_code_blocks_run_as_they_stand():
 def main(argv: list[str]) -> None:
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else STEPS
     differenced = True if "--differenced" in argv else None
+    helper = "--helper" in argv
     print("| model | optimizer | steps | shown count | estimate B | truth B | ratio | note |")
     print("|---|---|---|---|---|---|---|---|")
     for model in ("cnn", "mlp"):
         for optimizer in OPTIMIZERS:
-            got = run(model, optimizer, steps, differenced)
+            got = run(model, optimizer, steps, differenced, helper=helper)
             est, tru = got["estimate"], got["truth"]
             ratio = f"{est / tru:.3g}" if est is not None else "-"
             note = (got["note"] or "-")[:60]
