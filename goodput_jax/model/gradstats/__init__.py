@@ -25,7 +25,7 @@ the state is flagged (``GradStatsState.biased``), :func:`stats_summary` shows no
 (``nan``) and :func:`stats_note` returns :data:`NO_HELPER_NOTE`, one line naming the
 helper that fixes it, for the hooks, ``suggest()`` and the report to show. The
 *differenced* estimator (the previous step's gradient as the second part, AdaptDL's) reads
-the parameters' movement between the steps as noise (2.4x to 1e6x the per-example truth in
+the parameters' movement between the steps as noise (up to 2e6x the per-example truth in
 training, ``tests/model/test_gradstats_default.py``); it remains an explicit opt-in,
 ``gradient_noise_scale(M0, differenced=True)``, flagged the same way. Once unbiased
 samples arrive the averages restart from them.

@@ -69,7 +69,7 @@ MIN_VAR = _MIN_VAR
 NO_HELPER_NOTE = (
     "no gradient noise statistics: gradient_noise_scale received one gradient per update "
     "(no collection helper), and consecutive steps' gradients read the parameters' own "
-    "movement as noise (2x to 1e6x the per-example truth in training), so none are taken; "
+    "movement as noise (up to 2e6x the per-example truth in training), so none are taken; "
     "on one device take the gradient with gradstats.microbatch_grads(loss_fn, params, batch, "
     "2, preconditioner=gradstats.auto_preconditioner(opt_state)) and pass grad_sqnorms= to "
     "tx.update (several devices: gradstats.data_parallel_grads)"

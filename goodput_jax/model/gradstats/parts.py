@@ -464,7 +464,7 @@ def split_grads(
 
     The one-device alternative to the differenced estimator (which takes this and the
     previous step's gradient as the two parts, so the parameters' movement between the
-    steps counts as noise: 2.4x to 1e6x the per-example truth in training, now only an
+    steps counts as noise: up to 2e6x the per-example truth in training, now only an
     explicit opt-in). On a sampled step the
     batch is split into ``parts`` equal parts whose gradients are taken one after the
     other (a ``lax.scan``, as :func:`microbatch_grads`) and averaged: the same FLOPs as

@@ -136,7 +136,6 @@ def get_grad_params(opt_state: Any) -> GradParams:
     return grad_params_from_stats(get_grad_stats(opt_state))
 
 
-
 def stats_note(value: Any) -> str | None:
     """Why no gradient noise statistics are shown, or None when nothing needs saying.
 
