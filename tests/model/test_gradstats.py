@@ -61,7 +61,8 @@ def _linreg_stats(mode):
 
         st = _run(step, tx.init(w))
         return gs.grad_params_from_stats(st.stats), st.stats
-    tx = gs.gradient_noise_scale(M0)
+    # the differenced estimator is an explicit opt-in (issue 44)
+    tx = gs.gradient_noise_scale(M0, differenced=mode == "differenced")
 
     def step(st, batch):
         if mode == "microbatch":
@@ -396,7 +397,7 @@ def test_multi_steps_matches_optax_and_microbatch_with_adam(mlp_problem):
 
 def test_nan_gradients_leave_state_finite(mlp_problem):
     params, batch = mlp_problem
-    tx = gs.gradient_noise_scale(4)
+    tx = gs.gradient_noise_scale(4, differenced=True)
     upd = jax.jit(lambda g, st, sq: tx.update(g, st, params, grad_sqnorms=sq))
     upd1 = jax.jit(lambda g, st: tx.update(g, st, params))
     st = tx.init(params)
@@ -421,7 +422,7 @@ def test_nan_gradients_leave_state_finite(mlp_problem):
 
 def test_transformation_is_identity_and_differenced_path(mlp_problem):
     params, batch = mlp_problem
-    tx = optax.chain(gs.gradient_noise_scale(16), optax.identity())
+    tx = optax.chain(gs.gradient_noise_scale(16, differenced=True), optax.identity())
     upd = jax.jit(tx.update, static_argnames="batch_size")
     st = tx.init(params)
     g1 = _mlp_grad(params, batch)
@@ -436,9 +437,57 @@ def test_transformation_is_identity_and_differenced_path(mlp_problem):
     np.testing.assert_allclose([gp.sqr, gp.var],
                                [max(float(est.sqr), 0.0), max(float(est.var), 1e-6)], rtol=1e-5)
     assert bool(gs.get_grad_stats(st).biased)
-    with pytest.raises(ValueError, match="differenced=False"):
-        gs.gradient_noise_scale(16, differenced=False).update(g1, gs.gradient_noise_scale(
-            16, differenced=False).init(params), params)
+    # the package shows none of it (issue 44): the summary has no number, the note says why
+    shown = gs.as_stats_summary(gs.stats_summary(gs.get_grad_stats(st)))
+    assert shown.count == 0 and np.isnan(shown.sqr) and np.isnan(shown.var)
+    assert gs.stats_note(st) == gs.stats_note(shown) == gs.NO_HELPER_NOTE
+
+
+def test_the_default_takes_no_statistics_from_one_part_and_says_why(mlp_problem):
+    """Issue 44: with no helper (a plain step, or count 1) the default transformation keeps
+    no previous gradient, takes no sample and flags the state; nothing is shown but the note.
+    An unbiased sample afterwards restarts the averages and clears the flag."""
+    params, batch = mlp_problem
+    tx = optax.chain(gs.gradient_noise_scale(16), optax.identity())
+    st = tx.init(params)
+    assert st[0].prev_grads == ()  # no gradient-sized buffer by default
+    assert gs.stats_note(st) is None  # nothing yet, nothing to say
+    g = _mlp_grad(params, batch)
+    one = gs.GradSqNorms(jnp.float32(1.0), jnp.float32(1.0), 1, 16)
+    upd = jax.jit(tx.update)
+    for sq in (None, one, one._replace(count=jnp.int32(1))):  # no helper, static, traced 1
+        st1 = tx.init(params)
+        for _ in range(3):
+            u, st1 = upd(g, st1, params, grad_sqnorms=sq)
+        assert all(bool(jnp.array_equal(a, b)) for a, b in zip(jax.tree.leaves(u),
+                                                                 jax.tree.leaves(g)))
+        stats = gs.get_grad_stats(st1)
+        assert int(stats.count) == 0 and bool(stats.biased), sq
+        assert all(np.isnan(float(v)) for v in gs.get_grad_params(st1))
+        shown = gs.as_stats_summary(gs.stats_summary(stats))
+        assert shown.count == 0 and np.isnan(shown.sqr) and np.isnan(shown.var)
+        for value in (st1, stats, shown, gs.stats_summary(stats), jax.device_get(stats)):
+            assert gs.stats_note(value) == gs.NO_HELPER_NOTE
+        assert "microbatch_grads(loss_fn, params, batch, 2, preconditioner=" in gs.NO_HELPER_NOTE
+        assert "\n" not in gs.NO_HELPER_NOTE
+    # a helper's update that takes no sample (Adam's first updates): no number, no note
+    four = gs.GradSqNorms(jnp.float32(5.0), jnp.float32(2.0), 4, 64)
+    for sq in (four._replace(valid=False), four._replace(count=jnp.int32(4), valid=False)):
+        _, st2 = upd(g, st1, params, grad_sqnorms=sq)
+        assert int(gs.get_grad_stats(st2).count) == 0 and gs.stats_note(st2) is None
+    # a helper's sample afterwards: shown, no note
+    _, st1 = upd(g, st1, params, grad_sqnorms=four)
+    stats = gs.get_grad_stats(st1)
+    assert int(stats.count) == 1 and not bool(stats.biased)
+    assert gs.as_stats_summary(gs.stats_summary(stats))[1:] == pytest.approx((1.0, 4.0))
+    assert gs.stats_note(st1) is None
+    # ... and a plain step after it keeps what the helper measured
+    _, st1 = upd(g, st1, params)
+    assert int(gs.get_grad_stats(st1).count) == 1 and gs.stats_note(st1) is None
+    # multi_steps with one micro-step per window: one part too
+    ms = gs.multi_steps(optax.sgd(0.1), 1, init_batch_size=16, micro_batch_size=16)
+    _, mst = ms.update(g, ms.init(params))
+    assert gs.stats_note(mst) == gs.NO_HELPER_NOTE
 
 
 def test_noise_scale_helper():
@@ -747,7 +796,7 @@ def _update_across_jit(g, st, params, sq):
     return _GNS16.update(g, st, params, grad_sqnorms=sq)[1]
 
 
-_GNS16 = gs.gradient_noise_scale(16)
+_GNS16 = gs.gradient_noise_scale(16, differenced=True)
 
 
 def test_grad_sqnorms_crossing_a_jit_boundary_keep_updating():
@@ -811,9 +860,9 @@ def test_no_jax_internals_in_the_collection_helpers():
     import ast
     import inspect
 
-    from goodput_jax.model.gradstats import collect, transform
+    from goodput_jax.model.gradstats import collect, parts, transform
 
-    for mod in (collect, transform):
+    for mod in (collect, parts, transform):
         tree = ast.parse(inspect.getsource(mod))
         attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         assert not attrs & {"vma", "manual_axis_type", "Tracer", "core"}, mod.__name__

@@ -18,11 +18,17 @@ With ``count`` equal-sized parts and ``scale = total batch / M0``::
 (Unbiased: ``E[S] = |G|^2 + tr(Sigma)/b`` and ``E[T] = |G|^2 + tr(Sigma)/B``
 with part size ``b = B / count``.) On one device with no accumulation,
 :func:`split_grads` splits the batch in two on sampled steps (unbiased; so does
-:func:`data_parallel_grads` on a 1-device mesh). When there is only one part, the
-previous step's gradient serves as the second part (the *differenced* estimator,
-AdaptDL's, flagged as biased because consecutive gradients are taken at different
-parameters: the parameters' movement counts as noise); once unbiased samples arrive
-the averages restart from them.
+:func:`data_parallel_grads` on a 1-device mesh; :func:`microbatch_grads` with two
+microbatches is the quickstart's). When an update brings only one part (a plain
+``jax.value_and_grad`` step: no helper), :func:`gradient_noise_scale` takes no statistics:
+the state is flagged (``GradStatsState.biased``), :func:`stats_summary` shows no number
+(``nan``) and :func:`stats_note` returns :data:`NO_HELPER_NOTE`, one line naming the
+helper that fixes it, for the hooks, ``suggest()`` and the report to show. The
+*differenced* estimator (the previous step's gradient as the second part, AdaptDL's) reads
+the parameters' movement between the steps as noise (up to 2e6x the per-example truth in
+training, ``tests/model/test_gradstats_default.py``); it remains an explicit opt-in,
+``gradient_noise_scale(M0, differenced=True)``, flagged the same way. Once unbiased
+samples arrive the averages restart from them.
 
 The per-step estimates are noisy, so they are averaged over a window measured in
 training examples (``scale = batch / M0`` per step) whatever the batch size. By
@@ -54,16 +60,19 @@ above it):
   :func:`auto_preconditioner` (Adam's ``nu`` found in any optax state),
   :func:`rescale_nu` / :func:`nu_switch_factor` (``nu`` rescaled at a batch-size switch;
   an ``nnx.Optimizer`` in place);
-* :mod:`.collect`: the collection helpers called inside the user's train step:
-  (a) :func:`data_parallel_grads` under ``jax.shard_map``,
+* :mod:`.parts`: the one-device collection helpers called inside the user's train step
+  (one device's batch in parts):
   (b) :func:`microbatch_grads` (``lax.scan`` accumulation in one step),
-  (d) :func:`grouped_grads` (plain ``jit`` with an explicit group axis),
   (e) :func:`split_grads` (one device: the batch in two on sampled steps);
+* :mod:`.collect`: the helpers across devices and groups (and the re-exports of
+  :mod:`.parts`):
+  (a) :func:`data_parallel_grads` under ``jax.shard_map``,
+  (d) :func:`grouped_grads` (plain ``jit`` with an explicit group axis);
 * :mod:`.transform`: the optax transformation :func:`gradient_noise_scale`
   (first in a chain, identity on the updates, statistics in its state) and
   (c) :func:`multi_steps` (accumulation across calls, like ``optax.MultiSteps``);
 * :mod:`.readers`: :func:`get_grad_stats` / :func:`get_grad_params` /
-  :func:`sample_now`.
+  :func:`sample_now` / :func:`stats_note` (why no number is shown).
 
 Every name is re-exported here: ``from goodput_jax.model.gradstats import X``.
 
@@ -102,6 +111,7 @@ from goodput_jax.model.gradstats.estimate import (
     DEFAULT_SMOOTHING,
     GROWTH_POWER,
     MIN_VAR,
+    NO_HELPER_NOTE,
     GradSqNorms,
     GradStatsState,
     StatsSummary,
@@ -111,6 +121,7 @@ from goodput_jax.model.gradstats.estimate import (
     has_grad_stats,
     init_grad_stats,
     is_stats_summary,
+    mark_one_part,
     noise_scale,
     stats_summary,
     update_grad_stats,
@@ -130,6 +141,7 @@ from goodput_jax.model.gradstats.readers import (
     get_grad_stats,
     sample_every,
     sample_now,
+    stats_note,
 )
 from goodput_jax.model.gradstats.transform import (
     GradientNoiseScaleState,
@@ -144,6 +156,7 @@ __all__ = [
     "DEFAULT_SMOOTHING",
     "GROWTH_POWER",
     "MIN_VAR",
+    "NO_HELPER_NOTE",
     "GradSqNorms",
     "GradStatsState",
     "GradientNoiseScaleState",
@@ -165,6 +178,7 @@ __all__ = [
     "has_grad_stats",
     "init_grad_stats",
     "is_stats_summary",
+    "mark_one_part",
     "microbatch_grads",
     "multi_steps",
     "noise_scale",
@@ -174,6 +188,7 @@ __all__ = [
     "sample_now",
     "split_grads",
     "sqnorm",
+    "stats_note",
     "stats_summary",
     "update_grad_stats",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_SMOOTHING",
     "GROWTH_POWER",
     "MIN_VAR",
+    "NO_HELPER_NOTE",
     "GradSqNorms",
     "GradStatsState",
     "StatsSummary",
@@ -41,6 +42,7 @@ __all__ = [
     "has_grad_stats",
     "init_grad_stats",
     "is_stats_summary",
+    "mark_one_part",
     "noise_scale",
     "static_count",
     "stats_summary",
@@ -60,6 +62,18 @@ _AVERAGING = ("growing", "ema")
 #: Floor of the reported ``var`` (keeps the efficiency formula finite); the same
 #: constant as the AdaScale gain's floor in :mod:`goodput_jax.model.scaling`.
 MIN_VAR = _MIN_VAR
+#: Why no noise statistics are shown where the steps brought one gradient per update (no
+#: collection helper; ``GradStatsState.biased``): one line, naming the helper that fixes it.
+#: :func:`goodput_jax.model.gradstats.stats_note` returns it; the hooks, ``suggest()`` and
+#: the report show it once.
+NO_HELPER_NOTE = (
+    "no gradient noise statistics: gradient_noise_scale received one gradient per update "
+    "(no collection helper), and consecutive steps' gradients read the parameters' own "
+    "movement as noise (up to 2e6x the per-example truth in training), so none are taken; "
+    "on one device take the gradient with gradstats.microbatch_grads(loss_fn, params, batch, "
+    "2, preconditioner=gradstats.auto_preconditioner(opt_state)) and pass grad_sqnorms= to "
+    "tx.update (several devices: gradstats.data_parallel_grads)"
+)
 
 
 # --------------------------------------------------------------------------- types
@@ -126,7 +140,13 @@ class GradStatsState(NamedTuple):
     Attributes:
         count: samples folded into the averages since the last reset.
         skipped: steps skipped because a statistic was not finite.
-        biased: whether the averages come from the differenced estimator.
+        biased: whether the updates brought one gradient each (no collection helper:
+            ``count == 1``) and no unbiased sample came since. The averages are then empty
+            (``count == 0``: what :func:`gradient_noise_scale` does by default) or the
+            differenced estimator's (``gradient_noise_scale(differenced=True)``, an
+            explicit opt-in); either way :func:`stats_summary` shows no number and
+            :func:`goodput_jax.model.gradstats.stats_note` says why
+            (:data:`NO_HELPER_NOTE`).
         sqr_ema: biased EMA accumulator of ``sqr``.
         var_ema: biased EMA accumulator of ``var``.
         ema_norm: ``1 - prod(theta)``, the bias correction of both accumulators.
@@ -309,12 +329,36 @@ def update_grad_stats(
     )
 
 
+def mark_one_part(state: GradStatsState, one_part: Any = True) -> GradStatsState:
+    """``state`` after an update that brought one gradient (``one_part``: no collection
+    helper) or several (``one_part=False``). While it holds no sample the ``biased`` flag
+    follows the last update: set, no number is shown and
+    :func:`goodput_jax.model.gradstats.stats_note` says why; cleared by a helper's update
+    even before its first sample is taken (Adam's first updates). A state that holds
+    samples keeps its flag (and its numbers).
+
+    Example:
+        >>> st = mark_one_part(init_grad_stats())
+        >>> bool(st.biased), bool(mark_one_part(st, False).biased)
+        (True, False)
+    """
+    flag = jnp.asarray(one_part, jnp.bool_)
+    return state._replace(biased=jnp.where(state.count == 0, flag,
+                                           jnp.asarray(state.biased, jnp.bool_)))
+
+
 def grad_params_from_stats(state: GradStatsState) -> GradParams:
     """Bias-corrected, clamped statistics: ``sqr >= 0``, ``var >= 1e-6``.
 
     Before the first sample this returns ``GradParams(0.0, 1e-6)`` (which makes
     the AdaScale gain equal to the scale, i.e. assumes perfect scaling); check
-    :func:`has_grad_stats` to tell the two apart.
+    :func:`has_grad_stats` to tell the two apart. A state whose updates brought one
+    gradient each and no sample (``biased`` with ``count == 0``, the default one-device
+    path with no helper) gives ``GradParams(nan, nan)``: no number
+    (:func:`goodput_jax.model.gradstats.stats_note` says why; the AdaScale gain falls back
+    to the scale on a non-finite one). The differenced estimator's averages
+    (``gradient_noise_scale(differenced=True)``) are returned as they are, flagged
+    ``biased``.
 
     Example:
         >>> bool(grad_params_from_stats(init_grad_stats()).var == jnp.float32(MIN_VAR))
@@ -324,8 +368,9 @@ def grad_params_from_stats(state: GradStatsState) -> GradParams:
     denom = jnp.where(has, state.ema_norm, 1.0)
     sqr = jnp.where(has, state.sqr_ema / denom, 0.0)
     var = jnp.where(has, state.var_ema / denom, 0.0)
-    return GradParams(sqr=jnp.maximum(sqr, 0.0), var=jnp.maximum(var, MIN_VAR))
-
+    none = jnp.logical_and(jnp.asarray(state.biased, jnp.bool_), state.count == 0)
+    return GradParams(sqr=jnp.where(none, jnp.nan, jnp.maximum(sqr, 0.0)),
+                      var=jnp.where(none, jnp.nan, jnp.maximum(var, MIN_VAR)))
 
 
 class StatsSummary(NamedTuple):
@@ -341,6 +386,10 @@ class StatsSummary(NamedTuple):
         count: samples folded into the moving averages (0 before the first).
         sqr: ``|G|^2``, bias-corrected, ``>= 0`` (0 before the first sample).
         var: ``tr(Sigma) / M0``, bias-corrected, ``>= MIN_VAR``.
+
+    A state flagged ``biased`` (the updates brought one gradient each: no collection
+    helper) gives ``(0, nan, nan)``: no number; :func:`goodput_jax.model.gradstats.stats_note`
+    of the summary says why (:data:`NO_HELPER_NOTE`).
 
     Example:
         >>> s = StatsSummary(3.0, 2.0, 6.0)
@@ -368,8 +417,11 @@ def stats_summary(state: GradStatsState) -> StatsSummary:
     """
     gp = grad_params_from_stats(state)
     f32 = jnp.float32
-    return StatsSummary(jnp.asarray(state.count, f32), jnp.asarray(gp.sqr, f32),
-                        jnp.asarray(gp.var, f32))
+    # one gradient per update (no helper): no number, whatever the differenced opt-in holds
+    hide = jnp.asarray(state.biased, jnp.bool_)
+    return StatsSummary(jnp.where(hide, 0.0, jnp.asarray(state.count, f32)).astype(f32),
+                        jnp.where(hide, jnp.nan, jnp.asarray(gp.sqr, f32)).astype(f32),
+                        jnp.where(hide, jnp.nan, jnp.asarray(gp.var, f32)).astype(f32))
 
 
 def is_stats_summary(value: Any) -> bool:

@@ -10,17 +10,25 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp  # noqa: F401 - the docstring examples use it
 import numpy as np
 
-from goodput_jax.model.gradstats.estimate import GradStatsState, grad_params_from_stats
+from goodput_jax.model.gradstats.estimate import (
+    NO_HELPER_NOTE,
+    GradStatsState,
+    StatsSummary,
+    as_stats_summary,
+    grad_params_from_stats,
+    is_stats_summary,
+)
 from goodput_jax.model.gradstats.transform import GradientNoiseScaleState
 from goodput_jax.model.types import GradParams
 
-__all__ = ["get_grad_params", "get_grad_stats", "sample_every", "sample_now"]
+__all__ = ["get_grad_params", "get_grad_stats", "sample_every", "sample_now", "stats_note"]
 
 
 def get_grad_stats(opt_state: Any) -> GradStatsState:
@@ -45,6 +53,11 @@ def get_grad_stats(opt_state: Any) -> GradStatsState:
     # so ``get_grad_params(optimizer.opt_state)`` reads an nnx.Optimizer as it reads optax
     leaves = jax.tree.leaves(st)
     return GradStatsState(*leaves) if len(leaves) == len(st) else st
+
+
+def _holds_stats(tree: Any) -> bool:
+    return any(isinstance(x, GradStatsState) for x in jax.tree.leaves(
+        tree, is_leaf=lambda x: isinstance(x, GradStatsState)))
 
 
 def _noise_scale_state(opt_state: Any) -> GradientNoiseScaleState:
@@ -122,3 +135,43 @@ def get_grad_params(opt_state: Any) -> GradParams:
     """
     return grad_params_from_stats(get_grad_stats(opt_state))
 
+
+def stats_note(value: Any) -> str | None:
+    """Why no gradient noise statistics are shown, or None when nothing needs saying.
+
+    :data:`NO_HELPER_NOTE` (one line, naming the helper that fixes it:
+    ``microbatch_grads(loss_fn, params, batch, 2, preconditioner=pre)`` on one device)
+    where the updates brought one gradient each (no collection helper) and no unbiased
+    sample came since: the state is flagged ``biased`` and its summary is
+    ``(0, nan, nan)``. None before the first sample of a step that has a helper (Adam's
+    first updates, ``every=k``), or once there are statistics.
+
+    Args:
+        value: a :class:`StatsSummary` (or the ``[count, sqr, var]`` vector), a
+            :class:`GradStatsState`, or an optimizer state holding one (optax, or a Flax
+            NNX ``nnx.Optimizer``'s ``opt_state``). Device values are read back: a caller
+            that already read the summary back passes that (no second transfer).
+
+    Raises:
+        ValueError: ``value`` holds no gradient statistics (as :func:`get_grad_stats`).
+
+    Example:
+        >>> import optax
+        >>> from goodput_jax.model.gradstats.transform import gradient_noise_scale
+        >>> tx = optax.chain(gradient_noise_scale(32), optax.sgd(0.1))
+        >>> st = tx.init({"w": jnp.ones(2)})
+        >>> stats_note(st) is None
+        True
+        >>> _, st = tx.update({"w": jnp.ones(2)}, st)  # a plain step: no helper
+        >>> "microbatch_grads(" in stats_note(st)
+        True
+    """
+    if isinstance(value, GradStatsState):
+        st = value
+    elif isinstance(value, StatsSummary) or (is_stats_summary(value) and not _holds_stats(value)):
+        count, sqr, _ = as_stats_summary(value, "value")
+        return NO_HELPER_NOTE if count <= 0 and math.isnan(sqr) else None  # NaN: not shown
+    else:
+        st = get_grad_stats(value)
+    biased = bool(np.asarray(jax.device_get(st.biased)))
+    return NO_HELPER_NOTE if biased else None

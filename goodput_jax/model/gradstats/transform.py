@@ -1,8 +1,11 @@
 """The optax transformations that keep the statistics in the optimizer state.
 
 * :func:`gradient_noise_scale`: first in a chain, identity on the updates;
-  folds each step's :class:`GradSqNorms` (or, with one part, the differenced
-  estimate against the previous gradient) into the moving averages;
+  folds each step's :class:`GradSqNorms` into the moving averages. An update with one
+  part (no collection helper) takes none and flags the state (``biased``: no number is
+  shown, :func:`~goodput_jax.model.gradstats.stats_note` names the helper), unless
+  ``differenced=True`` opts in to AdaptDL's differenced estimate against the previous
+  gradient;
 * :func:`multi_steps`: mode (c), accumulation across calls like
   ``optax.MultiSteps``, with the statistics taken on the way.
 
@@ -20,12 +23,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from goodput_jax.model.gradstats.collect import (
-    _ordered_after,
-    _pre_valid,
-    _when,
-    differenced_sqnorms,
-)
 from goodput_jax.model.gradstats.estimate import (
     DEFAULT_AVERAGING,
     DEFAULT_SMOOTHING,
@@ -36,8 +33,15 @@ from goodput_jax.model.gradstats.estimate import (
     _check_positive_int,
     _check_smoothing,
     init_grad_stats,
+    mark_one_part,
     static_count,
     update_grad_stats,
+)
+from goodput_jax.model.gradstats.parts import (
+    _ordered_after,
+    _pre_valid,
+    _when,
+    differenced_sqnorms,
 )
 from goodput_jax.model.gradstats.precondition import (
     DEFAULT_MIN_COUNT,
@@ -87,7 +91,7 @@ def _after_norms(updates: Any, state: GradientNoiseScaleState, preconditioner: A
     The preconditioned differenced norms read the optimizer's ``nu``, which the next
     transformation (Adam) overwrites in place in a donated state; without a data path
     from the norms to the updates XLA copies every ``nu`` leaf first (see
-    :func:`goodput_jax.model.gradstats.collect._ordered_after`).
+    :func:`goodput_jax.model.gradstats.parts._ordered_after`).
     """
     if preconditioner is None:
         return updates
@@ -98,7 +102,7 @@ def gradient_noise_scale(
     init_batch_size: float,
     *,
     smoothing: float = DEFAULT_SMOOTHING,
-    differenced: bool = True,
+    differenced: bool = False,
     every: int = 1,
     averaging: str = DEFAULT_AVERAGING,
 ) -> optax.GradientTransformationExtraArgs:
@@ -106,15 +110,23 @@ def gradient_noise_scale(
 
     Place it first in a chain. Each update folds one step into the statistics:
 
-    * with ``grad_sqnorms=`` (from :func:`data_parallel_grads`,
-      :func:`microbatch_grads` or :func:`grouped_grads`) and ``count > 1``:
+    * with ``grad_sqnorms=`` (from :func:`microbatch_grads`, :func:`split_grads`,
+      :func:`data_parallel_grads` or :func:`grouped_grads`) and ``count > 1``:
       the unbiased estimator;
-    * otherwise (``count == 1`` or no helper): the differenced estimator on
-      ``updates`` and the previous step's gradient (kept in the state, one
-      gradient-sized buffer; pass ``differenced=False`` to drop it when every
-      step brings ``count > 1``). This is AdaptDL's one-replica estimator; it is
-      biased high by the parameters' movement between the two steps (measured
-      1.2-3.3x in training): on one device prefer :func:`split_grads`.
+    * otherwise (``count == 1``, or no helper: a plain ``jax.value_and_grad`` step) no
+      statistics: one gradient per update holds no measure of its own noise. The state
+      is flagged (``biased`` while it holds no sample), :func:`stats_summary` shows no
+      number and :func:`~goodput_jax.model.gradstats.stats_note` says why and names the
+      fix: on one device ``microbatch_grads(loss_fn, params, batch, 2,
+      preconditioner=auto_preconditioner(opt_state))``.
+    * ``differenced=True`` (an explicit opt-in, for comparison) takes AdaptDL's
+      one-replica estimate instead: ``updates`` and the previous step's gradient as two
+      parts (kept in the state, one gradient-sized buffer). It reads the parameters'
+      movement between the two steps as noise, and with Adam preconditions both with
+      ``nu`` from before the step: 2.4-2.8x the per-example truth with SGD on a CNN,
+      1e4-1e6x with AdamW (``tests/model/test_gradstats_default.py``). Its averages are
+      flagged ``biased``: :func:`get_grad_params` returns them, the summary the package
+      shows does not.
 
     Extra arguments of ``update``: ``grad_sqnorms`` (:class:`GradSqNorms`),
     ``preconditioner`` (for the differenced path; from
@@ -124,7 +136,8 @@ def gradient_noise_scale(
     Args:
         init_batch_size: ``M0``, the batch size ``var`` refers to.
         smoothing: per-sample EMA decay (step decay ``smoothing ** scale``).
-        differenced: keep the previous gradient for the ``count == 1`` fallback.
+        differenced: take the differenced estimate on ``count == 1`` updates (default
+            False: none, the state flagged; see above).
         every: take the statistics on one step in ``every`` (steps 0, every,
             2 * every, ...). Pass ``sample=sample_now(opt_state)`` to the
             collection helper so the other steps skip the norms (a
@@ -164,11 +177,14 @@ def gradient_noise_scale(
         return GradientNoiseScaleState(init_grad_stats(), prev, jnp.zeros([], jnp.bool_),
                                        jnp.zeros([], jnp.int32), jnp.full([], every, jnp.int32))
 
-    def unbiased(state, sq, on, step):
+    def unbiased(state, sq, on, step, traced=False):
         if every > 1:
             sq = sq._replace(valid=jnp.logical_and(jnp.asarray(sq.valid, jnp.bool_), on))
         stats = update_grad_stats(state.stats, sq, m0, smoothing=smoothing, steps=every,
                                   averaging=averaging)
+        # a part count of 1 (traced) takes no sample: flag the state; a helper's update
+        # clears the flag of one that holds none yet
+        stats = mark_one_part(stats, jnp.asarray(sq.count) <= 1 if traced else False)
         # Unbiased samples: the differenced chain restarts from scratch.
         return state._replace(stats=stats, has_prev=jnp.zeros([], jnp.bool_), step=step)
 
@@ -178,6 +194,7 @@ def gradient_noise_scale(
                                                jnp.logical_and(state.has_prev, on)))
         stats = update_grad_stats(state.stats, sq, m0, smoothing=smoothing, biased=True,
                                   steps=every, averaging=averaging)
+        stats = mark_one_part(stats)
         finite = _all_finite(updates)
         prev = jax.tree.map(
             lambda g, p: jnp.where(finite, g.astype(p.dtype), p), updates, state.prev_grads
@@ -199,7 +216,7 @@ def gradient_noise_scale(
                 return updates, unbiased(state, grad_sqnorms, on, step)
             if count is None:  # a traced part count: pick the estimator at run time
                 if not differenced:
-                    return updates, unbiased(state, grad_sqnorms, on, step)
+                    return updates, unbiased(state, grad_sqnorms, on, step, traced=True)
                 new_state = jax.lax.cond(
                     jnp.asarray(grad_sqnorms.count) > 1,
                     lambda: unbiased(state, grad_sqnorms, on, step),
@@ -207,12 +224,9 @@ def gradient_noise_scale(
                 )
                 return _after_norms(updates, new_state, preconditioner), new_state
         if not differenced:
-            if grad_sqnorms is None:
-                raise ValueError(
-                    "gradient_noise_scale(differenced=False) needs grad_sqnorms= from a "
-                    "collection helper with count > 1 at every update"
-                )
-            return updates, state._replace(step=step)
+            # One gradient per update (no helper, or count 1): no statistics, the state
+            # flagged so that no number is shown and stats_note names the helper.
+            return updates, state._replace(stats=mark_one_part(state.stats), step=step)
         new_state = differenced_step(updates, state, bs, preconditioner, on, step)
         return _after_norms(updates, new_state, preconditioner), new_state
 
@@ -357,6 +371,8 @@ def multi_steps(
                          jnp.logical_and(take, jnp.asarray(_pre_valid(pre), jnp.bool_)))
         stats = update_grad_stats(state.stats, sq, m0, smoothing=smoothing, steps=every,
                                   averaging=averaging)
+        if k == 1:  # one micro-step per window: one part, no statistics (flagged)
+            stats = mark_one_part(stats)
         new_sum = jnp.where(emit, 0.0, local_sum).astype(jnp.float32)
         return new_updates, MultiStepsGNSState(new_ms, new_sum, stats)
 
