@@ -29,6 +29,7 @@ from goodput_jax.report.labels import BUCKET_LABELS, format_duration, plural
 __all__ = [
     "ABOVE_ROOF",
     "FACTOR_MEANINGS",
+    "STEP_COUNT_RULE",
     "above_roof",
     "ProductivityPanel",
     "factor_rows",
@@ -232,7 +233,8 @@ def peak_words(s: ProgramStats) -> str:
 
 
 #: what a roofline line's step count counts (the calculator's rule, say it where it is shown)
-STEP_COUNT_RULE = "each stretch's first step, its compile or switch, left out"
+STEP_COUNT_RULE = ("steps: each program's productive steps in all runs, the first after each "
+                   "compile or switch left out")
 
 
 def roofline_lines(p: ProductivityGoodput) -> list[str]:
@@ -254,7 +256,7 @@ def roofline_lines(p: ProductivityGoodput) -> list[str]:
             f"ideal {format_duration(s.ideal_step_time_s)} (compute "
             f"{format_duration(s.compute_time_s)}, memory {format_duration(s.memory_time_s)}),"
             f" MFU {format_fraction(s.mfu)}, over {plural(s.num_steps, 'productive step')}"
-            f" (all runs; {STEP_COUNT_RULE})")
+            " (all runs)")
     return out
 
 
@@ -310,7 +312,7 @@ def productivity_lines(panel: ProductivityPanel) -> list[str]:
         lines.append(f"  held {format_duration(p.held_s)} of {format_duration(p.total_s)} "
                      f"(scheduling from {src})")
         if p.program.programs:
-            lines.append("  roofline position:")
+            lines.append(f"  roofline position ({STEP_COUNT_RULE}):")
             lines.extend(roofline_lines(p))
             if above_roof(p):
                 lines.append(f"  note: {ABOVE_ROOF}")

@@ -45,6 +45,7 @@ from goodput_jax.report.labels import HINT_LABELS, format_bounds, plural, plural
 from goodput_jax.report.productivity import (
     ABOVE_ROOF,
     NO_PROGRAM_COST,
+    STEP_COUNT_RULE,
     ProductivityPanel,
     above_roof,
     advice_lines,
@@ -342,8 +343,8 @@ def _productivity_html(data: _Data, img: Any) -> str:
                      "dotted ridge point. Left of the ridge a step is memory-bound, right of "
                      "it compute-bound, within a factor 1.5 of it (more for a noisy measured "
                      "peak) near the ridge; the gap to the roof is what program goodput "
-                     "measures. A peak a step beat is raised to what that step reached."
-                     "</figcaption></figure>\n"
+                     "measures. A peak a step beat is raised to what that step reached. "
+                     f"Below, {STEP_COUNT_RULE}.</figcaption></figure>\n"
                      f'<ul class="explain" id="roofline-programs">{lines}</ul>')
             if above_roof(p):
                 body += f'\n<p class="note" id="above-roof">{html.escape(ABOVE_ROOF)}.</p>'

@@ -25,7 +25,8 @@ from goodput_jax.measure.productivity import DevicePeak, ProgramCost
 from goodput_jax.model.hints import Hints
 from goodput_jax.model.types import GradParams, PerfParams
 from goodput_jax.report.curves import model_curves, replica_counts_run
-from goodput_jax.report.productivity import productivity_panel, roofline_lines
+from goodput_jax.report.productivity import STEP_COUNT_RULE, productivity_panel, roofline_lines
+from goodput_jax.report.text import format_report
 from tests.measure._synthetic_job import Clock, recorder
 
 PEAK = DevicePeak("cpu", 1e11, 4e9, "user")
@@ -105,6 +106,8 @@ def test_the_replica_plot_and_its_caption_name_every_profiled_count(store_url, t
     cap = text[text.index('id="caption-replicas"'):]
     cap = " ".join(cap[:cap.index("</figcaption>")].split())
     assert "Dots: the replica counts profiled (2 and 4 replicas)." in cap, cap
+    roof = text[text.index('id="caption-roofline"'):]
+    assert f"Below, {STEP_COUNT_RULE}." in " ".join(roof[:roof.index("</figcaption>")].split())
     # the legend the page draws, from the same curves
     counts = replica_counts_run(Hints.from_json(calc.get_latest_hints()),
                                 calc.get_program_goodput().programs)
@@ -125,8 +128,10 @@ def test_a_roofline_line_says_its_steps_are_every_runs_productive_steps(store_ur
     # 10-19 and 30-39 (run 2), each stretch's first step (0, 10, 30) left out: 9 + 9 + 9;
     # the 2-device one 20-29, without step 20: 9
     four, two = lines["train_step r=4"], lines["train_step r=2"]
-    assert re.search(r"over 27 productive steps \(all runs; ", four), four
-    assert re.search(r"over 9 productive steps \(all runs; ", two), two
+    assert four.endswith("over 27 productive steps (all runs)"), four
+    assert two.endswith("over 9 productive steps (all runs)"), two
+    text = format_report(calc)
+    assert f"roofline position ({STEP_COUNT_RULE}):" in text
 
 
 def test_the_demo_profile_says_its_steps_are_the_ones_timed_for_the_fit():
