@@ -120,7 +120,8 @@ class DemoConfig:
         """Defaults or the ``quick`` sizes, resized to ``steps`` (incidents scale with it).
 
         Args:
-            quick: tiny sizes (a few seconds).
+            quick: 120 steps with tiny sizes (it still compiles every program, so it is not
+                much shorter: about a minute on two cores, as the full demo).
             steps: optimizer steps of the whole job (>= 8), or None for the default.
 
         Raises:
@@ -494,7 +495,9 @@ def format_model_summary(hooks: Any) -> str:
             if fn is not None:
                 model_ms = r * b / float(fn.throughput(nn_, r, b, 0)) * 1e3
             lines.append(f"    profiled r={r} b={b:<4d} measured {optim * 1e3:8.3f} ms ({qname})"
-                         f"  model {model_ms:8.3f} ms  ({count} steps)")
+                         f"  model {model_ms:8.3f} ms  ({count} steps timed for the fit)")
+        lines.append("    (steps timed for the fit: this process's, warm-up steps dropped; "
+                     "the roofline counts every run's productive steps)")
         if math.isfinite(hooks.model_error):
             lines.append(f"    model error on the profiled configurations: "
                          f"{hooks.model_error * 100:.1f}% (median)")
@@ -608,7 +611,8 @@ def main(*, directory: str = "goodput-demo", steps: int | None = None, job: str 
         job: job name recorded in the store.
         devices: fake CPU devices, 1 to :data:`MAX_DEVICES` (only effective if JAX has
             not started yet).
-        quick: tiny sizes (a few seconds).
+        quick: 120 steps with tiny sizes (it still compiles every program, so it is not
+            much shorter: about a minute on two cores, as the full demo).
         progress: draw a progress bar on a terminal.
 
     Raises:

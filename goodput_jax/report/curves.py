@@ -21,7 +21,8 @@ from typing import Any
 
 from goodput_jax.model.hints import Hints
 
-__all__ = ["SUGGESTION_TOLERANCE", "ModelCurves", "model_curves", "parse_hints"]
+__all__ = ["SUGGESTION_TOLERANCE", "ModelCurves", "model_curves", "parse_hints",
+           "replica_counts_run"]
 
 #: the suggestion's rule (``GoodputHooks.suggest``'s default): the smallest batch within
 #: this fraction of the best modelled goodput
@@ -90,6 +91,22 @@ class ModelCurves:
         """Replica counts on the curve beyond :attr:`profiled_replicas`."""
         return [r for r in self.replicas if r > self.profiled_replicas]
 
+    @property
+    def own_limit_points(self) -> list[tuple[int, float]]:
+        """``(replicas, goodput)`` where the job's own limits (no accumulation) give less
+        than the curve with accumulation (by more than 0.5%): the replica plot's hollow
+        triangles, and what its caption names. Empty when accumulation is allowed."""
+        return [(r, gj) for r, gj, ga in zip(self.replicas, self.goodput_vs_replicas_as_configured,
+                                             self.goodput_vs_replicas, strict=False)
+                if gj < 0.995 * ga]
+
+    @property
+    def accumulation_star(self) -> tuple[int, int, float] | None:
+        """The batch plot's hollow star: :attr:`suggested_with_accumulation` when there is a
+        suggestion and it is more than 5% above it (else None: not drawn, not captioned)."""
+        a, s = self.suggested_with_accumulation, self.suggested
+        return a if a is not None and s is not None and a[2] > 1.05 * s[2] else None
+
 
 def parse_hints(raw: Hints | Mapping[str, Any] | None) -> Hints | None:
     """The typed hints from what the store returned (``get_latest_hints()``).
@@ -107,6 +124,44 @@ def parse_hints(raw: Hints | Mapping[str, Any] | None) -> Hints | None:
     if raw is None or isinstance(raw, Hints):
         return raw
     return Hints.from_json(raw)
+
+
+def replica_counts_run(hints: Hints | None, programs: Iterable[Any]) -> tuple[int, ...] | None:
+    """The replica counts the job's steps ran on, read from its recorded step programs.
+
+    The training hooks profile every step they time at its configuration, and the runtime
+    records each step program with the devices it runs on
+    (:class:`~goodput_jax.measure.productivity.ProgramStats` ``cost.num_devices``). When the
+    job is data parallel with one device per replica (its latest program runs on the hints'
+    ``numReplicas`` devices), the device counts of the programs that ran productive steps,
+    up to the hints' ``maxProfiledReplicas``, are replica counts that were profiled.
+
+    Args:
+        hints: the job's hints (None: nothing known).
+        programs: the job's program stats (``get_program_goodput().programs``), any order.
+
+    Returns:
+        The counts, ascending, with the running and the largest profiled one; None when the
+        programs cannot tell (none recorded, or not one device per replica).
+
+    Example:
+        >>> from goodput_jax.measure.productivity import DevicePeak, ProgramCost, program_stats
+        >>> pk = DevicePeak("cpu", 1e11, 4e9, "measured")
+        >>> progs = [program_stats(ProgramCost("f", 1e9, 0, 1e6, "cpu", n), pk, [0.1], s)
+        ...          for n, s in ((2, 0), (4, 10))]
+        >>> replica_counts_run(Hints(max_profiled_replicas=4, num_replicas=4), progs)
+        (2, 4)
+    """
+    if hints is None or not hints.num_replicas:
+        return None
+    ran = sorted((p for p in programs if p.num_steps > 0), key=lambda p: p.first_step)
+    if not ran or ran[-1].cost.num_devices != hints.num_replicas:
+        return None
+    top = max(hints.max_profiled_replicas, hints.num_replicas)
+    counts = {p.cost.num_devices for p in ran if p.cost.num_devices <= top}
+    counts |= {hints.num_replicas} | ({hints.max_profiled_replicas}
+                                      if hints.max_profiled_replicas else set())
+    return tuple(sorted(counts))
 
 
 def model_curves(hints: Hints | Mapping[str, Any] | None, points: int = 48, *,

@@ -205,9 +205,8 @@ def draw_batch_curve(ax: Any, mc: ModelCurves) -> None:
         gain = f" ({sg / g:.2f}x)" if g > 0 else ""
         h1 += ax.plot([sb], [sg], "*", color="#d62728", markersize=15,
                       label=f"suggested: batch {sb}{gain}")
-    if mc.suggested_with_accumulation is not None and mc.suggested is not None \
-            and mc.suggested_with_accumulation[2] > 1.05 * mc.suggested[2]:
-        ab, _, ag = mc.suggested_with_accumulation
+    if mc.accumulation_star is not None:  # the caption names it only then
+        ab, _, ag = mc.accumulation_star
         gain = f" ({ag / g:.2f}x)" if g > 0 else ""
         h1 += ax.plot([ab], [ag], "*", markerfacecolor="none", markeredgecolor="#d62728",
                       markersize=15, label=f"with accumulation: batch {ab}{gain}")
@@ -259,14 +258,11 @@ def draw_replica_curve(ax: Any, mc: ModelCurves) -> None:
                            label="model only")
         handles.append(ax.axvspan(p, mc.replicas[-1] + 0.5, color="#999999", alpha=0.18,
                                   linewidth=0, label=f"{EXTRAPOLATED_LABEL} (> {p} replicas)"))
-    if mc.goodput_vs_replicas_as_configured:
-        own = [(rr, gj) for rr, gj, ga in zip(mc.replicas, mc.goodput_vs_replicas_as_configured,
-                                              mc.goodput_vs_replicas, strict=True)
-               if gj < 0.995 * ga]
-        if own:
-            handles += ax.plot(*zip(*own, strict=True), "v", color="#1f77b4",
-                               markerfacecolor="none", markersize=8, linestyle="none",
-                               label="this job's limits (no accumulation)")
+    own = mc.own_limit_points  # the caption names them only when there are some
+    if own:
+        handles += ax.plot(*zip(*own, strict=True), "v", color="#1f77b4",
+                           markerfacecolor="none", markersize=8, linestyle="none",
+                           label="this job's limits (no accumulation)")
     b, r, g = mc.current
     handles += ax.plot([r], [g], "o", color="black", markersize=8,
                        label=f"current: batch {b}")

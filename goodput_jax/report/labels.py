@@ -33,6 +33,7 @@ __all__ = [
     "format_bounds",
     "format_duration",
     "plural",
+    "plural_list",
 ]
 
 
@@ -100,6 +101,20 @@ def plural(n: int, word: str) -> str:
         ('1 replica', '4 replicas')
     """
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def plural_list(counts: tuple[int, ...], word: str) -> str:
+    """Counts joined with "and", then ``word`` (plural unless the only count is 1).
+
+    Example:
+        >>> plural_list((2, 4), "replica"), plural_list((1, 2, 4), "replica")
+        ('2 and 4 replicas', '1, 2 and 4 replicas')
+        >>> plural_list((1,), "replica")
+        '1 replica'
+    """
+    if len(counts) == 1:
+        return plural(counts[0], word)
+    return f"{', '.join(map(str, counts[:-1]))} and {plural(counts[-1], word)}"
 
 
 def format_duration(seconds: float, digits: int = 4) -> str:

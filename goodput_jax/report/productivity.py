@@ -29,6 +29,7 @@ from goodput_jax.report.labels import BUCKET_LABELS, format_duration, plural
 __all__ = [
     "ABOVE_ROOF",
     "FACTOR_MEANINGS",
+    "STEP_COUNT_RULE",
     "above_roof",
     "ProductivityPanel",
     "factor_rows",
@@ -231,8 +232,19 @@ def peak_words(s: ProgramStats) -> str:
     return out + ")"
 
 
+#: what a roofline line's step count counts (the calculator's rule, say it where it is shown)
+STEP_COUNT_RULE = ("steps: each program's productive steps in all runs, the first after each "
+                   "compile or switch left out")
+
+
 def roofline_lines(p: ProductivityGoodput) -> list[str]:
-    """One line per distinct compiled program: where it sits on its device's roofline."""
+    """One line per distinct compiled program: where it sits on its device's roofline.
+
+    Its step count is the program's productive steps in every run of the job (each stretch's
+    first step left out, as the calculator's median does); the training hooks' profile
+    (``GoodputHooks.profile_table``, the demo's "profiled" lines) counts another thing, the
+    step times it keeps for the fit, warm-up steps dropped, since the process started.
+    """
     out = []
     for s in merged_programs(p.program.programs):
         peak = s.peak
@@ -243,7 +255,8 @@ def roofline_lines(p: ProductivityGoodput) -> list[str]:
             f"{peak.ridge_point:.3g}; step {format_duration(s.step_time_s)} against an "
             f"ideal {format_duration(s.ideal_step_time_s)} (compute "
             f"{format_duration(s.compute_time_s)}, memory {format_duration(s.memory_time_s)}),"
-            f" MFU {format_fraction(s.mfu)}, {plural(s.num_steps, 'step')}")
+            f" MFU {format_fraction(s.mfu)}, over {plural(s.num_steps, 'productive step')}"
+            " (all runs)")
     return out
 
 
@@ -299,7 +312,7 @@ def productivity_lines(panel: ProductivityPanel) -> list[str]:
         lines.append(f"  held {format_duration(p.held_s)} of {format_duration(p.total_s)} "
                      f"(scheduling from {src})")
         if p.program.programs:
-            lines.append("  roofline position:")
+            lines.append(f"  roofline position ({STEP_COUNT_RULE}):")
             lines.extend(roofline_lines(p))
             if above_roof(p):
                 lines.append(f"  note: {ABOVE_ROOF}")

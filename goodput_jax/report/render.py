@@ -32,7 +32,7 @@ from typing import Any
 from goodput_jax.measure.calculator import GoodputCalculator, goodput_percent
 from goodput_jax.measure.stragglers import Stragglers
 from goodput_jax.model.hints import Hints
-from goodput_jax.report.curves import ModelCurves, model_curves, parse_hints
+from goodput_jax.report.curves import ModelCurves, model_curves, parse_hints, replica_counts_run
 from goodput_jax.report.figures import (
     DPI,
     EXTRAPOLATED_LABEL,
@@ -41,10 +41,11 @@ from goodput_jax.report.figures import (
     figure_pngs,
     text_png,
 )
-from goodput_jax.report.labels import HINT_LABELS, format_bounds, plural
+from goodput_jax.report.labels import HINT_LABELS, format_bounds, plural, plural_list
 from goodput_jax.report.productivity import (
     ABOVE_ROOF,
     NO_PROGRAM_COST,
+    STEP_COUNT_RULE,
     ProductivityPanel,
     above_roof,
     advice_lines,
@@ -114,7 +115,10 @@ def _collect(calc: GoodputCalculator, now: float | None, target_step: int | None
     hints, curves, reason = None, None, ""
     try:
         hints = parse_hints(raw)
-        curves = model_curves(hints)
+        # every replica count the steps ran on, not only the two the hints prove
+        prod = panel.productivity
+        ran = replica_counts_run(hints, () if prod is None else prod.program.programs)
+        curves = model_curves(hints, profiled_replicas=ran)
     except (TypeError, ValueError) as e:
         reason = f"The job's hints could not be read ({e}), so the model curves are not shown."
     if curves is None and not reason:
@@ -339,8 +343,8 @@ def _productivity_html(data: _Data, img: Any) -> str:
                      "dotted ridge point. Left of the ridge a step is memory-bound, right of "
                      "it compute-bound, within a factor 1.5 of it (more for a noisy measured "
                      "peak) near the ridge; the gap to the roof is what program goodput "
-                     "measures. A peak a step beat is raised to what that step reached."
-                     "</figcaption></figure>\n"
+                     "measures. A peak a step beat is raised to what that step reached. "
+                     f"Below, {STEP_COUNT_RULE}.</figcaption></figure>\n"
                      f'<ul class="explain" id="roofline-programs">{lines}</ul>')
             if above_roof(p):
                 body += f'\n<p class="note" id="above-roof">{html.escape(ABOVE_ROOF)}.</p>'
@@ -466,13 +470,14 @@ def _write_html(calculator: GoodputCalculator, path: str | os.PathLike, data: _D
         model_html = f'<p class="note" id="no-model">{html.escape(data.no_model_reason)}</p>'
     else:
         b, r, _ = mc.current
-        ext = (f" The step-time model was profiled on up to "
-               f"{plural(mc.profiled_replicas, 'replica')}; "
-               f"beyond that (dashed line, grey band, legend \"{EXTRAPOLATED_LABEL}\") the "
-               "curve is an extrapolation of the fitted model, not a measurement."
-               if mc.extrapolated_replicas else
-               f" Every replica count shown was within the profiled range "
-               f"(up to {plural(mc.profiled_replicas, 'replica')}).")
+        named = plural_list(mc.profiled_replica_counts or (mc.profiled_replicas,), "replica")
+        upto = plural(mc.profiled_replicas, "replica")
+        ext = f" Dots: the replica counts profiled ({named})." + (
+            f" The step-time model was profiled on up to {upto}; beyond that (dashed line, "
+            f"grey band, legend \"{EXTRAPOLATED_LABEL}\") the curve is an extrapolation of "
+            "the fitted model, not a measurement."
+            if mc.extrapolated_replicas else
+            f" Every replica count shown was within the profiled range (up to {upto}).")
         if mc.accumulation:
             batch_how = ("using gradient accumulation where the per-replica batch would "
                          "exceed its limit")
@@ -485,9 +490,9 @@ def _write_html(calculator: GoodputCalculator, path: str | os.PathLike, data: _D
                             "would pay here" if mc.goodput_with_accumulation else
                             "; accumulation would not pay here (not 5% more)"))
             acc_star = (", hollow star: the suggestion with accumulation"
-                        if mc.suggested_with_accumulation is not None else "")
+                        if mc.accumulation_star is not None else "")
             own = (" Hollow triangles: this job's own limits (no accumulation) where they "
-                   "give less.")
+                   "give less." if mc.own_limit_points else "")
         model_html = f"""<p class="explain">Both plots show <b>modelled goodput</b> in samples/s
 of useful progress (M0 = {mc.hints.init_batch_size} samples), predicted from the fitted
 step-time model and gradient statistics; they are predictions, not measurements.</p>
