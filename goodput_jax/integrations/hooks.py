@@ -247,7 +247,6 @@ class GoodputHooks:
                 raise ValueError("steps (a StepRecorder) records to another recorder than "
                                  "recorder=; pass one recorder (or only steps=)")
             record_device_ends = False  # the StepRecorder records each step's device end
-        self._steps = steps
         if recorder is None:
             from goodput_jax.measure.recorder import GoodputRecorder
 
@@ -258,6 +257,14 @@ class GoodputHooks:
         else:
             self._owns_recorder = False
         self.recorder = recorder
+        # ONE path to the recorder's step facts: every step of the hooks runs through a
+        # StepRecorder's call (start, device end, program cost, compile times), the one
+        # given (``steps=``) or one of the hooks' own
+        self._owns_steps = steps is None and bool(record_device_ends)
+        if self._owns_steps:
+            steps = StepRecorder(recorder)
+            record_device_ends = False
+        self._steps = steps
         device_end = (getattr(recorder, "record_step_device_end_time", None)
                       if record_device_ends else None)
         self._record_ends = bool(record_device_ends)
@@ -387,19 +394,20 @@ class GoodputHooks:
         """
         fa = time.perf_counter()
         steps = self._steps
-        if steps is not None:
-            steps.start(step)  # the StepRecorder's start (its compile and readiness rules)
-        elif self._put is not None and type(step) is int and step >= 0:
-            self._put(self._start_code, _wall(), step)  # the recorder's sink: one call
-        else:
-            self.recorder.record_step_start_time(step)
         t0 = self._clock()
         early = self._timer.before_dispatch(t0)
         fb = time.perf_counter()
-        out = fn(*args, **kwargs)
-        fc = time.perf_counter()
         if steps is not None:
-            steps.track(step, out)  # its device end, recorded as soon as it happens
+            # the StepRecorder's call: start, the step, its device end as soon as it happens
+            # and the program's cost (the same facts as ``steps.wrap``)
+            out = steps(step, fn, *args, **kwargs)
+        else:  # record_device_ends=False: the loop's own StepRecorder tracks the outputs
+            if self._put is not None and type(step) is int and step >= 0:
+                self._put(self._start_code, _wall(), step)  # the recorder's sink: one call
+            else:
+                self.recorder.record_step_start_time(step)
+            out = fn(*args, **kwargs)
+        fc = time.perf_counter()
         t1 = self._clock()
         timer = self._timer
         waited0 = timer.waited
@@ -469,6 +477,8 @@ class GoodputHooks:
         """
         self._finish_timing(self._timer.flush())
         self._stats.flush()
+        if self._owns_steps:
+            self._steps.finish()
 
     @contextlib.contextmanager
     def step_context(self, step: int) -> Iterator[Callable[[Any], None]]:
@@ -971,12 +981,16 @@ class GoodputHooks:
             if self._steps is not None:
                 self._steps.finish()
             self.recorder.record_job_end_time()
+            if self._owns_steps:  # the hooks' own StepRecorder: a later compile is not the job's
+                self._steps.close()
 
     def close(self) -> None:
         """Finish the pending step and refit; close the recorder if these hooks created it."""
         with contextlib.suppress(Exception):
             self.flush()
         self._pool.close()
+        if self._owns_steps:
+            self._steps.close()
         if self._owns_recorder:
             self.recorder.close()
 

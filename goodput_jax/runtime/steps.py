@@ -49,7 +49,7 @@ from typing import Any, Self
 
 from goodput_jax.measure.productivity import DevicePeak, lookup_peak
 from goodput_jax.measure.recorder import StepSink
-from goodput_jax.runtime.compile import attach
+from goodput_jax.runtime.compile import attach, attached
 from goodput_jax.runtime.program import _devices_of, measured_peak, program_cost
 
 logger = logging.getLogger(__name__)
@@ -157,6 +157,31 @@ def _probe(out: Any) -> Any:
     return None
 
 
+def _watch_loop(ref: Callable[[], StepRecorder | None], wait_for_work: Callable[[], Any]) -> None:
+    """The watcher thread: :meth:`StepRecorder._watch` while its StepRecorder lives, holding it
+    only while there are steps to watch."""
+    waits: collections.deque = collections.deque(maxlen=_WAITS_KEPT)  # kept across idles
+    while True:
+        steps = ref()
+        if steps is None or not steps._watch(waits):
+            return
+        del steps
+        wait_for_work()
+
+
+def _finalize(pending: collections.deque, sem: queue.SimpleQueue, att: Any,
+              callback: Callable[[], None] | None, own_att: list) -> None:
+    """A StepRecorder collected without :meth:`StepRecorder.close`: stop its watcher, leave
+    its attachment, and detach the attachment it made (holds none of the StepRecorder)."""
+    pending.append(_STOP)
+    sem.put(None)
+    if att is not None:
+        if callback is not None:
+            att.remove_compile_callback(callback)
+        if own_att[0]:
+            att.detach()
+
+
 class StepRecorder:
     """Records step starts on the host and step ends on the device, without blocking.
 
@@ -249,12 +274,12 @@ class StepRecorder:
 
     # Slots: the per-step path reads its fields from the object itself (fewer cache lines
     # on a training thread whose caches the device's compute or the input pipeline evicted).
-    __slots__ = ("__weakref__", "_after", "_att", "_compile_cb", "_compiled", "_cost_first", "_cost_last",
+    __slots__ = ("__weakref__", "_after", "_att", "_own_att", "_compile_cb", "_compiled", "_cost_first", "_cost_last",
                  "_cost_peak", "_cost_table", "_due", "_due_gap", "_enabled", "_first", "_handed",
                  "_head", "_hook_backoff", "_hook_at", "_hook_need", "_hooked", "_idle", "_live",
                  "_credit", "_enq", "_lock", "_next", "_pending", "_put", "_record_end", "_seen", "_sem", "_sink",
                  "_sink_ready", "_slow_starts", "_span_listener", "_start_step", "_thread",
-                 "_warned", "hook_claims", "observed", "ready_claims", "recorder", "span_claims",
+                 "_warned", "_warned_program", "hook_claims", "observed", "ready_claims", "recorder", "span_claims",
                  "unobserved")
 
     def __init__(self, recorder: Any, *, compile_times: bool = True, program_costs: bool = True,
@@ -264,6 +289,9 @@ class StepRecorder:
                             "(it has no record_step_device_end_time method)")
         self.recorder = recorder
         self._enabled = bool(getattr(recorder, "logging_enabled", True))
+        #: whether this StepRecorder attached the recorder for compile times (then
+        #: :meth:`close` detaches it: a compile after the loop is not the job's)
+        self._own_att = [bool(compile_times and self._enabled) and attached(recorder) is None]
         self._att = attach(recorder) if compile_times and self._enabled else None
         if peak is not None and not isinstance(peak, DevicePeak):
             raise TypeError(f"peak ({peak!r}) must be a goodput_jax.measure.productivity.DevicePeak")
@@ -326,6 +354,7 @@ class StepRecorder:
         self.observed = 0
         self.unobserved = 0
         self._warned = False
+        self._warned_program = False
         # the readiness hook: the installed profile function (None: none), the first step
         # number it tries again at (the steps before it skip it: a grant of short-path
         # starts ends before it, so the short path neither counts nor compares), and the
@@ -339,6 +368,9 @@ class StepRecorder:
         self.ready_claims = 0
         self.span_claims = 0
         self._span_listener = self._span_poll_listener()
+        fin = weakref.finalize(self, _finalize, self._pending, self._sem, self._att,
+                               self._compile_cb, self._own_att)
+        fin.atexit = False  # at exit the daemon watcher simply ends, as the recorder flushes
 
     # ------------------------------------------------------------ hot path
     def _poll(self) -> bool:
@@ -552,6 +584,19 @@ class StepRecorder:
                 self._after_track(step, None, (), None)
             return
         self._track_full(step, outputs)
+        if self._compiled or self._cost_first:
+            self._no_program(step)
+
+    def _no_program(self, step: Any) -> None:
+        """A step recorded through ``start``/``track`` compiled (or is the first): its program
+        cannot be read (no step function here); say so once, naming the door that reads it."""
+        self._compiled = self._cost_first = False
+        if not self._warned_program:
+            self._warned_program = True
+            logger.warning(
+                "goodput StepRecorder: step %r was recorded through start()/track(), which do "
+                "not see the step function, so its program cost (program goodput, MFU) is not "
+                "recorded; record the step with steps(step, fn, ...) or steps.wrap(fn)", step)
 
     def _track_full(self, step: int, outputs: Any) -> None:
         """``track`` past its shortest path: the readiness hook's step, the first steps."""
@@ -666,7 +711,7 @@ class StepRecorder:
             self._sem.put(None)
         if self._compiled:
             if fn is None:
-                self._compiled = False  # start/track: no function to analyse
+                self._no_program(step)  # start/track: no function to analyse
             else:
                 self._program_seen(step, fn, args, kwargs or {})
 
@@ -901,8 +946,10 @@ class StepRecorder:
 
     # ------------------------------------------------------------- watcher
     def _start_thread(self) -> None:
-        self._thread = threading.Thread(target=self._watch, name="goodput-step-watcher",
-                                        daemon=True)
+        # the thread holds this StepRecorder weakly (between steps): one the loop dropped
+        # without close() is collected, and its finalizer stops the thread
+        self._thread = threading.Thread(target=_watch_loop, name="goodput-step-watcher",
+                                        args=(weakref.ref(self), self._sem.get), daemon=True)
         self._thread.start()
         _WATCHING.add(self)
         add = getattr(self.recorder, "add_span_start_listener", None)
@@ -924,15 +971,16 @@ class StepRecorder:
 
         return poll_steps_at_span_start
 
-    def _watch(self) -> None:
+    def _watch(self, waits: collections.deque) -> bool:
+        """The watcher's work until it runs out of steps (watcher thread): True when it goes
+        idle (the caller waits for the next hand-over), False at the stop. ``waits``: the
+        last waits the watcher saw end (the usual wait), kept by the caller."""
         import jax
 
         pending = self._pending
         popleft = pending.popleft
-        wait_for_work = self._sem.get
         is_array = jax.Array
         leaves_of = jax.tree_util.tree_leaves
-        waits: collections.deque = collections.deque(maxlen=_WAITS_KEPT)
         lock = self._lock
         while True:
             # under the lock: the span poll turns waiting steps into items in place, and a
@@ -951,13 +999,12 @@ class StepRecorder:
                 if pending:  # handed over between the pop and the flag: no wake-up was sent
                     self._idle = False
                     continue
-                wait_for_work()  # a stale wake-up only costs one more turn
-                continue
+                return True  # wait for a wake-up (a stale one only costs one more turn)
             if type(item) is not _Item:
                 self._head = None
                 self._due = _INF
                 if item is _STOP:
-                    return
+                    return False
                 item.done.set()  # a finish() marker
                 continue
             if item.t is None:
@@ -1041,7 +1088,13 @@ class StepRecorder:
                 return m.done.is_set()
 
     def close(self, timeout: float | None = 10.0) -> None:
-        """:meth:`finish`, then stop the watcher thread (idempotent)."""
+        """:meth:`finish`, then stop the watcher thread (idempotent); a compile-time
+        attachment this StepRecorder made is detached (a compile after the loop is not the
+        job's)."""
+        if self._own_att[0]:
+            self._own_att[0] = False
+            self.finish(timeout)
+            self._att.detach()
         if self._thread is None:
             return
         self.finish(timeout)
