@@ -103,6 +103,7 @@ from goodput_jax.integrations.stats import GradStatsReader
 from goodput_jax.model.formulas import efficiency_np, throughput_np
 from goodput_jax.model.hints import max_replicas_allowed
 from goodput_jax.model.types import GradParams, PerfParams
+from goodput_jax.runtime.contracts import HooksRecording, require
 from goodput_jax.runtime.steps import StepRecorder
 from goodput_jax.runtime.timer import OneStepLateTimer
 
@@ -147,9 +148,11 @@ class GoodputHooks:
             backend with several local devices, where a JAX computation on a
             second thread can starve the in-process all-reduce of a
             multi-device step (XLA aborts after a 40 s rendezvous timeout).
-        record_device_ends: record each step's device end (one step late) in the
-            recorder. Pass False when a :class:`goodput_jax.runtime.StepRecorder`
-            already records them promptly, so each step has one device end.
+        record_device_ends: record each step through a StepRecorder of the hooks' own
+            (default True; its device end as soon as it happens, and the program's cost:
+            the facts ``steps.wrap`` records). Pass False only when the loop's own
+            :class:`goodput_jax.runtime.StepRecorder` tracks the outputs
+            (``steps.track``), so each step has one device end; prefer ``steps=``.
         refit_tolerance: a periodic refit (every ``refit_interval``) runs only
             when the profile changed materially since the last fit: a new
             configuration, or a configuration's median step time or the gradient
@@ -166,10 +169,12 @@ class GoodputHooks:
             that configurations profiled in interleaved rounds are compared over
             the same stretch of the job; a shorter one follows drift.
         steps: the loop's :class:`goodput_jax.runtime.StepRecorder` (with
-            ``runtime.start_job``): :meth:`step` records each step through it (its
-            start, and its device end as soon as it happens), on its recorder (the
-            default ``recorder``); ``record_device_ends`` is then False. This is how
+            ``runtime.start_job``): :meth:`step` records each step through its call,
+            ``steps(step, fn, ...)`` (its start, its device end as soon as it happens,
+            the program's cost), on its recorder (the default ``recorder``). This is how
             the runtime capture and the hooks share one recorder and one job.
+            :meth:`step_context` records through ``start``/``track``, which cannot read
+            the program (the StepRecorder says so once).
 
     Example:
         >>> hooks = GoodputHooks("doc-job", init_batch_size=32, is_primary=False)
@@ -189,7 +194,7 @@ class GoodputHooks:
         gradient_accumulation: bool = False,
         num_nodes: int | None = None,
         num_replicas: int | None = None,
-        recorder: Any = None,
+        recorder: HooksRecording | None = None,
         store: Any = None,
         refit_interval: float = 30.0,
         clock: Callable[[], float] = time.perf_counter,
@@ -256,7 +261,7 @@ class GoodputHooks:
             self._owns_recorder = True
         else:
             self._owns_recorder = False
-        self.recorder = recorder
+        self.recorder: HooksRecording = require(recorder, HooksRecording)
         # ONE path to the recorder's step facts: every step of the hooks runs through a
         # StepRecorder's call (start, device end, program cost, compile times), the one
         # given (``steps=``) or one of the hooks' own
@@ -265,17 +270,12 @@ class GoodputHooks:
             steps = StepRecorder(recorder)
             record_device_ends = False
         self._steps = steps
-        device_end = (getattr(recorder, "record_step_device_end_time", None)
-                      if record_device_ends else None)
-        self._record_ends = bool(record_device_ends)
-        # Hot path: the recorder's public fast path (its queue, in order with its other
-        # events, one enqueue rule); None (disabled, synchronous, a custom clock, or a
-        # recorder without one): the plain validated calls.
-        step_sink = getattr(recorder, "step_sink", None)
-        sink = step_sink() if callable(step_sink) else None
+        # record_device_ends=False (the loop's own StepRecorder tracks the outputs): the
+        # starts go through the recorder's public fast path (its queue, in order with its
+        # other events, one enqueue rule); None (disabled, synchronous, a custom clock): the
+        # plain validated calls
+        sink = recorder.step_sink() if steps is None else None
         self._put: Callable[..., None] | None = None if sink is None else sink.put
-        self._device_end: Callable[[int, float], None] | None = device_end
-        self._end_code = None if sink is None or device_end is None else sink.DEVICE_END
         self._start_code = None if sink is None else sink.START
         # The ONE timing function: the runtime's step timer.
         self._timer = OneStepLateTimer(clock)
@@ -455,14 +455,8 @@ class GoodputHooks:
             "them with hooks.update_grad_params()", UserWarning, stacklevel=3)
 
     def _finish_timing(self, done: list[tuple[int, float, float, Any]]) -> None:
-        code = self._end_code
-        for step, seconds, wall_end, tag in done:
-            if code is not None and type(step) is int and step >= 0:
-                self._put(code, wall_end, step)
-            elif self._device_end is not None:
-                self._device_end(step, wall_end)
-            elif self._record_ends:
-                self.recorder.record_step_end_time(step)
+        # the device ends are the StepRecorder's (or the loop's own one's): timing only
+        for _step, seconds, _wall_end, tag in done:
             if tag is None:
                 tag = (*self.config_key(), 0)
             # folded into the profile later, in a batch (:meth:`_drain`); the refit
@@ -899,7 +893,7 @@ class GoodputHooks:
             {'foreground': 0.0, 'background': 0.0, 'recorder': 0.0}
         """
         return {"foreground": self.foreground_seconds, "background": self.background_seconds,
-                "recorder": float(getattr(self.recorder, "writer_cpu_seconds", 0.0))}
+                "recorder": float(self.recorder.writer_cpu_seconds)}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:

@@ -53,6 +53,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Self
 
+from goodput_jax.runtime.contracts import CompileRecording, require
+
 logger = logging.getLogger(__name__)
 
 #: JAX's event names (stable from jax 0.4.x through 0.12)
@@ -115,7 +117,7 @@ class Attachment:
     def live(self) -> bool:
         """False once the recorder was garbage-collected or closed (then it is dropped)."""
         rec = self._ref()
-        return rec is not None and not getattr(rec, "closed", False)
+        return rec is not None and not rec.closed
 
     def step_started(self) -> None:
         """Count a training step's start (a StepRecorder calls it; so can a trainer that
@@ -324,7 +326,7 @@ def listener() -> CompileListener:
     return _LISTENER
 
 
-def attach(recorder: Any, *, all_threads: bool = False) -> Attachment:
+def attach(recorder: CompileRecording, *, all_threads: bool = False) -> Attachment:
     """Feed ``recorder`` the JAX compilations of the calling thread from now on.
 
     Only the training thread's compiles stall training: a compile on another
@@ -341,21 +343,20 @@ def attach(recorder: Any, *, all_threads: bool = False) -> Attachment:
         An :class:`Attachment` (a context manager that detaches on exit).
 
     Raises:
-        TypeError: ``recorder`` has no ``record_compilation`` method.
+        TypeError: ``recorder`` is not a :class:`~goodput_jax.runtime.contracts.CompileRecording`
+            (the message names the members it lacks).
 
     Example:
         >>> from goodput_jax import goodput, runtime
         >>> rec = goodput.GoodputRecorder("j", "l")
         >>> runtime.attach(rec).detach()
     """
-    if not callable(getattr(recorder, "record_compilation", None)):
-        raise TypeError(f"recorder ({recorder!r}) must be a GoodputRecorder "
-                        "(it has no record_compilation method)")
+    require(recorder, CompileRecording)
     for att in _LISTENER.attachments:
         if att.recorder is recorder:
             return att
     att = Attachment(recorder, None if all_threads else threading.get_ident())
-    if getattr(recorder, "logging_enabled", True):
+    if recorder.logging_enabled:
         _LISTENER.install()
         _LISTENER.add(att)
     return att

@@ -50,6 +50,7 @@ from typing import Any, Self
 from goodput_jax.measure.productivity import DevicePeak, lookup_peak
 from goodput_jax.measure.recorder import StepSink
 from goodput_jax.runtime.compile import attach, attached
+from goodput_jax.runtime.contracts import StepRecording, require
 from goodput_jax.runtime.program import _devices_of, measured_peak, program_cost
 
 logger = logging.getLogger(__name__)
@@ -274,21 +275,59 @@ class StepRecorder:
 
     # Slots: the per-step path reads its fields from the object itself (fewer cache lines
     # on a training thread whose caches the device's compute or the input pipeline evicted).
-    __slots__ = ("__weakref__", "_after", "_att", "_own_att", "_compile_cb", "_compiled", "_cost_first", "_cost_last",
-                 "_cost_peak", "_cost_table", "_due", "_due_gap", "_enabled", "_first", "_handed",
-                 "_head", "_hook_backoff", "_hook_at", "_hook_need", "_hooked", "_idle", "_live",
-                 "_credit", "_enq", "_lock", "_next", "_pending", "_put", "_record_end", "_seen", "_sem", "_sink",
-                 "_sink_ready", "_slow_starts", "_span_listener", "_start_step", "_thread",
-                 "_warned", "_warned_program", "hook_claims", "observed", "ready_claims", "recorder", "span_claims",
-                 "unobserved")
+    __slots__ = (
+        "__weakref__",
+        "_after",
+        "_att",
+        "_compile_cb",
+        "_compiled",
+        "_cost_first",
+        "_cost_last",
+        "_cost_peak",
+        "_cost_table",
+        "_credit",
+        "_due",
+        "_due_gap",
+        "_enabled",
+        "_enq",
+        "_first",
+        "_handed",
+        "_head",
+        "_hook_at",
+        "_hook_backoff",
+        "_hook_need",
+        "_hooked",
+        "_idle",
+        "_live",
+        "_lock",
+        "_next",
+        "_own_att",
+        "_pending",
+        "_put",
+        "_record_end",
+        "_seen",
+        "_sem",
+        "_sink",
+        "_sink_ready",
+        "_slow_starts",
+        "_span_listener",
+        "_start_step",
+        "_thread",
+        "_warned",
+        "_warned_program",
+        "hook_claims",
+        "observed",
+        "ready_claims",
+        "recorder",
+        "span_claims",
+        "unobserved",
+    )
 
-    def __init__(self, recorder: Any, *, compile_times: bool = True, program_costs: bool = True,
-                 peak: DevicePeak | None = None, peak_table: dict[str, DevicePeak] | None = None):
-        if not callable(getattr(recorder, "record_step_device_end_time", None)):
-            raise TypeError(f"recorder ({recorder!r}) must be a GoodputRecorder "
-                            "(it has no record_step_device_end_time method)")
-        self.recorder = recorder
-        self._enabled = bool(getattr(recorder, "logging_enabled", True))
+    def __init__(self, recorder: StepRecording, *, compile_times: bool = True,
+                 program_costs: bool = True, peak: DevicePeak | None = None,
+                 peak_table: dict[str, DevicePeak] | None = None):
+        self.recorder: StepRecording = require(recorder, StepRecording)
+        self._enabled = bool(recorder.logging_enabled)
         #: whether this StepRecorder attached the recorder for compile times (then
         #: :meth:`close` detaches it: a compile after the loop is not the job's)
         self._own_att = [bool(compile_times and self._enabled) and attached(recorder) is None]
@@ -299,8 +338,7 @@ class StepRecorder:
         # which, since the last step) the training thread compiled: the attachment's
         # callback sets ``_compiled`` and ``_after``, so a step that compiles nothing reads
         # nothing for it
-        costs = program_costs and self._att is not None \
-            and callable(getattr(recorder, "record_program_cost", None))
+        costs = program_costs and self._att is not None
         self._compiled = False
         self._cost_first = costs
         self._cost_peak = peak
@@ -333,8 +371,7 @@ class StepRecorder:
         self._start_step = recorder.record_step_start_time
         self._record_end = recorder.record_step_device_end_time
         # the recorder's public fast path (a StepSink; None: the validated calls)
-        sink = getattr(recorder, "step_sink", None)
-        self._sink_ready = sink() if callable(sink) and self._enabled else None
+        self._sink_ready = recorder.step_sink() if self._enabled else None
         #: the sink's ``put``, set once the first steps went the full way (the short path)
         self._put: Callable[..., None] | None = None
         #: ``_put`` while no readiness hook is installed (None: the calls take their full
@@ -796,7 +833,7 @@ class StepRecorder:
                 self._cost_last = cost
                 self.recorder.record_program_cost(
                     cost, step if type(step) is int and step >= 0 else None)
-        except Exception:  # noqa: BLE001 - never break the training loop
+        except Exception:
             logger.warning("goodput runtime: reading the program cost of %r failed", fn,
                            exc_info=True)
         # the read and a first peak probe compile on this thread: not a step's program
@@ -952,9 +989,7 @@ class StepRecorder:
                                         args=(weakref.ref(self), self._sem.get), daemon=True)
         self._thread.start()
         _WATCHING.add(self)
-        add = getattr(self.recorder, "add_span_start_listener", None)
-        if callable(add):
-            add(self._span_listener)
+        self.recorder.add_span_start_listener(self._span_listener)
 
     def _span_poll_listener(self) -> Callable[[], None]:
         """The recorder's span-start listener: :meth:`_span_poll` (holds this StepRecorder
@@ -1107,9 +1142,7 @@ class StepRecorder:
         if self._compile_cb is not None:
             self._att.remove_compile_callback(self._compile_cb)
             self._compile_cb = None
-        remove = getattr(self.recorder, "remove_span_start_listener", None)
-        if callable(remove):
-            remove(self._span_listener)
+        self.recorder.remove_span_start_listener(self._span_listener)
         self._handover(_STOP)
         self._thread.join(timeout)
         self._thread = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import pytest
 
 from goodput_jax import goodput, runtime
 from goodput_jax.integrations.hooks import GoodputHooks
