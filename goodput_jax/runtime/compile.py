@@ -105,6 +105,8 @@ class Attachment:
         self.compilations = 0
         self.recompilations = 0
         self.compile_seconds = 0.0
+        self._job_ran = False
+        self._warned_ended = False
         #: called (no arguments) after each compilation is recorded (a tuple: read without a
         #: lock, replaced on change)
         self._callbacks: tuple[Callable[[], Any], ...] = ()
@@ -135,6 +137,17 @@ class Attachment:
     def _on_compile(self, duration: float, end: float, name: str) -> None:
         rec = self._ref()
         if rec is None:
+            return
+        # a finished job stays finished: once the recorder's job ran and ended, a compile
+        # (an evaluation, a read of the statistics after the loop) is not the job's; a new
+        # job start on the recorder records them again
+        if rec.job_started:
+            self._job_ran = True
+        elif self._job_ran:
+            if not self._warned_ended:
+                self._warned_ended = True
+                logger.warning("goodput runtime: a compile of %r after the job's end is not "
+                               "recorded (the job ended; detach or start a new job)", name)
             return
         with self._lock:
             seen = name in self._names

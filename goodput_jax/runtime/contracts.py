@@ -42,13 +42,17 @@ __all__ = ["CheckpointRecording", "CompileRecording", "HooksRecording", "JobReco
 
 @runtime_checkable
 class CompileRecording(Protocol):
-    """What ``runtime.attach`` needs: compile times, and whether the recorder still records."""
+    """What ``runtime.attach`` needs: compile times, whether the recorder still records, and
+    whether its job runs (a compile after the job's end is not recorded)."""
 
     @property
     def logging_enabled(self) -> bool: ...
 
     @property
     def closed(self) -> bool: ...
+
+    @property
+    def job_started(self) -> bool: ...
 
     def record_compilation(self, duration_s: float, end_time: Any = None, *,
                            recompile: bool = False, name: str = "") -> None: ...
@@ -108,9 +112,6 @@ class CheckpointRecording(Protocol):
 class HooksRecording(StepRecording, JobRecording, Protocol):
     """What :class:`~goodput_jax.integrations.hooks.GoodputHooks` needs: a step recorder's
     members, the job's start and end, hints, custom badput spans and the writer's cost."""
-
-    @property
-    def job_started(self) -> bool: ...
 
     @property
     def writer_cpu_seconds(self) -> float: ...

@@ -33,6 +33,7 @@ class _NoProgramCost:
 
     logging_enabled = True
     closed = False
+    job_started = False
 
     def record_compilation(self, duration_s, end_time=None, *, recompile=False, name=""):
         pass
@@ -68,7 +69,7 @@ def test_a_recorder_without_program_costs_fails_at_construction():
 
 def test_each_door_names_what_it_lacks():
     with pytest.raises(TypeError, match=r"recorder \(3\) must be a GoodputRecorder \(a "
-                                        r"CompileRecording; it lacks closed, logging_enabled"):
+                                        r"CompileRecording; it lacks closed, job_started, logging_enabled"):
         runtime.attach(3)
     with pytest.raises(TypeError, match=r"a JobRecording; it lacks .*record_job_start_time"):
         runtime.start_job(_NoProgramCost())

@@ -69,3 +69,29 @@ def test_a_dropped_step_recorder_stops_its_watcher_and_detaches(tmp_path):
     assert not th.is_alive()
     assert runtime.attached(rec) is None
     rec.close()
+
+
+def test_a_finished_job_stays_finished(tmp_path, caplog):
+    """Issue 43, composition 3: a compile after ``record_job_end_time()`` (e.g. reading the
+    statistics after the loop) recorded new events, so the job's total time grew with the
+    wall clock. With the attachment ``runtime.start_job`` made (shared: it outlives the
+    loop's StepRecorder), the compile after the end is not recorded, with a warning once."""
+    store = SQLiteStore(str(tmp_path / "f.db"))
+    rec = goodput.GoodputRecorder("f", "goodput_f", logging_enabled=True, store=store)
+    att = runtime.start_job(rec)
+    steps = runtime.StepRecorder(rec)
+    f = steps.wrap(jax.jit(lambda x: jnp.sinh(x) * 0.5))
+    for i in range(3):
+        f(i, jnp.ones(5))
+    steps.close()
+    rec.record_job_end_time()
+    assert runtime.attached(rec) is att  # shared: still attached
+    with caplog.at_level("WARNING", logger="goodput_jax.runtime"):
+        for n in (7, 9):  # two new programs after the end
+            jax.jit(lambda x: jnp.arcsinh(x) + 3.0)(np.ones(n, np.float32)).block_until_ready()
+    assert sum("after the job's end" in r.getMessage() for r in caplog.records) == 1
+    rec.close()
+    kinds = [e.kind for e in store.read_events("f")[0]]
+    assert kinds[-1] == EventKind.JOB_END, kinds[-4:]
+    att.detach()
+    store.close()
