@@ -174,6 +174,7 @@ class GoodputHooks(HooksModel):
         self.options = opts
         self.job_name = job_name
         lim, pl, pr, rf, rc = opts.limits, opts.placement, opts.profile, opts.refit, opts.recording
+        assert lim.max is not None and lim.local_bounds is not None  # BatchLimits fills them
         self.init_batch_size, self.max_batch_size = lim.init, lim.max
         self.local_bsz_bounds, self.gradient_accumulation = lim.local_bounds, lim.accumulation
         self.num_nodes = jax.process_count() if pl.num_nodes is None else pl.num_nodes
@@ -398,7 +399,7 @@ class GoodputHooks(HooksModel):
         """
         self._finish_timing(self._timer.flush())
         self._stats.flush()
-        if self._owns_steps:
+        if self._owns_steps and self._steps is not None:
             self._steps.finish()
 
     @contextlib.contextmanager
@@ -570,15 +571,15 @@ class GoodputHooks(HooksModel):
             if self._steps is not None:
                 self._steps.finish()
             self.recorder.record_job_end_time()
-            if self._owns_steps:  # the hooks' own StepRecorder: a later compile is not the job's
-                self._steps.close()
+            if self._owns_steps and self._steps is not None:  # the hooks' own: a later
+                self._steps.close()  # compile is not the job's
 
     def close(self) -> None:
         """Finish the pending step and refit; close the recorder if these hooks created it."""
         with contextlib.suppress(Exception):
             self.flush()
         self._pool.close()
-        if self._owns_steps:
+        if self._owns_steps and self._steps is not None:
             self._steps.close()
         if self._owns_recorder:
             self.recorder.close()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # the light core: no import of measure's recorder at run time
     from goodput_jax.measure.productivity import ProgramCost
@@ -127,7 +127,6 @@ class HooksRecording(StepRecording, JobRecording, Protocol):
     def close(self, timeout: float | None = 30.0) -> None: ...
 
 
-_P = TypeVar("_P")
 _PROTOCOLS = (CompileRecording, StepRecording, JobRecording, CheckpointRecording, HooksRecording)
 
 
@@ -140,7 +139,7 @@ def _members(protocol: type) -> list[str]:
     return sorted(names)
 
 
-def require(recorder: Any, protocol: type[_P], name: str = "recorder") -> _P:
+def require(recorder: Any, protocol: type, name: str = "recorder") -> Any:
     """``recorder`` if it satisfies ``protocol``, else a one-line ``TypeError`` naming what it
     lacks.
 
@@ -150,7 +149,8 @@ def require(recorder: Any, protocol: type[_P], name: str = "recorder") -> _P:
         name: the argument's name in the message.
 
     Returns:
-        ``recorder``, typed as the protocol.
+        ``recorder`` (the caller annotates it with the protocol: a protocol class is not a
+        concrete type a checker lets a function take and return).
 
     Raises:
         TypeError: a member of ``protocol`` is missing.

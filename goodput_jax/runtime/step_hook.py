@@ -15,6 +15,7 @@ from goodput_jax.runtime.step_items import (
     _HOOK_NEEDLESS,
     _HOOK_QUERY_S,
     _HOOK_USEFUL_S,
+    StepState,
     _getprofile,
     _Item,
     _ready,
@@ -25,7 +26,7 @@ from goodput_jax.runtime.step_items import (
 logger = logging.getLogger("goodput_jax.runtime.steps")
 
 
-class ReadinessHook:
+class ReadinessHook(StepState):
     """Mixin of :class:`~goodput_jax.runtime.StepRecorder`: the readiness hook."""
 
     __slots__ = ()
@@ -147,4 +148,4 @@ class ReadinessHook:
             return
         if _getprofile() is hook:
             _setprofile(None)
-        self._hook_end(hook, False, step)
+        self._hook_end(hook, False, step)  # type: ignore[arg-type]

@@ -1,16 +1,24 @@
-"""The step recorder's shared parts: its tuning constants, the tracked-step item and the
-readiness checks (:mod:`goodput_jax.runtime.steps` and its rooms import them)."""
+"""The step recorder's shared parts: its tuning constants, the tracked-step item, the
+readiness checks and its typed state (:class:`StepState`), which
+:mod:`goodput_jax.runtime.steps` and its rooms import."""
 
 from __future__ import annotations
 
+import collections
+import queue
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goodput_jax.measure.recorder import StepSink
+
+if TYPE_CHECKING:
+    from goodput_jax.measure.productivity import DevicePeak
+    from goodput_jax.runtime.compile import Attachment
+    from goodput_jax.runtime.contracts import StepRecording
 
 _STOP = object()
 _START = StepSink.START
@@ -79,9 +87,10 @@ def _ready(probe: Any) -> bool:
         return False
 
 
-def _wait_ready(outputs: Any, leaves_of: Callable, is_array: type) -> bool:
+def _wait_ready(outputs: Any, leaves_of: Callable[[Any], list[Any]], is_array: type) -> bool:
     """Block until every live array of ``outputs`` is ready; False when none could be watched."""
     watched = False
+    leaf: Any
     for leaf in leaves_of(outputs):
         if not isinstance(leaf, is_array) or leaf.is_deleted():
             continue
@@ -111,3 +120,142 @@ def _probe(out: Any) -> Any:
             return out if hasattr(out, "is_ready") else None
         depth += 1
     return None
+
+
+class StepState:
+    """The state of a :class:`~goodput_jax.runtime.StepRecorder`, typed, shared by its rooms
+    (``steps``, ``step_paths``, ``step_watch``, ``step_hook``: each a mixin on this base);
+    the constructor is ``StepRecorder.__init__``. The methods below are each defined in one
+    of the rooms (declared here so that each room type-checks alone)."""
+
+    # Slots: the per-step path reads its fields from the object itself (fewer cache lines
+    # on a training thread whose caches the device's compute or the input pipeline evicted).
+    __slots__ = (
+        "__weakref__",
+        "_after",
+        "_att",
+        "_compile_cb",
+        "_compiled",
+        "_cost_first",
+        "_cost_last",
+        "_cost_peak",
+        "_cost_table",
+        "_credit",
+        "_due",
+        "_due_gap",
+        "_enabled",
+        "_enq",
+        "_first",
+        "_handed",
+        "_head",
+        "_hook_at",
+        "_hook_backoff",
+        "_hook_need",
+        "_hooked",
+        "_idle",
+        "_live",
+        "_lock",
+        "_next",
+        "_own_att",
+        "_pending",
+        "_put",
+        "_record_end",
+        "_seen",
+        "_sem",
+        "_sink",
+        "_sink_ready",
+        "_slow_starts",
+        "_span_listener",
+        "_start_step",
+        "_thread",
+        "_warned",
+        "_warned_program",
+        "hook_claims",
+        "observed",
+        "ready_claims",
+        "recorder",
+        "span_claims",
+        "unobserved",
+    )
+
+    recorder: StepRecording
+    observed: int
+    unobserved: int
+    hook_claims: int
+    ready_claims: int
+    span_claims: int
+    _after: bool
+    _att: Attachment | None
+    _compile_cb: Callable[[], None] | None
+    _compiled: bool
+    _cost_first: bool
+    _cost_last: Any
+    _cost_peak: DevicePeak | None
+    _cost_table: dict[str, DevicePeak] | None
+    _credit: int
+    _due: float
+    _due_gap: float
+    _enabled: bool
+    _enq: Callable[[tuple], None] | None
+    _first: _Item | None
+    _handed: int
+    _head: _Item | None
+    _hook_at: int
+    _hook_backoff: int
+    _hook_need: int
+    _hooked: Callable[..., Any] | None
+    _idle: bool
+    _live: bool
+    _lock: threading.Lock
+    _next: _Item | None
+    _own_att: list[bool]
+    _pending: collections.deque
+    _put: Callable[..., None] | None
+    _record_end: Callable[..., None]
+    _seen: int
+    _sem: queue.SimpleQueue
+    _sink: Callable[..., None] | None
+    _sink_ready: StepSink | None
+    _slow_starts: int
+    _span_listener: Callable[[], None]
+    _start_step: Callable[..., None]
+    _thread: threading.Thread | None
+    _warned: bool
+    _warned_program: bool
+
+    # ---------------------------------------------- defined in the rooms (see each)
+    def _poll(self) -> bool:
+        raise NotImplementedError
+
+    def _claim(self, item: _Item, t: float | None = None) -> bool:
+        raise NotImplementedError
+
+    def _claim_ready(self, hooked: _Item | None = None, t: float | None = None) -> int:
+        raise NotImplementedError
+
+    def _wait_first(self) -> None:
+        raise NotImplementedError
+
+    def _start_thread(self) -> None:
+        raise NotImplementedError
+
+    def _handover(self, item: Any) -> None:
+        raise NotImplementedError
+
+    def _track_hooked(self, step: int, outputs: Any) -> None:
+        raise NotImplementedError
+
+    def _install_hook(self, item: _Item) -> None:
+        raise NotImplementedError
+
+    def _hook_missed(self, step: Any) -> None:
+        raise NotImplementedError
+
+    def _hook_verdict(self, item: _Item, recorded: bool) -> None:
+        raise NotImplementedError
+
+    def _program_seen(self, step: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        raise NotImplementedError
+
+    def _no_program(self, step: Any) -> None:
+        raise NotImplementedError

@@ -11,6 +11,7 @@ from typing import Any
 from goodput_jax.runtime.step_items import (
     _GRANT,
     _START,
+    StepState,
     _getprofile,
     _Item,
     _ready,
@@ -20,7 +21,7 @@ from goodput_jax.runtime.step_items import (
 logger = logging.getLogger("goodput_jax.runtime.steps")
 
 
-class FullPaths:
+class FullPaths(StepState):
     """Mixin of :class:`~goodput_jax.runtime.StepRecorder`: ``start``/``track``/call past the short path."""
 
     __slots__ = ()
@@ -67,9 +68,10 @@ class FullPaths:
         if t >= self._due:
             self._poll()
             t = _time()
-        self._put(_START, t, step)
+        self._put(_START, t, step)  # type: ignore[misc]  # the short path: set
         if self._hooked is None and step < self._hook_at:  # else: the hook is due (no grant)
-            self._credit = self._sink_ready.reserve(min(_GRANT, self._hook_at - step - 1))
+            self._credit = self._sink_ready.reserve(  # type: ignore[union-attr]
+                min(_GRANT, self._hook_at - step - 1))
 
     def _track_full(self, step: int, outputs: Any) -> None:
         """``track`` past its shortest path: the readiness hook's step, the first steps."""
@@ -122,7 +124,8 @@ class FullPaths:
                 t = _time()
             self._put(_START, t, step)
             if self._hooked is None and step < self._hook_at:  # the grant ends at the hook
-                self._credit = self._sink_ready.reserve(min(_GRANT, self._hook_at - step - 1))
+                self._credit = self._sink_ready.reserve(  # type: ignore[union-attr]
+                min(_GRANT, self._hook_at - step - 1))
             out = fn(*args, **kwargs)
             if step < self._hook_at:
                 self._pending.append((step, out))

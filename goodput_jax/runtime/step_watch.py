@@ -19,6 +19,7 @@ from goodput_jax.runtime.step_items import (
     _STOP,
     _WAITS_KEPT,
     _WATCHING,
+    StepState,
     _getprofile,
     _Item,
     _ready,
@@ -58,7 +59,7 @@ def _finalize(pending: collections.deque, sem: queue.SimpleQueue, att: Any,
             att.detach()
 
 
-class StepWatching:
+class StepWatching(StepState):
     """Mixin of :class:`~goodput_jax.runtime.StepRecorder`: the watcher and the claims."""
 
     __slots__ = ()
@@ -185,7 +186,7 @@ class StepWatching:
         import jax
 
         item, self._first = self._first, None
-        if item.t is None and _wait_ready(item.outputs, jax.tree_util.tree_leaves, jax.Array):
+        if item is not None and item.t is None and _wait_ready(item.outputs, jax.tree_util.tree_leaves, jax.Array):
             self._claim(item)
 
 
@@ -257,7 +258,7 @@ class StepWatching:
                 self._due_gap = gap
                 self._due = t0 + gap if waits else 0.0
                 if self._wait(item, leaves_of, is_array):  # a wait the watcher saw end
-                    waits.append(item.t - t0)
+                    waits.append(item.t - t0)  # type: ignore[operator]  # recorded: a time
                 self._due = _INF  # recorded: nothing for ``start`` to poll
             elif item.hook == 2:
                 # the hook recorded it before the watcher even got to it: the watcher would

@@ -162,55 +162,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         True
     """
 
-    # Slots: the per-step path reads its fields from the object itself (fewer cache lines
-    # on a training thread whose caches the device's compute or the input pipeline evicted).
-    __slots__ = (
-        "__weakref__",
-        "_after",
-        "_att",
-        "_compile_cb",
-        "_compiled",
-        "_cost_first",
-        "_cost_last",
-        "_cost_peak",
-        "_cost_table",
-        "_credit",
-        "_due",
-        "_due_gap",
-        "_enabled",
-        "_enq",
-        "_first",
-        "_handed",
-        "_head",
-        "_hook_at",
-        "_hook_backoff",
-        "_hook_need",
-        "_hooked",
-        "_idle",
-        "_live",
-        "_lock",
-        "_next",
-        "_own_att",
-        "_pending",
-        "_put",
-        "_record_end",
-        "_seen",
-        "_sem",
-        "_sink",
-        "_sink_ready",
-        "_slow_starts",
-        "_span_listener",
-        "_start_step",
-        "_thread",
-        "_warned",
-        "_warned_program",
-        "hook_claims",
-        "observed",
-        "ready_claims",
-        "recorder",
-        "span_claims",
-        "unobserved",
-    )
+    __slots__ = ()  # the state is StepState's (slots: see there)
 
     def __init__(self, recorder: StepRecording, *, compile_times: bool = True,
                  program_costs: bool = True, peak: DevicePeak | None = None,
@@ -234,9 +186,10 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         self._cost_table = peak_table
         self._cost_last: Any = None  # the last cost recorded (an equal one is not repeated)
         self._compile_cb: Callable[[], None] | None = None
-        if costs:
+        att = self._att
+        if costs and att is not None:
             self._compile_cb = self._compile_callback()
-            self._att.add_compile_callback(self._compile_cb)
+            att.add_compile_callback(self._compile_cb)
         #: the training thread has work after a step's hand-over: the watcher went idle (wake
         #: it), or a compile (read the program's cost); one read per step
         self._after = True
@@ -316,7 +269,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
             if t >= self._due:
                 self._poll()
                 t = _time()
-            self._enq((_START, t, step, None, None))  # StepSink's event, under its grant
+            self._enq((_START, t, step, None, None))  # type: ignore[misc]  # StepSink's event, under its grant
             return
         self._start_full(step)
 
@@ -373,7 +326,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         if t >= self._due:
             self._poll()
             t = _time()
-        self._enq((_START, t, step, None, None))
+        self._enq((_START, t, step, None, None))  # type: ignore[misc]  # set with the grant
         out = fn(*args, **kwargs)
         self._pending.append((step, out))  # the watcher builds the _Item
         if self._after:
@@ -425,7 +378,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
             if t >= rec._due:
                 rec._poll()
                 t = _time()
-            enq((_START, t, step, None, None))
+            enq((_START, t, step, None, None))  # type: ignore[misc]  # set with the grant
             out = fn(*args)
             pending_append((step, out))
             if rec._after:
@@ -476,7 +429,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         def step_program_compiled() -> None:
             steps = ref()
             if steps is None:  # collected without close(): leave the attachment
-                att.remove_compile_callback(step_program_compiled)
+                att.remove_compile_callback(step_program_compiled)  # type: ignore[union-attr]
             else:
                 steps._compiled = True
                 steps._after = True
@@ -528,7 +481,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         if self._own_att[0]:
             self._own_att[0] = False
             self.finish(timeout)
-            self._att.detach()
+            self._att.detach()  # type: ignore[union-attr]  # made it
         if self._thread is None:
             return
         self.finish(timeout)
@@ -539,7 +492,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         self._credit = 0
         self._sink = self._put = None
         if self._compile_cb is not None:
-            self._att.remove_compile_callback(self._compile_cb)
+            self._att.remove_compile_callback(self._compile_cb)  # type: ignore[union-attr]
             self._compile_cb = None
         self.recorder.remove_span_start_listener(self._span_listener)
         self._handover(_STOP)
