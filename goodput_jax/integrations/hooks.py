@@ -513,8 +513,10 @@ class GoodputHooks(HooksModel):
         and ``recorder``: the CPU seconds of the recorder's writer thread.
 
         Foreground time is wall time on the training thread; it excludes the
-        one-step-late wait for the device (a loop waits for its steps anyway) and
-        includes recording, profiling, reading statistics and inline refits.
+        one-step-late wait for the device (a loop waits for its steps anyway) and the
+        step's call through the StepRecorder (the dispatch with its start and hand-over:
+        microseconds, ``benchmarks/step_recorder_bench.py``), and includes profiling,
+        reading statistics and inline refits.
         Background time is the wall time of refits on the hooks' worker thread.
         Where the device's work shares the host's cores (the CPU backend), the
         training thread is also descheduled inside the hooks' code, so foreground
