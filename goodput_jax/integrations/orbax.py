@@ -40,6 +40,7 @@ import time
 from typing import Any, Self
 
 from goodput_jax.runtime import finish_steps
+from goodput_jax.runtime.contracts import CheckpointRecording, require
 
 __all__ = ["RecordedCheckpointManager", "instrument"]
 
@@ -62,7 +63,7 @@ class RecordedCheckpointManager:
         0.0
     """
 
-    def __init__(self, manager: Any, recorder: Any):
+    def __init__(self, manager: Any, recorder: CheckpointRecording):
         self.manager = manager
         self.recorder = recorder
         self.save_seconds = 0.0
@@ -140,7 +141,7 @@ class RecordedCheckpointManager:
         self.close()
 
 
-def instrument(manager: Any, recorder: Any) -> RecordedCheckpointManager:
+def instrument(manager: Any, recorder: CheckpointRecording) -> RecordedCheckpointManager:
     """Record an Orbax ``CheckpointManager``'s saves and restores on ``recorder``.
 
     Args:
@@ -169,6 +170,5 @@ def instrument(manager: Any, recorder: Any) -> RecordedCheckpointManager:
     if missing:
         raise TypeError(f"manager ({manager!r}) must be an orbax.checkpoint.CheckpointManager "
                         f"(it has no {', '.join(missing)})")
-    if not callable(getattr(recorder, "record_checkpoint_save_start_time", None)):
-        raise TypeError(f"recorder ({recorder!r}) must be a GoodputRecorder")
+    require(recorder, CheckpointRecording)
     return RecordedCheckpointManager(manager, recorder)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from goodput_jax.runtime.compile import Attachment, attach
+from goodput_jax.runtime.contracts import JobRecording, require
 
 __all__ = ["BackendInit", "init_backend", "measured_init", "start_job"]
 
@@ -159,7 +160,7 @@ def measured_init() -> BackendInit | None:
     return _measured
 
 
-def start_job(recorder: Any, init: BackendInit | None = None, *,
+def start_job(recorder: JobRecording, init: BackendInit | None = None, *,
               compile_times: bool = True) -> Attachment:
     """Record the job start, the measured accelerator init, and attach for compile times.
 
@@ -189,8 +190,7 @@ def start_job(recorder: Any, init: BackendInit | None = None, *,
         >>> rec = goodput.GoodputRecorder("j", "l")  # disabled: records nothing
         >>> runtime.start_job(rec).detach()
     """
-    if not callable(getattr(recorder, "record_tpu_init_start_time", None)):
-        raise TypeError(f"recorder ({recorder!r}) must be a GoodputRecorder")
+    require(recorder, JobRecording)
     global _init_recorded
     if init is None:
         init = init_backend()

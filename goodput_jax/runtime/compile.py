@@ -53,6 +53,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Self
 
+from goodput_jax.runtime.contracts import CompileRecording, require
+
 logger = logging.getLogger(__name__)
 
 #: JAX's event names (stable from jax 0.4.x through 0.12)
@@ -103,6 +105,8 @@ class Attachment:
         self.compilations = 0
         self.recompilations = 0
         self.compile_seconds = 0.0
+        self._job_ran = False
+        self._warned_ended = False
         #: called (no arguments) after each compilation is recorded (a tuple: read without a
         #: lock, replaced on change)
         self._callbacks: tuple[Callable[[], Any], ...] = ()
@@ -115,7 +119,7 @@ class Attachment:
     def live(self) -> bool:
         """False once the recorder was garbage-collected or closed (then it is dropped)."""
         rec = self._ref()
-        return rec is not None and not getattr(rec, "closed", False)
+        return rec is not None and not rec.closed
 
     def step_started(self) -> None:
         """Count a training step's start (a StepRecorder calls it; so can a trainer that
@@ -133,6 +137,17 @@ class Attachment:
     def _on_compile(self, duration: float, end: float, name: str) -> None:
         rec = self._ref()
         if rec is None:
+            return
+        # a finished job stays finished: once the recorder's job ran and ended, a compile
+        # (an evaluation, a read of the statistics after the loop) is not the job's; a new
+        # job start on the recorder records them again
+        if rec.job_started:
+            self._job_ran = True
+        elif self._job_ran:
+            if not self._warned_ended:
+                self._warned_ended = True
+                logger.warning("goodput runtime: a compile of %r after the job's end is not "
+                               "recorded (the job ended; detach or start a new job)", name)
             return
         with self._lock:
             seen = name in self._names
@@ -324,7 +339,7 @@ def listener() -> CompileListener:
     return _LISTENER
 
 
-def attach(recorder: Any, *, all_threads: bool = False) -> Attachment:
+def attach(recorder: CompileRecording, *, all_threads: bool = False) -> Attachment:
     """Feed ``recorder`` the JAX compilations of the calling thread from now on.
 
     Only the training thread's compiles stall training: a compile on another
@@ -341,21 +356,20 @@ def attach(recorder: Any, *, all_threads: bool = False) -> Attachment:
         An :class:`Attachment` (a context manager that detaches on exit).
 
     Raises:
-        TypeError: ``recorder`` has no ``record_compilation`` method.
+        TypeError: ``recorder`` is not a :class:`~goodput_jax.runtime.contracts.CompileRecording`
+            (the message names the members it lacks).
 
     Example:
         >>> from goodput_jax import goodput, runtime
         >>> rec = goodput.GoodputRecorder("j", "l")
         >>> runtime.attach(rec).detach()
     """
-    if not callable(getattr(recorder, "record_compilation", None)):
-        raise TypeError(f"recorder ({recorder!r}) must be a GoodputRecorder "
-                        "(it has no record_compilation method)")
+    require(recorder, CompileRecording)
     for att in _LISTENER.attachments:
         if att.recorder is recorder:
             return att
     att = Attachment(recorder, None if all_threads else threading.get_ident())
-    if getattr(recorder, "logging_enabled", True):
+    if recorder.logging_enabled:
         _LISTENER.install()
         _LISTENER.add(att)
     return att

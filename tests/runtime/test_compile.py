@@ -71,6 +71,9 @@ def test_recompile_at_the_shape_change_matches_jax_monitoring(tmp_path):
 
 
 def test_listener_idle_without_a_recorder_and_detach(tmp_path):
+    import gc
+
+    gc.collect()  # step recorders earlier tests dropped without close() detach when collected
     store = SQLiteStore(str(tmp_path / "c.db"))
     rec = goodput.GoodputRecorder("c", "c", logging_enabled=True, store=store)
     f = jax.jit(lambda x: jnp.sin(x) * 3)

@@ -235,7 +235,7 @@ def test_readiness_hook_backs_off_exactly_while_the_host_runs_ahead(tmp_path):
             g.release.set()
         return hooked, claims, steps.finish(DEADLOCK_S)
 
-    (hooked, claims, done), evs, steps = _run(tmp_path, body)
+    (hooked, claims, done), evs, _steps = _run(tmp_path, body)
     assert done and claims[0] <= 1 and claims[-1] >= 3, claims
     assert all(b - a in (0, 1) for a, b in zip([0] + claims, claims)), claims
     assert hooked[:5] == [False] * 5  # removed at the return from track()
@@ -292,7 +292,7 @@ def test_an_overdue_step_still_running_is_not_queried_at_every_start(tmp_path):
         slow.ready.set()
         return queries
 
-    queries, evs, steps = _run(tmp_path, body)
+    queries, evs, _steps = _run(tmp_path, body)
     assert queries == 1, f"{queries} readiness queries of the overdue step in 5 starts"
     ends = {e.step for e in evs if e.kind.value == "step_device_end"}
     assert ends == {0, 1, 2, 3, 4}
@@ -370,7 +370,7 @@ def test_a_full_queue_takes_at_most_one_grant_beyond_max_queue(tmp_path):
             g.ready.set()
         return steps.finish(DEADLOCK_S)
 
-    done, evs, steps = _run(tmp_path, body, max_queue=30, batch_size=10_000,
+    done, evs, _steps = _run(tmp_path, body, max_queue=30, batch_size=10_000,
                             flush_interval=3600.0)
     rec = seen["rec"]
     assert done and seen["queued"] > 0  # dropped while the loop ran
@@ -413,7 +413,7 @@ def test_the_readiness_hook_asks_at_most_once_per_query_interval(tmp_path):
         gate.release.set()
         return asked, elapsed, hooked, claims, profile
 
-    (asked, elapsed, hooked, claims, profile), evs, steps = _run(tmp_path, body)
+    (asked, elapsed, hooked, claims, profile), evs, _steps = _run(tmp_path, body)
     assert hooked and 1 <= asked <= elapsed / _HOOK_QUERY_S + 2, (asked, elapsed)
     assert claims == 1 and profile is None
     assert sorted(e.step for e in evs if e.kind.value == "step_device_end") == [0, 1]
