@@ -100,26 +100,3 @@ def test_a_store_without_a_write_path_fails_at_construction():
     with pytest.raises(TypeError, match=r"must be an EventStore or a store URL; it needs url, "
                                         r"append\(\)"):
         GoodputRecorder("j", "l", True, store=object())
-
-
-def test_step_recording_contract():
-    from goodput_jax.measure.protocols import StepRecording, require_step_recording
-
-    for rec in (GoodputRecorder("j", "l"), goodput.GoodputRecorder("j", "l")):
-        assert require_step_recording(rec, "t") is rec and isinstance(rec, StepRecording)
-
-    class NoCost:  # a recorder without program costs: refused, not probed
-        job_name = "j"
-        logging_enabled = True
-        job_started = False
-
-        def record_step_start_time(self, step, start_time=None): ...
-        def record_step_device_end_time(self, step, end_time=None): ...
-        def record_compilation(self, duration_s, end_time=None, *, recompile=False, name=""): ...
-        def step_sink(self): ...
-        def add_span_start_listener(self, listener): ...
-        def remove_span_start_listener(self, listener): ...
-        def flush(self, timeout=None): ...
-
-    with pytest.raises(TypeError, match=r"^hooks: recorder \(.*\) must be a GoodputRecorder"):
-        require_step_recording(NoCost(), "hooks")
