@@ -77,6 +77,12 @@ class StepRecording(CompileRecording, Protocol):
 
     def remove_span_start_listener(self, listener: Callable[[], Any]) -> None: ...
 
+    def record_custom_badput_event_start_time(self, start_time: Any = None,
+                                              custom_badput_event_type: str = "unknown") -> None: ...
+
+    def record_custom_badput_event_end_time(self, end_time: Any = None,
+                                            custom_badput_event_type: str = "unknown") -> None: ...
+
 
 @runtime_checkable
 class JobRecording(CompileRecording, Protocol):

@@ -35,8 +35,15 @@ import re
 from typing import Any
 
 from goodput_jax.measure.productivity import DevicePeak, ProgramCost, lookup_peak
-from goodput_jax.runtime.peak import (PEAK_PROBE, cached_peak, measured_peak, peak_or_later,
-                                      prefetch_peak, start_peak_probe, wait_for_probes)
+from goodput_jax.runtime.peak import (
+    PEAK_PROBE,
+    cached_peak,
+    measured_peak,
+    peak_or_later,
+    prefetch_peak,
+    start_peak_probe,
+    wait_for_probes,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import queue
 import threading
@@ -48,7 +49,14 @@ from typing import Any, Self
 from goodput_jax.measure.productivity import DevicePeak, lookup_peak
 from goodput_jax.runtime.compile import attach, attached
 from goodput_jax.runtime.contracts import StepRecording, require
-from goodput_jax.runtime.program import _devices_of, measured_peak, program_cost
+from goodput_jax.runtime.program import (
+    PEAK_PROBE,
+    _devices_of,
+    peak_or_later,
+    prefetch_peak,
+    program_cost,
+    wait_for_probes,
+)
 from goodput_jax.runtime.step_hook import ReadinessHook
 from goodput_jax.runtime.step_items import (  # noqa: F401 - tests read them here
     _FINISH_POLL_S,
@@ -190,6 +198,8 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         if costs and att is not None:
             self._compile_cb = self._compile_callback()
             att.add_compile_callback(self._compile_cb)
+            if peak is None:  # a device no table knows: its peak probe starts now, off this
+                prefetch_peak(table=peak_table)  # thread (nothing when a cache has it)
         #: the training thread has work after a step's hand-over: the watcher went idle (wake
         #: it), or a compile (read the program's cost); one read per step
         self._after = True
@@ -405,8 +415,16 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
             peak = self._cost_peak
             if peak is None:
                 peak = lookup_peak(cost.device_kind, self._cost_table)
+            if peak is None and cost == self._cost_last:  # its record waits for the probe
+                self._compiled = False
+                return
             if peak is None:
-                peak = measured_peak(_devices_of(args, kwargs)[0])
+                peak = peak_or_later(_devices_of(args, kwargs)[0],
+                                     functools.partial(self._record_probed, cost, step))
+            if peak is None:  # the probe runs on its own thread: recorded when it ends
+                self._cost_last = cost
+                self._compiled = False
+                return
             cost = dataclasses.replace(cost, peak=peak)
             # a compile between steps (an evaluation, a metric) flags the next step too: its
             # program is the one already recorded, unless the step recompiled into another
@@ -419,6 +437,13 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
                            exc_info=True)
         # the read and a first peak probe compile on this thread: not a step's program
         self._compiled = False
+
+    def _record_probed(self, cost: Any, step: Any, peak: DevicePeak) -> None:
+        """The peak probe's thread, when it ends: record the cost read at ``step`` with the
+        peak it measured (the probe never held the training thread)."""
+        cost = dataclasses.replace(cost, peak=peak)
+        self._cost_last = cost
+        self.recorder.record_program_cost(cost, step if type(step) is int and step >= 0 else None)
 
     def _compile_callback(self) -> Callable[[], None]:
         """The attachment's compile callback: flags the compile for the step call's return
@@ -485,6 +510,15 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         if self._thread is None:
             return
         self.finish(timeout)
+        last = self._cost_last
+        if last is not None and last.peak is None:
+            # a job shorter than its machine's first peak probe: wait for the probe, in a
+            # bucket of its own ("peak probe"), so the cost is recorded before the job ends
+            self.recorder.record_custom_badput_event_start_time(
+                custom_badput_event_type=PEAK_PROBE)
+            wait_for_probes(120.0)
+            self.recorder.record_custom_badput_event_end_time(
+                custom_badput_event_type=PEAK_PROBE)
         hook, self._hooked = self._hooked, None
         if hook is not None and _getprofile() is hook:
             _setprofile(None)
