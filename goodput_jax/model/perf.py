@@ -63,7 +63,7 @@ _TINY = formulas.TINY
 
 
 def _float_dtype():
-    return jnp.result_type(float)
+    return jax.dtypes.canonicalize_dtype(np.float64)  # float64 under x64, else float32
 
 
 @jax.jit
