@@ -82,9 +82,9 @@ from goodput_jax.model.types import GradParams, PerfParams
 __all__ = [
     "NUM_CANDIDATES",
     "GoodputFunction",
-    "batch_plan",
     "GradParams",
     "PerfParams",
+    "batch_plan",
     "efficiency_fn",
     "goodput_fn",
     "optimize_fn",
