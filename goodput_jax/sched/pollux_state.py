@@ -123,7 +123,7 @@ class PolluxCarry:
             raise ValueError("PolluxCarry: population and fitness must both be set or both None")
         if pop is not None:
             pop = np.asarray(pop, np.int32)
-            fit = np.asarray([-np.inf if x is None else x for x in fit], np.float32)
+            fit = np.asarray([-np.inf if x is None else x for x in fit or ()], np.float32)
             if pop.ndim != 3 or len(fit) != len(pop) or pop.shape[1] < len(jobs) \
                     or pop.shape[2] < len(nodes):
                 raise ValueError(f"PolluxCarry: population shape {pop.shape} does not fit "

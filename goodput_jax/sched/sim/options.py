@@ -29,7 +29,7 @@ _O = TypeVar("_O")
 
 
 def _positive(name: str, value: Any) -> None:
-    if not isinstance(value, numbers.Real) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) > 0:
         raise ValueError(f"{name} ({value!r}) must be a number > 0")
 
 
