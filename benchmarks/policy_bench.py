@@ -172,6 +172,7 @@ def hetero_rounds(cluster_name: str, workload: str, rounds: int) -> dict:
     """Simulate the first ``rounds`` rounds under SiaPolicy; per-round times and job counts."""
     from goodput_jax.sched.sim.apps import CLUSTERS, load_typed_applications
     from goodput_jax.sched.sim.cluster import load_workload, make_jobs, simulate
+    from goodput_jax.sched.sim.options import SimOptions
     from goodput_jax.sched.sim.runner import find_sia_workload
     from goodput_jax.sched.sim.sia_adapter import SiaAdapter, SiaModel
 
@@ -192,7 +193,8 @@ def hetero_rounds(cluster_name: str, workload: str, rounds: int) -> dict:
 
     adapter.optimize = timed
     t = time.perf_counter()
-    res = simulate(jobs, adapter, model=model, cluster=cluster, max_time=60.0 * rounds)
+    res = simulate(jobs, adapter, model=model,
+                   options=SimOptions(cluster=cluster, max_time=60.0 * rounds))
     rt = np.array(res.round_times) * 1000
     sv = np.array(solves) * 1000
     return {"cluster": cluster_name, "gpus": res.total_gpus, "workload": workload,

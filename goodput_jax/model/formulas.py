@@ -131,6 +131,25 @@ def efficiency(xp: Any, grad: GradParams, m0: Any, batch: Any) -> Any:
     return gain(xp, grad.sqr, grad.var, scale) / scale
 
 
+def goodput_at(xp: Any, perf: PerfParams, grad: GradParams, m0: Any, network: Any, r: Any,
+               b: Any, s: Any) -> Any:
+    """``throughput_at * efficiency`` at ``M = R * b * (s + 1)``, with one division.
+
+    ``throughput = M / (s * T_acc + T_opt)`` and, for ``M, M0 > 0``,
+    ``efficiency = M0 (var + sqr) / (M0 var + M sqr)`` (the gain over the scale, the
+    gain's denominator cleared by ``M / M0``; ``M0 / M`` where that denominator is not
+    > 0, the gain being 1). The optimizer's per-candidate form: a search evaluates it
+    50 times per configuration.
+    """
+    accum = accum_time(xp, perf, b)
+    step = s * accum + optim_time(xp, perf.gamma, accum, network)
+    batch = r * b * (s + 1.0)
+    denom = m0 * grad.var + batch * grad.sqr
+    ok = denom > 0
+    return xp.where(ok, batch * (m0 * (grad.var + grad.sqr)) / (step * xp.where(ok, denom, 1.0)),
+                    m0 / step)
+
+
 # --------------------------------------------------------------------------- numpy twins
 
 

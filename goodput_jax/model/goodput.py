@@ -11,10 +11,11 @@ Two layers:
 * :class:`GoodputFunction`, the AdaptDL-compatible object holding one job's
   parameters: Python scalars in -> Python scalars out, arrays in -> numpy
   arrays out. Its methods call cached jitted kernels (one compile per input
-  shape/dtype and ``accumulation`` flag). A scalar ``optimize`` call (one
-  configuration, 50 candidates) instead runs a float64 numpy twin of the
-  kernel (same formulas, parity-tested), because a jitted call's fixed
-  dispatch cost would dominate it.
+  shape/dtype and ``accumulation`` flag). An ``optimize`` call over a few
+  configurations (one, or up to ``optimize_np.HOST_MAX_CONFIGS``) instead runs
+  the float64 numpy twin of the kernel (:mod:`goodput_jax.model.optimize_np`:
+  same search, parity-tested), because a jitted call's fixed dispatch cost
+  would dominate it.
 
 Model (Pollux, OSDI'21; AdaptDL 0.2.11):
 
@@ -59,344 +60,45 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from goodput_jax.model import formulas
+from goodput_jax.model.kernels import (
+    _efficiency_packed,
+    _evaluate_packed,
+    _fdt,
+    _optimize_packed,
+    _throughput_packed,
+    efficiency_fn,
+    goodput_fn,
+    optimize_fn,
+    throughput_fn,
+)
+from goodput_jax.model.optimize_np import (
+    HOST_MAX_CONFIGS,
+    NUM_CANDIDATES,
+    batch_plan,
+    optimize_np,
+)
 from goodput_jax.model.perf import predict_accum_time, predict_network_time
 from goodput_jax.model.types import GradParams, PerfParams
 
 __all__ = [
     "NUM_CANDIDATES",
     "GoodputFunction",
-    "batch_plan",
     "GradParams",
     "PerfParams",
+    "batch_plan",
     "efficiency_fn",
     "goodput_fn",
     "optimize_fn",
     "throughput_fn",
 ]
 
-#: Number of geometric total-batch-size candidates searched by ``optimize``.
-NUM_CANDIDATES = 50
-
-
-def _fdt():
-    return jnp.result_type(float)
-
-
-def _ceil_tol(x: jax.Array) -> jax.Array:
-    eps = 1e-8 if x.dtype == jnp.float64 else 2e-6
-    return jnp.ceil(x - eps * jnp.maximum(1.0, jnp.abs(x)))
-
-
-def _tree_f(tree):
-    dt = _fdt()
-    return type(tree)(*(jnp.asarray(x, dt) for x in tree))
-
-
-@jax.jit
-def throughput_fn(
-    perf: PerfParams, num_nodes: Any, num_replicas: Any, atomic_bsz: Any, accum_steps: Any
-) -> jax.Array:
-    """Samples per second: ``R * b * (s + 1) / (s * T_acc + T_opt)`` (pure, jitted).
-
-    Args:
-        perf: ``PerfParams`` of scalars or arrays (broadcast with the rest).
-        num_nodes, num_replicas, atomic_bsz, accum_steps: configurations.
-
-    Returns:
-        Float array of the broadcast shape.
-
-    Example:
-        >>> p = PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0)
-        >>> round(float(throughput_fn(p, 1, 1, 10, 0)), 3)
-        50.0
-    """
-    perf = _tree_f(perf)
-    dt = _fdt()
-    r = jnp.asarray(num_replicas, dt)
-    b = jnp.asarray(atomic_bsz, dt)
-    s = jnp.asarray(accum_steps, dt)
-    n = jnp.asarray(num_nodes, dt)
-    return formulas.throughput(jnp, perf, n, r, b, s)
-
-
-@jax.jit
-def efficiency_fn(grad: GradParams, init_batch_size: Any, batch_size: Any) -> jax.Array:
-    """Statistical efficiency of total batch size ``M`` relative to ``M0`` (pure, jitted).
-
-    ``gain / scale`` with ``scale = M / M0`` and
-    ``gain = (var + sqr) / (var / scale + sqr)`` (1 where that denominator is 0).
-
-    Example:
-        >>> round(float(efficiency_fn(GradParams(1.0, 1.0), 10, 20)), 4)
-        0.6667
-    """
-    grad = _tree_f(grad)
-    dt = _fdt()
-    return formulas.efficiency(jnp, grad, jnp.asarray(init_batch_size, dt),
-                               jnp.asarray(batch_size, dt))
-
-
-@jax.jit
-def goodput_fn(
-    perf: PerfParams,
-    grad: GradParams,
-    init_batch_size: Any,
-    num_nodes: Any,
-    num_replicas: Any,
-    atomic_bsz: Any,
-    accum_steps: Any,
-) -> jax.Array:
-    """``throughput_fn * efficiency_fn`` at ``M = R * b * (s + 1)`` (pure, jitted).
-
-    No validation (traced code cannot raise); see :meth:`GoodputFunction.evaluate`.
-
-    Example:
-        >>> p = PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0)
-        >>> round(float(goodput_fn(p, GradParams(0.0, 1.0), 10, 1, 1, 10, 0)), 3)
-        50.0
-    """
-    dt = _fdt()
-    r = jnp.asarray(num_replicas, dt)
-    b = jnp.asarray(atomic_bsz, dt)
-    s = jnp.asarray(accum_steps, dt)
-    thr = throughput_fn(perf, num_nodes, r, b, s)
-    return thr * efficiency_fn(grad, init_batch_size, r * b * (s + 1.0))
-
-
-@functools.partial(jax.jit, static_argnames=("accumulation", "adaptdl_single_replica"))
-def optimize_fn(
-    perf: PerfParams,
-    grad: GradParams,
-    init_batch_size: Any,
-    num_nodes: Any,
-    num_replicas: Any,
-    max_batch_size: Any,
-    min_atomic_bsz: Any,
-    max_atomic_bsz: Any,
-    *,
-    accumulation: bool = False,
-    adaptdl_single_replica: bool = True,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Best ``(goodput, atomic_bsz, accum_steps)`` per configuration (pure, jitted).
-
-    All arguments broadcast together (params included); ``accumulation`` and
-    ``adaptdl_single_replica`` are static (the latter: AdaptDL's one-replica rule,
-    see :func:`batch_plan`). See the module docstring for the search and the bounds encoding
-    (no max batch size: ``max_batch_size = init_batch_size``; no atomic range:
-    ``min_atomic_bsz = 1``, ``max_atomic_bsz = inf``).
-
-    Returns:
-        ``goodput`` (float), ``atomic_bsz`` and ``accum_steps`` (int32), each of
-        the broadcast shape.
-
-    Example:
-        >>> p = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, 1.14)
-        >>> g, b, s = optimize_fn(p, GradParams(0.00136, 0.000502), 128, 1, jnp.arange(1, 5),
-        ...                       1280, 64, 256, accumulation=True)
-        >>> b.shape
-        (4,)
-    """
-    dt = _fdt()
-    perf = _tree_f(perf)
-    grad = _tree_f(grad)
-    m0 = jnp.asarray(init_batch_size, dt)
-    n = jnp.asarray(num_nodes, dt)
-    r = jnp.asarray(num_replicas, dt)
-    max_bs = jnp.asarray(max_batch_size, dt)
-    min_atomic = jnp.maximum(jnp.asarray(min_atomic_bsz, dt), 1.0)
-    max_atomic = jnp.asarray(max_atomic_bsz, dt)
-    max_atomic = jnp.where(jnp.isfinite(max_atomic), max_atomic, max_bs)
-
-    shape = jnp.broadcast_shapes(
-        *(jnp.shape(x) for x in (*perf, *grad, m0, n, r, max_bs, min_atomic, max_atomic))
-    )
-    # Candidates live on a new trailing (minor) axis: the argmax is then a
-    # contiguous row reduction. Every input gets a trailing unit axis.
-    ex = lambda x: jnp.reshape(x, jnp.shape(x) + (1,))
-    perf = type(perf)(*(ex(x) for x in perf))
-    grad = type(grad)(*(ex(x) for x in grad))
-    m0, n, r, max_bs, min_atomic, max_atomic = (
-        ex(x) for x in (m0, n, r, max_bs, min_atomic, max_atomic)
-    )
-    t = jnp.linspace(0.0, 1.0, NUM_CANDIDATES, dtype=dt)
-    min_bs = jnp.maximum(m0, min_atomic * r)
-    batch = min_bs * jnp.exp(
-        t * jnp.log(max_bs / min_bs)
-    )  # [*shape, C], geometric, first == min_bs
-    batch = jnp.where(t == 1.0, max_bs, batch)  # exact endpoint
-    local = batch / r
-    if accumulation:
-        steps = jnp.maximum(_ceil_tol(local / max_atomic) - 1.0, 0.0)
-        if adaptdl_single_replica:
-            force = (r == 1.0) & (local > m0 * (1.0 + (1e-8 if dt == jnp.float64 else 2e-6)))
-            steps = jnp.where(force, jnp.maximum(steps, 1.0), steps)
-        atomic = _ceil_tol(local / (steps + 1.0))
-    else:
-        steps = jnp.zeros_like(local)
-        atomic = (jnp.where(r == 1.0, m0, _ceil_tol(local)) if adaptdl_single_replica
-                  else _ceil_tol(local))
-    good = goodput_fn(perf, grad, m0, n, r, atomic, steps)
-    good = jnp.where((min_atomic <= atomic) & (atomic <= max_atomic), good, 0.0)
-    full = shape + (NUM_CANDIDATES,)
-    good = jnp.broadcast_to(good, full)
-    # First index of the row maximum via plain (vectorisable) reductions;
-    # XLA's CPU argmax (a variadic reduce) is several times slower here.
-    iota = jnp.arange(NUM_CANDIDATES, dtype=jnp.int32)
-    best = jnp.max(good, axis=-1, keepdims=True)
-    idx = jnp.min(jnp.where(good == best, iota, NUM_CANDIDATES), axis=-1, keepdims=True)
-    idx = jnp.where(idx == NUM_CANDIDATES, 0, idx)  # all-NaN row
-    sel = iota == idx
-
-    def pick(x):
-        return jnp.sum(jnp.where(sel, jnp.broadcast_to(x, full), 0), axis=-1)
-
-    return pick(good), pick(atomic).astype(jnp.int32), pick(steps).astype(jnp.int32)
-
-
-# --------------------------------------------------------------------------- #
-# Packed kernels behind GoodputFunction (few arguments -> cheap dispatch).
-# packed = [alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma, sqr, var, M0]
-# --------------------------------------------------------------------------- #
-
-
-def _unpack(packed):
-    return PerfParams(*(packed[i] for i in range(7))), GradParams(packed[7], packed[8]), packed[9]
-
-
-@functools.partial(jax.jit, static_argnames=("accumulation", "adaptdl_single_replica"))
-def _optimize_packed(packed, num_nodes, num_replicas, bounds, accumulation,
-                     adaptdl_single_replica=True):
-    perf, grad, m0 = _unpack(packed)
-    g, b, s = optimize_fn(
-        perf,
-        grad,
-        m0,
-        num_nodes,
-        num_replicas,
-        bounds[0],
-        bounds[1],
-        bounds[2],
-        accumulation=accumulation,
-        adaptdl_single_replica=adaptdl_single_replica,
-    )
-    return jnp.stack([g, b.astype(g.dtype), s.astype(g.dtype)])
-
-
-@jax.jit
-def _evaluate_packed(packed, num_nodes, num_replicas, atomic_bsz, accum_steps):
-    perf, grad, m0 = _unpack(packed)
-    dt = _fdt()
-    r = jnp.asarray(num_replicas, dt)
-    b = jnp.asarray(atomic_bsz, dt)
-    s = jnp.asarray(accum_steps, dt)
-    n = jnp.asarray(num_nodes, dt)
-    good = goodput_fn(perf, grad, m0, n, r, b, s)
-    ok = jnp.all(r * b * (s + 1.0) >= m0) & jnp.all(n >= 1.0) & jnp.all(n <= r)
-    return good, ok
-
-
-@jax.jit
-def _throughput_packed(packed, num_nodes, num_replicas, atomic_bsz, accum_steps):
-    perf, _, _ = _unpack(packed)
-    return throughput_fn(perf, num_nodes, num_replicas, atomic_bsz, accum_steps)
-
-
-@jax.jit
-def _efficiency_packed(packed, batch_size):
-    _, grad, m0 = _unpack(packed)
-    return efficiency_fn(grad, m0, batch_size)
-
-
-_T64 = np.linspace(0.0, 1.0, NUM_CANDIDATES)
-
-
-def batch_plan(init_batch_size: float, num_replicas: float, batch_size: Any,
-               max_atomic_bsz: float = math.inf, accumulation: bool = False,
-               adaptdl_single_replica: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """How ``optimize`` runs a total batch: ``(atomic_bsz, accum_steps)`` as float64 arrays.
-
-    The rule of :func:`optimize_fn` (AdaptDL's), in float64 numpy, for anything that
-    draws or lists the configurations the optimizer considers (the report's curves):
-
-    * ``accumulation=True``: ``s = ceil(local / max_atomic_bsz) - 1``, at least 1 on
-      one replica when ``local > M0``; ``b = ceil(local / (s + 1))``;
-    * ``accumulation=False``: ``s = 0``; ``b = M0`` on one replica (its batch cannot
-      grow: the per-replica batch stays the one the job was set up with), else
-      ``ceil(local)``;
-
-    with ``local = batch_size / num_replicas``. The total batch that runs is
-    ``num_replicas * b * (s + 1)``: on one replica without accumulation, ``M0`` for
-    every ``batch_size``. Bounds on ``b`` are the caller's to check.
-
-    ``adaptdl_single_replica=False`` drops the one-replica special case (one replica
-    follows the rule of many: its per-replica batch grows within ``max_atomic_bsz``,
-    accumulation only beyond it), which is how a job's own search
-    (:func:`goodput_jax.integrations.search.search`) and the
-    :class:`~goodput_jax.adaptive.AdaptiveBatchSize` buckets treat one replica.
-
-    Example:
-        >>> batch_plan(64, 1, [64, 256], accumulation=False)
-        (array([64., 64.]), array([0., 0.]))
-        >>> batch_plan(64, 1, [64, 256], accumulation=True)
-        (array([ 64., 128.]), array([0., 1.]))
-        >>> batch_plan(64, 2, [256], max_atomic_bsz=64, accumulation=True)
-        (array([64.]), array([1.]))
-        >>> batch_plan(64, 1, [64, 256], accumulation=False, adaptdl_single_replica=False)
-        (array([ 64., 256.]), array([0., 0.]))
-    """
-    m0, r = float(init_batch_size), float(num_replicas)
-    local = np.asarray(batch_size, dtype=np.float64) / r
-    hi = float(max_atomic_bsz)
-    if not math.isfinite(hi):
-        hi = math.inf
-    if accumulation:
-        x = local / hi
-        steps = np.maximum(np.ceil(x - 1e-8 * np.maximum(1.0, x)) - 1.0, 0.0)
-        if r == 1 and adaptdl_single_replica:
-            steps = np.where(local > m0 * (1.0 + 1e-8), np.maximum(steps, 1.0), steps)
-        x = local / (steps + 1.0)
-        atomic = np.ceil(x - 1e-8 * np.maximum(1.0, x))
-    else:
-        steps = np.zeros_like(local)
-        atomic = (np.full_like(local, m0) if r == 1 and adaptdl_single_replica
-                  else np.ceil(local - 1e-8 * np.maximum(1.0, local)))
-    return atomic, steps
-
-
-def _optimize_scalar_np(perf, grad, m0, n, r, max_bs, lo, hi, accumulation,
-                        adaptdl_single_replica=True):
-    """float64 numpy twin of :func:`optimize_fn` for ONE (num_nodes, num_replicas).
-
-    Same formulas, tolerances and tie-breaking (parity-tested against the
-    jitted kernel); used by :meth:`GoodputFunction.optimize` for scalar calls,
-    where a jitted call's fixed dispatch cost dominates.
-    """
-    lo = max(lo, 1.0)
-    if not math.isfinite(hi):
-        hi = max_bs
-    min_bs = max(m0, lo * r)
-    batch = min_bs * (max_bs / min_bs) ** _T64
-    batch[-1] = max_bs
-    atomic, steps = batch_plan(m0, r, batch, hi, accumulation, adaptdl_single_replica)
-    # the twin's formulas on arrays of 50 candidates; the network time once, on scalars
-    net = formulas.network_time(formulas.SCALAR_NP, perf, np.float64(n), np.float64(r))
-    batch = r * atomic * (steps + 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a zero network time: log(0)
-        good = formulas.throughput_at(np, perf, net, r, atomic, steps) * formulas.efficiency(
-            np, grad, m0, batch)
-    good = np.where((lo <= atomic) & (atomic <= hi), good, 0.0)
-    i = int(np.argmax(good))
-    return float(good[i]), int(atomic[i]), int(steps[i])
 
 
 def _is_scalar(x) -> bool:
@@ -426,11 +128,14 @@ def _check_nodes(num_nodes, num_replicas):
     n = _check_numeric("num_nodes", num_nodes)
     r = _check_numeric("num_replicas", num_replicas)
     try:
-        n, r = np.broadcast_arrays(n, r)
+        if n.shape != r.shape:
+            n, r = np.broadcast_arrays(n, r)
     except ValueError:
         raise ValueError(
             f"num_nodes (shape {np.shape(num_nodes)}) and num_replicas (shape {np.shape(num_replicas)}) do not broadcast"
         ) from None
+    if (n >= 1).all() and (n <= r).all():
+        return
     bad = ~(n >= 1)
     if bad.any():
         i = np.argwhere(bad)[0] if n.ndim else ()
@@ -479,8 +184,6 @@ class GoodputFunction:
         self._grad = grad
         self._m0 = init_batch_size
         self._packed_cache: dict[Any, np.ndarray] = {}
-        # Scalar optimize() calls take a float64 numpy path (see _optimize_scalar_np).
-        self._scalar_numpy = True
 
     @property
     def perf_params(self) -> PerfParams:
@@ -626,30 +329,26 @@ class GoodputFunction:
                 raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
             if num_nodes > num_replicas:
                 raise ValueError(f"num_nodes ({num_nodes}) > num_replicas ({num_replicas})")
-            if self._scalar_numpy:
-                return _optimize_scalar_np(
-                    self._perf,
-                    self._grad,
-                    float(self._m0),
-                    float(num_nodes),
-                    float(num_replicas),
-                    float(max_batch_size),
-                    float(lo),
-                    float(hi),
-                    accumulation,
-                    bool(adaptdl_single_replica),
-                )
+            host = True
         else:
             _check_nodes(num_nodes, num_replicas)
-        bounds = np.array([max_batch_size, lo, hi], dtype=_fdt())
-        if not scalar:
             num_nodes, num_replicas = np.asarray(num_nodes), np.asarray(num_replicas)
+            shape = np.broadcast_shapes(num_nodes.shape, num_replicas.shape)
+            host = math.prod(shape) <= HOST_MAX_CONFIGS
+        if host:  # a few configurations: the float64 numpy twin, no dispatch
+            if scalar:
+                n, r = float(num_nodes), float(num_replicas)
+            else:
+                n = np.broadcast_to(num_nodes, shape).astype(np.float64)
+                r = np.broadcast_to(num_replicas, shape).astype(np.float64)
+            return optimize_np(self._perf, self._grad, float(m0), n, r, float(max_batch_size),
+                               float(lo), float(hi), bool(accumulation),
+                               bool(adaptdl_single_replica))
+        bounds = np.array([max_batch_size, lo, hi], dtype=_fdt())
         out = np.asarray(
             _optimize_packed(self._packed(), num_nodes, num_replicas, bounds, bool(accumulation),
                              bool(adaptdl_single_replica))
         )
-        if scalar:
-            return float(out[0]), int(out[1]), int(out[2])
         return np.array(out[0]), out[1].astype(np.int64), out[2].astype(np.int64)
 
 

@@ -32,6 +32,7 @@ from goodput_jax._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "JobInfo": "goodput_jax.sched.types",
+    "JobOptions": "goodput_jax.sched.types",
     "NodeInfo": "goodput_jax.sched.types",
     "SpeedupFunction": "goodput_jax.sched.speedup",
     "goodput_grid": "goodput_jax.sched.speedup",
@@ -71,5 +72,5 @@ if TYPE_CHECKING:  # pragma: no cover
         goodput_matrix,
         speedup_tables,
     )
-    from goodput_jax.sched.types import JobInfo, NodeInfo  # noqa: F401
+    from goodput_jax.sched.types import JobInfo, JobOptions, NodeInfo  # noqa: F401
     from goodput_jax.sched.warmup import CompileCounter, enable_compilation_cache  # noqa: F401

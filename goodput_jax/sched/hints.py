@@ -53,7 +53,7 @@ from typing import Any
 from goodput_jax.model.hints import PERF_PARAM_KEYS, Hints, max_replicas_allowed
 from goodput_jax.model.types import GradParams, PerfParams
 from goodput_jax.sched.speedup import SpeedupFunction
-from goodput_jax.sched.types import JobInfo
+from goodput_jax.sched.types import JobInfo, JobOptions
 
 __all__ = [
     "PERF_PARAM_KEYS",
@@ -362,9 +362,10 @@ def build_job_info(hints: Hints | Mapping[str, Any] | None, facts: JobFacts) -> 
         for t in facts.cluster_types:
             fns[t] = fitted.get(t, speedup_fn) if t in allowed else no_goodput
     return JobInfo(facts.resources, speedup_fn, facts.created, min_replicas, max_replicas,
-                   facts.preemptible, age=facts.age, num_restarts=facts.num_restarts,
-                   goodput_fns=fns or None, restarting=facts.restarting,
-                   restart_penalty=facts.restart_penalty)
+                   facts.preemptible,
+                   options=JobOptions(age=facts.age, num_restarts=facts.num_restarts,
+                                      goodput_fns=fns or None, restarting=facts.restarting,
+                                      restart_penalty=facts.restart_penalty))
 
 
 

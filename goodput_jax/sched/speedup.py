@@ -170,6 +170,17 @@ class SpeedupFunction:
         goodput = np.asarray(goodput, dtype=np.float64).reshape(nodes.shape)
         return np.where(np.isfinite(goodput), np.maximum(goodput, 0.0), 0.0)
 
+    def _speedup(self, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:
+        """Goodput over the goodput at (1, 1), both from ONE ``optimize`` call: a goodput
+        model may evaluate small and large calls at different precisions (a
+        ``GoodputFunction`` runs a few configurations in float64 on the host, many in
+        the float32 kernel), and the speedup at (1, 1) stays exactly 1."""
+        goodput = self._goodput(np.append(nodes, 1), np.append(replicas, 1))
+        base = goodput[-1]
+        if not (math.isfinite(base) and base > 0):
+            base = self._base_goodput
+        return goodput[:-1] / base
+
     def _set_table(self, table: np.ndarray) -> None:
         if table.shape[0] >= self._table.shape[0] and table.shape[1] >= self._table.shape[1]:
             self._table = table
@@ -207,7 +218,7 @@ class SpeedupFunction:
                               max(max_replicas, have_r - 1, min(least, _TABLE_MAX_REPLICAS)))
             n, r, valid = _grid(*dims)
             table = np.zeros(valid.shape)
-            table[valid] = self._goodput(n[valid], r[valid]) / self._base_goodput
+            table[valid] = self._speedup(n[valid], r[valid])
             self._table = table
         return self._table[:max_nodes + 1, :max_replicas + 1].copy()
 
@@ -226,7 +237,7 @@ class SpeedupFunction:
             missing = [i for i, (a, b) in enumerate(uniq) if (int(a), int(b)) not in self._memo]
             if missing:
                 idx = np.asarray(missing)
-                values = self._goodput(uniq[idx, 0], uniq[idx, 1]) / self._base_goodput
+                values = self._speedup(uniq[idx, 0], uniq[idx, 1])
                 for i, v in zip(missing, values):
                     self._memo[(int(uniq[i, 0]), int(uniq[i, 1]))] = float(v)
             values = np.array([self._memo[(int(a), int(b))] for a, b in uniq])

@@ -16,13 +16,14 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-__all__ = ["JobInfo", "NodeInfo", "realloc_factor", "timestamp_seconds"]
+__all__ = ["JobInfo", "JobOptions", "NodeInfo", "realloc_factor", "timestamp_seconds"]
 
 
 def _check_resources(resources: Any, owner: str) -> dict:
@@ -68,6 +69,66 @@ def timestamp_seconds(value: Any) -> float:
     raise TypeError(f"creation_timestamp must be a datetime or seconds, got {value!r}")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """What a policy may know of a job beyond AdaptDL's six ``JobInfo`` arguments.
+
+    Attributes:
+        age: seconds the job has existed, for the restart penalty; ``None`` lets
+            the policy derive it from ``creation_timestamp`` and its clock.
+        num_restarts: how often the job has been restarted so far (>= 0).
+        goodput_fns: for heterogeneity-aware policies (``SiaPolicy``): per
+            accelerator type, ``fn(num_nodes, num_replicas)`` -> goodput in a unit
+            shared by all types of this job. A type left out means the job cannot run
+            there (yet).
+        restarting: the job is in the middle of a checkpoint-restore.
+        restart_penalty: seconds one restart of this job costs (``None``: the
+            policy's default).
+
+    Example:
+        >>> JobOptions(num_restarts=2).num_restarts
+        2
+        >>> JobOptions(num_restarts=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_restarts (-1) must be >= 0
+    """
+
+    age: float | None = None
+    num_restarts: int = 0
+    goodput_fns: Mapping[str, Callable] | None = None
+    restarting: bool = False
+    restart_penalty: float | None = None
+
+    def __post_init__(self) -> None:
+        n = self.num_restarts
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"num_restarts ({n!r}) must be an int")
+        if n < 0:
+            raise ValueError(f"num_restarts ({n!r}) must be >= 0")
+        object.__setattr__(self, "num_restarts", int(n))
+        age = self.age
+        if age is not None:
+            if isinstance(age, bool) or not isinstance(age, numbers.Real) or not math.isfinite(age):
+                raise ValueError(f"age ({age!r}) must be a finite number of seconds")
+            object.__setattr__(self, "age", float(age))
+        fns = self.goodput_fns
+        if fns is not None:
+            if not isinstance(fns, Mapping):
+                raise TypeError(f"goodput_fns ({fns!r}) must map accelerator type to a callable")
+            for name, fn in fns.items():
+                if not isinstance(name, str) or not callable(fn):
+                    raise TypeError(f"goodput_fns[{name!r}] ({fn!r}) must be a callable keyed "
+                                    f"by an accelerator type (str)")
+        object.__setattr__(self, "restarting", bool(self.restarting))
+        pen = self.restart_penalty
+        if pen is not None:
+            if (isinstance(pen, bool) or not isinstance(pen, numbers.Real)
+                    or not math.isfinite(pen) or pen < 0):
+                raise ValueError(f"restart_penalty ({pen!r}) must be >= 0 seconds")
+            object.__setattr__(self, "restart_penalty", float(pen))
+
+
 class JobInfo:
     """What the policy needs to know about one job.
 
@@ -82,30 +143,23 @@ class JobInfo:
         max_replicas: most replicas the job can use (at least 1 and at least
             ``min_replicas``).
         preemptible: whether the scheduler may move or stop the job once running.
-        age: seconds the job has existed, for the restart penalty; ``None`` lets
-            the policy derive it from ``creation_timestamp`` and its clock.
-        num_restarts: how often the job has been restarted so far.
-        goodput_fns: for heterogeneity-aware policies (``SiaPolicy``): per
-            accelerator type, ``fn(num_nodes, num_replicas)`` -> goodput in a unit
-            shared by all types of this job (a
-            :class:`~goodput_jax.sched.speedup.SpeedupFunction` counts in its own
-            absolute goodput, ``speedup * base_goodput``). A type left out means
-            the job cannot run there (yet).
-        restarting: the job is in the middle of a checkpoint-restore; a
-            heterogeneity-aware policy keeps its allocation.
-        restart_penalty: seconds one restart of this job costs (``None``: the
-            policy's default).
+        options: a :class:`JobOptions` (age, restarts, per-type goodput, restart state
+            and penalty); a ``SpeedupFunction`` in ``goodput_fns`` counts in its own
+            absolute goodput, ``speedup * base_goodput``.
+        **keywords: ``JobOptions`` fields as keywords (``age=``, ``num_restarts=``, ...),
+            applied over ``options``.
 
     Example:
         >>> JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 8, preemptible=False).min_replicas
         1
+        >>> JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 8, options=JobOptions(age=60.0)).age
+        60.0
     """
 
     def __init__(self, resources: Mapping[str, float], speedup_fn: Callable,
                  creation_timestamp: Any, min_replicas: int, max_replicas: int,
-                 preemptible: bool = True, *, age: float | None = None,
-                 num_restarts: int = 0, goodput_fns: Mapping[str, Callable] | None = None,
-                 restarting: bool = False, restart_penalty: float | None = None):
+                 preemptible: bool = True, *, options: JobOptions | None = None,
+                 **keywords: Any):
         self.resources = _check_resources(resources, "JobInfo")
         if not callable(speedup_fn):
             raise TypeError(f"JobInfo: speedup_fn must be callable, got {speedup_fn!r}")
@@ -114,8 +168,7 @@ class JobInfo:
             creation_timestamp = creation_timestamp[0]
         self.creation_time = timestamp_seconds(creation_timestamp)
         self.creation_timestamp = creation_timestamp
-        for name, value in (("min_replicas", min_replicas), ("max_replicas", max_replicas),
-                            ("num_restarts", num_restarts)):
+        for name, value in (("min_replicas", min_replicas), ("max_replicas", max_replicas)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"JobInfo: {name} must be an int, got {value!r}")
         if min_replicas < 0:
@@ -125,32 +178,22 @@ class JobInfo:
         if max_replicas < min_replicas:
             raise ValueError(f"JobInfo: max_replicas ({max_replicas}) < min_replicas "
                              f"({min_replicas})")
-        if num_restarts < 0:
-            raise ValueError(f"JobInfo: num_restarts must be >= 0, got {num_restarts}")
-        if age is not None and (not isinstance(age, numbers.Real) or not math.isfinite(age)):
-            raise ValueError(f"JobInfo: age must be a finite number of seconds, got {age!r}")
         self.min_replicas = int(min_replicas)
         self.max_replicas = int(max_replicas)
         self.preemptible = bool(preemptible)
-        self.age = None if age is None else float(age)
-        self.num_restarts = int(num_restarts)
-        if goodput_fns is not None:
-            if not isinstance(goodput_fns, Mapping):
-                raise TypeError(f"JobInfo: goodput_fns must map accelerator type to a callable, "
-                                f"got {goodput_fns!r}")
-            for name, fn in goodput_fns.items():
-                if not isinstance(name, str) or not callable(fn):
-                    raise TypeError(f"JobInfo: goodput_fns[{name!r}] must be a callable keyed "
-                                    f"by an accelerator type (str), got {fn!r}")
-            goodput_fns = dict(goodput_fns)
-        self.goodput_fns = goodput_fns
-        self.restarting = bool(restarting)
-        if restart_penalty is not None and (
-                isinstance(restart_penalty, bool) or not isinstance(restart_penalty, numbers.Real)
-                or not math.isfinite(restart_penalty) or restart_penalty < 0):
-            raise ValueError(f"JobInfo: restart_penalty must be >= 0 seconds, "
-                             f"got {restart_penalty!r}")
-        self.restart_penalty = None if restart_penalty is None else float(restart_penalty)
+        # the one place the former keywords (age=, num_restarts=, ...) become options
+        if keywords:
+            unknown = sorted(set(keywords) - {f.name for f in dataclasses.fields(JobOptions)})
+            if unknown:
+                raise TypeError(f"JobInfo() got an unexpected keyword argument {unknown[0]!r}")
+            options = dataclasses.replace(options or JobOptions(), **keywords)
+        self.options = options if options is not None else JobOptions()
+        self.age = self.options.age
+        self.num_restarts = self.options.num_restarts
+        self.goodput_fns = (None if self.options.goodput_fns is None
+                            else dict(self.options.goodput_fns))
+        self.restarting = self.options.restarting
+        self.restart_penalty = self.options.restart_penalty
 
     def __repr__(self) -> str:
         return (f"JobInfo(resources={self.resources!r}, creation_timestamp="

@@ -232,39 +232,6 @@ def test_parity_optimize(accumulation, x64):
                     np.testing.assert_allclose(fun(nodes, replicas, b, s) * (g > 0), g, rtol=1e-4)
 
 
-@pytest.mark.parametrize("accumulation", [False, True])
-def test_scalar_numpy_path_matches_kernel(accumulation):
-    """Scalar optimize() uses a float64 numpy twin of the kernel: same answers."""
-    bounds = [
-        (None, None),
-        (1280, (64, 256)),
-        (4096, (None, 100)),
-        (2000, (32, None)),
-        (128, (200, 300)),
-    ]
-    checked = 0
-    for pi, gi in [(0, 0), (4, 6), (9, 3)]:
-        for p, gp in [
-            (PERF_PARAMS[pi], GRAD_PARAMS[gi]),
-            (REALISTIC, REALISTIC_GRAD),
-            (REALISTIC, GradParams(0.0, 0.0)),
-        ]:
-            fun = GoodputFunction(p, gp, 128)
-            nodes = np.array([1, 1, 1, 2, 3, 4, 8])
-            replicas = np.array([1, 2, 7, 2, 9, 64, 100])
-            for max_bs, rng_ in bounds:
-                with jax.enable_x64(True):
-                    g, b, s = fun.optimize(nodes, replicas, max_bs, rng_, accumulation)
-                for k in range(len(nodes)):
-                    sg, sb, ss = fun.optimize(
-                        int(nodes[k]), int(replicas[k]), max_bs, rng_, accumulation
-                    )
-                    assert (sb, ss) == (b[k], s[k])
-                    assert sg == pytest.approx(g[k], rel=1e-9, abs=1e-300)
-                    checked += 1
-    assert checked == 3 * 3 * 7 * len(bounds)
-
-
 def test_efficiency_zero_denominator():
     fun = GoodputFunction(REALISTIC, GradParams(0.0, 0.0), 16)
     assert fun.efficiency(32) == pytest.approx(0.5)  # gain = 1 -> 1 / scale

@@ -21,6 +21,7 @@ from goodput_jax.sched.sim.apps import (
 )
 from goodput_jax.sched.sim.cluster import Cluster, SimResult, load_workload, make_jobs, simulate
 from goodput_jax.sched.sim.job import SimJob
+from goodput_jax.sched.sim.options import SimOptions, WorkloadOptions
 from goodput_jax.sched.sim.policies import OptimusPolicy, TiresiasPolicy
 from goodput_jax.sched.sim.runner import run_workload
 
@@ -29,8 +30,10 @@ __all__ = [
     "Cluster",
     "OptimusPolicy",
     "SimJob",
+    "SimOptions",
     "SimResult",
     "TiresiasPolicy",
+    "WorkloadOptions",
     "find_traces_dir",
     "find_workload",
     "load_applications",

@@ -33,12 +33,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 import numpy as np
 
 from goodput_jax.sched.sim.apps import Application
 from goodput_jax.sched.sim.job import SimJob
+from goodput_jax.sched.sim.options import SimOptions, with_keywords
 
 __all__ = ["AdaptiveModel", "Cluster", "SimResult", "WorkloadRow", "cluster_nodes",
            "load_workload", "make_jobs", "simulate"]
@@ -386,25 +387,24 @@ def cluster_nodes(cluster: Mapping[str, tuple[int, int]]) -> tuple[dict[int, int
     return gpus, types
 
 
-def simulate(jobs: Sequence[SimJob], policy, *, model: AdaptiveModel | None = None,
-             interval: float = 60.0, interference: float = 0.0, num_nodes: int = 16,
-             gpus_per_node: int = 4, max_time: float = 30 * 86400.0,
+def simulate(jobs: Sequence[SimJob], policy: Any, *, model: AdaptiveModel | None = None,
+             options: SimOptions | None = None,
              log_path: str | os.PathLike[str] | None = None, workload: str = "",
              progress: Callable[[int, int, float], None] | None = None,
-             cluster: Mapping[str, tuple[int, int]] | None = None) -> SimResult:
+             **keywords: Any) -> SimResult:
     """Run the cluster loop until every job finishes (or ``max_time`` passes).
 
     Args:
         jobs: jobs from :func:`make_jobs`.
         policy: a policy object (``policies.TiresiasPolicy()``, ...).
         model: goodput model of adaptive jobs (Pollux).
-        interval, interference, num_nodes, gpus_per_node: see :class:`Cluster`.
-        max_time: simulated-time limit (s); jobs still running then are reported unfinished.
+        options: the cluster and limits (:class:`~.options.SimOptions`: ``interval``,
+            ``interference``, ``num_nodes``, ``gpus_per_node``, ``max_time``, ``cluster``).
         log_path: JSON Lines file for the per-interval log.
         workload: label for the result.
         progress: called after every interval with ``(finished, total, time)``.
-        cluster: a heterogeneous cluster ``{type: (nodes, GPUs per node)}`` (replaces
-            ``num_nodes`` x ``gpus_per_node``).
+        **keywords: ``SimOptions`` fields as keywords (``interval=30.0``), applied over
+            ``options``.
 
     Returns:
         A :class:`SimResult`.
@@ -416,16 +416,17 @@ def simulate(jobs: Sequence[SimJob], policy, *, model: AdaptiveModel | None = No
     """
     if not jobs:
         raise ValueError("jobs is empty")
+    opts = with_keywords(SimOptions, options, keywords, "simulate")
     start, cpu_start = time.perf_counter(), time.process_time()
     with contextlib.ExitStack() as stack:
         f = None
         if log_path is not None:
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)
             f = stack.enter_context(open(log_path, "w"))
-        sim = Cluster(jobs, policy, num_nodes=num_nodes, gpus_per_node=gpus_per_node,
-                      interval=interval, interference=interference, model=model, log=f,
-                      cluster=cluster)
-        while not sim.done and sim.time < max_time:
+        sim = Cluster(jobs, policy, num_nodes=opts.num_nodes, gpus_per_node=opts.gpus_per_node,
+                      interval=opts.interval, interference=opts.interference, model=model,
+                      log=f, cluster=opts.cluster)
+        while not sim.done and sim.time < opts.max_time:
             sim.step()
             if progress is not None:
                 progress(sum(j.completion_time is not None for j in jobs), len(jobs), sim.time)

@@ -279,7 +279,7 @@ class PolluxAdapter:
     def _solve(self, jobs: Mapping[str, SimJob], nodes: Mapping[int, int],
                prev_allocations: Mapping[str, Sequence[int]], now: float,
                ) -> dict[str, list[int]]:
-        from goodput_jax.sched.types import JobInfo, NodeInfo
+        from goodput_jax.sched.types import JobInfo, JobOptions, NodeInfo
 
         if not jobs:
             return {}
@@ -292,8 +292,9 @@ class PolluxAdapter:
             job = jobs[k]
             fn = LinearSpeedup() if table is None else TableSpeedup(table)
             infos[k] = JobInfo({"nvidia.com/gpu": 1}, fn, job.submission_time, 0, cap,
-                               True, age=max(now - job.submission_time, 0.0),
-                               num_restarts=job.num_restarts or 0)
+                               True, options=JobOptions(
+                                   age=max(now - job.submission_time, 0.0),
+                                   num_restarts=job.num_restarts or 0))
         node_infos = {n: NodeInfo({"nvidia.com/gpu": g}, preemptible=False)
                       for n, g in nodes.items()}
         template = next(iter(node_infos.values()))

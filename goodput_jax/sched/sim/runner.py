@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from goodput_jax.sched.sim.apps import Application, find_workload, load_applications
 from goodput_jax.sched.sim.cluster import SimResult, load_workload, make_jobs, simulate
+from goodput_jax.sched.sim.options import WorkloadOptions, with_keywords
 
 __all__ = [
     "DEFAULT_HETERO_POLICIES",
@@ -23,8 +25,9 @@ __all__ = [
     "PUBLISHED_REDUCTION",
     "PUBLISHED_SIA",
     "PUBLISHED_WORKLOAD6",
+    "SimPolicy",
     "find_sia_workload",
-    "make_policy",
+    "make_sim_policy",
     "run_workload",
 ]
 
@@ -46,9 +49,20 @@ PUBLISHED_WORKLOAD6 = {"pollux": 2446.0, "optimus": 5302.0, "tiresias": 3470.0}
 PUBLISHED_REDUCTION = {"optimus": 0.52, "tiresias": 0.32}
 
 
-def make_policy(policy: str, *, seed: int = 0, p: float = -1.0,
-                cluster: Mapping[str, tuple[int, int]] | None = None):
-    """Policy object and goodput model (None for the baselines) for a policy name.
+class SimPolicy(NamedTuple):
+    """What the simulator runs for a policy name: the policy and the goodput model its
+    adaptive jobs use (``None`` for the baselines)."""
+
+    policy: Any
+    model: Any
+
+
+def make_sim_policy(policy: str, *, seed: int = 0, p: float = -1.0,
+                    cluster: Mapping[str, tuple[int, int]] | None = None) -> SimPolicy:
+    """The simulator's policy and goodput model for a policy name.
+
+    (Not :func:`goodput_jax.cluster.make_policy`, which builds the cluster runtime's
+    policy object alone.)
 
     ``"sia"`` needs the heterogeneous ``cluster``; ``"pollux"`` on such a cluster is the
     heterogeneity-unaware Pollux as the Sia artifact runs it
@@ -59,7 +73,7 @@ def make_policy(policy: str, *, seed: int = 0, p: float = -1.0,
         ValueError: for an unknown name.
 
     Example:
-        >>> make_policy("tiresias")[0].name
+        >>> make_sim_policy("tiresias").policy.name
         'tiresias'
     """
     from goodput_jax.sched.sim.policies import OptimusPolicy, TiresiasPolicy
@@ -70,12 +84,12 @@ def make_policy(policy: str, *, seed: int = 0, p: float = -1.0,
         from goodput_jax.sched.sim.sia_adapter import SiaAdapter, SiaModel
 
         model = SiaModel(cluster)
-        return SiaAdapter(model, cluster), model
+        return SimPolicy(SiaAdapter(model, cluster), model)
 
     if policy == "tiresias":
-        return TiresiasPolicy(), None
+        return SimPolicy(TiresiasPolicy(), None)
     if policy == "optimus":
-        return OptimusPolicy(), None
+        return SimPolicy(OptimusPolicy(), None)
     if policy in ("pollux", "pollux-typed"):
         from goodput_jax.sched.sim.pollux_adapter import (
             PolluxAdapter,
@@ -89,14 +103,14 @@ def make_policy(policy: str, *, seed: int = 0, p: float = -1.0,
             ref = (SIA_UNAWARE_REFERENCE_TYPE if SIA_UNAWARE_REFERENCE_TYPE in cluster
                    else next(iter(cluster)))
             model = PolluxModel(table_type=ref)
-            return UnawarePolluxAdapter(model, cluster, p=p, seed=seed), model
+            return SimPolicy(UnawarePolluxAdapter(model, cluster, p=p, seed=seed), model)
         if policy == "pollux-typed" and cluster is None:
             raise ValueError("policy 'pollux-typed' needs a heterogeneous cluster "
                              "(e.g. --cluster sia-64)")
         model = PolluxModel()
         adapter = PolluxAdapter(model, p=p, seed=seed)
         adapter.name = policy
-        return adapter, model
+        return SimPolicy(adapter, model)
     raise ValueError(f"policy must be one of {', '.join(POLICIES + HETERO_POLICIES[::2])}, "
                      f"got {policy!r}")
 
@@ -133,31 +147,25 @@ def find_sia_workload(workload: str | os.PathLike[str], data: str | os.PathLike[
 
 
 def run_workload(workload: str | os.PathLike[str], policy: str, *,
-                 traces: str | os.PathLike[str] | None = None,
-                 apps: Mapping[str, Application] | None = None, interval: float = 60.0,
-                 interference: float = 0.0, seed: int = 0, p: float = -1.0,
-                 max_jobs: int | None = None, log_path: str | os.PathLike[str] | None = None,
+                 options: WorkloadOptions | None = None,
+                 apps: Mapping[str, Application] | None = None,
+                 log_path: str | os.PathLike[str] | None = None,
                  progress: Callable[[int, int, float], None] | None = None,
-                 num_nodes: int = 16, gpus_per_node: int = 4,
-                 cluster: str | Mapping[str, tuple[int, int]] | None = None,
-                 calibrated: bool = True) -> SimResult:
+                 **keywords: Any) -> SimResult:
     """Simulate one workload CSV under ``policy`` ("pollux", "optimus" or "tiresias").
 
     Args:
         workload: CSV path or a name resolved by :func:`~.apps.find_workload` (``"6"``).
         policy: policy name.
-        traces: trace directory (see :func:`~.apps.find_traces_dir`).
+        options: :class:`~.options.WorkloadOptions` (``traces``, ``seed``, ``p``,
+            ``max_jobs``, ``calibrated``, ``cluster`` and the cluster settings); on a
+            heterogeneous ``cluster`` the workload and the per-type traces come from the
+            Sia data (``traces`` names its root).
         apps: preloaded applications (to share interpolation caches between runs).
-        interval, interference, num_nodes, gpus_per_node: cluster settings.
-        seed, p: Pollux search seed and fairness power.
-        max_jobs: only the first N jobs of the workload.
         log_path: JSON Lines per-interval log.
         progress: callback ``(finished, total, sim_time)``.
-        cluster: a heterogeneous cluster, by name (``"sia-64"``, see
-            :data:`~.apps.CLUSTERS`) or as ``{type: (nodes, GPUs per node)}``; the workload
-            and the per-type traces then come from the Sia data (``traces`` names its root).
-        calibrated: on a heterogeneous cluster, the Sia artifact's restore times and
-            calibration slowdowns (see :func:`~.cluster.make_jobs`).
+        **keywords: ``WorkloadOptions`` fields as keywords (``max_jobs=20``), applied over
+            ``options``.
 
     Returns:
         The :class:`~.cluster.SimResult`.
@@ -166,6 +174,8 @@ def run_workload(workload: str | os.PathLike[str], policy: str, *,
         >>> run_workload("6", "optimus", max_jobs=20).avg_jct > 0    # doctest: +SKIP
         True
     """
+    opts = with_keywords(WorkloadOptions, options, keywords, "run_workload")
+    traces, cluster = opts.traces, opts.cluster
     if cluster is not None:
         from goodput_jax.sched.sim.apps import CLUSTERS, load_typed_applications
 
@@ -182,10 +192,9 @@ def run_workload(workload: str | os.PathLike[str], policy: str, *,
     else:
         path = find_workload(workload, traces)
         apps = apps if apps is not None else load_applications(traces)
-    rows = load_workload(path, max_jobs=max_jobs)
-    pol, model = make_policy(policy, seed=seed, p=p, cluster=cluster)
-    jobs = make_jobs(rows, apps, policy, calibrated=calibrated)
+    rows = load_workload(path, max_jobs=opts.max_jobs)
+    pol, model = make_sim_policy(policy, seed=opts.seed, p=opts.p, cluster=cluster)
+    jobs = make_jobs(rows, apps, policy, calibrated=opts.calibrated)
     label = f"{Path(path).parent.name}/{Path(path).stem}"
-    return simulate(jobs, pol, model=model, interval=interval, interference=interference,
-                    num_nodes=num_nodes, gpus_per_node=gpus_per_node, log_path=log_path,
-                    workload=label, progress=progress, cluster=cluster)
+    return simulate(jobs, pol, model=model, options=opts.sim_options(cluster),
+                    log_path=log_path, workload=label, progress=progress)

@@ -241,7 +241,7 @@ class SiaAdapter:
                  prev_allocations: Mapping[str, Sequence[int]], now: float,
                  ) -> dict[str, list[int]]:
         """Allocations from SiaPolicy for the active ``jobs``."""
-        from goodput_jax.sched.types import JobInfo, NodeInfo
+        from goodput_jax.sched.types import JobInfo, JobOptions, NodeInfo
 
         if not jobs:
             return {}
@@ -259,12 +259,14 @@ class SiaAdapter:
             else:
                 fns = {t: RowGoodput(row) for t, row in table.items()}
             infos[k] = JobInfo({"nvidia.com/gpu": 1}, LinearSpeedup(), job.submission_time, 0,
-                               cap, True, age=max(now - job.submission_time, 0.0),
-                               num_restarts=job.num_restarts or 0, goodput_fns=fns,
-                               restarting=bool(job.placement) and job.rescale_time > 0,
-                               # Sia's objective penalty (sia.py), not the job's
-                               # checkpoint-restore time in the simulator
-                               restart_penalty=SIA_RESTART_PENALTIES.get(job.app.name, 30.0))
+                               cap, True, options=JobOptions(
+                                   age=max(now - job.submission_time, 0.0),
+                                   num_restarts=job.num_restarts or 0, goodput_fns=fns,
+                                   restarting=bool(job.placement) and job.rescale_time > 0,
+                                   # Sia's objective penalty (sia.py), not the job's
+                                   # checkpoint-restore time in the simulator
+                                   restart_penalty=SIA_RESTART_PENALTIES.get(job.app.name,
+                                                                             30.0)))
         node_infos = {n: NodeInfo({"nvidia.com/gpu": g}, False, self.node_types[n])
                       for n, g in nodes.items()}
         out = self.policy.optimize(infos, node_infos,
