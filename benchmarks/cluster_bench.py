@@ -79,10 +79,9 @@ def _replicate(table: list, n: int, types: tuple) -> list:
     out = []
     for i in range(n):
         src = copy.deepcopy(by_type[types[i % len(types)]])
-        res = {k: v for k, v in src["Resources"].items() if not k.startswith("gj_node_")}
-        res[f"gj_node_x{i:03d}"] = 1.0
-        src["Resources"] = res
         src["NodeID"] = os.urandom(28).hex()
+        src["Labels"] = {**(src.get("Labels") or {}), "ray.io/node-id": src["NodeID"],
+                         "goodput-jax/node": f"x{i:03d}"}
         out.append(src)
     return out
 

@@ -56,6 +56,7 @@ from goodput_jax.cluster.record import (
     JobRecord,
     JobStatus,
     Launcher,
+    Placement,
     read_state,
 )
 from goodput_jax.cluster.spec import Capacity, JobSpec, validate
@@ -522,11 +523,11 @@ class Controller:
         self.alive = alive
         labels = {n.label for n in alive}
         if self.launcher is not None:
-            warm = [n.label for n in self.usable(now)]
+            warm = self.usable(now)
             if self.autoscaler is not None:  # no spare on an idle node: it could not go
                 held = {n for j in self.jobs.values() if j.status.active
                         for n in j.current_allocation()}
-                warm = [n for n in warm if n in held]
+                warm = [n for n in warm if n.label in held]
             self.launcher.warm(warm)
         for label in [k for k, until in self.suspect_nodes.items()
                       if until <= now or k not in labels]:
@@ -665,7 +666,8 @@ class Controller:
         with open(os.path.join(jd, "attempt.tmp"), "w") as fh:  # the fence (JobContext.is_current)
             fh.write(str(attempt))
         os.replace(os.path.join(jd, "attempt.tmp"), os.path.join(jd, "attempt"))
-        self.handles[name] = self.launcher.launch(spec, groups, contexts, logs)
+        placements = [Placement(label, k, by_label[label].node_id) for label, k in groups]
+        self.handles[name] = self.launcher.launch(spec, placements, contexts, logs)
 
     # ------------------------------------------------------------------ rounds
     def job_infos(self, now: float, hints: dict | None = None,

@@ -6,8 +6,11 @@ and so do the tests and the benchmark.
 
 * :func:`nodes_from_ray`: Ray's ``ray.nodes()`` -> :class:`NodeRecord` per live
   node that carries the runtime's resources (``gj_accel``: devices,
-  ``gj_type_<T>``: its accelerator type, ``gj_node_<label>``: its label; nodes
-  are addressed by label, never by IP).
+  ``gj_type_<T>``: its accelerator type). Each node is named by a label: the
+  Ray node label ``goodput-jax/node`` where the operator gave one (the local
+  cluster's ``n0``, ``n1``, ...), else one made from Ray's node id
+  (``<type>-<last 8 hex digits>``); launches are placed by Ray's node id,
+  never by IP and never by a per-node custom resource.
 * :func:`node_infos`: the policy's :class:`~goodput_jax.sched.NodeInfo` per node.
 * :func:`job_info`: a job's :class:`~goodput_jax.sched.JobInfo` from its spec and
   latest :class:`~goodput_jax.model.hints.Hints`, with AdaptDL's rules
@@ -43,6 +46,8 @@ from goodput_jax.model.hints import Hints
 
 __all__ = [
     "ACCEL",
+    "NODE_ID_LABEL",
+    "NODE_LABEL",
     "NODE_PREFIX",
     "TYPE_PREFIX",
     "NodeRecord",
@@ -58,8 +63,15 @@ __all__ = [
 ACCEL = "gj_accel"
 #: Ray custom resource prefix naming a node's accelerator type.
 TYPE_PREFIX = "gj_type_"
-#: Ray custom resource prefix naming a node's label (1 per node).
+#: Ray node label that names a node (optional: without it the name is made from
+#: Ray's node id). ``ray start --labels goodput-jax/node=n0``.
+NODE_LABEL = "goodput-jax/node"
+#: Ray custom resource prefix that named a node before Ray had node labels
+#: (``gj_node_<label>: 1``); still read as a name, never required.
 NODE_PREFIX = "gj_node_"
+#: Ray's own node label holding its node id (every node has it; launches are pinned
+#: to nodes by it, ``bundle_label_selector``).
+NODE_ID_LABEL = "ray.io/node-id"
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,8 @@ class NodeRecord:
     """One node of the cluster as the runtime sees it.
 
     Attributes:
-        label: its stable name (the ``gj_node_<label>`` resource).
+        label: its name: the Ray node label ``goodput-jax/node`` (:data:`NODE_LABEL`)
+            where given, else ``<type>-<last 8 hex digits of its node id>``.
         accelerator_type: its type (the ``gj_type_<T>`` resource).
         devices: its accelerator devices (``gj_accel``).
         node_id: Ray's NodeID (hex), when known.
@@ -89,14 +102,20 @@ class NodeRecord:
 def nodes_from_ray(table: Sequence[Mapping[str, Any]]) -> list[NodeRecord]:
     """Live runtime nodes from ``ray.nodes()`` (nodes without ``gj_accel`` are skipped).
 
+    A node needs ``gj_accel`` and one ``gj_type_<T>`` resource, nothing unique to it:
+    every node of an autoscaler's node type (or a KubeRay worker group) may carry the
+    same resources. Its label is the Ray node label ``goodput-jax/node`` when set
+    (else a legacy ``gj_node_<label>`` resource), otherwise ``<type>-<last 8 hex
+    digits of its node id>`` (the whole id where two live nodes would share that).
+
     Example:
-        >>> nodes_from_ray([{"Alive": True, "NodeID": "ab", "NodeManagerAddress": "127.0.0.1",
-        ...     "NodeManagerPort": 40123,
-        ...     "Resources": {"CPU": 2.0, "gj_accel": 2.0, "gj_type_t4": 2.0, "gj_node_n0": 1.0}}])
-        [NodeRecord(label='n0', accelerator_type='t4', devices=2, node_id='ab', \
-address='127.0.0.1', preemptible=False, port=40123)]
+        >>> nodes_from_ray([{"Alive": True, "NodeID": "ab12cd34ef", "NodeManagerPort": 40123,
+        ...     "NodeManagerAddress": "127.0.0.1",
+        ...     "Resources": {"CPU": 2.0, "gj_accel": 2.0, "gj_type_t4": 2.0}}])
+        [NodeRecord(label='t4-12cd34ef', accelerator_type='t4', devices=2, \
+node_id='ab12cd34ef', address='127.0.0.1', preemptible=False, port=40123)]
     """
-    out = []
+    found = []
     for node in table:
         if not node.get("Alive", False):
             continue
@@ -105,13 +124,19 @@ address='127.0.0.1', preemptible=False, port=40123)]
         if devices < 1:
             continue
         types = [k[len(TYPE_PREFIX):] for k in res if k.startswith(TYPE_PREFIX)]
-        labels = [k[len(NODE_PREFIX):] for k in res if k.startswith(NODE_PREFIX)]
-        if len(types) != 1 or len(labels) != 1:
+        if len(types) != 1:
             raise ValueError(f"node {node.get('NodeID')!r} must carry exactly one "
-                             f"{TYPE_PREFIX}* and one {NODE_PREFIX}* resource, got "
-                             f"{sorted(res)}")
+                             f"{TYPE_PREFIX}* resource, got {sorted(res)}")
+        node_id = str(node.get("NodeID") or "")
+        given = (node.get("Labels") or {}).get(NODE_LABEL) or next(
+            (k[len(NODE_PREFIX):] for k in res if k.startswith(NODE_PREFIX)), None)
+        found.append((given, types[0], node_id, devices, node, res))
+    short = [f"{t}-{nid[-8:]}" for given, t, nid, *_ in found]
+    out = []
+    for (given, t, nid, devices, node, res), s in zip(found, short):
+        label = given or (s if short.count(s) == 1 else f"{t}-{nid}")
         port = node.get("NodeManagerPort")
-        out.append(NodeRecord(labels[0], types[0], devices, node.get("NodeID"),
+        out.append(NodeRecord(label, t, devices, nid or None,
                               node.get("NodeManagerAddress") or "127.0.0.1",
                               bool(res.get("gj_preemptible", 0)),
                               int(port) if isinstance(port, int) and port > 0 else None))
