@@ -29,11 +29,12 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CONTEXT_ENV", "JobContext", "job_context", "mark_stopped", "stop_marked"]
+__all__ = ["CONTEXT_ENV", "JobContext", "job_context", "launch_contexts", "mark_stopped",
+           "stop_marked"]
 
 _STOPPED: list[bool] = [False]
 
@@ -187,3 +188,23 @@ def job_context() -> JobContext:
         raise RuntimeError(f"${CONTEXT_ENV} is not set: this process was not started by "
                            f"the goodput_jax cluster runtime")
     return JobContext.from_json(json.loads(raw))
+
+
+def launch_contexts(name: str, spec: Any, attempt: int, groups: Sequence[tuple[str, int]],
+                    nodes: Mapping[str, Any], coordinator: str | None,
+                    sd: Any) -> list[JobContext]:
+    """The :class:`JobContext` of each process of one launch, rank order.
+
+    ``spec`` is the job's :class:`~goodput_jax.cluster.spec.JobSpec`, ``groups`` its
+    ``(node label, devices)`` per process, ``nodes`` the node records by label (their
+    accelerator type), ``sd`` the cluster's
+    :class:`~goodput_jax.cluster.state.StateDir` (the stop and progress paths).
+    """
+    return [JobContext(
+        job=name, attempt=attempt, rank=rank, num_processes=len(groups),
+        coordinator=coordinator, local_devices=k, accelerator_type=nodes[label].accelerator_type,
+        nodes=tuple(g[0] for g in groups), devices_per_process=tuple(g[1] for g in groups),
+        checkpoint_dir=spec.checkpoint_dir or "", store=spec.store or "",
+        stop_path=sd.stop_path(name), progress_path=sd.progress_path(name),
+        hooks=spec.hooks, adaptive=spec.adaptive, args=spec.args)
+        for rank, (label, k) in enumerate(groups)]

@@ -53,9 +53,12 @@ __all__ = [
     "NodeRecord",
     "RoundPlan",
     "capacity_of",
+    "check_allocation",
+    "group_allocation",
     "job_info",
     "node_infos",
     "nodes_from_ray",
+    "parse_allocation",
     "plan_round",
 ]
 
@@ -246,3 +249,76 @@ def plan_round(policy: Any, jobs: Mapping[str, Any], nodes: Mapping[str, Any],
     out = {k: tuple(sorted(alloc.get(k, ()) or ())) for k in jobs}
     changed = tuple(sorted(k for k in jobs if out[k] != tuple(sorted(cur[k]))))
     return RoundPlan(out, changed, name, desired)
+
+
+def group_allocation(allocation: Sequence[str]) -> list[tuple[str, int]]:
+    """Replicas per node, the first replica's node first (it hosts rank 0).
+
+    Example:
+        >>> group_allocation(["n1", "n0", "n1"])
+        [('n1', 2), ('n0', 1)]
+    """
+    counts: dict[str, int] = {}
+    for n in allocation:
+        counts[n] = counts.get(n, 0) + 1
+    first = allocation[0] if allocation else None
+    return sorted(counts.items(), key=lambda kv: (kv[0] != first, -kv[1], kv[0]))
+
+
+def parse_allocation(text: str) -> list[str]:
+    """``"n0:2,n1"`` -> ``["n0", "n0", "n1"]`` (node labels, one per replica).
+
+    Example:
+        >>> parse_allocation("n1:2,n0")
+        ['n1', 'n1', 'n0']
+        >>> parse_allocation("n1:x")
+        Traceback (most recent call last):
+        ...
+        ValueError: to ('n1:x'): each entry is LABEL or LABEL:REPLICAS with REPLICAS >= 1
+    """
+    out: list[str] = []
+    for part in str(text).split(","):
+        label, sep, k = part.strip().partition(":")
+        if not label or (sep and (not k.isdigit() or int(k) < 1)):
+            raise ValueError(f"to ({text!r}): each entry is LABEL or LABEL:REPLICAS with "
+                             f"REPLICAS >= 1")
+        out += [label] * (int(k) if sep else 1)
+    return out
+
+
+def check_allocation(name: str, spec: JobSpec | None, allocation: Sequence[str],
+                     nodes: Sequence[NodeRecord], used: Mapping[str, int]) -> None:
+    """Refuse (one line) a move of job ``name`` to ``allocation`` (node labels, one per
+    replica) that cannot run: an unknown node, a replica count outside the spec's
+    bounds, nodes of several types, a type the job may not use, or a node without
+    that many free devices (``used``: devices the other jobs hold per node).
+
+    Example:
+        >>> check_allocation("j", JobSpec("j", "m:f", max_replicas=2), ["n0", "n0"],
+        ...                  [NodeRecord("n0", "a", 2)], {"n0": 1})
+        Traceback (most recent call last):
+        ...
+        ValueError: allocation: node 'n0' has 1 free devices, 2 asked
+    """
+    by_label = {n.label: n for n in nodes}
+    bad = [n for n in allocation if n not in by_label]
+    if bad:
+        raise ValueError(f"allocation: unknown node {bad[0]!r} (the cluster has: "
+                         f"{', '.join(sorted(by_label)) or 'none'})")
+    if not allocation or spec is None:
+        return
+    if not spec.min_replicas <= len(allocation) <= spec.max_replicas:
+        raise ValueError(f"allocation ({len(allocation)} replicas) must be within "
+                         f"{spec.min_replicas}-{spec.max_replicas} for job {name!r}")
+    types = {by_label[n].accelerator_type for n in allocation}
+    if len(types) > 1:
+        raise ValueError(f"allocation: nodes of one type only, got {sorted(types)}")
+    t = types.pop()
+    if spec.accelerator_types and t not in spec.accelerator_types:
+        raise ValueError(f"allocation: type {t!r} is not one of job {name!r}'s "
+                         f"({', '.join(spec.accelerator_types)})")
+    for label, k in group_allocation(allocation):
+        free = by_label[label].devices - used.get(label, 0)
+        if k > free:
+            raise ValueError(f"allocation: node {label!r} has {free} free devices, "
+                             f"{k} asked")
