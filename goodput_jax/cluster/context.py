@@ -85,6 +85,10 @@ class JobContext:
             records goodput, polls the stop request, logs progress.
         hooks, adaptive: keyword arguments of its GoodputHooks / AdaptiveBatchSize.
         args: the spec's arguments.
+        lease: seconds this process trains on without reaching ``raylet`` or ``head``
+            before it stops itself (:mod:`goodput_jax.cluster.lease`; 0: no lease).
+        raylet: ``host:port`` of its node's raylet (its node manager), when known.
+        head: ``host:port`` of the cluster's head (its GCS), when known.
     """
 
     job: str
@@ -103,6 +107,9 @@ class JobContext:
     hooks: Mapping[str, Any] = field(default_factory=dict)
     adaptive: Mapping[str, Any] = field(default_factory=dict)
     args: tuple[str, ...] = ()
+    lease: float = 0.0
+    raylet: str | None = None
+    head: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -192,13 +199,14 @@ def job_context() -> JobContext:
 
 def launch_contexts(name: str, spec: Any, attempt: int, groups: Sequence[tuple[str, int]],
                     nodes: Mapping[str, Any], coordinator: str | None,
-                    sd: Any) -> list[JobContext]:
+                    sd: Any, lease: float = 0.0, head: str | None = None) -> list[JobContext]:
     """The :class:`JobContext` of each process of one launch, rank order.
 
     ``spec`` is the job's :class:`~goodput_jax.cluster.spec.JobSpec`, ``groups`` its
     ``(node label, devices)`` per process, ``nodes`` the node records by label (their
-    accelerator type), ``sd`` the cluster's
-    :class:`~goodput_jax.cluster.state.StateDir` (the stop and progress paths).
+    accelerator type, their raylet's address and port), ``sd`` the cluster's
+    :class:`~goodput_jax.cluster.state.StateDir` (the stop and progress paths),
+    ``lease`` and ``head`` the launch's lease (seconds) and the head's GCS address.
     """
     return [JobContext(
         job=name, attempt=attempt, rank=rank, num_processes=len(groups),
@@ -206,5 +214,7 @@ def launch_contexts(name: str, spec: Any, attempt: int, groups: Sequence[tuple[s
         nodes=tuple(g[0] for g in groups), devices_per_process=tuple(g[1] for g in groups),
         checkpoint_dir=spec.checkpoint_dir or "", store=spec.store or "",
         stop_path=sd.stop_path(name), progress_path=sd.progress_path(name),
-        hooks=spec.hooks, adaptive=spec.adaptive, args=spec.args)
+        hooks=spec.hooks, adaptive=spec.adaptive, args=spec.args, lease=lease,
+        raylet=f"{nodes[label].address}:{nodes[label].port}" if nodes[label].port else None,
+        head=head)
         for rank, (label, k) in enumerate(groups)]

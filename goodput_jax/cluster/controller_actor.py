@@ -80,7 +80,10 @@ class ControllerActor:
         launcher = RayLauncher(o.fake_devices, compile_cache=(
             os.path.join(sd.root, "jax-cache-jobs") if o.job_cache else None),
             spares=o.spares, state_root=sd.root)
-        self.controller = Controller(state_dir, o.controller(policy), launcher=launcher,
+        import ray
+
+        head = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+        self.controller = Controller(state_dir, o.controller(policy, head), launcher=launcher,
                                      autoscaler=RayAutoscaler() if o.autoscale else None,
                                      probe=raylet_gone if o.probe_raylets else None)
         #: Placement groups and launch actors of a previous controller that nothing

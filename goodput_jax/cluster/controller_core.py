@@ -372,8 +372,9 @@ class Controller:
                              accelerator_type=atype)
         # rank 0's process reserves the coordinator's port on its own node (launch.py)
         coord = f"{by_label[groups[0][0]].address}:0" if len(groups) > 1 else None
-        contexts = [c.to_json() for c in launch_contexts(name, spec, attempt, groups,
-                                                         by_label, coord, self.sd)]
+        contexts = [c.to_json() for c in launch_contexts(
+            name, spec, attempt, groups, by_label, coord, self.sd, self.options.lease,
+            self.options.head)]
         logs = [self.sd.log_path(name, attempt, rank) for rank in range(len(groups))]
         self.book.fence(name, attempt)  # the stop request cleared, the attempt written
         placements = [Placement(label, k, by_label[label].node_id) for label, k in groups]

@@ -97,6 +97,11 @@ class ControllerOptions:
         max_capacity: the largest the cluster can grow to, ``{type: (nodes, devices per
             node)}``: specs are checked against it instead of the live nodes. None:
             the live nodes.
+        lease: seconds a launch's process trains on without reaching its node's raylet
+            or ``head`` before it stops itself (:mod:`goodput_jax.cluster.lease`; 0:
+            no lease). It bounds how long two launches of one job can run at once.
+        head: ``host:port`` of the cluster's head (its GCS) that the launches hold
+            their lease on (the actor fills it in; None: the raylet only).
     """
 
     policy: Any = "auto"
@@ -105,9 +110,14 @@ class ControllerOptions:
     node_grace: float = 15.0
     probe_every: float = 0.5
     max_capacity: Capacity | Mapping | None = None
+    lease: float = 30.0
+    head: str | None = None
 
     def __post_init__(self) -> None:
         _policy(self.policy)
+        object.__setattr__(self, "lease", _seconds("lease", self.lease, zero=True))
+        if self.head is not None and not (isinstance(self.head, str) and ":" in self.head):
+            raise ValueError(f"head ({self.head!r}) must be 'HOST:PORT'")
         object.__setattr__(self, "interval", _seconds("interval", self.interval))
         _flag("round_on_events", self.round_on_events)
         object.__setattr__(self, "node_grace", _seconds("node_grace", self.node_grace,
@@ -136,6 +146,7 @@ class ControllerActorOptions:
         spares: one warm spare process per node.
         autoscale: ask Ray's autoscaler for the policy's desired size after every round.
         probe_raylets: a node whose raylet's port refuses connections is lost at once.
+        lease: as in :class:`ControllerOptions` (the head is the actor's GCS).
     """
 
     policy: str = "auto"
@@ -153,13 +164,14 @@ class ControllerActorOptions:
     autoscale: bool = False
     probe_raylets: bool = True
     max_capacity: Capacity | Mapping | None = None
+    lease: float = 30.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy ({self.policy!r}) must be 'auto', 'sia' or 'pollux'")
         for name in ("interval", "poll"):
             object.__setattr__(self, name, _seconds(name, getattr(self, name)))
-        for name in ("node_grace", "precompile_wait"):
+        for name in ("node_grace", "precompile_wait", "lease"):
             object.__setattr__(self, name, _seconds(name, getattr(self, name), zero=True))
         for name in ("fake_devices", "compile_cache", "precompile", "precompile_more",
                      "job_cache", "spares", "autoscale", "probe_raylets"):
@@ -176,11 +188,12 @@ class ControllerActorOptions:
         if self.max_capacity is not None:
             object.__setattr__(self, "max_capacity", as_capacity(self.max_capacity))
 
-    def controller(self, policy: Any = None) -> ControllerOptions:
-        """The controller's part (``policy``: a policy object built from these options)."""
+    def controller(self, policy: Any = None, head: str | None = None) -> ControllerOptions:
+        """The controller's part (``policy``: a policy object built from these options;
+        ``head``: the GCS address the launches' lease holds on)."""
         return ControllerOptions(policy=self.policy if policy is None else policy,
                                  interval=self.interval, node_grace=self.node_grace,
-                                 max_capacity=self.max_capacity)
+                                 max_capacity=self.max_capacity, lease=self.lease, head=head)
 
 
 O = TypeVar("O", ControllerOptions, ControllerActorOptions)
