@@ -37,6 +37,7 @@ __all__ = ["CONTEXT_ENV", "JobContext", "job_context", "launch_contexts", "mark_
            "stop_marked"]
 
 _STOPPED: list[bool] = [False]
+_TIMER: list[Any] = [None]  # this process's CheckpointTimer (one launch per process)
 
 
 def mark_stopped() -> None:
@@ -59,8 +60,10 @@ def stop_marked() -> bool:
 
 
 def reset_stopped() -> None:
-    """Clear the mark (the runner does, before it runs the entry point)."""
+    """Clear the mark and the checkpoint timer (the runner does, before it runs the
+    entry point)."""
     _STOPPED[0] = False
+    _TIMER[0] = None
 
 #: Environment variable holding a process's JobContext as JSON.
 CONTEXT_ENV = "GOODPUT_JAX_CLUSTER_CONTEXT"
@@ -89,6 +92,8 @@ class JobContext:
             before it stops itself (:mod:`goodput_jax.cluster.lease`; 0: no lease).
         raylet: ``host:port`` of its node's raylet (its node manager), when known.
         head: ``host:port`` of the cluster's head (its GCS), when known.
+        reliability_path: the controller's record of node losses
+            (``STATE_DIR/reliability.json``) that :meth:`should_checkpoint` follows.
     """
 
     job: str
@@ -110,6 +115,7 @@ class JobContext:
     lease: float = 0.0
     raylet: str | None = None
     head: str | None = None
+    reliability_path: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -169,6 +175,24 @@ class JobContext:
         """This process checkpointed and returns on a stop request (see :func:`mark_stopped`)."""
         mark_stopped()
 
+    def should_checkpoint(self, step: int) -> bool:
+        """Whether to save before ``step``: True once the goodput-optimal seconds of work
+        since the last save have passed (Young/Daly from this job's measured save cost
+        and the cluster's observed time between node losses, or the operator's node
+        MTBF, over the launch's nodes; :mod:`goodput_jax.cluster.checkpointing`).
+        Call it once per step; the save it asks for is measured from the next call."""
+        return self.checkpoint_timer().should_checkpoint(step)
+
+    def checkpoint_timer(self) -> Any:
+        """This process's :class:`~goodput_jax.cluster.checkpointing.CheckpointTimer`
+        (its ``advice()`` gives the interval in steps and the goodput it predicts)."""
+        if _TIMER[0] is None:
+            from goodput_jax.cluster.checkpointing import CheckpointTimer
+
+            _TIMER[0] = CheckpointTimer(nodes=self.num_processes,
+                                        reliability_path=self.reliability_path)
+        return _TIMER[0]
+
     def log_progress(self, **record: Any) -> None:
         """Append one JSON line (rank 0 only) to the job's progress log, flushed.
 
@@ -199,14 +223,16 @@ def job_context() -> JobContext:
 
 def launch_contexts(name: str, spec: Any, attempt: int, groups: Sequence[tuple[str, int]],
                     nodes: Mapping[str, Any], coordinator: str | None,
-                    sd: Any, lease: float = 0.0, head: str | None = None) -> list[JobContext]:
+                    sd: Any, lease: float = 0.0, head: str | None = None,
+                    reliability_path: str | None = None) -> list[JobContext]:
     """The :class:`JobContext` of each process of one launch, rank order.
 
     ``spec`` is the job's :class:`~goodput_jax.cluster.spec.JobSpec`, ``groups`` its
     ``(node label, devices)`` per process, ``nodes`` the node records by label (their
     accelerator type, their raylet's address and port), ``sd`` the cluster's
     :class:`~goodput_jax.cluster.state.StateDir` (the stop and progress paths),
-    ``lease`` and ``head`` the launch's lease (seconds) and the head's GCS address.
+    ``lease`` and ``head`` the launch's lease (seconds) and the head's GCS address,
+    ``reliability_path`` the controller's record of node losses.
     """
     return [JobContext(
         job=name, attempt=attempt, rank=rank, num_processes=len(groups),
@@ -216,5 +242,5 @@ def launch_contexts(name: str, spec: Any, attempt: int, groups: Sequence[tuple[s
         stop_path=sd.stop_path(name), progress_path=sd.progress_path(name),
         hooks=spec.hooks, adaptive=spec.adaptive, args=spec.args, lease=lease,
         raylet=f"{nodes[label].address}:{nodes[label].port}" if nodes[label].port else None,
-        head=head)
+        head=head, reliability_path=reliability_path)
         for rank, (label, k) in enumerate(groups)]

@@ -81,7 +81,7 @@ class Controller:
                  **keywords: Any):
         o = self.options = options_from(ControllerOptions, options, keywords)
         self.max_capacity: Capacity | None = o.max_capacity  # type: ignore[assignment]
-        self.book = StateBook(state_dir)
+        self.book = StateBook(state_dir, o.node_mtbf)
         self.sd = self.book.sd
         self.interval = o.interval
         self.launcher = launcher
@@ -254,13 +254,16 @@ class Controller:
                                                      capacity_of(alive)).by_type.items()},
                 "live_capacity": {t: list(v) for t, v in capacity_of(alive).by_type.items()},
                 "updated": now})
-        self.alive = alive
         labels = {n.label for n in alive}
+        held = {n for j in self.jobs.values() if j.status.active for n in j.current_allocation()}
+        # a node that left is a loss (an autoscaler removes only idle nodes)
+        self.book.observe_nodes(sorted(labels), now, lost={
+            n.label for n in self.alive if n.label not in labels
+            and (self.autoscaler is None or n.label in held)})
+        self.alive = alive
         if self.launcher is not None:
             warm = self.usable(now)
             if self.autoscaler is not None:  # no spare on an idle node: it could not go
-                held = {n for j in self.jobs.values() if j.status.active
-                        for n in j.current_allocation()}
                 warm = [n for n in warm if n.label in held]
             self.launcher.warm(warm)
         for label in [k for k, until in self.suspect_nodes.items()
@@ -374,7 +377,7 @@ class Controller:
         coord = f"{by_label[groups[0][0]].address}:0" if len(groups) > 1 else None
         contexts = [c.to_json() for c in launch_contexts(
             name, spec, attempt, groups, by_label, coord, self.sd, self.options.lease,
-            self.options.head)]
+            self.options.head, self.book.reliability_path)]
         logs = [self.sd.log_path(name, attempt, rank) for rank in range(len(groups))]
         self.book.fence(name, attempt)  # the stop request cleared, the attempt written
         placements = [Placement(label, k, by_label[label].node_id) for label, k in groups]

@@ -78,10 +78,27 @@ class StateBook:
     :meth:`write` saves a new state only when it differs from the last one written.
     """
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, node_mtbf_s: float | None = None):
+        from goodput_jax.cluster.checkpointing import NodeLossBook, reliability_path
+
         self.sd = StateDir(root)
         self.state = read_state(self.sd.root)
         self._written: str | None = None
+        #: the cluster's node losses and node time (``reliability.json``), which the
+        #: jobs' checkpoint interval follows (:mod:`goodput_jax.cluster.checkpointing`)
+        self.reliability_path = reliability_path(self.sd.root)
+        self.losses = NodeLossBook.from_json(self.sd.read_json(self.reliability_path),
+                                             node_mtbf_s)
+        self._losses_at = (-1, -float("inf"))
+
+    def observe_nodes(self, live: list[str], now: float, lost: set[str]) -> None:
+        """Count node time and losses; ``reliability.json`` is written at a loss and
+        at most every 30 s otherwise."""
+        self.losses.observe(live, now, lost)
+        count, at = self._losses_at
+        if self.losses.losses != count or now - at >= 30.0:
+            self.sd.write_json(self.reliability_path, self.losses.to_json())
+            self._losses_at = (self.losses.losses, now)
 
     @property
     def carry_path(self) -> str:

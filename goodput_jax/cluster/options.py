@@ -102,6 +102,10 @@ class ControllerOptions:
             no lease). It bounds how long two launches of one job can run at once.
         head: ``host:port`` of the cluster's head (its GCS) that the launches hold
             their lease on (the actor fills it in; None: the raylet only).
+        node_mtbf: a node's mean time between failures in seconds, as the operator
+            knows it; the jobs' checkpoint interval then follows it instead of the
+            node losses observed (None: observed; see
+            :mod:`goodput_jax.cluster.checkpointing`).
     """
 
     policy: Any = "auto"
@@ -112,9 +116,12 @@ class ControllerOptions:
     max_capacity: Capacity | Mapping | None = None
     lease: float = 30.0
     head: str | None = None
+    node_mtbf: float | None = None
 
     def __post_init__(self) -> None:
         _policy(self.policy)
+        if self.node_mtbf is not None:
+            object.__setattr__(self, "node_mtbf", _seconds("node_mtbf", self.node_mtbf))
         object.__setattr__(self, "lease", _seconds("lease", self.lease, zero=True))
         if self.head is not None and not (isinstance(self.head, str) and ":" in self.head):
             raise ValueError(f"head ({self.head!r}) must be 'HOST:PORT'")
@@ -146,7 +153,7 @@ class ControllerActorOptions:
         spares: one warm spare process per node.
         autoscale: ask Ray's autoscaler for the policy's desired size after every round.
         probe_raylets: a node whose raylet's port refuses connections is lost at once.
-        lease: as in :class:`ControllerOptions` (the head is the actor's GCS).
+        lease, node_mtbf: as in :class:`ControllerOptions` (the head is the actor's GCS).
     """
 
     policy: str = "auto"
@@ -165,6 +172,7 @@ class ControllerActorOptions:
     probe_raylets: bool = True
     max_capacity: Capacity | Mapping | None = None
     lease: float = 30.0
+    node_mtbf: float | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -187,13 +195,16 @@ class ControllerActorOptions:
             object.__setattr__(self, "policy_kwargs", dict(self.policy_kwargs))
         if self.max_capacity is not None:
             object.__setattr__(self, "max_capacity", as_capacity(self.max_capacity))
+        if self.node_mtbf is not None:
+            object.__setattr__(self, "node_mtbf", _seconds("node_mtbf", self.node_mtbf))
 
     def controller(self, policy: Any = None, head: str | None = None) -> ControllerOptions:
         """The controller's part (``policy``: a policy object built from these options;
         ``head``: the GCS address the launches' lease holds on)."""
         return ControllerOptions(policy=self.policy if policy is None else policy,
                                  interval=self.interval, node_grace=self.node_grace,
-                                 max_capacity=self.max_capacity, lease=self.lease, head=head)
+                                 max_capacity=self.max_capacity, lease=self.lease, head=head,
+                                 node_mtbf=self.node_mtbf)
 
 
 O = TypeVar("O", ControllerOptions, ControllerActorOptions)
