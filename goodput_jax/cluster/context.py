@@ -180,8 +180,20 @@ class JobContext:
         since the last save have passed (Young/Daly from this job's measured save cost
         and the cluster's observed time between node losses, or the operator's node
         MTBF, over the launch's nodes; :mod:`goodput_jax.cluster.checkpointing`).
-        Call it once per step; the save it asks for is measured from the next call."""
-        return self.checkpoint_timer().should_checkpoint(step)
+        Call it once per step; the save it asks for is measured from the next call.
+        When it answers True, rank 0 logs the advice to the progress log (``event``
+        ``"checkpoint advice"``: the interval in steps and seconds, the save cost, the
+        MTBF and the goodput predicted), for the cluster report."""
+        timer = self.checkpoint_timer()
+        due = timer.should_checkpoint(step)
+        if due and self.progress_path:
+            a = timer.advice()
+            self.log_progress(event="checkpoint advice", step=step,
+                              interval_steps=a.interval_steps, interval_s=a.interval_s,
+                              save_cost_s=a.save_cost_s, mtbf_s=a.mtbf_s,
+                              mtbf_source=a.mtbf_source,
+                              predicted_goodput=a.predicted_goodput)
+        return due
 
     def checkpoint_timer(self) -> Any:
         """This process's :class:`~goodput_jax.cluster.checkpointing.CheckpointTimer`

@@ -83,6 +83,7 @@ class ControllerActor:
         import ray
 
         head = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+        self.launcher = launcher
         self.controller = Controller(state_dir, o.controller(policy, head), launcher=launcher,
                                      autoscaler=RayAutoscaler() if o.autoscale else None,
                                      probe=raylet_gone if o.probe_raylets else None)
@@ -185,7 +186,7 @@ class ControllerActor:
 
     def spares(self) -> dict:
         """``{node label: warm}`` of the launcher's spare processes."""
-        return self.controller.launcher.spare_status()
+        return self.launcher.spare_status()
 
     def shutdown(self) -> bool:
         """Stop every launch and the loop (the cluster is going down)."""
@@ -225,8 +226,9 @@ def start_controller(state_dir: str, *, options: ControllerActorOptions | None =
         raise ValueError(f"name ({name!r}): a controller is already running in namespace "
                          f"{NAMESPACE!r}")
     here = ray.get_runtime_context().get_node_id()
-    actor = ray.remote(num_cpus=0, max_concurrency=8)(ControllerActor).options(
-        name=name, namespace=NAMESPACE, lifetime="detached", max_restarts=max_restarts,
+    actor: Any = ray.remote(ControllerActor).options(
+        num_cpus=0, max_concurrency=8, name=name, namespace=NAMESPACE, lifetime="detached",
+        max_restarts=max_restarts,
         scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
     ).remote(os.path.abspath(state_dir), opts)
     ray.get(actor.status.remote())

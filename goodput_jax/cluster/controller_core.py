@@ -432,8 +432,8 @@ class Controller:
         record = {"t": now, "policy": plan.policy, "changed": list(plan.changed),
                   "allocations": {k: list(v) for k, v in plan.allocations.items()}}
         if self.autoscaler is not None:
-            specs = {k: self.jobs[k].spec for k in plan.allocations
-                     if self.jobs[k].spec is not None}
+            specs = {k: spec for k in plan.allocations
+                     if (spec := self.jobs[k].spec) is not None}
             bundles = desired_bundles(plan, specs, self.usable(now))
             try:
                 self.autoscaler.request(bundles)

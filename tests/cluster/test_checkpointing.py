@@ -111,14 +111,27 @@ def test_the_timer_measures_the_save_cost_and_follows_the_cluster(tmp_path):
         CheckpointTimer(mtbf_s=0)
 
 
-def test_the_job_context_offers_it_once_per_process():
+def test_the_job_context_offers_it_once_per_process(tmp_path):
+    progress = tmp_path / "progress.jsonl"
     ctx = JobContext(job="j", attempt=0, rank=0, num_processes=3, coordinator=None,
                      local_devices=1, accelerator_type="a", nodes=("n0", "n1", "n2"),
-                     checkpoint_dir="", store="", stop_path="", progress_path="")
+                     checkpoint_dir="", store="", stop_path="", progress_path=str(progress))
     reset_stopped()
     timer = ctx.checkpoint_timer()
     assert ctx.checkpoint_timer() is timer and timer.nodes == 3
+    t = [0.0]
+    timer.clock, timer.given_mtbf_s = (lambda: t[0]), 600.0
     assert ctx.should_checkpoint(0) is False  # nothing worked yet
+    due = []
+    for step in range(1, 200):
+        t[0] += 1.0
+        if ctx.should_checkpoint(step):
+            due.append(step)
+    assert due  # the advice, for the cluster report, in the progress log at each
+    records = [json.loads(ln) for ln in progress.read_text().splitlines()]
+    assert [r["step"] for r in records] == due
+    assert records[0]["event"] == "checkpoint advice" and records[0]["mtbf_s"] == 600.0
+    assert 0 < records[0]["predicted_goodput"] < 1 and records[0]["interval_steps"] >= 1
     reset_stopped()  # a new launch in this process: a new timer
     assert ctx.checkpoint_timer() is not timer
 
