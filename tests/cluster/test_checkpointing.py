@@ -186,3 +186,36 @@ def test_the_controller_counts_node_losses_for_the_jobs(tmp_path):
                        clock=lambda: t[0], probe=None, node_mtbf=5000.0)
     again.tick()
     assert json.loads(Path(ctl.book.reliability_path).read_text())["node_mtbf_s"] == 5000.0
+
+
+def test_the_example_job_checkpoints_when_asked(tmp_path):
+    """``examples:regression --ckpt-every 0`` saves when ``ctx.should_checkpoint`` says
+    so (here a node MTBF of 20 s: saves every few seconds of work), run by the runtime's
+    own runner in a real process (no Ray)."""
+    import os
+    import subprocess
+    import sys
+
+    rel = tmp_path / "reliability.json"
+    rel.write_text(json.dumps(NodeLossBook(given_s=20.0).to_json()))
+    ctx = JobContext(job="ex", attempt=0, rank=0, num_processes=1, coordinator=None,
+                     local_devices=1, accelerator_type="a", nodes=("n0",),
+                     checkpoint_dir=str(tmp_path / "ckpt"),
+                     store=f"sqlite:///{tmp_path / 'goodput.db'}",
+                     stop_path=str(tmp_path / "stop"),
+                     progress_path=str(tmp_path / "progress.jsonl"),
+                     args=("--steps", "120", "--ckpt-every", "0", "--step-sleep", "0.05"),
+                     hooks={"init_batch_size": 32}, reliability_path=str(rel))
+    run = ("import json, sys; from goodput_jax.cluster.runner import run_replica; "
+           "run_replica(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3])")
+    log = tmp_path / "log.txt"
+    proc = subprocess.run([sys.executable, "-c", run, json.dumps(ctx.to_json()),
+                           "goodput_jax.cluster.examples:regression", str(log)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, cwd=tmp_path)
+    assert proc.returncode == 0, log.read_text()[-3000:] + proc.stderr[-2000:]
+    records = [json.loads(ln) for ln in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    advice = [r for r in records if r["event"] == "checkpoint advice"]
+    assert advice and all(r["mtbf_s"] == 20.0 for r in advice), records[-3:]
+    saves = [r for r in records if r["event"] == "save"]
+    assert len(saves) >= len(advice) >= 1
