@@ -13,8 +13,9 @@ The goodput-optimal interval between checkpoints is Young/Daly's
   ``STATE_DIR/reliability.json``, re-read every 30 s), divided by the nodes the launch
   spans (any one of them lost takes the launch down), or an MTBF the operator gives.
 
-Both are updated as they are measured, and so is the interval. Before the first save
-is measured its cost is taken as 1 s; before any node loss the node MTBF is the
+Both are updated as they are measured, and so is the interval. A relaunch starts from
+the save cost its earlier launches measured (the last ``"checkpoint advice"`` record
+of the job's progress log); before the first save is measured its cost is taken as 1 s; before any node loss the node MTBF is the
 operator's, or one loss per 24 node-hours (a prior that the observed losses outweigh
 as they come).
 
@@ -136,6 +137,16 @@ class CheckpointTimer:
         self._saving = False
         self._node_mtbf = DEFAULT_NODE_MTBF_S
         self._read_at = -math.inf
+
+    def carry_save_cost(self, advice: Any) -> None:
+        """Start from the save cost an earlier launch measured (its last ``"checkpoint
+        advice"`` progress record), as one measured save; None: keep the prior."""
+        try:
+            cost = float(advice["save_cost_s"])
+        except (TypeError, KeyError, ValueError):
+            return
+        if math.isfinite(cost) and cost > 0:
+            self.save_cost_s, self.saves = cost, 1
 
     def mtbf_s(self) -> float:
         """The job's mean time between failures now (given, or the cluster's node MTBF

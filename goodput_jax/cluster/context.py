@@ -201,8 +201,11 @@ class JobContext:
         if _TIMER[0] is None:
             from goodput_jax.cluster.checkpointing import CheckpointTimer
 
-            _TIMER[0] = CheckpointTimer(nodes=self.num_processes,
-                                        reliability_path=self.reliability_path)
+            timer = CheckpointTimer(nodes=self.num_processes,
+                                    reliability_path=self.reliability_path)
+            # a relaunch starts from the save cost its earlier launches measured
+            timer.carry_save_cost(_last_advice(self.progress_path))
+            _TIMER[0] = timer
         return _TIMER[0]
 
     def log_progress(self, **record: Any) -> None:
@@ -218,6 +221,26 @@ class JobContext:
         with open(self.progress_path, "a") as fh:
             fh.write(json.dumps(line) + "\n")
             fh.flush()
+
+
+def _last_advice(path: str, tail: int = 256 * 1024) -> dict | None:
+    """The last ``"checkpoint advice"`` record in the end of a progress log, or None."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - tail))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if '"checkpoint advice"' in line:
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
 
 
 def job_context() -> JobContext:

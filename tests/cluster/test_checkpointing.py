@@ -132,8 +132,9 @@ def test_the_job_context_offers_it_once_per_process(tmp_path):
     assert [r["step"] for r in records] == due
     assert records[0]["event"] == "checkpoint advice" and records[0]["mtbf_s"] == 600.0
     assert 0 < records[0]["predicted_goodput"] < 1 and records[0]["interval_steps"] >= 1
-    reset_stopped()  # a new launch in this process: a new timer
-    assert ctx.checkpoint_timer() is not timer
+    reset_stopped()  # a new launch in this process: a new timer, from the cost measured
+    again = ctx.checkpoint_timer()
+    assert again is not timer and again.save_cost_s == records[-1]["save_cost_s"]
 
 
 class _Launcher:
