@@ -42,7 +42,8 @@ clusters there.
    own 1-device node; node losses injected at a known rate (each job's node is killed
    at exponential intervals of mean ``--node-mtbf`` seconds, a fresh node added for
    it; the controller is given that MTBF). Per job: node losses, steps redone, the
-   measured goodput (steps kept x the median step time / the window's wall time) and
+   measured goodput (steps kept x the mean step time without a save / the window's wall
+   time) and
    the goodput :func:`~goodput_jax.measure.advice.expected_goodput` predicts from the
    measured save cost, restart time and the injected MTBF.
 """
@@ -50,6 +51,7 @@ clusters there.
 from __future__ import annotations
 
 import argparse
+import bisect
 import copy
 import itertools
 import json
@@ -381,9 +383,14 @@ def _ckpt_stats(prog: list, t0: float, t1: float, mtbf: float, every: int | None
     from goodput_jax.measure.advice import expected_goodput
 
     steps = [p for p in prog if p["event"] == "step"]
+    save_t = sorted(p["t"] for p in prog if p["event"] == "save")
+    # the undisrupted step time: the mean gap between two steps of one launch with no
+    # save between them (the median left out the slow tail a loaded machine adds)
     gaps = [b["t"] - a["t"] for a, b in itertools.pairwise(steps)
-            if b["attempt"] == a["attempt"] and b["step"] == a["step"] + 1]
-    step_s = statistics.median(gaps) if gaps else float("nan")
+            if b["attempt"] == a["attempt"] and b["step"] == a["step"] + 1
+            and not any(a["t"] < t < b["t"] for t in save_t[bisect.bisect_right(
+                save_t, a["t"]):bisect.bisect_right(save_t, a["t"]) + 1])]
+    step_s = statistics.mean(gaps) if gaps else float("nan")
     inside = [p for p in steps if t0 <= p["t"] <= t1]
     first, last = (inside[0]["step"], inside[-1]["step"]) if inside else (0, 0)
     saves = [p["seconds"] for p in prog if p["event"] == "save" and t0 <= p["t"] <= t1]
