@@ -12,8 +12,9 @@ request does not need; ``[]`` drops the request.
 Bundles use the runtime's own resources (:mod:`goodput_jax.cluster.plan`):
 ``{"gj_accel": k, "gj_type_<T>": k}`` for ``k`` devices of type ``T`` on one
 node, or ``{"gj_accel": k}`` when any type will do. The node types the
-autoscaler starts must advertise them, ``gj_node_<label>`` included, unique per
-node (``docs/cluster.md``).
+autoscaler starts must advertise them; nothing unique per node is needed (the
+runtime places launches by Ray's node id, ``docs/cluster.md``), so every node of
+a type may carry the same resources, as Ray's autoscalers start them.
 
 What is desired:
 

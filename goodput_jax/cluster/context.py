@@ -29,13 +29,15 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CONTEXT_ENV", "JobContext", "job_context", "mark_stopped", "stop_marked"]
+__all__ = ["CONTEXT_ENV", "JobContext", "job_context", "launch_contexts", "mark_stopped",
+           "stop_marked"]
 
 _STOPPED: list[bool] = [False]
+_TIMER: list[Any] = [None]  # this process's CheckpointTimer (one launch per process)
 
 
 def mark_stopped() -> None:
@@ -58,8 +60,10 @@ def stop_marked() -> bool:
 
 
 def reset_stopped() -> None:
-    """Clear the mark (the runner does, before it runs the entry point)."""
+    """Clear the mark and the checkpoint timer (the runner does, before it runs the
+    entry point)."""
     _STOPPED[0] = False
+    _TIMER[0] = None
 
 #: Environment variable holding a process's JobContext as JSON.
 CONTEXT_ENV = "GOODPUT_JAX_CLUSTER_CONTEXT"
@@ -84,6 +88,12 @@ class JobContext:
             records goodput, polls the stop request, logs progress.
         hooks, adaptive: keyword arguments of its GoodputHooks / AdaptiveBatchSize.
         args: the spec's arguments.
+        lease: seconds this process trains on without reaching ``raylet`` or ``head``
+            before it stops itself (:mod:`goodput_jax.cluster.lease`; 0: no lease).
+        raylet: ``host:port`` of its node's raylet (its node manager), when known.
+        head: ``host:port`` of the cluster's head (its GCS), when known.
+        reliability_path: the controller's record of node losses
+            (``STATE_DIR/reliability.json``) that :meth:`should_checkpoint` follows.
     """
 
     job: str
@@ -102,6 +112,10 @@ class JobContext:
     hooks: Mapping[str, Any] = field(default_factory=dict)
     adaptive: Mapping[str, Any] = field(default_factory=dict)
     args: tuple[str, ...] = ()
+    lease: float = 0.0
+    raylet: str | None = None
+    head: str | None = None
+    reliability_path: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -161,6 +175,39 @@ class JobContext:
         """This process checkpointed and returns on a stop request (see :func:`mark_stopped`)."""
         mark_stopped()
 
+    def should_checkpoint(self, step: int) -> bool:
+        """Whether to save before ``step``: True once the goodput-optimal seconds of work
+        since the last save have passed (Young/Daly from this job's measured save cost
+        and the cluster's observed time between node losses, or the operator's node
+        MTBF, over the launch's nodes; :mod:`goodput_jax.cluster.checkpointing`).
+        Call it once per step; the save it asks for is measured from the next call.
+        When it answers True, rank 0 logs the advice to the progress log (``event``
+        ``"checkpoint advice"``: the interval in steps and seconds, the save cost, the
+        MTBF and the goodput predicted), for the cluster report."""
+        timer = self.checkpoint_timer()
+        due = timer.should_checkpoint(step)
+        if due and self.progress_path:
+            a = timer.advice()
+            self.log_progress(event="checkpoint advice", step=step,
+                              interval_steps=a.interval_steps, interval_s=a.interval_s,
+                              save_cost_s=a.save_cost_s, mtbf_s=a.mtbf_s,
+                              mtbf_source=a.mtbf_source,
+                              predicted_goodput=a.predicted_goodput)
+        return due
+
+    def checkpoint_timer(self) -> Any:
+        """This process's :class:`~goodput_jax.cluster.checkpointing.CheckpointTimer`
+        (its ``advice()`` gives the interval in steps and the goodput it predicts)."""
+        if _TIMER[0] is None:
+            from goodput_jax.cluster.checkpointing import CheckpointTimer
+
+            timer = CheckpointTimer(nodes=self.num_processes,
+                                    reliability_path=self.reliability_path)
+            # a relaunch starts from the save cost its earlier launches measured
+            timer.carry_save_cost(_last_advice(self.progress_path))
+            _TIMER[0] = timer
+        return _TIMER[0]
+
     def log_progress(self, **record: Any) -> None:
         """Append one JSON line (rank 0 only) to the job's progress log, flushed.
 
@@ -176,6 +223,26 @@ class JobContext:
             fh.flush()
 
 
+def _last_advice(path: str, tail: int = 256 * 1024) -> dict | None:
+    """The last ``"checkpoint advice"`` record in the end of a progress log, or None."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - tail))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if '"checkpoint advice"' in line:
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
 def job_context() -> JobContext:
     """The current process's JobContext (from ``$GOODPUT_JAX_CLUSTER_CONTEXT``).
 
@@ -187,3 +254,28 @@ def job_context() -> JobContext:
         raise RuntimeError(f"${CONTEXT_ENV} is not set: this process was not started by "
                            f"the goodput_jax cluster runtime")
     return JobContext.from_json(json.loads(raw))
+
+
+def launch_contexts(name: str, spec: Any, attempt: int, groups: Sequence[tuple[str, int]],
+                    nodes: Mapping[str, Any], coordinator: str | None,
+                    sd: Any, lease: float = 0.0, head: str | None = None,
+                    reliability_path: str | None = None) -> list[JobContext]:
+    """The :class:`JobContext` of each process of one launch, rank order.
+
+    ``spec`` is the job's :class:`~goodput_jax.cluster.spec.JobSpec`, ``groups`` its
+    ``(node label, devices)`` per process, ``nodes`` the node records by label (their
+    accelerator type, their raylet's address and port), ``sd`` the cluster's
+    :class:`~goodput_jax.cluster.state.StateDir` (the stop and progress paths),
+    ``lease`` and ``head`` the launch's lease (seconds) and the head's GCS address,
+    ``reliability_path`` the controller's record of node losses.
+    """
+    return [JobContext(
+        job=name, attempt=attempt, rank=rank, num_processes=len(groups),
+        coordinator=coordinator, local_devices=k, accelerator_type=nodes[label].accelerator_type,
+        nodes=tuple(g[0] for g in groups), devices_per_process=tuple(g[1] for g in groups),
+        checkpoint_dir=spec.checkpoint_dir or "", store=spec.store or "",
+        stop_path=sd.stop_path(name), progress_path=sd.progress_path(name),
+        hooks=spec.hooks, adaptive=spec.adaptive, args=spec.args, lease=lease,
+        raylet=f"{nodes[label].address}:{nodes[label].port}" if nodes[label].port else None,
+        head=head, reliability_path=reliability_path)
+        for rank, (label, k) in enumerate(groups)]

@@ -8,12 +8,14 @@ state, step), trains with :class:`~goodput_jax.adaptive.AdaptiveBatchSize`
 and :class:`~goodput_jax.integrations.hooks.GoodputHooks` (which record to the
 job's goodput store and publish hints there), polls the cooperative
 :class:`~goodput_jax.adaptive.stop.StopRequest` at every step boundary, and
-checkpoints every ``--ckpt-every`` steps and when asked to stop.
+checkpoints every ``--ckpt-every`` steps (``0``: when
+:meth:`~goodput_jax.cluster.context.JobContext.should_checkpoint` asks, at the
+goodput-optimal interval) and when asked to stop.
 
 Arguments (``ctx.args``)::
 
     --steps N         total optimizer steps (default 60)
-    --ckpt-every K    checkpoint period in steps (default 20)
+    --ckpt-every K    checkpoint period in steps (default 20; 0: ctx.should_checkpoint)
     --step-sleep S    seconds of host work per step (default 0: as fast as it goes)
     --crash-at STEP   raise at this step, the first --crash-attempts times (default 1) a
     --crash-attempts A  launch reaches it (fault tests)
@@ -168,7 +170,9 @@ def regression(ctx: JobContext) -> str | None:
             if opts.step_sleep:
                 time.sleep(opts.step_sleep)
             step += 1
-            if step % opts.ckpt_every == 0 and step < opts.steps:
+            due = ctx.should_checkpoint(step) if opts.ckpt_every <= 0 else \
+                step % opts.ckpt_every == 0
+            if due and step < opts.steps:
                 save(step, "periodic")
         save(step, "final")
         rec.record_job_end_time()

@@ -1,7 +1,8 @@
 """Launching a job's processes on Ray so that they outlive the controller.
 
 A launch is one **detached** placement group (``gj-JOB-ATTEMPT``) with one
-bundle per allocated node (``{gj_node_<label>: 0.001, gj_accel: k}``) and one
+bundle per allocated node (``{gj_accel: k}``, pinned to that node by Ray's own
+node id: ``bundle_label_selector=[{"ray.io/node-id": ID}]``) and one
 **named, detached** actor per bundle (``gj-JOB-ATTEMPT-rRANK`` in the runtime's
 namespace, :data:`NAMESPACE`): :class:`ReplicaActor`. Neither is owned by the
 controller, so a controller that dies (and is restarted by Ray) leaves running
@@ -33,9 +34,11 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from goodput_jax.cluster.plan import ACCEL, NODE_PREFIX
+from goodput_jax.cluster.plan import ACCEL, NODE_ID_LABEL, NodeRecord
+from goodput_jax.cluster.record import Placement
 from goodput_jax.cluster.spec import JobSpec
 
 logger = logging.getLogger(__name__)
@@ -273,27 +276,32 @@ class RayLauncher:
             env["JAX_PLATFORMS"] = "cpu"
         return env
 
-    def warm(self, labels: list[str]) -> None:
-        """Keep one spare process per node of ``labels`` (spares on): a process that has
+    def warm(self, nodes: Sequence[NodeRecord]) -> None:
+        """Keep one spare process per node of ``nodes`` (spares on): a process that has
         imported :data:`PRELOAD` and waits for a launch, so a launch on that node skips
         the process start and the imports. A used spare is replaced after
-        ``replenish_delay`` seconds (not while its launch starts on the same CPUs)."""
+        ``replenish_delay`` seconds (not while its launch starts on the same CPUs).
+        A spare is pinned to its node by Ray's node id (``NodeAffinitySchedulingStrategy``)."""
         if not self.spares:
             return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         now = time.monotonic()
+        labels = {n.label: n.node_id for n in nodes if n.node_id}
         for label in [k for k in self._spare if k not in labels]:
             name, handle = self._spare.pop(label)
             try:
                 self._ray.kill(handle, no_restart=True)
             except Exception as e:  # noqa: BLE001 - its node is gone
                 logger.debug("spare %s: %s", name, e)
-        for label in labels:
+        for label, node_id in labels.items():
             if label in self._spare or self._due.get(label, 0.0) > now:
                 continue
             name = f"{SPARE_PREFIX}{int(time.time() * 1000)}-{label}"
             handle = self._actor.options(
                 name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0,
-                max_restarts=0, max_concurrency=4, resources={f"{NODE_PREFIX}{label}": 0.001},
+                max_restarts=0, max_concurrency=4,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 runtime_env={"env_vars": self._base_env()},
             ).remote(None, None, None, None, self.preload)
             self._spare[label] = (name, handle)
@@ -318,21 +326,28 @@ class RayLauncher:
             book[pg] = names
         StateDir.write_json(self._book, book)
 
-    def launch(self, spec: JobSpec, groups: list[tuple[str, int]], contexts: list[dict],
+    def launch(self, spec: JobSpec, groups: Sequence[Placement], contexts: list[dict],
                log_paths: list[str]) -> dict:
+        """One placement group, its bundle ``i`` pinned to ``groups[i]``'s node by Ray's
+        node id, and one process per bundle (a warm spare on that node, if any)."""
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        groups = [Placement(*g) for g in groups]
+        missing = [g.label for g in groups if not g.node_id]
+        if missing:
+            raise ValueError(f"groups: node {missing[0]!r} has no Ray node id to pin to")
         attempt = contexts[0]["attempt"]
-        bundles = [{f"{NODE_PREFIX}{label}": 0.001, ACCEL: float(k)} for label, k in groups]
+        bundles = [{ACCEL: float(g.devices)} for g in groups]
         pg = placement_group(bundles, strategy="SPREAD" if len(bundles) > 1 else "PACK",
-                             name=pg_name(spec.name, attempt), lifetime="detached")
-        use = [self.spares and not spec.env and label in self._spare for label, _ in groups]
-        names = [self._spare[label][0] if u else actor_name(spec.name, attempt, i)
-                 for i, ((label, _), u) in enumerate(zip(groups, use))]
+                             name=pg_name(spec.name, attempt), lifetime="detached",
+                             bundle_label_selector=[{NODE_ID_LABEL: g.node_id} for g in groups])
+        use = [self.spares and not spec.env and g.label in self._spare for g in groups]
+        names = [self._spare[g.label][0] if u else actor_name(spec.name, attempt, i)
+                 for i, (g, u) in enumerate(zip(groups, use))]
         self._remember(pg_name(spec.name, attempt), names)
         actors = []
-        for i, ((label, k), ctx, log) in enumerate(zip(groups, contexts, log_paths)):
+        for i, ((label, k, _), ctx, log) in enumerate(zip(groups, contexts, log_paths)):
             if use[i]:
                 _, spare = self._spare.pop(label)
                 self._due[label] = time.monotonic() + self.replenish_delay

@@ -8,8 +8,8 @@
   process exits the kernel kills the rest). It also sets ``RAY_TMPDIR``, turns
   off usage stats and shortens the health checks.
 * :class:`LocalCluster` (inside the sandbox) starts a head and one worker raylet
-  per node, each with the runtime's resources (``gj_accel``, ``gj_type_<T>``,
-  ``gj_node_<label>``), connects to it, and tears down only what it started
+  per node, each with the runtime's resources (``gj_accel``, ``gj_type_<T>``) and
+  its name as the Ray node label ``goodput-jax/node`` (``n0``, ``n1``, ...), connects to it, and tears down only what it started
   (never ``ray stop``, which kills every Ray process of the machine).
 
 Example:
@@ -29,7 +29,7 @@ import sys
 import tempfile
 from typing import Any, Self
 
-from goodput_jax.cluster.plan import ACCEL, NODE_PREFIX, TYPE_PREFIX
+from goodput_jax.cluster.plan import ACCEL, NODE_LABEL, TYPE_PREFIX
 
 __all__ = [
     "LocalCluster",
@@ -200,8 +200,8 @@ class LocalCluster:
         self._added += 1
         self.nodes[label] = self._cluster.add_node(
             num_cpus=self._cpus, object_store_memory=self._osm, node_ip_address=LOOPBACK,
-            resources={ACCEL: devices, f"{TYPE_PREFIX}{accelerator_type}": devices,
-                       f"{NODE_PREFIX}{label}": 1})
+            resources={ACCEL: devices, f"{TYPE_PREFIX}{accelerator_type}": devices},
+            labels={NODE_LABEL: label})
         return label
 
     def kill_node(self, label: str) -> None:

@@ -6,8 +6,11 @@ and so do the tests and the benchmark.
 
 * :func:`nodes_from_ray`: Ray's ``ray.nodes()`` -> :class:`NodeRecord` per live
   node that carries the runtime's resources (``gj_accel``: devices,
-  ``gj_type_<T>``: its accelerator type, ``gj_node_<label>``: its label; nodes
-  are addressed by label, never by IP).
+  ``gj_type_<T>``: its accelerator type). Each node is named by a label: the
+  Ray node label ``goodput-jax/node`` where the operator gave one (the local
+  cluster's ``n0``, ``n1``, ...), else one made from Ray's node id
+  (``<type>-<last 8 hex digits>``); launches are placed by Ray's node id,
+  never by IP and never by a per-node custom resource.
 * :func:`node_infos`: the policy's :class:`~goodput_jax.sched.NodeInfo` per node.
 * :func:`job_info`: a job's :class:`~goodput_jax.sched.JobInfo` from its spec and
   latest :class:`~goodput_jax.model.hints.Hints`, with AdaptDL's rules
@@ -43,14 +46,19 @@ from goodput_jax.model.hints import Hints
 
 __all__ = [
     "ACCEL",
+    "NODE_ID_LABEL",
+    "NODE_LABEL",
     "NODE_PREFIX",
     "TYPE_PREFIX",
     "NodeRecord",
     "RoundPlan",
     "capacity_of",
+    "check_allocation",
+    "group_allocation",
     "job_info",
     "node_infos",
     "nodes_from_ray",
+    "parse_allocation",
     "plan_round",
 ]
 
@@ -58,8 +66,15 @@ __all__ = [
 ACCEL = "gj_accel"
 #: Ray custom resource prefix naming a node's accelerator type.
 TYPE_PREFIX = "gj_type_"
-#: Ray custom resource prefix naming a node's label (1 per node).
+#: Ray node label that names a node (optional: without it the name is made from
+#: Ray's node id). ``ray start --labels goodput-jax/node=n0``.
+NODE_LABEL = "goodput-jax/node"
+#: Ray custom resource prefix that named a node before Ray had node labels
+#: (``gj_node_<label>: 1``); still read as a name, never required.
 NODE_PREFIX = "gj_node_"
+#: Ray's own node label holding its node id (every node has it; launches are pinned
+#: to nodes by it, ``bundle_label_selector``).
+NODE_ID_LABEL = "ray.io/node-id"
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,8 @@ class NodeRecord:
     """One node of the cluster as the runtime sees it.
 
     Attributes:
-        label: its stable name (the ``gj_node_<label>`` resource).
+        label: its name: the Ray node label ``goodput-jax/node`` (:data:`NODE_LABEL`)
+            where given, else ``<type>-<last 8 hex digits of its node id>``.
         accelerator_type: its type (the ``gj_type_<T>`` resource).
         devices: its accelerator devices (``gj_accel``).
         node_id: Ray's NodeID (hex), when known.
@@ -89,14 +105,20 @@ class NodeRecord:
 def nodes_from_ray(table: Sequence[Mapping[str, Any]]) -> list[NodeRecord]:
     """Live runtime nodes from ``ray.nodes()`` (nodes without ``gj_accel`` are skipped).
 
+    A node needs ``gj_accel`` and one ``gj_type_<T>`` resource, nothing unique to it:
+    every node of an autoscaler's node type (or a KubeRay worker group) may carry the
+    same resources. Its label is the Ray node label ``goodput-jax/node`` when set
+    (else a legacy ``gj_node_<label>`` resource), otherwise ``<type>-<last 8 hex
+    digits of its node id>`` (the whole id where two live nodes would share that).
+
     Example:
-        >>> nodes_from_ray([{"Alive": True, "NodeID": "ab", "NodeManagerAddress": "127.0.0.1",
-        ...     "NodeManagerPort": 40123,
-        ...     "Resources": {"CPU": 2.0, "gj_accel": 2.0, "gj_type_t4": 2.0, "gj_node_n0": 1.0}}])
-        [NodeRecord(label='n0', accelerator_type='t4', devices=2, node_id='ab', \
-address='127.0.0.1', preemptible=False, port=40123)]
+        >>> nodes_from_ray([{"Alive": True, "NodeID": "ab12cd34ef", "NodeManagerPort": 40123,
+        ...     "NodeManagerAddress": "127.0.0.1",
+        ...     "Resources": {"CPU": 2.0, "gj_accel": 2.0, "gj_type_t4": 2.0}}])
+        [NodeRecord(label='t4-12cd34ef', accelerator_type='t4', devices=2, \
+node_id='ab12cd34ef', address='127.0.0.1', preemptible=False, port=40123)]
     """
-    out = []
+    found = []
     for node in table:
         if not node.get("Alive", False):
             continue
@@ -105,13 +127,19 @@ address='127.0.0.1', preemptible=False, port=40123)]
         if devices < 1:
             continue
         types = [k[len(TYPE_PREFIX):] for k in res if k.startswith(TYPE_PREFIX)]
-        labels = [k[len(NODE_PREFIX):] for k in res if k.startswith(NODE_PREFIX)]
-        if len(types) != 1 or len(labels) != 1:
+        if len(types) != 1:
             raise ValueError(f"node {node.get('NodeID')!r} must carry exactly one "
-                             f"{TYPE_PREFIX}* and one {NODE_PREFIX}* resource, got "
-                             f"{sorted(res)}")
+                             f"{TYPE_PREFIX}* resource, got {sorted(res)}")
+        node_id = str(node.get("NodeID") or "")
+        given = (node.get("Labels") or {}).get(NODE_LABEL) or next(
+            (k[len(NODE_PREFIX):] for k in res if k.startswith(NODE_PREFIX)), None)
+        found.append((given, types[0], node_id, devices, node, res))
+    short = [f"{t}-{nid[-8:]}" for given, t, nid, *_ in found]
+    out = []
+    for (given, t, nid, devices, node, res), s in zip(found, short):
+        label = given or (s if short.count(s) == 1 else f"{t}-{nid}")
         port = node.get("NodeManagerPort")
-        out.append(NodeRecord(labels[0], types[0], devices, node.get("NodeID"),
+        out.append(NodeRecord(label, t, devices, nid or None,
                               node.get("NodeManagerAddress") or "127.0.0.1",
                               bool(res.get("gj_preemptible", 0)),
                               int(port) if isinstance(port, int) and port > 0 else None))
@@ -221,3 +249,76 @@ def plan_round(policy: Any, jobs: Mapping[str, Any], nodes: Mapping[str, Any],
     out = {k: tuple(sorted(alloc.get(k, ()) or ())) for k in jobs}
     changed = tuple(sorted(k for k in jobs if out[k] != tuple(sorted(cur[k]))))
     return RoundPlan(out, changed, name, desired)
+
+
+def group_allocation(allocation: Sequence[str]) -> list[tuple[str, int]]:
+    """Replicas per node, the first replica's node first (it hosts rank 0).
+
+    Example:
+        >>> group_allocation(["n1", "n0", "n1"])
+        [('n1', 2), ('n0', 1)]
+    """
+    counts: dict[str, int] = {}
+    for n in allocation:
+        counts[n] = counts.get(n, 0) + 1
+    first = allocation[0] if allocation else None
+    return sorted(counts.items(), key=lambda kv: (kv[0] != first, -kv[1], kv[0]))
+
+
+def parse_allocation(text: str) -> list[str]:
+    """``"n0:2,n1"`` -> ``["n0", "n0", "n1"]`` (node labels, one per replica).
+
+    Example:
+        >>> parse_allocation("n1:2,n0")
+        ['n1', 'n1', 'n0']
+        >>> parse_allocation("n1:x")
+        Traceback (most recent call last):
+        ...
+        ValueError: to ('n1:x'): each entry is LABEL or LABEL:REPLICAS with REPLICAS >= 1
+    """
+    out: list[str] = []
+    for part in str(text).split(","):
+        label, sep, k = part.strip().partition(":")
+        if not label or (sep and (not k.isdigit() or int(k) < 1)):
+            raise ValueError(f"to ({text!r}): each entry is LABEL or LABEL:REPLICAS with "
+                             f"REPLICAS >= 1")
+        out += [label] * (int(k) if sep else 1)
+    return out
+
+
+def check_allocation(name: str, spec: JobSpec | None, allocation: Sequence[str],
+                     nodes: Sequence[NodeRecord], used: Mapping[str, int]) -> None:
+    """Refuse (one line) a move of job ``name`` to ``allocation`` (node labels, one per
+    replica) that cannot run: an unknown node, a replica count outside the spec's
+    bounds, nodes of several types, a type the job may not use, or a node without
+    that many free devices (``used``: devices the other jobs hold per node).
+
+    Example:
+        >>> check_allocation("j", JobSpec("j", "m:f", max_replicas=2), ["n0", "n0"],
+        ...                  [NodeRecord("n0", "a", 2)], {"n0": 1})
+        Traceback (most recent call last):
+        ...
+        ValueError: allocation: node 'n0' has 1 free devices, 2 asked
+    """
+    by_label = {n.label: n for n in nodes}
+    bad = [n for n in allocation if n not in by_label]
+    if bad:
+        raise ValueError(f"allocation: unknown node {bad[0]!r} (the cluster has: "
+                         f"{', '.join(sorted(by_label)) or 'none'})")
+    if not allocation or spec is None:
+        return
+    if not spec.min_replicas <= len(allocation) <= spec.max_replicas:
+        raise ValueError(f"allocation ({len(allocation)} replicas) must be within "
+                         f"{spec.min_replicas}-{spec.max_replicas} for job {name!r}")
+    types = {by_label[n].accelerator_type for n in allocation}
+    if len(types) > 1:
+        raise ValueError(f"allocation: nodes of one type only, got {sorted(types)}")
+    t = types.pop()
+    if spec.accelerator_types and t not in spec.accelerator_types:
+        raise ValueError(f"allocation: type {t!r} is not one of job {name!r}'s "
+                         f"({', '.join(spec.accelerator_types)})")
+    for label, k in group_allocation(allocation):
+        free = by_label[label].devices - used.get(label, 0)
+        if k > free:
+            raise ValueError(f"allocation: node {label!r} has {free} free devices, "
+                             f"{k} asked")

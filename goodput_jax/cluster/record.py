@@ -16,7 +16,8 @@
   (``STATE_DIR/controller.json``) with its format version
   (:data:`STATE_VERSION`); the typed way to read a cluster's jobs (the cluster
   report reads it).
-* :class:`Launcher`: what the controller needs from whatever starts processes.
+* :class:`Launcher`: what the controller needs from whatever starts processes, and
+  :class:`Placement`: one process's node (label and Ray node id) and devices.
 * :func:`scheduling_timeline`: a job's wall time as
   :class:`goodput_jax.measure.productivity.SchedulingTimeline` (queued, running
   with its full allocation, stopping, relaunching) from its record.
@@ -47,9 +48,12 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from goodput_jax.cluster.spec import JobSpec
+
+if TYPE_CHECKING:
+    from goodput_jax.cluster.plan import NodeRecord
 
 __all__ = [
     "ACTIVE",
@@ -61,6 +65,7 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "Launcher",
+    "Placement",
     "TransitionError",
     "read_state",
     "scheduling_timeline",
@@ -471,15 +476,24 @@ def read_state(state_dir: str | os.PathLike) -> ClusterState:
     return ClusterState.from_json(data)
 
 
+class Placement(NamedTuple):
+    """Where one process of a launch runs: its node's label, its devices there, and
+    the node's Ray node id (what a launch is pinned by; None without Ray)."""
+
+    label: str
+    devices: int
+    node_id: str | None = None
+
+
 class Launcher(Protocol):
     """What the controller needs from whatever starts a job's processes.
 
     A handle is the launcher's own value for one launch.
     """
 
-    def launch(self, spec: JobSpec, groups: list[tuple[str, int]], contexts: list[dict],
+    def launch(self, spec: JobSpec, groups: list[Placement], contexts: list[dict],
                log_paths: list[str]) -> Any:
-        """Start one process per ``(node label, devices)`` group; returns a handle."""
+        """Start one process per :class:`Placement` (rank order); returns a handle."""
 
     def poll(self, handle: Any) -> tuple[str, Any] | None:
         """None while running; ``("ok", [results])``; ``("error", (message, system))``."""
@@ -496,7 +510,7 @@ class Launcher(Protocol):
     def log_tail(self, handle: Any, rank: int) -> str | None:
         """A running launch's output of ``rank``, read where it runs (None: unreachable)."""
 
-    def warm(self, labels: list[str]) -> None:
+    def warm(self, nodes: Sequence[NodeRecord]) -> None:
         """Called every tick with the usable nodes (a launcher may keep warm processes)."""
 
 

@@ -14,6 +14,10 @@ before it returns; anything else that returns is finished.
 The process's device count comes from its environment, set by the launcher
 before JAX starts (``XLA_FLAGS=--xla_force_host_platform_device_count=N`` for
 fake CPU devices).
+
+Each process holds a lease on its node's raylet and the cluster's head
+(:mod:`goodput_jax.cluster.lease`): one that cannot reach either for longer than the
+lease logs why and ends itself.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ import json
 import os
 import runpy
 import sys
-
 from collections.abc import Callable
 
 from goodput_jax.cluster.context import CONTEXT_ENV, JobContext, reset_stopped, stop_marked
+from goodput_jax.cluster.lease import Lease, end_process
 
 __all__ = ["STOPPED", "run_replica"]
 
@@ -41,6 +45,17 @@ def _redirect(path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def _hold_lease(ctx: JobContext) -> Lease | None:
+    """Start the process's lease on its raylet and the head (:mod:`.lease`), if any."""
+    targets = [t for t in (ctx.raylet, ctx.head) if t]
+    if ctx.lease <= 0 or not targets:
+        return None
+    lease = Lease(targets, ctx.lease)
+    lease.watch(end_process(f"job {ctx.job} attempt {ctx.attempt} rank {ctx.rank}"))
+    print(f"[goodput_jax.cluster] lease {ctx.lease:g} s on {', '.join(targets)}", flush=True)
+    return lease
 
 
 def run_replica(context: dict, entry_point: str, log_path: str,
@@ -59,6 +74,7 @@ def run_replica(context: dict, entry_point: str, log_path: str,
     print(f"[goodput_jax.cluster] job {ctx.job} attempt {ctx.attempt} rank {ctx.rank}/"
           f"{ctx.num_processes} on {ctx.nodes[ctx.rank]} with {ctx.local_devices} devices",
           flush=True)
+    lease = _hold_lease(ctx)
     distributed = False
     if ctx.num_processes > 1:
         import jax
@@ -85,6 +101,8 @@ def run_replica(context: dict, entry_point: str, log_path: str,
             module, _, func = entry_point.partition(":")
             result = getattr(importlib.import_module(module), func)(ctx)
     finally:
+        if lease is not None:
+            lease.release()
         sys.stdout.flush()
         sys.stderr.flush()
     if distributed:

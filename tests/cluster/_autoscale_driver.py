@@ -2,28 +2,29 @@
 
     python -m goodput_jax.cluster.local tests/cluster/_autoscale_driver.py ROOT_DIR OUT_JSON
 
-Ray's fake autoscaling cluster, started as ``ray.cluster_utils.AutoscalingCluster.start``
-does, without its ``ray stop --force`` (which would end every Ray process of the
-machine): ``ray start --head --autoscaling-config=FILE`` with ``RAY_FAKE_CLUSTER=1``,
-a fake multi-node provider that labels each node (``_fake_provider.py``), one worker
-type ``a2`` (2 devices of type ``a``; at least 1 node, at most 3), nodes idle for
-0.05 minutes removed. On that one cluster, one phase per policy, one after the other:
-a controller with ``autoscale=True`` (``sia`` asks for the queue's demand; ``pollux``
-for its ``desired_nodes``), its state in ``ROOT_DIR/<policy>``.
+Ray's stock ``ray.cluster_utils.AutoscalingCluster`` (Ray's fake multi-node provider,
+its ``start`` and ``shutdown`` with their ``ray stop --force``, which inside the
+sandbox's PID namespace sees only the sandbox's processes): one worker type ``a2``
+(2 devices of type ``a``, every node the same resources; at least 1 node, at most 3),
+nodes idle for 0.05 minutes removed. Ray's wheel leaves out the example config that
+``AutoscalingCluster`` builds on (``fake_multi_node/example.yaml``), so
+:class:`StockAutoscalingCluster` gives it the same base inline; nothing else differs.
+On that one cluster, one phase per policy, one after the other: a controller with
+``autoscale=True`` (``sia`` asks for the queue's demand; ``pollux`` for its
+``desired_nodes``), its state in ``ROOT_DIR/<policy>``.
 
 Three jobs of exactly 2 devices each are submitted: one fits, two wait; the round
 asks for three ``a`` nodes; the autoscaler adds two; the next rounds place the
 waiting jobs on them. The jobs (a script that waits for a file, no JAX) then end;
 the request drops to what is held, then is released, and the idle nodes go, back to
-one; the controller stops and the next phase starts. Teardown: the sandbox's
-PID namespace ends with this process.
+one; the controller stops and the next phase starts. Teardown: ``shutdown()``, and
+the sandbox's PID namespace ends with this process.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -39,30 +40,45 @@ while not os.path.exists(sys.argv[1]) and time.time() < deadline:
 
 POLICIES = ("sia", "pollux")
 
-CONFIG = {
-    "cluster_name": "gjfake",
-    "max_workers": 3,
-    "upscaling_speed": 10.0,
-    "idle_timeout_minutes": 0.05,
-    "provider": {"type": "external",
-                 "module": "tests.cluster._fake_provider.LabelledFakeProvider",
-                 "use_node_id_as_ip": True, "disable_node_updaters": True,
-                 "disable_launch_config_check": True, "launch_multiple": True,
-                 "gcs_address": "127.0.0.1:6379"},
-    "head_node_type": "ray.head.default",
-    "available_node_types": {
-        "ray.head.default": {"resources": {"CPU": 1, "gj_head": 1}, "node_config": {},
-                             "max_workers": 0},
-        "a2": {"resources": {"CPU": 1, "gj_accel": 2, "gj_type_a": 2,
-                             "object_store_memory": 80 * 2**20},
-               "node_config": {}, "min_workers": 1, "max_workers": 3},
-    },
-    "docker": {}, "auth": {}, "file_mounts": {}, "cluster_synced_files": [],
-    "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
+OSM = 80 * 2**20
+#: Ray's ``autoscaler/_private/fake_multi_node/example.yaml`` (not in its wheel), which
+#: ``AutoscalingCluster`` loads and then overrides with its arguments.
+EXAMPLE_BASE = {
+    "cluster_name": "fake_multinode", "max_workers": 8,
+    "provider": {"type": "fake_multinode", "use_node_id_as_ip": True,
+                 "disable_node_updaters": True, "disable_launch_config_check": True},
+    "available_node_types": {}, "head_node_type": "ray.head.default", "auth": {},
+    "upscaling_speed": 1.0, "idle_timeout_minutes": 0.1, "docker": {},
     "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
     "worker_setup_commands": [], "head_start_ray_commands": [],
-    "worker_start_ray_commands": [],
+    "worker_start_ray_commands": [], "file_mounts": {}, "cluster_synced_files": [],
+    "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
 }
+#: the one worker type: every node the same resources, nothing that names a node
+WORKERS = {"a2": {"resources": {"CPU": 1, "gj_accel": 2, "gj_type_a": 2,
+                                "object_store_memory": OSM},
+                  "node_config": {}, "min_workers": 1, "max_workers": 3}}
+
+
+def stock_cluster():
+    """Ray's ``AutoscalingCluster`` with its example config given inline."""
+    import copy
+
+    from ray.cluster_utils import AutoscalingCluster
+
+    class StockAutoscalingCluster(AutoscalingCluster):
+        def _generate_config(self, head_resources, worker_node_types, autoscaler_v2=False,
+                             **config_kwargs):
+            config = copy.deepcopy(EXAMPLE_BASE)
+            config["available_node_types"] = worker_node_types
+            config["available_node_types"]["ray.head.default"] = {
+                "resources": head_resources, "node_config": {}, "max_workers": 0}
+            config.update(config_kwargs)
+            return config
+
+    return StockAutoscalingCluster(head_resources={"CPU": 1, "object_store_memory": OSM},
+                                   worker_node_types=copy.deepcopy(WORKERS), max_workers=3,
+                                   upscaling_speed=10.0, idle_timeout_minutes=0.05)
 
 
 def wait_for(pred, timeout: float, what: str, poll: float = 0.25):
@@ -76,30 +92,31 @@ def wait_for(pred, timeout: float, what: str, poll: float = 0.25):
 
 
 def main(root: str, out_path: str) -> None:
-    from goodput_jax.cluster.local import LOOPBACK, in_sandbox
+    import tempfile
+
+    from goodput_jax.cluster.local import in_sandbox
 
     if not in_sandbox():
-        raise RuntimeError("run this driver only inside the loopback-only sandbox")
+        raise RuntimeError("run this driver only inside the loopback-only sandbox "
+                           "(AutoscalingCluster runs `ray stop --force`)")
     t0 = time.time()
     info: dict = {"t0": t0, "phases": {}, "policies": {}}
     os.makedirs(root, exist_ok=True)
-    cfg = os.path.join(root, "autoscaling.json")
-    with open(cfg, "w") as fh:
-        json.dump(CONFIG, fh)
-    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
-    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-    subprocess.run([ray_bin, "start", "--head", f"--autoscaling-config={cfg}",
-                    "--port=6379", f"--node-ip-address={LOOPBACK}", "--num-cpus=1",
-                    "--resources", json.dumps({"gj_head": 1}), "--include-dashboard=false",
-                    f"--object-store-memory={80 * 2**20}", "--disable-usage-stats"],
-                   env=env, check=True)
+    tempfile.tempdir = root  # AutoscalingCluster writes its config with mkstemp()
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+    cluster = stock_cluster()
+    cluster.start()
     info["phases"]["head_up"] = time.time() - t0
     import ray
 
-    ray.init(address=f"{LOOPBACK}:6379", log_to_driver=False, _node_ip_address=LOOPBACK)
-    for policy in POLICIES:
-        info["policies"][policy] = phase(os.path.join(root, policy), policy, t0)
-        info["phases"][f"{policy}_done"] = time.time() - t0
+    ray.init(address="auto", log_to_driver=False)
+    try:
+        for policy in POLICIES:
+            info["policies"][policy] = phase(os.path.join(root, policy), policy, t0)
+            info["phases"][f"{policy}_done"] = time.time() - t0
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
     with open(out_path, "w") as fh:
         json.dump(info, fh, default=str)
 

@@ -39,6 +39,9 @@ from goodput_jax.cluster import ClusterClient, JobSpec, LocalCluster, start_cont
 from goodput_jax.cluster.controller import stop_controller
 
 EX = "goodput_jax.cluster.examples:regression"
+#: the launches' lease here (seconds; docs/cluster.md): short, so the cut-off launch
+#: fences itself while the scenario runs
+LEASE = 5.0
 
 
 def listening_sockets() -> list[str]:
@@ -71,7 +74,7 @@ def main(state_dir: str, out_path: str) -> None:
     import ray
 
     ctl = start_controller(state_dir, policy="sia", interval=3.0, poll=0.25, node_grace=8.0,
-                           policy_kwargs={"restart_penalty": 2.0})
+                           policy_kwargs={"restart_penalty": 2.0}, lease=LEASE)
     client = ClusterClient(state_dir)
     wait_for(client.capacity, 30, "controller wrote the capacity")
     info["phases"]["controller_up"] = time.time() - t0
@@ -184,8 +187,22 @@ def main(state_dir: str, out_path: str) -> None:
     info["killed"] = {"node": node, "t": time.time(), "victim": victim,
                       "jobs_on_node": sorted(n for n, j in client.status().items()
                                              if node in (j.get("allocation") or []))}
+    cut = cut_off_processes(state_dir, client, node, info["killed"]["jobs_on_node"])
     cluster.kill_node(node)
+    t_cut = time.time()
     info["phases"]["killed"] = time.time() - t0
+    # the cut-off launches fence themselves: each of their processes on the killed node
+    # ends within the lease (or died with its raylet)
+    try:
+        wait_for(lambda: all(process_gone(c["pid"]) for c in cut.values()), LEASE + 90,
+                 "the cut-off launches' processes gone", poll=0.1)
+    except TimeoutError:
+        pass
+    for name, c in cut.items():
+        c["gone"] = process_gone(c["pid"])
+        c["gone_after"] = time.time() - t_cut
+        c["t_kill"] = t_cut
+    info["cut_off"], info["lease"] = cut, LEASE
     names = ["span", "flex", "late", "doomed"]
     try:
         client.wait(names, timeout=200)
@@ -203,6 +220,12 @@ def main(state_dir: str, out_path: str) -> None:
         wal = store[len("sqlite:///"):] + "-wal"
         info["wal_bytes"][n] = os.path.getsize(wal) if os.path.exists(wal) else 0
     info["progress"] = {n: client.progress(n) for n in names}
+    for name, c in info["cut_off"].items():
+        try:
+            with open(client.sd.log_path(name, c["attempt"], c["rank"])) as fh:
+                c["log_tail"] = fh.read()[-600:]
+        except OSError as e:
+            c["log_tail"] = f"(no log: {e})"
     info["logs_tail"] = {n: client.logs(n)[-1500:] for n in names}
     cluster.shutdown()
     time.sleep(1.0)
@@ -210,6 +233,38 @@ def main(state_dir: str, out_path: str) -> None:
     info["phases"]["down"] = time.time() - t0
     with open(out_path, "w") as fh:
         json.dump(info, fh, default=str)
+
+
+def cut_off_processes(state_dir: str, client, node: str, jobs: list) -> dict:
+    """``{job: {attempt, rank, pid}}`` of the launch processes on ``node`` (before its
+    raylet is killed), from the launch book and the actors' own ``pid()``."""
+    import ray
+
+    from goodput_jax.cluster.launch import NAMESPACE, pg_name
+
+    with open(os.path.join(state_dir, "launches.json")) as fh:
+        book = json.load(fh)
+    out = {}
+    for name in jobs:
+        job = client.status()[name]
+        attempt, nodes = job["attempt"], job["launches"][-1]["nodes"]
+        if node not in nodes or pg_name(name, attempt) not in book:
+            continue
+        rank = nodes.index(node)
+        actor = ray.get_actor(book[pg_name(name, attempt)][rank], namespace=NAMESPACE)
+        out[name] = {"attempt": attempt, "rank": rank,
+                     "pid": ray.get(actor.pid.remote(), timeout=30)}
+    return out
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (gone, or a zombie: this driver is the sandbox's PID 1,
+    the parent of every orphan)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 ADDRESS_CLIENT = """

@@ -74,8 +74,8 @@ class Launcher:
     def log_tail(self, handle, rank):
         return None
 
-    def warm(self, labels):
-        self.warmed.append(sorted(labels))
+    def warm(self, nodes):
+        self.warmed.append(sorted(n.label for n in nodes))
 
 
 class Requests:

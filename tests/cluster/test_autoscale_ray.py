@@ -1,20 +1,24 @@
-"""Autoscaling on Ray's fake autoscaler (issue 34 Build 3), inside the loopback-only sandbox.
+"""Autoscaling on Ray's stock ``AutoscalingCluster`` (issue 45 item 1), in the sandbox.
 
-One driver process (``tests/cluster/_autoscale_driver.py``) starts Ray's fake
-autoscaling cluster as ``ray.cluster_utils.AutoscalingCluster`` would (without its
-``ray stop --force``), one worker type of 2 devices, 1 to 3 nodes, and on that one
-cluster runs a controller with ``autoscale=True`` under Sia (the queue's demand), then
-one under Pollux (its ``desired_nodes``); each time three 2-device jobs arrive, the
-cluster grows to three nodes, the jobs run and end, and it shrinks back to one. About
-40-60 s on a 2-core machine. Skipped (with the reason) where ``unshare`` is not permitted.
+One driver process (``tests/cluster/_autoscale_driver.py``) starts Ray's own
+``ray.cluster_utils.AutoscalingCluster`` (its fake multi-node provider, every node of
+the one worker type with the same resources: 2 devices of type ``a``, 1 to 3 nodes)
+inside the loopback-only network and PID namespace, where the ``ray stop --force`` of
+its ``start`` and ``shutdown`` sees only the sandbox's processes. On that one cluster
+it runs a controller with ``autoscale=True`` under Sia (the queue's demand), then one
+under Pollux (its ``desired_nodes``); each time three 2-device jobs arrive, the
+cluster grows to three nodes, the jobs run on them (placed by Ray's node ids: no
+resource names a node) and end, and it shrinks back to one. About 65-90 s on a
+loaded 2-core machine (the head's start takes 10-20 s of it). Skipped (with the
+reason) where ``unshare`` is not permitted.
 
 What Ray's autoscaler may legitimately do is allowed for, and nothing else: it removes
 an idle node above ``min_workers`` (which is why the controller keeps asking for what
 its jobs hold, ``autoscale.desired_bundles``: a node a job was just placed on looks
-idle until its placement group is reserved there), and the node type's resources do
-not name a node (a request cannot say *which* node stays). The provider
-(``_fake_provider.py``) lists a node from its launch on, as a cloud provider does, so
-the autoscaler does not launch beyond ``max_workers``.
+idle until its placement group is reserved there), a request cannot say *which* node
+stays, and Ray's fake provider, which lists a node only once its raylet has started,
+may start one node beyond ``max_workers`` for a moment (removed again as idle or for
+"max workers"; no job is placed on it for good: each job is launched once).
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ def test_a_queue_larger_than_the_cluster_grows_it_to_its_max(grown):
     assert grown["timeout"] is None, grown["nodes_seen"]
     assert len(grown["first_nodes"]) == 1
     sizes = [len(labels) for _, labels in grown["nodes_seen"]]
-    assert max(sizes) == 3 and len(grown["grown_nodes"]) == 3  # max_workers
+    assert 3 <= max(sizes) <= 4 and len(grown["grown_nodes"]) >= 3  # max_workers (+1)
     for r in grown["rounds"]:
         assert r["policy"] in (grown["policy"], "none")
         waits = any(not v for v in r["allocations"].values())
@@ -108,7 +112,10 @@ def test_the_grown_nodes_get_the_waiting_jobs_at_the_next_round(grown):
         assert job["status"] == "finished", (name, job["events"][-3:])
         (launch,) = job["launches"]  # placed once, never moved
         hosts[name] = launch["nodes"]
-    assert sorted(n for h in hosts.values() for n in h) == sorted(grown["grown_nodes"])
+    used = sorted(n for h in hosts.values() for n in h)
+    assert len(set(used)) == 3 and set(used) <= set(grown["grown_nodes"])
+    # named by Ray's node ids, as every node of the type carries the same resources
+    assert all(n.startswith("a-") for n in used), used
     waiting = [n for n in jobs if hosts[n][0] in new]
     assert len(waiting) == 2
     rounds = grown["rounds"]

@@ -166,6 +166,23 @@ def test_the_dead_nodes_jobs_finish_elsewhere(scenario):
     assert all(n["label"] != dead for n in scenario["controller"]["nodes"])
 
 
+def test_the_cut_off_launches_fence_themselves_within_the_lease(scenario):
+    """Issue 45 item 4: the killed raylet's launch processes end on their own (or died
+    with it), and the cut-off launch logs no progress past its lease."""
+    cut, lease = scenario["cut_off"], scenario["lease"]
+    assert scenario["killed"]["victim"] in cut, cut
+    for name, c in cut.items():
+        assert c["gone"], (name, c)
+        after = [p for p in scenario["progress"][name]
+                 if p["attempt"] == c["attempt"] and p["t"] > c["t_kill"]]
+        # the lease, a check period and what a loaded machine adds (the new launch's
+        # fence usually stops the old one's progress log sooner)
+        assert all(p["t"] - c["t_kill"] < 2 * lease + 15.0 for p in after), after[-1:]
+        if "lease expired" in c["log_tail"]:  # it outlived its raylet and fenced itself
+            assert c["log_tail"].strip().splitlines()[-1].endswith(
+                "this launch stops itself (a newer launch may run elsewhere)")
+
+
 def test_a_reallocation_changes_a_jobs_device_count(scenario):
     counts = {n: {la["devices"] for la in _launches(scenario, n)} for n in ("flex", "late")}
     assert any(len(c) > 1 for c in counts.values()), counts

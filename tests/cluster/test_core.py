@@ -120,7 +120,7 @@ class FakeLauncher:
     def log_tail(self, handle, rank):
         return None
 
-    def warm(self, labels):
+    def warm(self, nodes):
         pass
 
 

@@ -109,6 +109,27 @@ def test_nodes_from_ray_reads_the_runtime_resources_by_label_not_ip():
     assert capacity_of(recs).by_type == {"a": (1, 4), "b": (1, 2)}
 
 
+def test_nodes_need_no_resource_unique_to_them():
+    """Every node of an autoscaler's node type carries the same resources: each is
+    named by Ray's node label when given, else by its node id, and two that share
+    the short name get their whole ids."""
+    same = {"CPU": 1.0, ACCEL: 2.0, "gj_type_a": 2.0}
+    table = [
+        {"Alive": True, "NodeID": "ffff00001", "Resources": same},
+        {"Alive": True, "NodeID": "ffff00002", "Resources": same},
+        {"Alive": True, "NodeID": "aa0000000003", "Resources": same},
+        {"Alive": True, "NodeID": "bb0000000003", "Resources": same},
+        {"Alive": True, "NodeID": "cc", "Resources": same,
+         "Labels": {"ray.io/node-id": "cc", "goodput-jax/node": "n7"}},
+    ]
+    recs = nodes_from_ray(table)
+    assert [(r.label, r.node_id) for r in recs] == [
+        ("a-aa0000000003", "aa0000000003"), ("a-bb0000000003", "bb0000000003"),
+        ("a-fff00001", "ffff00001"), ("a-fff00002", "ffff00002"), ("n7", "cc")]
+    with pytest.raises(ValueError, match="exactly one gj_type_"):
+        nodes_from_ray([{"Alive": True, "NodeID": "x", "Resources": {ACCEL: 1.0}}])
+
+
 def test_job_info_follows_adaptdl_rules_and_types():
     spec = JobSpec("j", EX, min_replicas=1, max_replicas=8, accelerator_types=("a",))
     fresh = job_info(spec, None, 0.0, types=("a", "b"))
