@@ -256,7 +256,7 @@ class AdaptiveBatchSize(SwitchDecisions):
         slots = slots_for(n)
         ex = self.source.take(r * b * n)
 
-        def shape(x):
+        def shape(x: Any) -> np.ndarray:
             x = np.asarray(x).reshape((n, r * b) + np.shape(x)[1:])
             if slots > n:
                 x = np.concatenate([x, np.zeros((slots - n,) + x.shape[1:], x.dtype)])
@@ -271,7 +271,8 @@ class AdaptiveBatchSize(SwitchDecisions):
         return batch, n
 
     def step(self, step: int, train_step: Any, params: Any, opt_state: Any) -> Any:
-        """One step: next batch, ``hooks.step(step, train_step, params, opt_state, batch, n)``, adapt.
+        """One step: next batch, ``hooks.step(step, train_step, params, opt_state, batch, n)``,
+        adapt.
 
         Returns:
             ``train_step``'s outputs.

@@ -176,7 +176,8 @@ class IterableSource:
 
 
 def as_source(data: Any, *, seed: int = 0) -> ArraySource | IterableSource:
-    """An :class:`ArraySource` for arrays (dict/tuple of numpy arrays), else an :class:`IterableSource`.
+    """An :class:`ArraySource` for arrays (dict/tuple of numpy arrays), else an
+    :class:`IterableSource`.
 
     Example:
         >>> type(as_source({"x": np.zeros(3)})).__name__

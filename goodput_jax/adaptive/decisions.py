@@ -164,7 +164,8 @@ class SwitchDecisions:
         return 0 if e is None else e.optim_count
 
     def candidates(self) -> np.ndarray:
-        """Feasible ``(atomic_bsz, accum_steps)`` rows under the job's limits and the exploration cap."""
+        """Feasible ``(atomic_bsz, accum_steps)`` rows under the job's limits and the
+        exploration cap."""
         h = self.hooks
         r = h.num_replicas
         profiled = [k[1] * k[2] * (k[3] + 1) for k, e in list(h.profile.items())

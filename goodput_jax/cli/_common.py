@@ -17,7 +17,7 @@ import sqlite3
 import sys
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goodput_jax._lazy import (
     EXTRA_OF_MODULE,
@@ -26,6 +26,9 @@ from goodput_jax._lazy import (
     has_module,
     missing_extra_message,
 )
+
+if TYPE_CHECKING:
+    from goodput_jax.measure.stores import EventStore
 
 #: Exit code of every user error (as argparse uses for bad arguments).
 USAGE_ERROR = 2
@@ -91,7 +94,7 @@ def require_extra(extra: str, modules: tuple[str, ...], what: str) -> None:
         raise MissingExtraError(extra, missing, what)
 
 
-def _finite_float(text: str, ok, what: str) -> float:
+def _finite_float(text: str, ok: Callable[[float], bool], what: str) -> float:
     """Parse ``text`` as a finite float accepted by ``ok``, else an argparse type error."""
     try:
         value = float(text)
@@ -188,7 +191,7 @@ def default_store_url() -> str:
     return os.environ.get(ENV_VAR) or DEFAULT_STORE_URL
 
 
-def open_store_for_reading(url: str | None):
+def open_store_for_reading(url: str | None) -> EventStore:
     """Open an existing store; a missing SQLite file is an error and is *not* created.
 
     Args:

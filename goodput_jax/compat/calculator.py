@@ -21,6 +21,7 @@ from goodput_jax.measure.calculator import (
     check_ideal,
     goodput_percent,
 )
+from goodput_jax.measure.events import TimeLike
 
 __all__ = ["GoodputCalculator"]
 
@@ -74,7 +75,8 @@ class GoodputCalculator(_BaseCalculator):
         """Google syncs its on-disk cache to GCS; there is no such cache here (no-op)."""
 
     def get_job_goodput(self, include_badput_breakdown: bool = False,
-                        configured_ideal_step_time: float | None = None):
+                        configured_ideal_step_time: float | None = None
+                        ) -> tuple[float, dict, int]:
         """Goodput of the job so far, in Google's shape.
 
         Returns:
@@ -93,7 +95,10 @@ class GoodputCalculator(_BaseCalculator):
         total = d["total_time"]
         return g, google_breakdown(flat, d["custom_badput_time"], 100.0 / total), last
 
-    def get_job_goodput_interval(self, interval_start: Any, interval_end: Any):
+    # Google's signature: five values where the base calculator returns three
+    def get_job_goodput_interval(  # type: ignore[override]
+            self, interval_start: TimeLike, interval_end: TimeLike) -> tuple[float, dict, int,
+            float, int]:
         """Goodput within ``(interval_start, interval_end]`` (Google's 5 values and rule).
 
         As in ml-goodput-measurement, only the events recorded inside the window
@@ -125,7 +130,7 @@ class GoodputCalculator(_BaseCalculator):
         return (g, google_breakdown(flat, custom, 100.0 / total), last, total,
                 eng.disruptions)
 
-    def get_interval_metric_details(self, interval_start: Any, interval_end: Any) -> dict:
+    def get_interval_metric_details(self, interval_start: TimeLike, interval_end: TimeLike) -> dict:
         """Google's interval details: goodput, badput and the interval's size (s)."""
         size = int(to_ts(interval_end, "interval_end") - to_ts(interval_start, "interval_start"))
         try:
@@ -174,7 +179,9 @@ class GoodputCalculator(_BaseCalculator):
         })
         return out
 
-    def get_step_deviation(self, configured_ideal_step_time: float | None = None) -> dict[int, float]:
+    # Google's signature: {step: deviation} where the base returns a StepDeviation
+    def get_step_deviation(  # type: ignore[override]
+            self, configured_ideal_step_time: float | None = None) -> dict[int, float]:
         """``{step: step time - ideal step time}`` like Google's (the full
         :class:`StepDeviation` is :meth:`get_step_statistics`)."""
         return self.get_step_statistics(configured_ideal_step_time).step_deviation
@@ -182,7 +189,8 @@ class GoodputCalculator(_BaseCalculator):
 
     def get_job_goodput_with_exclusions(self, exclusion_intervals: Any,
                                         include_badput_breakdown: bool = False,
-                                        configured_ideal_step_time: float | None = None):
+                                        configured_ideal_step_time: float | None = None
+                                        ) -> tuple[float, dict, int, float]:
         """Goodput with the time inside ``exclusion_intervals`` removed from every bucket.
 
         Args:

@@ -142,8 +142,9 @@ class GoodputMonitor(_BaseMonitor):
 
     Example:
         >>> m = GoodputMonitor("j", "goodput_j", "/tmp/tb-doc", monitor_goodput=False,
-        ...                    goodput_upload_interval_seconds=60, store=":memory:")  # doctest: +SKIP
-        >>> m.upload_interval, m.monitoring_enabled                                   # doctest: +SKIP
+        ...                    goodput_upload_interval_seconds=60,
+        ...                    store=":memory:")  # doctest: +SKIP
+        >>> m.upload_interval, m.monitoring_enabled  # doctest: +SKIP
         (60.0, False)
     """
 

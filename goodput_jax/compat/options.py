@@ -75,7 +75,7 @@ def check_positive(name: str, value: Any) -> float:
         >>> check_positive("background_max_latency_s", 2)
         2.0
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) > 0:
         raise ValueError(f"{name} ({value!r}) must be a positive number")
     return float(value)
 

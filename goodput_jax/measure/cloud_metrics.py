@@ -11,7 +11,8 @@ the same metric types and labels, on the ``compute.googleapis.com/Workload``
 resource (``location``, ``workload_id`` = the job, ``replica_id``):
 
 =========================================================  ===================================
-``compute.googleapis.com/workload/goodput_time``           productive seconds (``goodput_source=TOTAL``)
+``compute.googleapis.com/workload/goodput_time``           productive seconds
+                                                           (``goodput_source=TOTAL``)
 ``compute.googleapis.com/workload/badput_time``            seconds per ``badput_source`` (Google's
                                                            names; custom badput as
                                                            ``CUSTOM_BADPUT_EVENTS.<TYPE>``)

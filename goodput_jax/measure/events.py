@@ -21,7 +21,7 @@ import numbers
 import os
 import socket
 import uuid
-from typing import Any
+from typing import Any, SupportsFloat, TypeAlias
 
 
 class EventKind(str, enum.Enum):
@@ -136,6 +136,12 @@ def new_run_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
+#: A time the package accepts (see :func:`to_timestamp`): a timezone-aware datetime, or
+#: UTC seconds as any real number (float, int, numpy or JAX scalar). A naive datetime is
+#: refused here; the Google drop-ins read it as local time, as Google's library does.
+TimeLike: TypeAlias = _dt.datetime | SupportsFloat
+
+
 def to_timestamp(value: Any, *, name: str = "timestamp") -> float:
     """Convert a timezone-aware datetime or a float (UTC seconds) to float seconds.
 
@@ -198,7 +204,7 @@ def check_step(step: Any, *, name: str = "step") -> int:
     if not isinstance(step, numbers.Integral):
         # numpy / jax scalars with integer dtype
         dtype = getattr(step, "dtype", None)
-        if dtype is None or getattr(dtype, "kind", "") not in "iu" or getattr(step, "ndim", 0):
+        if dtype is None or getattr(dtype, "kind", "") not in "iu" or getattr(step, "ndim", 0) != 0:
             raise TypeError(f"{name} ({step!r}) must be a non-negative integer")
     out = int(step)
     if out < 0:
@@ -232,7 +238,7 @@ class Event:
 
     def to_dict(self) -> dict:
         """JSON-serialisable dict (used by the Cloud Logging store's jsonPayload)."""
-        d = {
+        d: dict[str, Any] = {
             "kind": self.kind.value,
             "job_name": self.job_name,
             "run_id": self.run_id,
@@ -297,5 +303,6 @@ class Event:
             try:
                 json.dumps(self.payload)
             except (TypeError, ValueError) as e:
-                raise ValueError(f"payload ({self.payload!r}) is not JSON-serialisable: {e}") from None
+                raise ValueError(
+                    f"payload ({self.payload!r}) is not JSON-serialisable: {e}") from None
         return self

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from goodput_jax.measure.calculator import GoodputCalculator, StepDeviation  # noqa: F401
+from goodput_jax.measure.events import TimeLike
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,7 +62,7 @@ class MonitoredCalculator(Protocol):
         """Seconds: ``productive_time``, ``total_time``, ``custom_badput_time`` ..."""
         ...
 
-    def get_job_goodput_interval(self, interval_start: Any, interval_end: Any
+    def get_job_goodput_interval(self, interval_start: TimeLike, interval_end: TimeLike
                                  ) -> tuple[Any, ...]:
         """``(goodput %, badput, last productive step, ...)`` within the interval."""
         ...
@@ -70,11 +71,11 @@ class MonitoredCalculator(Protocol):
         """The latest hints' JSON payload, or None."""
         ...
 
-    def get_productivity_goodput(self, *, now: Any = None) -> ProductivityGoodput:
+    def get_productivity_goodput(self, *, now: TimeLike | None = None) -> ProductivityGoodput:
         """ML Productivity Goodput now (the ``productivity/*`` tags)."""
         ...
 
-    def get_step_stragglers(self, since: Any = None) -> Stragglers:
+    def get_step_stragglers(self, since: TimeLike | None = None) -> Stragglers:
         """The slowest hosts since ``since`` (the ``stragglers/*`` tags)."""
         ...
 

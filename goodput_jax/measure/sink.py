@@ -131,6 +131,6 @@ class FlushMarker:
 
     __slots__ = ("done", "ok")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.done = threading.Event()
         self.ok = True

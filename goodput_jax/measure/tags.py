@@ -97,10 +97,14 @@ def badput_scalars(badput: Mapping[Any, Any], details: Mapping[str, Any], *,
 
     Example:
         >>> from goodput_jax.measure.badput import BadputType
-        >>> badput_scalars({BadputType.DATA_LOADING: 5.0},
-        ...                {"total_time": 10.0, "productive_time": 9.0,
-        ...                 "custom_badput_time": {"eval": 0.5}})
-        {'badput/data_loading': 5.0, 'goodput/productive_time': 9.0, 'goodput/total_time': 10.0, 'badput/custom/eval': 5.0}
+        >>> for tag, value in badput_scalars({BadputType.DATA_LOADING: 5.0},
+        ...                                  {"total_time": 10.0, "productive_time": 9.0,
+        ...                                   "custom_badput_time": {"eval": 0.5}}).items():
+        ...     print(tag, value)
+        badput/data_loading 5.0
+        goodput/productive_time 9.0
+        goodput/total_time 10.0
+        badput/custom/eval 5.0
     """
     from goodput_jax.measure.badput import GOOGLE_NAMES
 
@@ -143,8 +147,13 @@ def hint_scalars(hints: Any) -> dict[str, float]:
     ``var`` is the gradient variance at ``initBatchSize``, ``norm`` the squared norm).
 
     Example:
-        >>> hint_scalars({"gradParams": {"norm": 2.0, "var": 4.0}, "initBatchSize": 32})
-        {'model/init_batch_size': 32.0, 'model/grad_norm_sqr': 2.0, 'model/grad_variance': 4.0, 'model/gradient_noise_scale': 64.0}
+        >>> for tag, value in hint_scalars({"gradParams": {"norm": 2.0, "var": 4.0},
+        ...                                 "initBatchSize": 32}).items():
+        ...     print(tag, value)
+        model/init_batch_size 32.0
+        model/grad_norm_sqr 2.0
+        model/grad_variance 4.0
+        model/gradient_noise_scale 64.0
     """
     if not isinstance(hints, Mapping) and isinstance(hints, JsonHints):
         hints = hints.to_json()
@@ -190,11 +199,21 @@ def productivity_scalars(result: Any) -> dict[str, float]:
         ...     SchedulingTimeline, productivity)
         >>> tl = SchedulingTimeline.of([SchedulingSpan(0, 20, False, "queued"),
         ...                             SchedulingSpan(20, 100, True, "running")])
-        >>> {k: round(v, 6) for k, v in productivity_scalars(
-        ...     productivity(tl, 60.0, ProgramGoodput((), 0.5, 0.4, 10))).items()}
-        {'productivity/scheduling_goodput': 80.0, 'productivity/runtime_goodput': 75.0, 'productivity/program_goodput': 50.0, 'productivity/ml_productivity_goodput': 30.0, 'productivity/ettr': 60.0, 'productivity/mfu': 40.0}
-        >>> productivity_scalars(productivity(tl, 60.0, ProgramGoodput((), math.nan, math.nan, 0)))
-        {'productivity/scheduling_goodput': 80.0, 'productivity/runtime_goodput': 75.0, 'productivity/ettr': 60.0}
+        >>> for k, v in productivity_scalars(
+        ...         productivity(tl, 60.0, ProgramGoodput((), 0.5, 0.4, 10))).items():
+        ...     print(k, round(v, 6))
+        productivity/scheduling_goodput 80.0
+        productivity/runtime_goodput 75.0
+        productivity/program_goodput 50.0
+        productivity/ml_productivity_goodput 30.0
+        productivity/ettr 60.0
+        productivity/mfu 40.0
+        >>> for k, v in productivity_scalars(
+        ...         productivity(tl, 60.0, ProgramGoodput((), math.nan, math.nan, 0))).items():
+        ...     print(k, v)
+        productivity/scheduling_goodput 80.0
+        productivity/runtime_goodput 75.0
+        productivity/ettr 60.0
     """
     if result is None:
         return {}

@@ -210,7 +210,7 @@ class RemoteEventFile:
         self._dirty = True
         self.flush()
 
-    def add_event(self, event) -> None:
+    def add_event(self, event: Any) -> None:
         if self._spool.tell() >= self._max_bytes:
             self._new_file()
         self._records.write(event.SerializeToString())
@@ -255,7 +255,8 @@ class ScalarEventWriter:
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
         summary = summary_pb2.Summary(
-            value=[summary_pb2.Summary.Value(tag=t, simple_value=float(v)) for t, v in values.items()]
+            value=[summary_pb2.Summary.Value(tag=t, simple_value=float(v))
+                   for t, v in values.items()]
         )
         event = event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary)
         with self._lock:

@@ -27,7 +27,8 @@ import numpy as np
 
 from goodput_jax.measure.events import KIND_CODES, Event, EventKind
 
-__all__ = ["BasicStore", "EventStore", "RawEventStore", "RowColumns", "RowStoreAdapter", "StoreError",
+__all__ = ["BasicStore", "EventStore", "RawEventStore", "RowColumns", "RowStoreAdapter",
+           "StoreError",
            "as_event_store"]
 
 #: kinds whose payload (not label) a columnar read returns in ``labels``

@@ -73,6 +73,8 @@ def to_entry(ev: Event) -> dict:
         return {"job_name": ev.job_name, EXTRA_TIME_KEY: ev.timestamp, EXTRA_KEY: ev.to_dict()}
     out: dict[str, Any] = {"job_name": ev.job_name}
     if ev.kind is K.STEP_START:
+        if ev.step is None:
+            raise TypeError(f"step ({ev.step!r}) of a step_start event must be an integer")
         out["step_count"] = int(ev.step)
     if ev.kind in (K.CUSTOM_BADPUT_START, K.CUSTOM_BADPUT_END):
         out["custom_badput_event_type"] = ev.label or "unknown"
@@ -97,13 +99,15 @@ def _orbax_stats(entry: dict, job: str) -> Event | None:
             entry.get("checkpoint_manager_start_time")
     else:
         return None
+    if d is None:
+        return None
     try:
-        d = float(d)
+        duration = float(d)
         t = float(t) if t is not None else 0.0
     except (TypeError, ValueError):
         return None
     step = entry.get("step")
-    payload = {"event_type": kind, "duration_s": d}
+    payload: dict[str, Any] = {"event_type": kind, "duration_s": duration}
     if isinstance(step, int) and step >= 0:
         payload["step"] = step
     return Event(K.CHECKPOINT_STATS, job, RUN_ID, 0, t, payload=payload)

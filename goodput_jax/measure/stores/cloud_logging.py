@@ -98,9 +98,10 @@ class CloudLoggingStore(RowColumns):
             into ``options`` in one place (:meth:`CloudLoggingOptions.merged`).
 
     Example:
-        >>> store = CloudLoggingStore(project="my-proj", logger_name="goodput_run1")  # doctest: +SKIP
-        >>> store.append([ev])        # returns once written (or dropped and counted)  # doctest: +SKIP
-        >>> store.stats()["written"]                                                 # doctest: +SKIP
+        >>> store = CloudLoggingStore(project="my-proj",
+        ...                           logger_name="goodput_run1")  # doctest: +SKIP
+        >>> store.append([ev])  # once written (or dropped and counted)  # doctest: +SKIP
+        >>> store.stats()["written"]  # doctest: +SKIP
         1
     """
 
@@ -435,7 +436,7 @@ class CloudLoggingStore(RowColumns):
         Example:
             >>> store.build_filter("job")  # doctest: +SKIP
             'logName="projects/p/logs/l" AND timestamp>="1970-01-01T00:00:00.000000Z" AND labels.job="job"'
-        """
+        """  # noqa: E501 (a doctest's one-line output)
         since = self._start if since is None else max(since, self._start)
         parts = [
             f"logName={quote_filter_value(self.log_name, name='log_name')}",
@@ -525,7 +526,8 @@ class CloudLoggingStore(RowColumns):
                     if limit is not None and len(out) >= limit:
                         break
         except service_errors() as e:
-            raise StoreError(f"{self!r}: reading job {job_name!r} failed: {error_text(e)}") from None
+            raise StoreError(
+                f"{self!r}: reading job {job_name!r} failed: {error_text(e)}") from None
         if high is None:
             return out, cursor if cursor is not None else CloudLoggingCursor(utc_iso(self._start))
         low = utc_iso(high - _dt.timedelta(seconds=self.read_overlap_seconds))
