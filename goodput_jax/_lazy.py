@@ -105,6 +105,9 @@ def lazy_exports(
         AttributeError: (from ``__getattr__``) a name that is not exported.
         ModuleNotFoundError: (from ``__getattr__``) the name's module needs an extra that
             is not installed; the message names it (``pip install "goodput-jax[model]"``).
+
+    ``Any``: the exported values are whatever the modules define (classes, functions,
+    constants).
     """
     submodules = dict(modules or {})
 

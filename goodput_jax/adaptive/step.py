@@ -74,6 +74,9 @@ def data_mesh(devices: Any = None, axis_name: str = "data") -> Mesh:
     Example:
         >>> data_mesh().axis_names
         ('data',)
+
+    ``Any``: ``devices`` is a sequence of JAX devices (or None for all), which JAX types
+    loosely.
     """
     devs = np.asarray(jax.devices() if devices is None else devices)
     return Mesh(devs.reshape(-1), (axis_name,))
@@ -118,6 +121,8 @@ def progress_of(opt_state: Any) -> jax.Array:
     Example:
         >>> float(progress_of(adaptive_optimizer(optax.sgd(0.1), 8).init(jnp.zeros(1))))
         0.0
+
+    ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
     """
     found = [x for x in jax.tree.leaves(opt_state,
                                         is_leaf=lambda x: isinstance(x, ScaleByRuleState))
@@ -172,6 +177,8 @@ def make_train_step(
         >>> p, st, loss = step(p, st, jnp.ones((2, 4 * R)), jnp.int32(2))
         >>> round(float(loss), 3)
         1.0
+
+    ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
     """
     mesh = data_mesh(axis_name=axis_name) if mesh is None else mesh
     replicas = int(mesh.shape[axis_name])

@@ -17,7 +17,7 @@ import sqlite3
 import sys
 import urllib.parse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from goodput_jax._lazy import (
     EXTRA_OF_MODULE,
@@ -68,7 +68,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (``prog: error: ...``), exit code 2."""
 
-    def error(self, message: str) -> Any:
+    def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: error: {one_line(message)} "
                                f"(see {self.prog} --help)\n")
 
@@ -79,6 +79,9 @@ def one_line(message: Any) -> str:
     Example:
         >>> one_line("first\\nsecond")
         'first second'
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     return " ".join(str(message).split())
 
@@ -262,6 +265,9 @@ def resolve_job(store: Any, job: str | None) -> str:
     Example:
         >>> resolve_job(store, None)  # doctest: +SKIP
         'demo'
+
+    ``Any``: ``store`` is any opened store (an EventStore, or a row store read through its
+    adapter).
     """
     jobs = sorted(store.list_jobs())
     listed = ", ".join(map(repr, jobs[:20])) + (f", ... ({len(jobs)} in all)" if len(jobs) > 20

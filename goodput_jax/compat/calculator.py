@@ -55,6 +55,10 @@ class GoodputCalculator(_BaseCalculator):
                  gcs_path: str | None = None, cache_dir: str | os.PathLike = "/tmp", *,
                  store: Any = None, clock: Any = None,
                  configured_ideal_step_time: float | None = None):
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         if max_logs_retention_period is not None and not isinstance(
                 max_logs_retention_period, datetime.timedelta):
             raise TypeError(f"max_logs_retention_period ({max_logs_retention_period!r}) "
@@ -152,6 +156,9 @@ class GoodputCalculator(_BaseCalculator):
         ``disruption_count``, ``step_time_deviation``, ``ideal_step_time``,
         ``total_excluded_time``; and ``productive_time``, ``custom_badput_time``,
         ``total_time``, ``num_runs``, ... as in the base calculator.
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         from goodput_jax.measure.calculator import NoEventsError
 
@@ -205,6 +212,9 @@ class GoodputCalculator(_BaseCalculator):
 
         Example:
             >>> calc.get_job_goodput_with_exclusions([(t0, t1)])  # doctest: +SKIP
+
+        ``Any``: this is where the caller's value is checked (anything may come in; a one-line
+        error names the argument and the value).
         """
         from goodput_jax.measure.engine import merge_intervals
 

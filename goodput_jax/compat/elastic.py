@@ -169,7 +169,11 @@ class ElasticGoodputCalculator(GoodputCalculator):
 
     def get_job_goodput_details(self) -> dict[str, Any]:
         """The base details, the elastic buckets in ``badput_time`` and the job's slice
-        efficiency (from its first event over its elapsed time)."""
+        efficiency (from its first event over its elapsed time).
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
+        """
         out = super().get_job_goodput_details()
         if "badput_time" in out and "productive_time" in out:
             base = super(GoodputCalculator, self).get_job_goodput_details()
@@ -221,6 +225,9 @@ class ElasticGoodputMonitor(GoodputMonitor):
         max_logs_retention_period: datetime.timedelta | None = None,
         **kwargs: Any,
     ):
+        """``Any``: the old keyword arguments, each checked as it becomes a field of the options
+        (an unknown one is a one-line TypeError).
+        """
         if isinstance(tensorboard_dir, (str, os.PathLike)):  # before the store is opened
             check_tensorboard_dir(os.fspath(tensorboard_dir))
         self.include_slice_efficiency = bool(include_slice_efficiency)

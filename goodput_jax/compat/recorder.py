@@ -50,6 +50,10 @@ class GoodputRecorder(_BaseRecorder):
                  background_grace_period_s: float = 5.0, background_batch_size: int = 100,
                  background_max_latency_s: float = 2.0,
                  enable_goodput_recording: bool | None = None, **kwargs: Any):
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         flag = check_flag("enable_goodput_recording", enable_goodput_recording)
         self.enable_goodput_recording = True if flag is None else flag
         enabled = bool(logging_enabled) and (flag is not False)

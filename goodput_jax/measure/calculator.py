@@ -121,6 +121,10 @@ class GoodputCalculator:
         clock: Callable[[], Any] | None = None,
         configured_ideal_step_time: float | None = None,
     ):
+        """``Any``: ``store`` is a URL, a path or a store object (resolved once, as
+        ``resolve_store`` says) and ``clock`` returns a time in any form
+        :func:`~goodput_jax.measure.events.to_timestamp` accepts.
+        """
         check_job_name(job_name)
         if clock is not None and not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
@@ -213,6 +217,9 @@ class GoodputCalculator:
             >>> tl = calc.timeline(now=1_700_000_100.0)                 # doctest: +SKIP
             >>> sum(b - a for a, b, *_ in tl["segments"])               # doctest: +SKIP
             100.0
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         t = self._now() if now is None else to_timestamp(now, name="now")
         eng = Engine(record=True)
@@ -328,6 +335,9 @@ class GoodputCalculator:
 
         Example:
             >>> calc.get_job_goodput_details()["badput_time"][BadputType.OTHER]  # doctest: +SKIP
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         with self._lock:
             self.refresh()

@@ -152,6 +152,9 @@ def to_timestamp(value: Any, *, name: str = "timestamp") -> float:
     Example:
         >>> to_timestamp(_dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc))
         1704067200.0
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
@@ -180,6 +183,9 @@ def check_job_name(job_name: Any, *, name: str = "job_name") -> str:
     Example:
         >>> check_job_name("llama-7b")
         'llama-7b'
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if not isinstance(job_name, str) or not job_name:
         raise ValueError(f"{name} ({job_name!r}) must be a non-empty string")
@@ -198,6 +204,9 @@ def check_step(step: Any, *, name: str = "step") -> int:
     Example:
         >>> check_step(3)
         3
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if isinstance(step, bool):
         raise TypeError(f"{name} ({step!r}) must be a non-negative integer, not bool")

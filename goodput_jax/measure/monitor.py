@@ -150,6 +150,10 @@ class GoodputMonitor:
         **keywords: Unpack[MonitorKeywords],
     ) -> None:
         #: the monitor's settings (frozen; validated once)
+        """``Any``: ``store`` is a URL, a path or a store object, ``clock`` returns a time in any
+        form :func:`~goodput_jax.measure.events.to_timestamp` accepts, and ``keywords`` are the
+        old keyword arguments, each checked as it becomes a field of the options.
+        """
         self.options = monitor_options(options, upload_interval=upload_interval,
                                        monitoring_enabled=monitoring_enabled, **keywords)
         if not isinstance(job_name, str) or not job_name:
@@ -415,7 +419,11 @@ class GoodputMonitor:
 
     @property
     def clock(self) -> Callable[[], Any]:
-        """The monitor's clock ("now" as UTC seconds or an aware datetime)."""
+        """The monitor's clock ("now" as UTC seconds or an aware datetime).
+
+        ``Any``: the clock returns a time in any form
+        :func:`~goodput_jax.measure.events.to_timestamp` accepts.
+        """
         return self._clock
 
     @property

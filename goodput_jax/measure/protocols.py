@@ -53,16 +53,20 @@ class StepRecording(Protocol):
 
     def step_sink(self) -> StepSink | None: ...
 
-    def add_span_start_listener(self, listener: Callable[[], Any]) -> None: ...
+    def add_span_start_listener(self, listener: Callable[[], object]) -> None: ...
 
-    def remove_span_start_listener(self, listener: Callable[[], Any]) -> None: ...
+    def remove_span_start_listener(self, listener: Callable[[], object]) -> None: ...
 
     def flush(self, timeout: float | None = None) -> bool: ...
 
 
 def require_step_recording(recorder: Any, who: str) -> StepRecording:
     """``recorder`` itself when it is a :class:`StepRecording`, else a one-line
-    ``TypeError`` naming ``who`` and the contract."""
+    ``TypeError`` naming ``who`` and the contract.
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
+    """
     if isinstance(recorder, StepRecording):
         return recorder
     raise TypeError(f"{who}: recorder ({recorder!r}) must be a GoodputRecorder (a "

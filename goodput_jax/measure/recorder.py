@@ -102,6 +102,9 @@ class GoodputRecorder(SpanContexts):
         options: RecorderOptions | None = None,
         **keywords: Any,
     ):
+        """``Any``: the old keyword arguments, each checked as it becomes a field of the options
+        (an unknown one is a one-line TypeError).
+        """
         check_job_name(job_name)
         opts = RecorderOptions.merged(options, keywords)
         self.options = opts
@@ -122,7 +125,7 @@ class GoodputRecorder(SpanContexts):
         self._sink: StepSink | None = None
         #: called (no arguments) before a badput span's start is stamped; see
         #: add_span_start_listener (a tuple: read without a lock, replaced on change)
-        self._span_listeners: tuple[Callable[[], Any], ...] = ()
+        self._span_listeners: tuple[Callable[[], object], ...] = ()
         self._lifecycle = JobLifecycle(job_name)
         self._ended = False  # mirror of the lifecycle's ENDED, read on the hot path
         if not self._enabled:
@@ -190,7 +193,7 @@ class GoodputRecorder(SpanContexts):
         return self._closed
 
     # ------------------------------------------------------------ listeners
-    def add_span_start_listener(self, listener: Callable[[], Any]) -> None:
+    def add_span_start_listener(self, listener: Callable[[], object]) -> None:
         """Call ``listener()`` on the recording thread right before each badput span's
         start is stamped (data loading, checkpoint save / restore, custom badput, init,
         preparation, startup, and the elastic spans), before its timestamp is taken.
@@ -215,7 +218,7 @@ class GoodputRecorder(SpanContexts):
             if listener not in self._span_listeners:
                 self._span_listeners = (*self._span_listeners, listener)
 
-    def remove_span_start_listener(self, listener: Callable[[], Any]) -> None:
+    def remove_span_start_listener(self, listener: Callable[[], object]) -> None:
         """Stop calling ``listener`` (one added with :meth:`add_span_start_listener`;
         removing one that is not there is a no-op)."""
         with self._open_lock:

@@ -25,7 +25,11 @@ __all__ = ["SpanContexts", "check_label"]
 
 
 def check_label(label: Any) -> str:
-    """A custom badput event type: a non-empty string (else a one-line ``ValueError``)."""
+    """A custom badput event type: a non-empty string (else a one-line ``ValueError``).
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
+    """
     if not isinstance(label, str) or not label:
         raise ValueError(f"custom_badput_event_type ({label!r}) must be a non-empty string")
     return label

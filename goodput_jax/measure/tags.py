@@ -65,6 +65,9 @@ def window_tag(window: float) -> str:
 
 
 def finite_number(v: Any) -> float | None:
+    """``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
+    """
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return None
     f = float(v)
@@ -76,7 +79,11 @@ class JsonHints(Protocol):
     """Hints that give their JSON form (``goodput_jax.model.hints.Hints``)."""
 
     def to_json(self) -> Mapping[str, Any]:
-        """The hints as AdaptDL's JSON keys."""
+        """The hints as AdaptDL's JSON keys.
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
+        """
         ...
 
 
@@ -105,6 +112,9 @@ def badput_scalars(badput: Mapping[Any, Any], details: Mapping[str, Any], *,
         goodput/productive_time 9.0
         goodput/total_time 10.0
         badput/custom/eval 5.0
+
+    ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+    uploaded.
     """
     from goodput_jax.measure.badput import GOOGLE_NAMES
 
@@ -154,6 +164,9 @@ def hint_scalars(hints: Any) -> dict[str, float]:
         model/grad_norm_sqr 2.0
         model/grad_variance 4.0
         model/gradient_noise_scale 64.0
+
+    ``Any``: published hints come as a JSON dict or as an object with ``to_json()``; only finite
+    numbers are read.
     """
     if not isinstance(hints, Mapping) and isinstance(hints, JsonHints):
         hints = hints.to_json()
@@ -214,6 +227,9 @@ def productivity_scalars(result: Any) -> dict[str, float]:
         productivity/scheduling_goodput 80.0
         productivity/runtime_goodput 75.0
         productivity/ettr 60.0
+
+    ``Any``: a calculator result (a ProductivityGoodput), read by its fields; the light core
+    imports no calculator here.
     """
     if result is None:
         return {}
@@ -245,6 +261,9 @@ def straggler_scalars(stragglers: Any, top: int = 3) -> dict[str, float]:
         ...                      np.array([0, 1]), np.array([0.0, 0.5]), np.zeros(2, int))
         >>> straggler_scalars(st)["stragglers/host_1/lost_seconds"]
         0.5
+
+    ``Any``: a calculator result (Stragglers), read by its fields; the light core imports no
+    calculator here.
     """
     if stragglers is None or int(stragglers.num_hosts) <= 1:
         return {}

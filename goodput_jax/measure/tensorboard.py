@@ -159,7 +159,12 @@ class LocalEventFile:
         self.flush()
 
     def add_event(self, event: Any) -> None:
-        """Append one ``Event`` record (written at the next :meth:`flush`)."""
+        """Append one ``Event`` record (written at the next :meth:`flush`).
+
+        ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         self._records.write(event.SerializeToString())
 
     def flush(self) -> None:
@@ -211,6 +216,10 @@ class RemoteEventFile:
         self.flush()
 
     def add_event(self, event: Any) -> None:
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         if self._spool.tell() >= self._max_bytes:
             self._new_file()
         self._records.write(event.SerializeToString())

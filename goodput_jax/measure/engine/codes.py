@@ -126,6 +126,9 @@ def payload(label: Any) -> dict:
     Example:
         >>> payload('{"duration_s": 2}'), payload("eval"), payload(None)
         ({'duration_s': 2}, {}, {})
+
+    ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+    uploaded.
     """
     if isinstance(label, dict):
         return label

@@ -263,7 +263,11 @@ class Engine:
 
     # ------------------------------------------------------------ row loop
     def feed(self, rows: Iterable[Sequence[Any]]) -> None:
-        """Feed rows in insertion order (see the class docstring)."""
+        """Feed rows in insertion order (see the class docstring).
+
+        ``Any``: a row is ``(kind code, stream key, timestamp, step or None, label or None)`` as
+        the stores return them.
+        """
         acc = self.acc
         custom = self.custom
         seen = self.seen

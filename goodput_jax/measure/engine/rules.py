@@ -106,6 +106,9 @@ def window_ends(a: Any, b: Any, ws: float, we: float,
     Example:
         >>> window_ends(0.0, 10.0, 2.0, 5.0), window_ends(6.0, 8.0, 2.0, 5.0)
         ((2.0, 5.0), (6.0, 5.0))
+
+    ``Any``: the ends are floats, or numpy arrays on the vectorised path (with ``np.maximum``
+    and ``np.minimum``).
     """
     return maximum(a, ws), minimum(b, we)
 

@@ -38,6 +38,9 @@ def open_store(url: str | None = None, *, reader: bool = False, **kwargs: Any) -
     With ``reader=True`` (the calculator's) a SQLite file that does not exist is not
     created: it is read as empty until a recorder creates it
     (:class:`~goodput_jax.measure.stores.sqlite.PendingSQLiteStore`).
+
+    ``Any``: the old keyword arguments, each checked as it becomes a field of the options (an
+    unknown one is a one-line TypeError).
     """
     if url is None:
         url = os.environ.get(ENV_VAR) or DEFAULT_STORE_URL

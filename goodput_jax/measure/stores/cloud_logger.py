@@ -118,6 +118,9 @@ def from_entry(entry: Any, default_job: str | None = None) -> Event | None:
 
     Orbax's checkpoint statistics carry no job name: they belong to
     ``default_job`` (Google's logger holds one job).
+
+    ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+    uploaded.
     """
     if not isinstance(entry, dict):
         return None
@@ -167,6 +170,9 @@ class CloudLoggerStore(RowColumns):
     """
 
     def __init__(self, cloud_logger: Any):
+        """``Any``: Google's ``cloud_logger`` (a ``google.cloud.logging`` logger, a library without
+        type information), duck-typed as Google's code does.
+        """
         for name in ("write_cloud_logging_entry", "read_cloud_logging_entries"):
             if not callable(getattr(cloud_logger, name, None)):
                 raise TypeError(
@@ -190,7 +196,11 @@ class CloudLoggerStore(RowColumns):
 
     def read_events(self, job_name: str, cursor: Any = None,
                     limit: int | None = None) -> tuple[list[Event], Any]:
-        """Events of ``job_name`` from entry number ``cursor`` on (Google's entries, in order)."""
+        """Events of ``job_name`` from entry number ``cursor`` on (Google's entries, in order).
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
+        """
         start = int(cursor or 0)
         entries = self._entries()
         events: list[Event] = []

@@ -106,6 +106,10 @@ class CloudLoggingStore(RowColumns):
     """
 
     def __init__(self, *, options: CloudLoggingOptions | None = None, **keywords: Any) -> None:
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         o = self.options = CloudLoggingOptions.merged(options, keywords)
         self.logger_name = o.logger_name
         client = o.client
@@ -178,6 +182,9 @@ class CloudLoggingStore(RowColumns):
 
         Example:
             >>> CloudLoggingStore.from_url("gcl://my-proj/goodput_run1")  # doctest: +SKIP
+
+        ``Any``: the old keyword arguments, each checked as it becomes a field of the options
+        (an unknown one is a one-line TypeError).
         """
         if not isinstance(url, str) or not url.startswith("gcl://"):
             raise ValueError(f"url ({url!r}) must look like gcl://PROJECT/LOGGER")
@@ -413,6 +420,9 @@ class CloudLoggingStore(RowColumns):
         Example:
             >>> store.stats()["dropped"]  # doctest: +SKIP
             0
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         return {
             "written": self.written_events,

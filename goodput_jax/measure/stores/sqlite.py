@@ -232,6 +232,9 @@ class SQLiteStore:
             >>> s.append_raw("j", "r", 0, [(KIND_CODES[EventKind.STEP_START], 1.0, 0, None, None)])
             >>> [(e.kind.value, e.step) for e in s.read_events("j")[0]]
             [('step_start', 0)]
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         items = list(items)
         if not items:
@@ -299,6 +302,9 @@ class SQLiteStore:
             >>> s = SQLiteStore(":memory:")
             >>> s.read_rows("nobody")
             ([], None, True)
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
         """
         after = self._check_cursor(cursor)
         if isinstance(span, bool) or not isinstance(span, int) or span <= 0:
@@ -346,6 +352,9 @@ class SQLiteStore:
             >>> s = SQLiteStore(":memory:")
             >>> s.read_columns("nobody")
             (None, None, True)
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
         """
         after = self._check_cursor(cursor)
         if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events <= 0:
@@ -399,6 +408,9 @@ class SQLiteStore:
         """Events of ``job_name`` after ``cursor`` in insertion order (see protocol).
 
         The cursor is the insertion id of the last event returned.
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
         """
         after = self._check_cursor(cursor)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
@@ -527,11 +539,17 @@ class PendingSQLiteStore:
 
     def read_columns(self, job_name: str, cursor: Any = None,
                      max_events: int = 1_000_000) -> tuple[dict | None, Any, bool]:
+        """``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
+        """
         st = self._open()
         return (None, cursor, True) if st is None else st.read_columns(job_name, cursor, max_events)
 
     def read_events(self, job_name: str, cursor: Any = None,
                     limit: int | None = None) -> tuple[list[Event], Any]:
+        """``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
+        """
         st = self._open()
         return ([], cursor) if st is None else st.read_events(job_name, cursor, limit)
 
