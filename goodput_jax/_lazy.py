@@ -53,7 +53,7 @@ def missing_extra_message(extra: str, module: str, what: str) -> str:
     Example:
         >>> print(missing_extra_message("sim", "scipy", "goodput-jax-sim"))
         goodput-jax-sim needs the 'sim' extra (scipy is not installed): pip install "goodput-jax[sim]"
-    """
+    """  # noqa: E501 (a doctest's one-line output)
     return (f"{what} needs the {extra!r} extra ({module} is not installed): "
             f"pip install \"goodput-jax[{extra}]\"")
 
@@ -105,6 +105,9 @@ def lazy_exports(
         AttributeError: (from ``__getattr__``) a name that is not exported.
         ModuleNotFoundError: (from ``__getattr__``) the name's module needs an extra that
             is not installed; the message names it (``pip install "goodput-jax[model]"``).
+
+    ``Any``: the exported values are whatever the modules define (classes, functions,
+    constants).
     """
     submodules = dict(modules or {})
 
@@ -118,7 +121,7 @@ def lazy_exports(
             imported = importlib.import_module(module)
         except ModuleNotFoundError as e:
             extra = extra_of(e.name)
-            if extra is None:
+            if extra is None or e.name is None:
                 raise
             raise ModuleNotFoundError(missing_extra_message(extra, e.name, f"{package}.{name}"),
                                       name=e.name) from e

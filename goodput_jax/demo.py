@@ -146,7 +146,8 @@ class DemoConfig:
                 raise ValueError(f"steps ({steps!r}) must be an integer >= 8")
             cfg = dataclasses.replace(
                 cfg, steps=steps, crash_at=max(3, (5 * steps) // 12),
-                checkpoint_every=max(1, steps // 8), stall_at=max(1, min(cfg.stall_at, steps // 10)),
+                checkpoint_every=max(1, steps // 8),
+                stall_at=max(1, min(cfg.stall_at, steps // 10)),
                 profile_steps=max(3, min(cfg.profile_steps, steps // 100)))
         return cfg
 
@@ -162,7 +163,8 @@ def configure_devices(n: int) -> None:
         raise ValueError(f"devices ({n!r}) must be an integer >= 1")
     if "jax" in sys.modules:
         return
-    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", os.environ.get("XLA_FLAGS", ""))
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "",
+                   os.environ.get("XLA_FLAGS", ""))
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -196,7 +198,7 @@ class SyntheticData:
 
 
 # ---------------------------------------------------------------------- model and step
-def _model_and_optimizer(cfg: DemoConfig, init_batch_size: int):
+def _model_and_optimizer(cfg: DemoConfig, init_batch_size: int) -> tuple[Any, Any]:
     import flax.linen as nn
     import optax
 
@@ -206,7 +208,7 @@ def _model_and_optimizer(cfg: DemoConfig, init_batch_size: int):
         hidden: int
 
         @nn.compact
-        def __call__(self, x):
+        def __call__(self, x: Any) -> Any:
             x = nn.relu(nn.Dense(self.hidden)(x))
             x = nn.relu(nn.Dense(self.hidden)(x))
             return nn.Dense(1)(x)
@@ -217,8 +219,9 @@ def _model_and_optimizer(cfg: DemoConfig, init_batch_size: int):
     return model, tx
 
 
-def _make_train_step(model, tx, mesh):
-    """Jitted data-parallel step over ``mesh``: (params, opt_state, batch) -> (params, opt_state, loss)."""
+def _make_train_step(model: Any, tx: Any, mesh: Any) -> Any:  # (jax's jitted function)
+    """Jitted data-parallel step over ``mesh``:
+    (params, opt_state, batch) -> (params, opt_state, loss)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -226,10 +229,10 @@ def _make_train_step(model, tx, mesh):
 
     from goodput_jax.model import gradstats as gs
 
-    def loss_fn(params, batch):
+    def loss_fn(params: Any, batch: Any) -> Any:
         return jnp.mean((model.apply(params, batch["x"]) - batch["y"]) ** 2)
 
-    def step(params, opt_state, batch):
+    def step(params: Any, opt_state: Any, batch: Any) -> tuple[Any, Any, Any]:
         pre = gs.auto_preconditioner(opt_state)  # Adam: precondition the norms
         loss, grads, sq = gs.data_parallel_grads(loss_fn, params, batch, "data", preconditioner=pre)
         updates, opt_state = tx.update(grads, opt_state, params, grad_sqnorms=sq)
@@ -598,7 +601,7 @@ def _clean_dir(out: str) -> tuple[str, str, str]:
 GOODPUT_DEFINITIONS = """\
 Two goodputs (see docs/concepts.md):
   measured goodput = productive step time / total job time (%): the table below
-  modelled goodput = samples/s of useful progress (throughput x statistical efficiency): the Pollux model"""
+  modelled goodput = samples/s of useful progress (throughput x statistical efficiency): the Pollux model"""  # noqa: E501 (printed as one line)
 
 
 def main(*, directory: str = "goodput-demo", steps: int | None = None, job: str = "demo",

@@ -40,6 +40,9 @@ def manager(directory: str | os.PathLike, *, max_to_keep: int | None = 3) -> Any
         >>> import tempfile
         >>> manager(tempfile.mkdtemp()).latest_step() is None
         True
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     import orbax.checkpoint as ocp
 
@@ -52,7 +55,10 @@ def manager(directory: str | os.PathLike, *, max_to_keep: int | None = 3) -> Any
 
 def save(mngr: Any, step: int, params: Any, opt_state: Any, adaptive: Any,
          *, wait: bool = True) -> None:
-    """Save ``{params, opt_state}`` and the controller's JSON state as step ``step``."""
+    """Save ``{params, opt_state}`` and the controller's JSON state as step ``step``.
+
+    ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
+    """
     import orbax.checkpoint as ocp
 
     meta = adaptive.state_dict()
@@ -74,6 +80,8 @@ def restore(mngr: Any, params_like: Any, opt_state_like: Any, adaptive: Any,
 
     Returns:
         ``(step, params, opt_state)``; the controller is restored in place.
+
+    ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
     """
     import orbax.checkpoint as ocp
 

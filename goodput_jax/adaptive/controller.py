@@ -73,6 +73,9 @@ def default_atomic_sizes(hooks: Any) -> list[int]:
         ...                  is_primary=False, max_batch_size=1024, local_bsz_bounds=(8, 128))
         >>> default_atomic_sizes(h)
         [8, 16, 24, 32, 64, 128]
+
+    ``Any``: ``hooks`` is a :class:`~goodput_jax.integrations.hooks.GoodputHooks` (not imported
+    here: the integrations room imports this one).
     """
     lo, hi = hooks.local_bsz_bounds
     r = hooks.num_replicas
@@ -131,6 +134,11 @@ class AdaptiveBatchSize(SwitchDecisions):
 
     def __init__(self, hooks: Any, data: Any, options: AdaptiveOptions | None = None, *,
                  batch_sharding: Any = None, **keywords: Any):
+        """``Any``: ``hooks`` is a :class:`~goodput_jax.integrations.hooks.GoodputHooks` (not
+        imported here: the integrations room imports this one), ``data`` a pytree of arrays or
+        an iterable of batches, ``batch_sharding`` a JAX sharding, and ``keywords`` the old
+        keyword arguments, each checked as it becomes a field of :class:`AdaptiveOptions`.
+        """
         if options is None:
             options = AdaptiveOptions()
         elif not isinstance(options, AdaptiveOptions):
@@ -250,13 +258,15 @@ class AdaptiveBatchSize(SwitchDecisions):
         Each call counts one step (:attr:`steps`, the clock of the re-probe intervals and of
         each switch record's ``step``): a loop that runs the step itself calls it once per
         step, as :meth:`step` does.
+
+        ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
         """
         self.steps += 1
         r, b, n = self.num_replicas, self.atomic_bsz, self.accum_steps + 1
         slots = slots_for(n)
         ex = self.source.take(r * b * n)
 
-        def shape(x):
+        def shape(x: Any) -> np.ndarray:
             x = np.asarray(x).reshape((n, r * b) + np.shape(x)[1:])
             if slots > n:
                 x = np.concatenate([x, np.zeros((slots - n,) + x.shape[1:], x.dtype)])
@@ -271,10 +281,13 @@ class AdaptiveBatchSize(SwitchDecisions):
         return batch, n
 
     def step(self, step: int, train_step: Any, params: Any, opt_state: Any) -> Any:
-        """One step: next batch, ``hooks.step(step, train_step, params, opt_state, batch, n)``, adapt.
+        """One step: next batch, ``hooks.step(step, train_step, params, opt_state, batch, n)``,
+        adapt.
 
         Returns:
             ``train_step``'s outputs.
+
+        ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
         """
         opt_state = self.prepare_opt_state(opt_state)
         batch, n = self.next_batch()
@@ -321,6 +334,8 @@ class AdaptiveBatchSize(SwitchDecisions):
             >>> st = optax.adam(1e-3).init({"w": jnp.ones(2)})
             >>> a.prepare_opt_state(st) is st   # no switch since the last step
             True
+
+        ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
         """
         pending = self.pending_nu_scale
         if pending is None:
@@ -351,7 +366,10 @@ class AdaptiveBatchSize(SwitchDecisions):
         self.pending_nu_scale = (factor, rec)
 
     def batch_like(self, atomic_bsz: int, accum_steps: int) -> Any:
-        """Shape/dtype stand-ins of the batch of a configuration (for ahead-of-time compiles)."""
+        """Shape/dtype stand-ins of the batch of a configuration (for ahead-of-time compiles).
+
+        ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
+        """
         if self._example is None:
             return None
         r, slots = self.num_replicas, slots_for(accum_steps + 1)

@@ -57,6 +57,7 @@ class ArraySource:
     """
 
     def __init__(self, arrays: Any, *, seed: int = 0, shuffle: bool = True):
+        """``Any``: ``arrays`` is a pytree of arrays (JAX pytrees have no static type)."""
         leaves = [np.asarray(a) for a in _leaves(arrays)]
         if not leaves:
             raise ValueError("arrays must hold at least one array")
@@ -81,7 +82,10 @@ class ArraySource:
         return np.random.default_rng((self.seed, epoch)).permutation(self.size)
 
     def take(self, n: int) -> Any:
-        """The next ``n`` examples (wrapping into the next epoch), stacked."""
+        """The next ``n`` examples (wrapping into the next epoch), stacked.
+
+        ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
+        """
         if n < 1:
             raise ValueError(f"n ({n!r}) must be >= 1")
         parts, left = [], int(n)
@@ -151,7 +155,10 @@ class IterableSource:
             return next(self._it)
 
     def take(self, n: int) -> Any:
-        """The next ``n`` examples, stacked along a new leading axis."""
+        """The next ``n`` examples, stacked along a new leading axis.
+
+        ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
+        """
         if n < 1:
             raise ValueError(f"n ({n!r}) must be >= 1")
         items = [self._next() for _ in range(int(n))]
@@ -176,11 +183,14 @@ class IterableSource:
 
 
 def as_source(data: Any, *, seed: int = 0) -> ArraySource | IterableSource:
-    """An :class:`ArraySource` for arrays (dict/tuple of numpy arrays), else an :class:`IterableSource`.
+    """An :class:`ArraySource` for arrays (dict/tuple of numpy arrays), else an
+    :class:`IterableSource`.
 
     Example:
         >>> type(as_source({"x": np.zeros(3)})).__name__
         'ArraySource'
+
+    ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
     """
     if isinstance(data, (ArraySource, IterableSource)):
         return data

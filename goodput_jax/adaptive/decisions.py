@@ -83,9 +83,20 @@ class PrecompilingStep(Protocol):
     def __call__(self, *args: Any) -> Any: ...
 
     def precompile(self, params: Any, opt_state: Any,
-                   batch_like: Any) -> concurrent.futures.Future: ...
+                   batch_like: Any) -> concurrent.futures.Future:
+        """Compile the step for ``batch_like``'s shapes in the background.
 
-    def is_compiled(self, batch_like: Any) -> bool: ...
+        ``Any``: params, optimizer state and batches are JAX pytrees, which have no
+        static type.
+        """
+        ...
+
+    def is_compiled(self, batch_like: Any) -> bool:
+        """Whether a step on ``batch_like``'s shapes runs without compiling.
+
+        ``Any``: a batch is a JAX pytree, which has no static type.
+        """
+        ...
 
 
 class SwitchDecisions:
@@ -133,6 +144,7 @@ class SwitchDecisions:
         return self.hooks.batch_size
 
     def batch_like(self, atomic_bsz: int, accum_steps: int) -> Any:  # the controller's
+        """An abstract batch of this configuration's shapes (``Any``: a JAX pytree)."""
         raise NotImplementedError
 
     def set_config(self, atomic_bsz: int, accum_steps: int) -> None:  # the controller's
@@ -164,7 +176,8 @@ class SwitchDecisions:
         return 0 if e is None else e.optim_count
 
     def candidates(self) -> np.ndarray:
-        """Feasible ``(atomic_bsz, accum_steps)`` rows under the job's limits and the exploration cap."""
+        """Feasible ``(atomic_bsz, accum_steps)`` rows under the job's limits and the
+        exploration cap."""
         h = self.hooks
         r = h.num_replicas
         profiled = [k[1] * k[2] * (k[3] + 1) for k, e in list(h.profile.items())
@@ -246,6 +259,9 @@ class SwitchDecisions:
             [False, False, False, False, True]
             >>> a.stats_stable(GradParams(sqr=0.0, var=1.0))  # sqr <= 0: every batch looks free
             False
+
+        ``Any``: ``gp`` is the model room's gradient statistics (host numbers or JAX scalars),
+        read by its fields.
         """
         sqr, var = float(gp.sqr), float(gp.var)
         phi = (self.hooks.init_batch_size * var / sqr

@@ -212,6 +212,9 @@ class AdaptiveOptions:
 
         Raises:
             TypeError: a keyword the controller never took.
+
+        ``Any``: the old keyword arguments, each checked as it becomes a field of the options
+        (an unknown one is a one-line TypeError).
         """
         unknown = sorted(set(keywords) - set(_KEYWORDS))
         if unknown:

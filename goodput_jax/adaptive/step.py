@@ -31,12 +31,15 @@ recompiles the optimizer.
 
 Example:
     >>> import jax, jax.numpy as jnp, optax  # doctest: +SKIP
-    >>> tx = adaptive_optimizer(optax.sgd(0.1), init_batch_size=32, rule="adascale")  # doctest: +SKIP
-    >>> step = make_train_step(lambda p, b: jnp.mean((b["x"] * p - b["y"]) ** 2), tx)  # doctest: +SKIP
+    >>> tx = adaptive_optimizer(optax.sgd(0.1), init_batch_size=32,
+    ...                         rule="adascale")  # doctest: +SKIP
+    >>> step = make_train_step(lambda p, b: jnp.mean((b["x"] * p - b["y"]) ** 2),
+    ...                        tx)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -71,6 +74,9 @@ def data_mesh(devices: Any = None, axis_name: str = "data") -> Mesh:
     Example:
         >>> data_mesh().axis_names
         ('data',)
+
+    ``Any``: ``devices`` is a sequence of JAX devices (or None for all), which JAX types
+    loosely.
     """
     devs = np.asarray(jax.devices() if devices is None else devices)
     return Mesh(devs.reshape(-1), (axis_name,))
@@ -115,8 +121,11 @@ def progress_of(opt_state: Any) -> jax.Array:
     Example:
         >>> float(progress_of(adaptive_optimizer(optax.sgd(0.1), 8).init(jnp.zeros(1))))
         0.0
+
+    ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
     """
-    found = [x for x in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, ScaleByRuleState))
+    found = [x for x in jax.tree.leaves(opt_state,
+                                        is_leaf=lambda x: isinstance(x, ScaleByRuleState))
              if isinstance(x, ScaleByRuleState)]
     if not found:
         raise ValueError("opt_state has no ScaleByRuleState (build it with adaptive_optimizer)")
@@ -132,7 +141,8 @@ def make_train_step(
     donate: bool = True,
     preconditioner: Callable[[Any], Any] | None = gradstats.auto_preconditioner,
 ) -> Callable:
-    """The jitted adaptive step ``(params, opt_state, batch, num_micro) -> (params, opt_state, loss)``.
+    """The jitted adaptive step
+    ``(params, opt_state, batch, num_micro) -> (params, opt_state, loss)``.
 
     Args:
         loss_fn: ``loss_fn(params, microbatch) -> mean loss`` over the microbatch.
@@ -167,6 +177,8 @@ def make_train_step(
         >>> p, st, loss = step(p, st, jnp.ones((2, 4 * R)), jnp.int32(2))
         >>> round(float(loss), 3)
         1.0
+
+    ``Any``: params, optimizer state and batches are JAX pytrees, which have no static type.
     """
     mesh = data_mesh(axis_name=axis_name) if mesh is None else mesh
     replicas = int(mesh.shape[axis_name])
@@ -183,13 +195,15 @@ def make_train_step(
     # micro-steps are the parts (a traced count, n parts of b examples).
     parts = "device" if replicas > 1 else "microbatch"
 
-    def grads_and_stats(params, pre, sample, batch, num_micro):
+    def grads_and_stats(params: Any, pre: Any, sample: Any, batch: Any,
+                        num_micro: Any) -> tuple[Any, Any, Any]:
         """``(loss, grads, GradSqNorms)`` from gradstats inside the shard_map; the
         GradSqNorms' static fields (a Python part count or validity) travel by closure,
         its arrays as outputs."""
         static: dict = {}
 
-        def local(params, pre, sample, batch, num_micro):
+        def local(params: Any, pre: Any, sample: Any, batch: Any,
+                  num_micro: Any) -> tuple[Any, Any, dict[str, Any]]:
             slots = jax.tree.leaves(batch)[0].shape[0]
             flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
             loss, grads, sq = gradstats.data_parallel_grads(
@@ -209,7 +223,8 @@ def make_train_step(
             out_specs=(P(), P(), P()))(params, pre, sample, batch, num_micro)
         return loss, grads, gradstats.GradSqNorms(**arrays, **static)
 
-    def step(params, opt_state, batch, num_micro):
+    def step(params: Any, opt_state: Any, batch: Any,
+             num_micro: Any) -> tuple[Any, Any, Any, Any]:
         counter["traces"] += 1
         num_micro = jnp.asarray(num_micro, jnp.int32)
         pre = None if preconditioner is None else preconditioner(opt_state)
@@ -235,7 +250,7 @@ def make_train_step(
                      in_shardings=(rep, rep, NamedSharding(mesh, P(None, axis_name)), rep),
                      out_shardings=(rep, rep, rep, rep))
 
-    def place(tree):
+    def place(tree: Any) -> Any:
         # Fresh (uncommitted) state has no mesh in its type; the step's outputs
         # do: put fresh state on the mesh once so both hit one compiled program.
         leaves = jax.tree.leaves(tree)
@@ -247,17 +262,18 @@ def make_train_step(
     futures: dict = {}
     pool: list = []
 
-    def key_of(batch):
+    def key_of(batch: Any) -> tuple[tuple[tuple[int, ...], str], ...]:
         return tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(batch))
 
     last_summary: list = [None]
 
-    def learn_every(opt_state):
+    def learn_every(opt_state: Any) -> None:
         if every[0] is None:
             every[0] = gradstats.sample_every(opt_state)
 
     @functools.wraps(step)
-    def train_step(params, opt_state, batch, num_micro):
+    def train_step(params: Any, opt_state: Any, batch: Any,
+                   num_micro: Any) -> tuple[Any, Any, Any]:
         if every[0] is None:
             learn_every(opt_state)
         exe = compiled.get(key_of(batch)) if compiled else None
@@ -273,7 +289,7 @@ def make_train_step(
         (no copy to read it)."""
         return last_summary[0]
 
-    def precompile(params, opt_state, batch_like):
+    def precompile(params: Any, opt_state: Any, batch_like: Any) -> concurrent.futures.Future:
         """Compile the step for ``batch_like``'s shapes on a background thread (a Future).
 
         The training loop keeps running meanwhile; :func:`is_compiled` tells
@@ -283,11 +299,9 @@ def make_train_step(
         if k in futures:
             return futures[k]
         learn_every(opt_state)
-        import concurrent.futures
-
         if not pool:
             pool.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="goodput-aot"))
-        def spec(x, sh):
+        def spec(x: Any, sh: Any) -> jax.ShapeDtypeStruct:
             return jax.ShapeDtypeStruct(tuple(np.shape(x) if not hasattr(x, "shape") else x.shape),
                                         x.dtype if hasattr(x, "dtype") else jnp.result_type(x),
                                         sharding=sh)
@@ -297,18 +311,19 @@ def make_train_step(
                     jax.tree.map(lambda x: spec(x, batch_sharding), batch_like),
                     jax.ShapeDtypeStruct((), jnp.int32, sharding=rep))
 
-        def work():
+        def work() -> None:
             compiled[k] = jitted.lower(*abstract).compile()
 
         futures[k] = pool[0].submit(work)
         return futures[k]
 
-    def is_compiled(batch_like) -> bool:
+    def is_compiled(batch_like: Any) -> bool:
         k = key_of(batch_like)
         f = futures.get(k)
-        return k in compiled or (f is not None and f.done() and f.exception() is None and k in compiled)
+        return k in compiled or (f is not None and f.done() and f.exception() is None
+                                 and k in compiled)
 
-    def lower(params, opt_state, batch, num_micro):
+    def lower(params: Any, opt_state: Any, batch: Any, num_micro: Any) -> Any:
         """The step lowered for these arguments (``.compile().as_text()`` shows its HLO)."""
         learn_every(opt_state)
         return jitted.lower(place(params), place(opt_state), batch, num_micro)

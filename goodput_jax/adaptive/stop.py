@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import signal
+import types
 from typing import Any
 
 __all__ = ["StopRequest"]
@@ -154,7 +155,7 @@ class StopRequest:
             >>> s.restore_signal_handlers()
         """
 
-        def handler(sig, frame):
+        def handler(sig: int, frame: types.FrameType | None) -> None:
             self._signalled = f"signal {signal.Signals(sig).name}"
 
         self._previous_handlers.setdefault(signum, signal.getsignal(signum))

@@ -50,7 +50,7 @@ examples:
   goodput-jax monitor --job demo --store sqlite:///goodput-demo/goodput.db --tensorboard-dir tb --once
   goodput-jax simulate 6 --policy pollux
 
-Run 'goodput-jax COMMAND --help' for a command's options."""
+Run 'goodput-jax COMMAND --help' for a command's options."""  # noqa: E501 (one example command a line)
 
 
 def build_parser() -> Parser:

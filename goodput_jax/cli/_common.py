@@ -17,7 +17,7 @@ import sqlite3
 import sys
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from goodput_jax._lazy import (
     EXTRA_OF_MODULE,
@@ -26,6 +26,9 @@ from goodput_jax._lazy import (
     has_module,
     missing_extra_message,
 )
+
+if TYPE_CHECKING:
+    from goodput_jax.measure.stores import EventStore
 
 #: Exit code of every user error (as argparse uses for bad arguments).
 USAGE_ERROR = 2
@@ -65,7 +68,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (``prog: error: ...``), exit code 2."""
 
-    def error(self, message: str) -> Any:
+    def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: error: {one_line(message)} "
                                f"(see {self.prog} --help)\n")
 
@@ -76,6 +79,9 @@ def one_line(message: Any) -> str:
     Example:
         >>> one_line("first\\nsecond")
         'first second'
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     return " ".join(str(message).split())
 
@@ -91,7 +97,7 @@ def require_extra(extra: str, modules: tuple[str, ...], what: str) -> None:
         raise MissingExtraError(extra, missing, what)
 
 
-def _finite_float(text: str, ok, what: str) -> float:
+def _finite_float(text: str, ok: Callable[[float], bool], what: str) -> float:
     """Parse ``text`` as a finite float accepted by ``ok``, else an argparse type error."""
     try:
         value = float(text)
@@ -188,7 +194,7 @@ def default_store_url() -> str:
     return os.environ.get(ENV_VAR) or DEFAULT_STORE_URL
 
 
-def open_store_for_reading(url: str | None):
+def open_store_for_reading(url: str | None) -> EventStore:
     """Open an existing store; a missing SQLite file is an error and is *not* created.
 
     Args:
@@ -259,6 +265,9 @@ def resolve_job(store: Any, job: str | None) -> str:
     Example:
         >>> resolve_job(store, None)  # doctest: +SKIP
         'demo'
+
+    ``Any``: ``store`` is any opened store (an EventStore, or a row store read through its
+    adapter).
     """
     jobs = sorted(store.list_jobs())
     listed = ", ".join(map(repr, jobs[:20])) + (f", ... ({len(jobs)} in all)" if len(jobs) > 20

@@ -33,8 +33,12 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from goodput_jax.cli._common import HelpFormatter, UserError, positive_float, positive_int
+
+if TYPE_CHECKING:  # (the cluster extra is imported when a subcommand runs)
+    from goodput_jax.cluster.api import ClusterClient
 
 HELP = "run jobs on a Ray cluster scheduled by goodput (Pollux / Sia; 'cluster' extra)"
 
@@ -92,7 +96,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     s.add_argument("--not-preemptible", action="store_true", help="never move it once running")
     s.add_argument("--max-retries", type=int, default=2, help="crashes retried before 'failed'")
     s.add_argument("--hooks", default=None,
-                   help='JSON keyword arguments of its GoodputHooks, e.g. \'{"init_batch_size": 32}\'')
+                   help="JSON keyword arguments of its GoodputHooks, "
+                        'e.g. \'{"init_batch_size": 32}\'')
     s.add_argument("--adaptive", default=None,
                    help="JSON keyword arguments of its AdaptiveBatchSize")
     s.add_argument("--stop-timeout", type=positive_float, default=60.0,
@@ -142,7 +147,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def _client(args: argparse.Namespace):
+def _client(args: argparse.Namespace) -> ClusterClient:
     from goodput_jax.cluster.api import ClusterClient
 
     address = getattr(args, "address", None)
@@ -341,11 +346,8 @@ def run_up(args: argparse.Namespace) -> int:
         if args.autoscale:
             argv.append("--autoscale")
         return _reexec_sandboxed(argv)
-    from goodput_jax.cluster.controller import start_controller
-
-    from goodput_jax.cluster.controller import stop_controller
+    from goodput_jax.cluster.controller import start_controller, stop_controller
     from goodput_jax.cluster.launch import NAMESPACE
-
     from goodput_jax.cluster.state import StateDir
 
     sd = StateDir(args.state_dir)

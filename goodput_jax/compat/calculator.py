@@ -21,6 +21,7 @@ from goodput_jax.measure.calculator import (
     check_ideal,
     goodput_percent,
 )
+from goodput_jax.measure.events import TimeLike
 
 __all__ = ["GoodputCalculator"]
 
@@ -54,6 +55,10 @@ class GoodputCalculator(_BaseCalculator):
                  gcs_path: str | None = None, cache_dir: str | os.PathLike = "/tmp", *,
                  store: Any = None, clock: Any = None,
                  configured_ideal_step_time: float | None = None):
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         if max_logs_retention_period is not None and not isinstance(
                 max_logs_retention_period, datetime.timedelta):
             raise TypeError(f"max_logs_retention_period ({max_logs_retention_period!r}) "
@@ -74,7 +79,8 @@ class GoodputCalculator(_BaseCalculator):
         """Google syncs its on-disk cache to GCS; there is no such cache here (no-op)."""
 
     def get_job_goodput(self, include_badput_breakdown: bool = False,
-                        configured_ideal_step_time: float | None = None):
+                        configured_ideal_step_time: float | None = None
+                        ) -> tuple[float, dict, int]:
         """Goodput of the job so far, in Google's shape.
 
         Returns:
@@ -93,7 +99,10 @@ class GoodputCalculator(_BaseCalculator):
         total = d["total_time"]
         return g, google_breakdown(flat, d["custom_badput_time"], 100.0 / total), last
 
-    def get_job_goodput_interval(self, interval_start: Any, interval_end: Any):
+    # Google's signature: five values where the base calculator returns three
+    def get_job_goodput_interval(  # type: ignore[override]
+            self, interval_start: TimeLike, interval_end: TimeLike) -> tuple[float, dict, int,
+            float, int]:
         """Goodput within ``(interval_start, interval_end]`` (Google's 5 values and rule).
 
         As in ml-goodput-measurement, only the events recorded inside the window
@@ -125,7 +134,7 @@ class GoodputCalculator(_BaseCalculator):
         return (g, google_breakdown(flat, custom, 100.0 / total), last, total,
                 eng.disruptions)
 
-    def get_interval_metric_details(self, interval_start: Any, interval_end: Any) -> dict:
+    def get_interval_metric_details(self, interval_start: TimeLike, interval_end: TimeLike) -> dict:
         """Google's interval details: goodput, badput and the interval's size (s)."""
         size = int(to_ts(interval_end, "interval_end") - to_ts(interval_start, "interval_start"))
         try:
@@ -147,6 +156,9 @@ class GoodputCalculator(_BaseCalculator):
         ``disruption_count``, ``step_time_deviation``, ``ideal_step_time``,
         ``total_excluded_time``; and ``productive_time``, ``custom_badput_time``,
         ``total_time``, ``num_runs``, ... as in the base calculator.
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         from goodput_jax.measure.calculator import NoEventsError
 
@@ -174,7 +186,9 @@ class GoodputCalculator(_BaseCalculator):
         })
         return out
 
-    def get_step_deviation(self, configured_ideal_step_time: float | None = None) -> dict[int, float]:
+    # Google's signature: {step: deviation} where the base returns a StepDeviation
+    def get_step_deviation(  # type: ignore[override]
+            self, configured_ideal_step_time: float | None = None) -> dict[int, float]:
         """``{step: step time - ideal step time}`` like Google's (the full
         :class:`StepDeviation` is :meth:`get_step_statistics`)."""
         return self.get_step_statistics(configured_ideal_step_time).step_deviation
@@ -182,7 +196,8 @@ class GoodputCalculator(_BaseCalculator):
 
     def get_job_goodput_with_exclusions(self, exclusion_intervals: Any,
                                         include_badput_breakdown: bool = False,
-                                        configured_ideal_step_time: float | None = None):
+                                        configured_ideal_step_time: float | None = None
+                                        ) -> tuple[float, dict, int, float]:
         """Goodput with the time inside ``exclusion_intervals`` removed from every bucket.
 
         Args:
@@ -197,6 +212,9 @@ class GoodputCalculator(_BaseCalculator):
 
         Example:
             >>> calc.get_job_goodput_with_exclusions([(t0, t1)])  # doctest: +SKIP
+
+        ``Any``: this is where the caller's value is checked (anything may come in; a one-line
+        error names the argument and the value).
         """
         from goodput_jax.measure.engine import merge_intervals
 

@@ -22,7 +22,7 @@ from goodput_jax.compat.monitor import GoodputMonitor
 from goodput_jax.compat.options import GCPOptions, local_time, to_ts
 from goodput_jax.compat.recorder import GoodputRecorder
 from goodput_jax.measure.calculator import breakdown as percentages
-from goodput_jax.measure.events import KIND_CODES, EventKind
+from goodput_jax.measure.events import KIND_CODES, EventKind, TimeLike
 from goodput_jax.measure.tensorboard import check_tensorboard_dir
 
 __all__ = ["ElasticGoodputCalculator", "ElasticGoodputMonitor", "ElasticGoodputRecorder",
@@ -46,7 +46,8 @@ class ElasticGoodputRecorder(GoodputRecorder):
     """
 
     def record_elastic_slice_counts(self, active_slices: int, total_slices: int,
-                                    available_slices: int, timestamp: Any = None) -> None:
+                                    available_slices: int,
+                                    timestamp: TimeLike | None = None) -> None:
         """Record how many slices step, exist and are available (from ``timestamp`` on)."""
         if not self.logging_enabled:
             return
@@ -57,7 +58,8 @@ class ElasticGoodputRecorder(GoodputRecorder):
         self._put(KIND_CODES[EventKind.ELASTIC_SLICE_COUNTS], t, None, None,
                   {"active": a, "total": t_, "available": av})
 
-    def record_elastic_wait_start_time(self, event_type: str, start_time: Any = None) -> None:
+    def record_elastic_wait_start_time(self, event_type: str,
+                                       start_time: TimeLike | None = None) -> None:
         """Record the start of a wait for slices (``event_type``: e.g. ``"slice_down"``,
         ``"scale_up"``)."""
         self._record(EventKind.ELASTIC_WAIT_START, local_time(start_time), "start_time",
@@ -65,18 +67,19 @@ class ElasticGoodputRecorder(GoodputRecorder):
         if self.job_started:  # RUNNING -> WAITING
             self.lifecycle.begin_wait()
 
-    def record_elastic_wait_end_time(self, event_type: str, end_time: Any = None) -> None:
+    def record_elastic_wait_end_time(self, event_type: str,
+                                     end_time: TimeLike | None = None) -> None:
         """Record the end of the wait of the same ``event_type``."""
         self._record(EventKind.ELASTIC_WAIT_END, local_time(end_time), "end_time",
                      label=_label(event_type))
         if self.job_started:  # WAITING -> RUNNING
             self.lifecycle.end_wait()
 
-    def record_elastic_reinit_start_time(self, start_time: Any = None) -> None:
+    def record_elastic_reinit_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the start of an elastic re-initialisation."""
         self._record(EventKind.ELASTIC_REINIT_START, local_time(start_time), "start_time")
 
-    def record_elastic_reinit_end_time(self, end_time: Any = None) -> None:
+    def record_elastic_reinit_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the end of the elastic re-initialisation."""
         self._record(EventKind.ELASTIC_REINIT_END, local_time(end_time), "end_time")
 
@@ -130,7 +133,8 @@ class ElasticGoodputCalculator(GoodputCalculator):
         return breakdown
 
     def get_job_goodput(self, include_badput_breakdown: bool = False,
-                        configured_ideal_step_time: float | None = None):
+                        configured_ideal_step_time: float | None = None
+                        ) -> tuple[float, dict, int]:
         g, breakdown, last = super().get_job_goodput(include_badput_breakdown,
                                                      configured_ideal_step_time)
         if include_badput_breakdown:
@@ -138,7 +142,10 @@ class ElasticGoodputCalculator(GoodputCalculator):
             self._with_elastic(breakdown, flat)
         return g, breakdown, last
 
-    def get_job_goodput_interval(self, interval_start: Any, interval_end: Any):
+    # Google's signature: five values where the base calculator returns three
+    def get_job_goodput_interval(  # type: ignore[override]
+            self, interval_start: TimeLike, interval_end: TimeLike) -> tuple[float, dict, int,
+            float, int]:
         g, breakdown, last, total, disruptions = super().get_job_goodput_interval(
             interval_start, interval_end)
         eng = self._last_interval_engine
@@ -147,7 +154,7 @@ class ElasticGoodputCalculator(GoodputCalculator):
         flat = percentages(acc, tot) if tot else {}
         return g, self._with_elastic(breakdown, flat), last, total, disruptions
 
-    def get_interval_metric_details(self, interval_start: Any, interval_end: Any) -> dict:
+    def get_interval_metric_details(self, interval_start: TimeLike, interval_end: TimeLike) -> dict:
         """Google's interval details plus ``stepping_slice_efficiency`` /
         ``available_slice_efficiency`` when slice counts were recorded."""
         out = super().get_interval_metric_details(interval_start, interval_end)
@@ -162,7 +169,11 @@ class ElasticGoodputCalculator(GoodputCalculator):
 
     def get_job_goodput_details(self) -> dict[str, Any]:
         """The base details, the elastic buckets in ``badput_time`` and the job's slice
-        efficiency (from its first event over its elapsed time)."""
+        efficiency (from its first event over its elapsed time).
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
+        """
         out = super().get_job_goodput_details()
         if "badput_time" in out and "productive_time" in out:
             base = super(GoodputCalculator, self).get_job_goodput_details()
@@ -214,6 +225,9 @@ class ElasticGoodputMonitor(GoodputMonitor):
         max_logs_retention_period: datetime.timedelta | None = None,
         **kwargs: Any,
     ):
+        """``Any``: the old keyword arguments, each checked as it becomes a field of the options
+        (an unknown one is a one-line TypeError).
+        """
         if isinstance(tensorboard_dir, (str, os.PathLike)):  # before the store is opened
             check_tensorboard_dir(os.fspath(tensorboard_dir))
         self.include_slice_efficiency = bool(include_slice_efficiency)

@@ -95,7 +95,11 @@ class BadputType(enum.Enum):
 
     @classmethod
     def of(cls, badput_type: Any) -> BadputType:
-        """The member for a measure-room ``BadputType`` (or one of these)."""
+        """The member for a measure-room ``BadputType`` (or one of these).
+
+        ``Any``: this is where the caller's value is checked (anything may come in; a one-line
+        error names the argument and the value).
+        """
         return cls(badput_type.value)
 
     @property

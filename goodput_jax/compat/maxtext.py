@@ -68,6 +68,9 @@ def get_goodput_job_name(config: Any) -> str:
         'r'
         >>> get_goodput_job_name({"run_name": "r", "goodput_job_name": "llama-pre-r"})
         'llama-pre-r'
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     name = _get(config, "goodput_job_name", None)
     if name is not None and not isinstance(name, str):
@@ -85,6 +88,9 @@ def create_goodput_recorder(config: Any, *, process_index: int | None = None,
     Example:
         >>> create_goodput_recorder({"run_name": "r", "enable_goodput_recording": False}) is None
         True
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     if not _get(config, "enable_goodput_recording", False):
         return None
@@ -111,6 +117,9 @@ def create_goodput_monitor(config: Any, *, process_index: int | None = None,
     Example:
         >>> create_goodput_monitor({"run_name": "r", "monitor_goodput": False}) is None
         True
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     if not _get(config, "monitor_goodput", False) or _process_index(process_index) != 0:
         return None
@@ -166,6 +175,9 @@ def maybe_instrument_checkpoint_manager(checkpoint_manager: Any, recorder: Any) 
     Example:
         >>> maybe_instrument_checkpoint_manager(None, None) is None
         True
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     if checkpoint_manager is None or not recorder or not getattr(recorder, "logging_enabled",
                                                                   False):
@@ -214,6 +226,9 @@ def from_maxtext_config(config: Any, *, process_index: int | None = None, store:
         ...                           "monitor_goodput": False}, process_index=0)
         >>> gp.recorder is None and gp.monitor is None
         True
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     kw = {} if store is None else {"store": store}
     rec = create_goodput_recorder(config, process_index=process_index, **kw)
@@ -243,6 +258,9 @@ def maybe_record_goodput(recorder: Any, event: GoodputEvent, *args: Any) -> Iter
     Example:
         >>> with maybe_record_goodput(None, GoodputEvent.STEP, 3):
         ...     pass
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     if not isinstance(event, GoodputEvent):
         raise TypeError(f"event ({event!r}) must be a GoodputEvent")
@@ -261,6 +279,9 @@ def record_goodput(recorder: Any, event_name: str, *args: Any) -> None:
 
     Example:
         >>> record_goodput(None, "record_job_start_time")
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     if recorder:
         fn = getattr(recorder, event_name, None)
@@ -280,6 +301,9 @@ def maybe_monitor_goodput(config: Any, *, process_index: int | None = None,
         >>> with maybe_monitor_goodput({"monitor_goodput": False}) as m:
         ...     m is None
         True
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     mon = create_goodput_monitor(config, process_index=process_index, **kwargs)
     if mon is None:

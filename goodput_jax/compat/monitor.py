@@ -61,6 +61,9 @@ def google_monitor_options(
         ...                                 monitor_goodput=True)
         >>> o.monitoring_enabled, o.badput_tags, o.tag_layout, o.stop_timeout, dev
         (True, False, 'reference', 30.0, False)
+
+    ``Any``: the old keyword arguments, each checked as it becomes a field of the options (an
+    unknown one is a one-line TypeError).
     """
     extra = dict(extra or {})
     if upload_interval is None:
@@ -142,8 +145,9 @@ class GoodputMonitor(_BaseMonitor):
 
     Example:
         >>> m = GoodputMonitor("j", "goodput_j", "/tmp/tb-doc", monitor_goodput=False,
-        ...                    goodput_upload_interval_seconds=60, store=":memory:")  # doctest: +SKIP
-        >>> m.upload_interval, m.monitoring_enabled                                   # doctest: +SKIP
+        ...                    goodput_upload_interval_seconds=60,
+        ...                    store=":memory:")  # doctest: +SKIP
+        >>> m.upload_interval, m.monitoring_enabled  # doctest: +SKIP
         (60.0, False)
     """
 
@@ -176,6 +180,10 @@ class GoodputMonitor(_BaseMonitor):
         rolling_windows_seconds: Any = None,
         **kwargs: Any,
     ):
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         gcm_client = kwargs.pop("gcm_client", None)
         resources = {k: kwargs.pop(k) for k in ("store", "clock", "calculator") if k in kwargs}
         self.rolling_windows_seconds = (None if rolling_windows_seconds is None
@@ -280,7 +288,11 @@ class GoodputMonitor(_BaseMonitor):
         """Write ``goodput/interval_<W>s`` for each window ending now (Google's interval
         rule, :meth:`GoodputCalculator.get_interval_metric_details`) and, with Cloud
         Monitoring on, send each window's ``interval_goodput`` / ``interval_badput``
-        (and slice efficiency for elastic monitors) as Google's rolling-window uploader."""
+        (and slice efficiency for elastic monitors) as Google's rolling-window uploader.
+
+        ``Any``: this is where the caller's value is checked (anything may come in; a one-line
+        error names the argument and the value).
+        """
         windows = self.rolling_windows if window_seconds is None else check_windows(
             window_seconds)
         now = self._now()
@@ -353,6 +365,9 @@ class GoodputMonitor(_BaseMonitor):
 
         Args:
             rolling_windows_seconds: a window length (s) or a list of them (Google's name).
+
+        ``Any``: this is where the caller's value is checked (anything may come in; a one-line
+        error names the argument and the value).
         """
         return super().start_rolling_window_goodput_uploader(rolling_windows_seconds)
 

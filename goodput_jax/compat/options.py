@@ -57,6 +57,9 @@ def check_flag(name: str, value: Any) -> bool | None:
     Example:
         >>> check_flag("monitor_goodput", 1), check_flag("monitor_goodput", False)
         (True, False)
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if value is None:
         return None
@@ -74,8 +77,11 @@ def check_positive(name: str, value: Any) -> float:
     Example:
         >>> check_positive("background_max_latency_s", 2)
         2.0
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) > 0:
         raise ValueError(f"{name} ({value!r}) must be a positive number")
     return float(value)
 
@@ -107,6 +113,9 @@ def to_ts(value: Any, name: str) -> float:
         >>> to_timestamp = to_ts(datetime.datetime(1970, 1, 1, 0, 1, tzinfo=datetime.UTC), "t")
         >>> to_timestamp
         60.0
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     from goodput_jax.measure.events import to_timestamp
 
@@ -123,6 +132,9 @@ def cloud_logger_store(cloud_logger: Any, store: Any) -> Any:
     Example:
         >>> cloud_logger_store(None, ":memory:")
         ':memory:'
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     if cloud_logger is None:
         return store
@@ -157,6 +169,9 @@ def recorder_options(*, enabled: bool, cloud_logger: Any, background_grace_perio
         ...     background_batch_size=100, background_max_latency_s=2.0, extras={})
         >>> store, opts.flush_interval, grace
         (None, 2.0, 5.0)
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     from goodput_jax.measure.options import RecorderOptions
 

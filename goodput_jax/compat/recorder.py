@@ -8,10 +8,13 @@ Example:
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from goodput_jax.compat.enums import BadputType
 from goodput_jax.compat.options import check_flag, local_time, recorder_options
+from goodput_jax.measure.badput import BadputType as _BaseBadputType
+from goodput_jax.measure.events import TimeLike
 from goodput_jax.measure.live import flush_job
 from goodput_jax.measure.recorder import GoodputRecorder as _BaseRecorder
 
@@ -47,6 +50,10 @@ class GoodputRecorder(_BaseRecorder):
                  background_grace_period_s: float = 5.0, background_batch_size: int = 100,
                  background_max_latency_s: float = 2.0,
                  enable_goodput_recording: bool | None = None, **kwargs: Any):
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         flag = check_flag("enable_goodput_recording", enable_goodput_recording)
         self.enable_goodput_recording = True if flag is None else flag
         enabled = bool(logging_enabled) and (flag is not False)
@@ -65,92 +72,94 @@ class GoodputRecorder(_BaseRecorder):
     # Google's recorder takes naive datetimes as local time (its README records
     # ``record_job_start_time(datetime.datetime.now())``); so does the drop-in. The
     # base recorder refuses them.
-    def record_step_start_time(self, step: int, start_time: Any = None) -> None:
+    def record_step_start_time(self, step: int, start_time: TimeLike | None = None) -> None:
         """Record the start of step ``step`` (a naive ``start_time`` is local time)."""
         super().record_step_start_time(step, None if start_time is None
                                        else local_time(start_time))
 
-    def record_step_end_time(self, step: int, end_time: Any = None) -> None:
+    def record_step_end_time(self, step: int, end_time: TimeLike | None = None) -> None:
         """Record the end of step ``step`` (a naive ``end_time`` is local time)."""
         super().record_step_end_time(step, local_time(end_time))
 
-    def record_job_start_time(self, start_time: Any = None) -> None:
+    def record_job_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the job's (this run's) start (a naive ``start_time`` is local time)."""
         super().record_job_start_time(local_time(start_time))
 
-    def record_job_end_time(self, end_time: Any = None) -> None:
+    def record_job_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the job's end (a naive ``end_time`` is local time)."""
         super().record_job_end_time(local_time(end_time))
 
-    def record_tpu_init_start_time(self, start_time: Any = None) -> None:
+    def record_tpu_init_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the start of accelerator initialization (naive = local time)."""
         super().record_tpu_init_start_time(local_time(start_time))
 
-    def record_tpu_init_end_time(self, end_time: Any = None) -> None:
+    def record_tpu_init_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the end of accelerator initialization (naive = local time)."""
         super().record_tpu_init_end_time(local_time(end_time))
 
-    def record_training_preparation_start_time(self, start_time: Any = None) -> None:
+    def record_training_preparation_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the start of training preparation (naive = local time)."""
         super().record_training_preparation_start_time(local_time(start_time))
 
-    def record_training_preparation_end_time(self, end_time: Any = None) -> None:
+    def record_training_preparation_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the end of training preparation (naive = local time)."""
         super().record_training_preparation_end_time(local_time(end_time))
 
-    def record_program_startup_start_time(self, start_time: Any = None) -> None:
+    def record_program_startup_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the start of program startup (naive = local time)."""
         super().record_program_startup_start_time(local_time(start_time))
 
-    def record_program_startup_end_time(self, end_time: Any = None) -> None:
+    def record_program_startup_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the end of program startup (naive = local time)."""
         super().record_program_startup_end_time(local_time(end_time))
 
-    def record_data_loading_start_time(self, start_time: Any = None) -> None:
+    def record_data_loading_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the start of synchronous data loading (naive = local time)."""
         super().record_data_loading_start_time(local_time(start_time))
 
-    def record_data_loading_end_time(self, end_time: Any = None) -> None:
+    def record_data_loading_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the end of synchronous data loading (naive = local time)."""
         super().record_data_loading_end_time(local_time(end_time))
 
     def record_checkpoint_save_start_time(self, step: int | None = None,
-                                          start_time: Any = None) -> None:
+                                          start_time: TimeLike | None = None) -> None:
         """Record the start of a blocking checkpoint save (naive = local time)."""
         super().record_checkpoint_save_start_time(step, local_time(start_time))
 
     def record_checkpoint_save_end_time(self, step: int | None = None,
-                                        end_time: Any = None) -> None:
+                                        end_time: TimeLike | None = None) -> None:
         """Record the end of a blocking checkpoint save (naive = local time)."""
         super().record_checkpoint_save_end_time(step, local_time(end_time))
 
     def record_checkpoint_restore_start_time(self, step: int | None = None,
-                                             start_time: Any = None) -> None:
+                                             start_time: TimeLike | None = None) -> None:
         """Record the start of a checkpoint restore (naive = local time)."""
         super().record_checkpoint_restore_start_time(step, local_time(start_time))
 
     def record_checkpoint_restore_end_time(self, step: int | None = None,
-                                           end_time: Any = None) -> None:
+                                           end_time: TimeLike | None = None) -> None:
         """Record the end of a checkpoint restore (naive = local time)."""
         super().record_checkpoint_restore_end_time(step, local_time(end_time))
 
     def record_custom_badput_event_start_time(
-            self, start_time: Any = None, custom_badput_event_type: str = "unknown") -> None:
+            self, start_time: TimeLike | None = None,
+            custom_badput_event_type: str = "unknown") -> None:
         """Record the start of a custom badput event (naive = local time)."""
         super().record_custom_badput_event_start_time(local_time(start_time),
                                                       custom_badput_event_type)
 
     def record_custom_badput_event_end_time(
-            self, end_time: Any = None, custom_badput_event_type: str = "unknown") -> None:
+            self, end_time: TimeLike | None = None,
+            custom_badput_event_type: str = "unknown") -> None:
         """Record the end of a custom badput event (naive = local time)."""
         super().record_custom_badput_event_end_time(local_time(end_time),
                                                     custom_badput_event_type)
 
-    def record_checkpoint_progress(self, step: int, checkpoint_start_time: Any) -> None:
+    def record_checkpoint_progress(self, step: int, checkpoint_start_time: TimeLike) -> None:
         """Record checkpoint progress up to ``step`` (naive = local time)."""
         super().record_checkpoint_progress(step, local_time(checkpoint_start_time))
 
-    def badput(self, kind: Any):
+    def badput(self, kind: BadputType | _BaseBadputType | str) -> AbstractContextManager[None]:
         """``with rec.badput(BadputType.DATA_LOADING_SYNC):`` (Google's members too) or
         ``with rec.badput("eval"):``, as the base recorder."""
         return super().badput(kind.measure if isinstance(kind, BadputType) else kind)

@@ -36,6 +36,9 @@ def get_timestamp_from_log_entry(entry: dict[str, Any]) -> datetime.datetime | N
     Example:
         >>> get_timestamp_from_log_entry({"job_name": "j", "job_start_time": 0.0}).year
         1970
+
+    ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+    uploaded.
     """
     for key, value in entry.items():
         if "time" in key:

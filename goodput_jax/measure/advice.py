@@ -147,7 +147,8 @@ def checkpoint_advice(save_cost_s: float, mtbf_s: float, step_time_s: float, *,
     if current_interval_steps is not None:
         if isinstance(current_interval_steps, bool) or not isinstance(current_interval_steps, int) \
                 or current_interval_steps < 1:
-            raise ValueError(f"current_interval_steps ({current_interval_steps!r}) must be an int >= 1")
+            raise ValueError(f"current_interval_steps ({current_interval_steps!r}) "
+                             "must be an int >= 1")
         cur_g = expected_goodput(current_interval_steps * st, d, m, r)
     return CheckpointAdvice(
         save_cost_s=d, mtbf_s=m, mtbf_source=mtbf_source, restart_s=r, step_time_s=st,

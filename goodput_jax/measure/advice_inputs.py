@@ -9,8 +9,8 @@ through the calculator's public reads only (``get_job_goodput_details``,
   per productive step, so both terms use the same statistic.
 * **One-time badput apart**: everything until the end of the job's first step
   (accelerator initialisation, training preparation, program startup, a peak probe inside
-  or before it, "other" start-up time) happens once and is not extrapolated; what comes after (saves,
-  data loading, hangs, and restarts with their own start-up) recurs per step.
+  or before it, "other" start-up time) happens once and is not extrapolated; what comes after
+  (saves, data loading, hangs, and restarts with their own start-up) recurs per step.
 * **Interrupted saves counted apart**: a crash during a save leaves a save start with no
   end; the engine books its time from the start to the crash, and the downtime after, to
   infrastructure recovery. Save cost is the save badput of completed saves over completed
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from goodput_jax.measure.advice import (
     finish_forecast,
 )
 from goodput_jax.measure.badput import PRODUCTIVE
-from goodput_jax.measure.events import KIND_CODES, EventKind
+from goodput_jax.measure.events import KIND_CODES, EventKind, TimeLike
 
 if TYPE_CHECKING:
     from goodput_jax.measure.calculator import GoodputCalculator
@@ -148,7 +148,7 @@ def _split_startup(segments: list) -> tuple[dict[str, float], dict[str, float]]:
     return once, rec
 
 
-def advice_inputs(calc: GoodputCalculator, now: Any = None) -> AdviceInputs:
+def advice_inputs(calc: GoodputCalculator, now: TimeLike | None = None) -> AdviceInputs:
     """Measure the advice's inputs from ``calc``'s job (replays the job's timeline: O(events)).
 
     Args:
@@ -259,7 +259,7 @@ def checkpoint_advice_for(calc: GoodputCalculator, mtbf_s: float | None = None, 
 
 
 def finish_forecast_for(calc: GoodputCalculator, target_step: int,
-                        now: Any = None) -> FinishForecast:
+                        now: TimeLike | None = None) -> FinishForecast:
     """When ``calc``'s job reaches ``target_step``: the mean step for the work left, plus the
     recurring badput per productive step; one-time start-up badput reported, not repeated.
 

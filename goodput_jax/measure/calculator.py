@@ -46,7 +46,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -54,7 +54,7 @@ import numpy as np
 from goodput_jax.measure.advice import CheckpointAdvice, FinishForecast
 from goodput_jax.measure.badput import BadputType
 from goodput_jax.measure.engine import Engine, StreamKeys
-from goodput_jax.measure.events import check_job_name, to_timestamp
+from goodput_jax.measure.events import TimeLike, check_job_name, to_timestamp
 from goodput_jax.measure.live import flush_writers
 from goodput_jax.measure.productivity import (
     DevicePeak,
@@ -105,8 +105,10 @@ class GoodputCalculator:
             :meth:`get_step_deviation`; None = robust estimate. (All methods are thread-safe.)
 
     Example:
-        >>> calc = GoodputCalculator("my-job", "goodput_my-job", store="sqlite:///goodput.db")  # doctest: +SKIP
-        >>> goodput, badput, last_step = calc.get_job_goodput(include_badput_breakdown=True)  # doctest: +SKIP
+        >>> calc = GoodputCalculator("my-job", "goodput_my-job",
+        ...                          store="sqlite:///goodput.db")  # doctest: +SKIP
+        >>> goodput, badput, last_step = calc.get_job_goodput(
+        ...     include_badput_breakdown=True)  # doctest: +SKIP
     """
 
     _CHUNK = 250_000
@@ -119,6 +121,10 @@ class GoodputCalculator:
         clock: Callable[[], Any] | None = None,
         configured_ideal_step_time: float | None = None,
     ):
+        """``Any``: ``store`` is a URL, a path or a store object (resolved once, as
+        ``resolve_store`` says) and ``clock`` returns a time in any form
+        :func:`~goodput_jax.measure.events.to_timestamp` accepts.
+        """
         check_job_name(job_name)
         if clock is not None and not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
@@ -151,7 +157,8 @@ class GoodputCalculator:
             mapped[i] = k
         return {**cols, "stream": mapped[inv]}
 
-    def _feed_new(self, eng: Engine, cursor: Any, only: tuple[float, float] | None = None):
+    def _feed_new(self, eng: Engine, cursor: Any, only: tuple[float, float] | None = None
+                  ) -> Iterator[tuple[Any, int]]:
         """Feed ``eng`` every event newer than ``cursor``, one chunk at a time.
 
         ``only=(a, b)`` feeds only the events with ``a < timestamp <= b``.
@@ -183,7 +190,7 @@ class GoodputCalculator:
                 total += n
             return total
 
-    def timeline(self, now: Any = None) -> dict[str, Any]:
+    def timeline(self, now: TimeLike | None = None) -> dict[str, Any]:
         """The job's attributed time slices, as the calculator's own engine attributes them.
 
         Replays the store into a fresh recording engine (the calculator's
@@ -210,6 +217,9 @@ class GoodputCalculator:
             >>> tl = calc.timeline(now=1_700_000_100.0)                 # doctest: +SKIP
             >>> sum(b - a for a, b, *_ in tl["segments"])               # doctest: +SKIP
             100.0
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         t = self._now() if now is None else to_timestamp(now, name="now")
         eng = Engine(record=True)
@@ -231,7 +241,8 @@ class GoodputCalculator:
             )
 
     # ----------------------------------------------------------------- results
-    def _result(self, eng: Engine, now: float, include: bool, what: str):
+    def _result(self, eng: Engine, now: float, include: bool, what: str
+                ) -> tuple[float, dict[BadputType, float], int]:
         self._require_events(eng)
         productive, acc, _ = eng.totals(now)
         total = productive + sum(acc)
@@ -265,7 +276,7 @@ class GoodputCalculator:
             return self._result(self._engine, self._now(), include_badput_breakdown, "the job")
 
     def get_job_goodput_interval(
-        self, interval_start: Any, interval_end: Any
+        self, interval_start: TimeLike, interval_end: TimeLike
     ) -> tuple[float, dict[BadputType, float], int]:
         """Goodput within a wall-clock window ``[interval_start, interval_end]``.
 
@@ -303,7 +314,8 @@ class GoodputCalculator:
             pass
         return eng
 
-    def _interval(self, ws: float, we: float):
+    def _interval(self, ws: float, we: float
+                  ) -> tuple[float, dict[BadputType, float], int, Engine, float]:
         eng = self._replay(ws, we)
         now = self._now()
         g, flat, last = self._result(eng, now, True, f"the interval [{ws}, {we}]")
@@ -323,6 +335,9 @@ class GoodputCalculator:
 
         Example:
             >>> calc.get_job_goodput_details()["badput_time"][BadputType.OTHER]  # doctest: +SKIP
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         with self._lock:
             self.refresh()
@@ -407,7 +422,7 @@ class GoodputCalculator:
             times = np.frombuffer(self._engine.live_secs, dtype=np.float64).copy()
         return step_deviation_of(steps, times, ideal_cfg)
 
-    def get_step_stragglers(self, since: Any = None) -> Stragglers:
+    def get_step_stragglers(self, since: TimeLike | None = None) -> Stragglers:
         """Per step, which host held the step back and by how much; the slowest hosts.
 
         Only meaningful when several hosts of a launch record (same run id, ``host`` =
@@ -477,7 +492,8 @@ class GoodputCalculator:
             >>> pg.mfu, pg.programs[0].bound                            # doctest: +SKIP
         """
         if peak is not None and not isinstance(peak, DevicePeak):
-            raise TypeError(f"peak ({peak!r}) must be a goodput_jax.measure.productivity.DevicePeak")
+            raise TypeError(
+                f"peak ({peak!r}) must be a goodput_jax.measure.productivity.DevicePeak")
         with self._lock:
             self.refresh()
             eng = self._engine
@@ -487,7 +503,7 @@ class GoodputCalculator:
             secs = np.frombuffer(eng.live_secs, dtype=np.float64).copy()
         return program_goodput_of(rows, steps, secs, peak, peak_table)
 
-    def get_scheduling_timeline(self, now: Any = None) -> SchedulingTimeline:
+    def get_scheduling_timeline(self, now: TimeLike | None = None) -> SchedulingTimeline:
         """The job's scheduling timeline derived from its own events (jobs outside the
         cluster runtime): held except elastic waits for slices and the downtime between a
         crashed run and the next one (see
@@ -502,7 +518,8 @@ class GoodputCalculator:
     def get_productivity_goodput(self, scheduling: SchedulingTimeline | None = None, *,
                                  peak: DevicePeak | None = None,
                                  peak_table: dict[str, DevicePeak] | None = None,
-                                 now: Any = None, spans: bool = False) -> ProductivityGoodput:
+                                 now: TimeLike | None = None,
+                                 spans: bool = False) -> ProductivityGoodput:
         """ML Productivity Goodput = scheduling x runtime x program goodput, and ETTR.
 
         Args:
@@ -549,9 +566,10 @@ class GoodputCalculator:
         From the measured blocking cost of a save (checkpoint-save badput / saves), the
         observed mean time between disruptions (job time / disruptions) or ``mtbf_s``, the
         measured restart cost (per disruption; saves a crash cut short count in neither
-        cost), and the mean productive step (:mod:`goodput_jax.measure.advice_inputs`). The predicted goodput at the
-        suggestion and at today's interval (the median steps between saves) come from
-        Daly's expectation under Poisson failures (:mod:`goodput_jax.measure.advice`).
+        cost), and the mean productive step (:mod:`goodput_jax.measure.advice_inputs`). The
+        predicted goodput at the suggestion and at today's interval (the median steps between
+        saves) come from Daly's expectation under Poisson failures
+        (:mod:`goodput_jax.measure.advice`).
 
         Args:
             mtbf_s: mean time between failures in seconds (None: observed; a job with no
@@ -572,7 +590,7 @@ class GoodputCalculator:
         return checkpoint_advice_for(self, mtbf_s, save_cost_s=save_cost_s,
                                      restart_s=restart_s, method=method)
 
-    def get_finish_forecast(self, target_step: int, now: Any = None) -> FinishForecast:
+    def get_finish_forecast(self, target_step: int, now: TimeLike | None = None) -> FinishForecast:
         """When the job reaches ``target_step`` at its current rates, and the badput expected
         on the way.
 

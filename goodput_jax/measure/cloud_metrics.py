@@ -11,7 +11,8 @@ the same metric types and labels, on the ``compute.googleapis.com/Workload``
 resource (``location``, ``workload_id`` = the job, ``replica_id``):
 
 =========================================================  ===================================
-``compute.googleapis.com/workload/goodput_time``           productive seconds (``goodput_source=TOTAL``)
+``compute.googleapis.com/workload/goodput_time``           productive seconds
+                                                           (``goodput_source=TOTAL``)
 ``compute.googleapis.com/workload/badput_time``            seconds per ``badput_source`` (Google's
                                                            names; custom badput as
                                                            ``CUSTOM_BADPUT_EVENTS.<TYPE>``)
@@ -177,6 +178,9 @@ class CloudMetrics:
             step_deviation: ``get_step_statistics()`` / ``StepDeviation`` (optional).
             include_slice_efficiency: also send the job's slice efficiency (elastic
                 calculators' ``stepping_slice_efficiency`` / ``available_slice_efficiency``).
+
+        ``Any``: a calculator result (a StepDeviation), read by its fields; this module imports
+        no calculator.
         """
         out = [self._m("goodput_time", float(details["productive_time"]),
                        {"goodput_source": "TOTAL"})]
@@ -220,7 +224,11 @@ class CloudMetrics:
     def step_deviation_metrics(self, step_deviation: Any) -> list[dict]:
         """``step_time_deviation``: the mean absolute step deviation (s), empty when
         there is no step (the step-deviation uploader's metric, and part of each
-        goodput upload)."""
+        goodput upload).
+
+        ``Any``: a calculator result (a StepDeviation), read by its fields; this module imports
+        no calculator.
+        """
         if step_deviation is None or not step_deviation.num_steps:
             return []
         mean = float(abs(step_deviation.deviations).mean())
@@ -323,6 +331,9 @@ class CloudMetrics:
             >>> [(m["metric_type"].rsplit("/", 1)[1], m["value"])
             ...  for m in exp.productivity_metrics(r)]
             [('scheduling_goodput', 80.0), ('runtime_goodput', 75.0), ('ettr', 60.0)]
+
+        ``Any``: a calculator result (a ProductivityGoodput), read by its fields; this module
+        imports no calculator.
         """
         from goodput_jax.measure.tags import PRODUCTIVITY_TAGS, productivity_scalars
 
@@ -353,6 +364,9 @@ class CloudMetrics:
             >>> exp = CloudMetrics(GCPOptions(project_id="p", location="l"), "job")
             >>> [(m["metric_labels"].get("host"), m["value"]) for m in exp.straggler_metrics(st)]
             [('1', 0.5), ('1', 100.0), (None, 0.5)]
+
+        ``Any``: a calculator result (Stragglers), read by its fields; this module imports no
+        calculator.
         """
         if stragglers is None or int(stragglers.num_hosts) <= 1:
             return []

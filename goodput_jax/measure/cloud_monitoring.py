@@ -94,6 +94,9 @@ def make_client(endpoint: str | None = None) -> Any:
     Example:
         >>> make_client("insecure://127.0.0.1:9").__class__.__name__  # doctest: +SKIP
         'MetricServiceClient'
+
+    ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText config,
+    an orbax manager) from libraries without type information, duck-typed as their code does.
     """
     try:
         from google.cloud import monitoring_v3
@@ -149,6 +152,10 @@ class CloudMonitoringExporter(CloudMetrics):
 
     def __init__(self, gcp_options: GCPTarget, job_name: str, client: Any = None, *,
                  clock: Callable[[], float] | None = None, elastic: bool = False):
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         super().__init__(gcp_options, job_name, elastic=elastic)
         if clock is not None and not callable(clock):
             raise TypeError(f"clock ({clock!r}) must be a callable returning UTC seconds")
@@ -273,6 +280,8 @@ class CloudMonitoringExporter(CloudMetrics):
             details: the measure room's ``GoodputCalculator.get_job_goodput_details()``
                 (seconds; with the elastic keys for ``include_slice_efficiency``).
             step_statistics: the calculator's ``get_step_statistics()``.
+
+        ``Any``: the details are the calculator's JSON-like dict (numbers and nested dicts).
         """
         return self.send(self.goodput_metrics(details, step_statistics,
                                               include_slice_efficiency=include_slice_efficiency),
@@ -286,7 +295,10 @@ class CloudMonitoringExporter(CloudMetrics):
 
     def send_productivity(self, result: Any, now: float | None = None) -> int:
         """Send :meth:`productivity_metrics` of ``result`` (through :meth:`send`, so
-        within the write rules)."""
+        within the write rules).
+
+        ``Any``: a calculator result (a ProductivityGoodput), read by its fields.
+        """
         metrics = self.productivity_metrics(result)
         return self.send(metrics, now) if metrics else 0
 

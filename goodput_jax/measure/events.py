@@ -21,7 +21,7 @@ import numbers
 import os
 import socket
 import uuid
-from typing import Any
+from typing import Any, SupportsFloat, TypeAlias
 
 
 class EventKind(str, enum.Enum):
@@ -136,6 +136,12 @@ def new_run_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
+#: A time the package accepts (see :func:`to_timestamp`): a timezone-aware datetime, or
+#: UTC seconds as any real number (float, int, numpy or JAX scalar). A naive datetime is
+#: refused here; the Google drop-ins read it as local time, as Google's library does.
+TimeLike: TypeAlias = _dt.datetime | SupportsFloat
+
+
 def to_timestamp(value: Any, *, name: str = "timestamp") -> float:
     """Convert a timezone-aware datetime or a float (UTC seconds) to float seconds.
 
@@ -146,6 +152,9 @@ def to_timestamp(value: Any, *, name: str = "timestamp") -> float:
     Example:
         >>> to_timestamp(_dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc))
         1704067200.0
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
@@ -174,6 +183,9 @@ def check_job_name(job_name: Any, *, name: str = "job_name") -> str:
     Example:
         >>> check_job_name("llama-7b")
         'llama-7b'
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if not isinstance(job_name, str) or not job_name:
         raise ValueError(f"{name} ({job_name!r}) must be a non-empty string")
@@ -192,13 +204,16 @@ def check_step(step: Any, *, name: str = "step") -> int:
     Example:
         >>> check_step(3)
         3
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if isinstance(step, bool):
         raise TypeError(f"{name} ({step!r}) must be a non-negative integer, not bool")
     if not isinstance(step, numbers.Integral):
         # numpy / jax scalars with integer dtype
         dtype = getattr(step, "dtype", None)
-        if dtype is None or getattr(dtype, "kind", "") not in "iu" or getattr(step, "ndim", 0):
+        if dtype is None or getattr(dtype, "kind", "") not in "iu" or getattr(step, "ndim", 0) != 0:
             raise TypeError(f"{name} ({step!r}) must be a non-negative integer")
     out = int(step)
     if out < 0:
@@ -232,7 +247,7 @@ class Event:
 
     def to_dict(self) -> dict:
         """JSON-serialisable dict (used by the Cloud Logging store's jsonPayload)."""
-        d = {
+        d: dict[str, Any] = {
             "kind": self.kind.value,
             "job_name": self.job_name,
             "run_id": self.run_id,
@@ -297,5 +312,6 @@ class Event:
             try:
                 json.dumps(self.payload)
             except (TypeError, ValueError) as e:
-                raise ValueError(f"payload ({self.payload!r}) is not JSON-serialisable: {e}") from None
+                raise ValueError(
+                    f"payload ({self.payload!r}) is not JSON-serialisable: {e}") from None
         return self

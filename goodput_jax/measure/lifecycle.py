@@ -23,7 +23,7 @@ Example:
     >>> lc = JobLifecycle("job")
     >>> lc.state, (lc.start(), lc.state)[1], (lc.end(), lc.state)[1]
     (<JobState.NOT_STARTED: 'not_started'>, <JobState.RUNNING: 'running'>, <JobState.ENDED: 'ended'>)
-"""
+"""  # noqa: E501 (a doctest's one-line output)
 
 from __future__ import annotations
 

@@ -18,8 +18,9 @@ Its modules, one seam each: :mod:`~goodput_jax.measure.monitor_options` (the opt
 validated once), :mod:`~goodput_jax.measure.monitor_calculator` (what it reads of the
 calculator), :mod:`~goodput_jax.measure.monitor_uploaders` (the background threads),
 :mod:`~goodput_jax.measure.monitor_hang` (hang detection),
-:mod:`~goodput_jax.measure.monitor_stragglers` (the slowest-host log), :mod:`~goodput_jax.measure.tags`
-(which tag a value becomes) and :mod:`~goodput_jax.measure.tensorboard` (the event files).
+:mod:`~goodput_jax.measure.monitor_stragglers` (the slowest-host log),
+:mod:`~goodput_jax.measure.tags` (which tag a value becomes) and
+:mod:`~goodput_jax.measure.tensorboard` (the event files).
 The tags are listed in ``docs/tensorboard_tags.md``.
 
 Example:
@@ -149,6 +150,10 @@ class GoodputMonitor:
         **keywords: Unpack[MonitorKeywords],
     ) -> None:
         #: the monitor's settings (frozen; validated once)
+        """``Any``: ``store`` is a URL, a path or a store object, ``clock`` returns a time in any
+        form :func:`~goodput_jax.measure.events.to_timestamp` accepts, and ``keywords`` are the
+        old keyword arguments, each checked as it becomes a field of the options.
+        """
         self.options = monitor_options(options, upload_interval=upload_interval,
                                        monitoring_enabled=monitoring_enabled, **keywords)
         if not isinstance(job_name, str) or not job_name:
@@ -414,7 +419,11 @@ class GoodputMonitor:
 
     @property
     def clock(self) -> Callable[[], Any]:
-        """The monitor's clock ("now" as UTC seconds or an aware datetime)."""
+        """The monitor's clock ("now" as UTC seconds or an aware datetime).
+
+        ``Any``: the clock returns a time in any form
+        :func:`~goodput_jax.measure.events.to_timestamp` accepts.
+        """
         return self._clock
 
     @property
@@ -562,7 +571,8 @@ class GoodputMonitor:
         windows = check_windows(window_seconds)
         if self.monitoring_enabled:
             self._rolling_windows = windows
-        return self._start("rolling_window", self.upload_interval, self.upload_rolling_window_goodput)
+        return self._start("rolling_window", self.upload_interval,
+                           self.upload_rolling_window_goodput)
 
     def stop_rolling_window_goodput_uploader(self, timeout: float | None = None) -> bool:
         """Stop the rolling-window uploader (final upload, bounded, idempotent)."""
@@ -583,7 +593,7 @@ class GoodputMonitor:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from goodput_jax.measure.calculator import GoodputCalculator, StepDeviation  # noqa: F401
+from goodput_jax.measure.events import TimeLike
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,27 +55,42 @@ class MonitoredCalculator(Protocol):
 
     def get_job_goodput(self, include_badput_breakdown: bool = False
                         ) -> tuple[float, Mapping[Any, Any], int]:
-        """``(goodput %, {BadputType: % or {label: %}}, last productive step)``."""
+        """``(goodput %, {BadputType: % or {label: %}}, last productive step)``.
+
+        ``Any``: the breakdown's keys are the measure room's or Google's BadputType (the drop-
+        ins' calculators are monitored too).
+        """
         ...
 
     def get_job_goodput_details(self) -> dict[str, Any]:
-        """Seconds: ``productive_time``, ``total_time``, ``custom_badput_time`` ..."""
+        """Seconds: ``productive_time``, ``total_time``, ``custom_badput_time`` ...
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
+        """
         ...
 
-    def get_job_goodput_interval(self, interval_start: Any, interval_end: Any
+    def get_job_goodput_interval(self, interval_start: TimeLike, interval_end: TimeLike
                                  ) -> tuple[Any, ...]:
-        """``(goodput %, badput, last productive step, ...)`` within the interval."""
+        """``(goodput %, badput, last productive step, ...)`` within the interval.
+
+        ``Any``: the base calculator returns three values, Google's drop-in five.
+        """
         ...
 
     def get_latest_hints(self) -> dict[str, Any] | None:
-        """The latest hints' JSON payload, or None."""
+        """The latest hints' JSON payload, or None.
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
+        """
         ...
 
-    def get_productivity_goodput(self, *, now: Any = None) -> ProductivityGoodput:
+    def get_productivity_goodput(self, *, now: TimeLike | None = None) -> ProductivityGoodput:
         """ML Productivity Goodput now (the ``productivity/*`` tags)."""
         ...
 
-    def get_step_stragglers(self, since: Any = None) -> Stragglers:
+    def get_step_stragglers(self, since: TimeLike | None = None) -> Stragglers:
         """The slowest hosts since ``since`` (the ``stragglers/*`` tags)."""
         ...
 

@@ -36,6 +36,9 @@ def positive_seconds(name: str, value: Any) -> float:
     Example:
         >>> positive_seconds("upload_interval", 30)
         30.0
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} ({value!r}) must be a positive number of seconds")
@@ -54,6 +57,9 @@ def nonnegative_seconds(name: str, value: Any) -> float:
     Example:
         >>> nonnegative_seconds("stop_timeout", 0)
         0.0
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} ({value!r}) must be a number of seconds")
@@ -72,6 +78,9 @@ def check_windows(window_seconds: Any) -> tuple[float, ...]:
     Example:
         >>> check_windows([900, 60, 60])
         (60.0, 900.0)
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if isinstance(window_seconds, (str, bytes)):
         raise TypeError(f"window_seconds ({window_seconds!r}) must be a number or a list of "
@@ -235,6 +244,9 @@ def monitor_options(options: MonitorOptions | None, *, upload_interval: Any = No
     Example:
         >>> monitor_options(None, upload_interval=5, hang_threshold_seconds=60).upload_interval
         5.0
+
+    ``Any``: the old keyword arguments, each checked as it becomes a field of the options (an
+    unknown one is a one-line TypeError).
     """
     if options is not None and not isinstance(options, MonitorOptions):
         raise TypeError(f"options ({options!r}) must be a MonitorOptions")

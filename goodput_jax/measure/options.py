@@ -41,6 +41,9 @@ class RecorderOptions:
         rerun: what the first job start does when the job's last run in the store ended
             cleanly (:class:`~goodput_jax.measure.lifecycle.Rerun`: ``"warn"`` (default)
             appends and warns once, ``"append"`` appends silently, ``"refuse"`` raises).
+
+    ``Any``: ``clock`` returns a time in any form
+    :func:`~goodput_jax.measure.events.to_timestamp` accepts.
     """
 
     clock: Callable[[], Any] | None = None
@@ -87,6 +90,9 @@ class RecorderOptions:
         Example:
             >>> RecorderOptions.merged(None, {"batch_size": 8}).batch_size
             8
+
+        ``Any``: the old keyword arguments, each checked as it becomes a field of the options
+        (an unknown one is a one-line TypeError).
         """
         if options is not None and not isinstance(options, cls):
             raise TypeError(f"options ({options!r}) must be a RecorderOptions")

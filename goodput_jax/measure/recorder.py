@@ -48,6 +48,7 @@ from goodput_jax.measure.events import KIND_CODES as _K
 from goodput_jax.measure.events import (
     KINDS_BY_CODE,
     EventKind,
+    TimeLike,
     check_job_name,
     check_step,
     new_run_id,
@@ -101,6 +102,9 @@ class GoodputRecorder(SpanContexts):
         options: RecorderOptions | None = None,
         **keywords: Any,
     ):
+        """``Any``: the old keyword arguments, each checked as it becomes a field of the options
+        (an unknown one is a one-line TypeError).
+        """
         check_job_name(job_name)
         opts = RecorderOptions.merged(options, keywords)
         self.options = opts
@@ -121,7 +125,7 @@ class GoodputRecorder(SpanContexts):
         self._sink: StepSink | None = None
         #: called (no arguments) before a badput span's start is stamped; see
         #: add_span_start_listener (a tuple: read without a lock, replaced on change)
-        self._span_listeners: tuple[Callable[[], Any], ...] = ()
+        self._span_listeners: tuple[Callable[[], object], ...] = ()
         self._lifecycle = JobLifecycle(job_name)
         self._ended = False  # mirror of the lifecycle's ENDED, read on the hot path
         if not self._enabled:
@@ -189,7 +193,7 @@ class GoodputRecorder(SpanContexts):
         return self._closed
 
     # ------------------------------------------------------------ listeners
-    def add_span_start_listener(self, listener: Callable[[], Any]) -> None:
+    def add_span_start_listener(self, listener: Callable[[], object]) -> None:
         """Call ``listener()`` on the recording thread right before each badput span's
         start is stamped (data loading, checkpoint save / restore, custom badput, init,
         preparation, startup, and the elastic spans), before its timestamp is taken.
@@ -214,7 +218,7 @@ class GoodputRecorder(SpanContexts):
             if listener not in self._span_listeners:
                 self._span_listeners = (*self._span_listeners, listener)
 
-    def remove_span_start_listener(self, listener: Callable[[], Any]) -> None:
+    def remove_span_start_listener(self, listener: Callable[[], object]) -> None:
         """Stop calling ``listener`` (one added with :meth:`add_span_start_listener`;
         removing one that is not there is a no-op)."""
         with self._open_lock:
@@ -238,7 +242,9 @@ class GoodputRecorder(SpanContexts):
         if self._ended:
             self._lifecycle.refuse(f"a {KINDS_BY_CODE[code].value} event")
             return
-        self._sink.put(code, t, step, label, payload)
+        sink = self._sink
+        if sink is not None:  # (None only while disabled: the callers returned already)
+            sink.put(code, t, step, label, payload)
 
     def step_sink(self) -> StepSink | None:
         """The fast path for a per-step hot loop: a :class:`StepSink` on this recorder's queue.
@@ -258,7 +264,7 @@ class GoodputRecorder(SpanContexts):
             return None
         return self._sink
 
-    def record_step_start_time(self, step: int, start_time: Any = None) -> None:
+    def record_step_start_time(self, step: int, start_time: TimeLike | None = None) -> None:
         """Record the start of training step ``step`` (non-negative int).
 
         Args:
@@ -281,9 +287,11 @@ class GoodputRecorder(SpanContexts):
         if self._ended:
             self._lifecycle.refuse(f"step {step}'s start")
             return
-        self._sink.put(_STEP_START, t, step)
+        sink = self._sink
+        if sink is not None:  # (None only while disabled, which returned above)
+            sink.put(_STEP_START, t, step)
 
-    def record_step_end_time(self, step: int, end_time: Any = None) -> None:
+    def record_step_end_time(self, step: int, end_time: TimeLike | None = None) -> None:
         """Record the end of step ``step`` (optional; the next step start also ends it)."""
         if not self._enabled:
             return
@@ -324,7 +332,7 @@ class GoodputRecorder(SpanContexts):
                 self._open[key] = n - 1
         self._put(code, t, step, label, None)
 
-    def record_job_start_time(self, start_time: Any = None) -> None:
+    def record_job_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the job's (this run's) start: NOT_STARTED (or ENDED) -> RUNNING.
 
         The recorder's first start applies its ``rerun`` option when the job's last run
@@ -339,7 +347,7 @@ class GoodputRecorder(SpanContexts):
         self._lifecycle.start()
         self._ended = False
 
-    def record_job_end_time(self, end_time: Any = None) -> None:
+    def record_job_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the job's (this run's) clean end: -> ENDED. A run without it counts as
         crashed. Later events are refused (warned once) until a new job start; span-start
         listeners are called first, so a step recorder books the device ends it sees."""
@@ -389,76 +397,80 @@ class GoodputRecorder(SpanContexts):
         """
         return self._lifecycle.started
 
-    def record_tpu_init_start_time(self, start_time: Any = None) -> None:
+    def record_tpu_init_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the start of accelerator (TPU/GPU) initialization."""
         self._record(EventKind.ACCELERATOR_INIT_START, start_time, "start_time")
 
-    def record_tpu_init_end_time(self, end_time: Any = None) -> None:
+    def record_tpu_init_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the end of accelerator initialization."""
         self._record(EventKind.ACCELERATOR_INIT_END, end_time, "end_time")
 
-    def record_training_preparation_start_time(self, start_time: Any = None) -> None:
+    def record_training_preparation_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the start of training preparation (model, optimizer, checkpoint manager)."""
         self._record(EventKind.TRAINING_PREP_START, start_time, "start_time")
 
-    def record_training_preparation_end_time(self, end_time: Any = None) -> None:
+    def record_training_preparation_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the end of training preparation."""
         self._record(EventKind.TRAINING_PREP_END, end_time, "end_time")
 
-    def record_program_startup_start_time(self, start_time: Any = None) -> None:
+    def record_program_startup_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the start of program startup (tracing / compilation)."""
         self._record(EventKind.PROGRAM_STARTUP_START, start_time, "start_time")
 
-    def record_program_startup_end_time(self, end_time: Any = None) -> None:
+    def record_program_startup_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the end of program startup."""
         self._record(EventKind.PROGRAM_STARTUP_END, end_time, "end_time")
 
-    def record_data_loading_start_time(self, start_time: Any = None) -> None:
+    def record_data_loading_start_time(self, start_time: TimeLike | None = None) -> None:
         """Record the start of synchronous (blocking) data loading."""
         self._record(EventKind.DATA_LOADING_START, start_time, "start_time")
 
-    def record_data_loading_end_time(self, end_time: Any = None) -> None:
+    def record_data_loading_end_time(self, end_time: TimeLike | None = None) -> None:
         """Record the end of synchronous data loading."""
         self._record(EventKind.DATA_LOADING_END, end_time, "end_time")
 
-    def record_checkpoint_save_start_time(self, step: int | None = None, start_time: Any = None) -> None:
+    def record_checkpoint_save_start_time(self, step: int | None = None,
+            start_time: TimeLike | None = None) -> None:
         """Record the start of a blocking checkpoint save (of ``step``)."""
         self._record(EventKind.CHECKPOINT_SAVE_START, start_time, "start_time", step=step)
 
-    def record_checkpoint_save_end_time(self, step: int | None = None, end_time: Any = None) -> None:
+    def record_checkpoint_save_end_time(self, step: int | None = None,
+            end_time: TimeLike | None = None) -> None:
         """Record the end of a blocking checkpoint save."""
         self._record(EventKind.CHECKPOINT_SAVE_END, end_time, "end_time", step=step)
 
-    def record_checkpoint_restore_start_time(self, step: int | None = None, start_time: Any = None) -> None:
+    def record_checkpoint_restore_start_time(self, step: int | None = None,
+            start_time: TimeLike | None = None) -> None:
         """Record the start of a checkpoint restore (of ``step``)."""
         self._record(EventKind.CHECKPOINT_RESTORE_START, start_time, "start_time", step=step)
 
-    def record_checkpoint_restore_end_time(self, step: int | None = None, end_time: Any = None) -> None:
+    def record_checkpoint_restore_end_time(self, step: int | None = None,
+            end_time: TimeLike | None = None) -> None:
         """Record the end of a checkpoint restore."""
         self._record(EventKind.CHECKPOINT_RESTORE_END, end_time, "end_time", step=step)
 
     def record_custom_badput_event_start_time(
-        self, start_time: Any = None, custom_badput_event_type: str = "unknown"
+        self, start_time: TimeLike | None = None, custom_badput_event_type: str = "unknown"
     ) -> None:
         """Record the start of a custom badput event (evaluation, SDC check, ...)."""
         self._record(EventKind.CUSTOM_BADPUT_START, start_time, "start_time",
                      label=check_label(custom_badput_event_type))
 
     def record_custom_badput_event_end_time(
-        self, end_time: Any = None, custom_badput_event_type: str = "unknown"
+        self, end_time: TimeLike | None = None, custom_badput_event_type: str = "unknown"
     ) -> None:
         """Record the end of a custom badput event of the same type."""
         self._record(EventKind.CUSTOM_BADPUT_END, end_time, "end_time",
                      label=check_label(custom_badput_event_type))
 
-    def record_checkpoint_progress(self, step: int, checkpoint_start_time: Any) -> None:
+    def record_checkpoint_progress(self, step: int, checkpoint_start_time: TimeLike) -> None:
         """Record that a checkpoint containing progress up to ``step`` started at the given time."""
         if not self._enabled:
             return
         t = to_timestamp(checkpoint_start_time, name="checkpoint_start_time")
         self._put(_K[EventKind.CHECKPOINT_PROGRESS], t, check_step(step), None, None)
 
-    def record_hints(self, hints: dict, timestamp: Any = None) -> None:
+    def record_hints(self, hints: dict, timestamp: TimeLike | None = None) -> None:
         """Publish model-side hints (a JSON-serialisable dict) for the monitor / scheduler.
 
         Example:
@@ -476,7 +488,7 @@ class GoodputRecorder(SpanContexts):
         self._put(_K[EventKind.HINTS], t, None, None, dict(hints))
 
     def record_program_cost(self, cost: ProgramCost, step: int | None = None,
-                            timestamp: Any = None) -> None:
+                            timestamp: TimeLike | None = None) -> None:
         """Record a compiled step program's cost (XLA's cost analysis, per device).
 
         Fed by the JAX runtime capture (``goodput_jax.runtime.StepRecorder``) when a step
@@ -492,12 +504,13 @@ class GoodputRecorder(SpanContexts):
         if not self._enabled:
             return
         if not isinstance(cost, ProgramCost):
-            raise TypeError(f"cost ({cost!r}) must be a goodput_jax.measure.productivity.ProgramCost")
+            raise TypeError(
+                f"cost ({cost!r}) must be a goodput_jax.measure.productivity.ProgramCost")
         t = self._now() if timestamp is None else to_timestamp(timestamp, name="timestamp")
         self._put(_K[EventKind.PROGRAM_COST], t, None if step is None else check_step(step),
                   None, cost.to_payload())
 
-    def record_compilation(self, duration_s: float, end_time: Any = None, *,
+    def record_compilation(self, duration_s: float, end_time: TimeLike | None = None, *,
                            recompile: bool = False, name: str = "") -> None:
         """Record one JAX compilation of ``duration_s`` seconds that ended at ``end_time``.
 
@@ -520,7 +533,7 @@ class GoodputRecorder(SpanContexts):
         self._put(_K[EventKind.COMPILATION], t, None, None,
                   {"duration_s": float(duration_s), "recompile": bool(recompile), "name": name})
 
-    def record_step_device_end_time(self, step: int, end_time: Any = None) -> None:
+    def record_step_device_end_time(self, step: int, end_time: TimeLike | None = None) -> None:
         """Record that the device finished step ``step`` (its outputs are ready).
 
         The non-stalling step recorder calls this one step late, when it observes
@@ -562,5 +575,5 @@ class GoodputRecorder(SpanContexts):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

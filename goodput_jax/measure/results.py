@@ -99,6 +99,9 @@ def check_ideal(value: Any) -> float | None:
     Example:
         >>> check_ideal(2), check_ideal(None)
         (2.0, None)
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if value is None:
         return None
@@ -158,6 +161,9 @@ def mad_limit(step_times: Any) -> float:
     Example:
         >>> round(mad_limit([1.0, 1.1, 0.9, 1.0, 30.0]), 6)
         1.3
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     x = np.asarray(step_times, dtype=np.float64)
     if x.size == 0:
@@ -186,6 +192,9 @@ def estimate_ideal_step_time(step_times: Any) -> float:
     Example:
         >>> estimate_ideal_step_time([1.0, 1.1, 0.9, 1.0, 30.0])
         1.0
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     x = np.asarray(step_times, dtype=np.float64)
     normal = x[x <= mad_limit(x)]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["PEAK_TABLE", "RIDGE_BAND", "DevicePeak", "ProgramCost", "ProgramGoodput",
            "ProgramStats", "combine_programs", "lookup_peak", "program_stats"]
@@ -37,7 +38,7 @@ __all__ = ["PEAK_TABLE", "RIDGE_BAND", "DevicePeak", "ProgramCost", "ProgramGood
 RIDGE_BAND = 1.5
 
 
-def _finite(value, name: str) -> float:
+def _finite(value: Any, name: str) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{name} ({value!r}) must be a finite number")
     try:
@@ -301,7 +302,8 @@ def _against(cost: ProgramCost, peak: DevicePeak, first_step: int, n: int, med: 
         mfu=min(comp / med, 1.0) if ok else math.nan,
         program_goodput=min(ideal / med, 1.0) if ok else math.nan,
         bound=_bound(comp, mem, peak),
-        arithmetic_intensity=cost.flops / cost.bytes_accessed if cost.bytes_accessed > 0 else math.inf,
+        arithmetic_intensity=(cost.flops / cost.bytes_accessed if cost.bytes_accessed > 0
+                              else math.inf),
         raised_from=raised_from)
 
 

@@ -57,7 +57,7 @@ class StepSink:
     DEVICE_END = _STEP_DEVICE_END
 
     def __init__(self, queue: collections.deque, max_queue: int, batch_size: int,
-                 wake: Callable[[], Any], on_drop: Callable[[], None]):
+                 wake: Callable[[], object], on_drop: Callable[[], None]):
         self._q, self._limit, self._wake_at = queue, max_queue, batch_size - 1
         self._batch = batch_size
         self._wake, self._on_drop = wake, on_drop
@@ -103,6 +103,9 @@ class StepSink:
 
         No check of its arguments: ``t`` is a float of UTC seconds, ``step`` a non-negative
         int (or None), ``code`` one of the event codes (:attr:`START`, :attr:`DEVICE_END`).
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         q = self._q
         n = len(q)
@@ -131,6 +134,6 @@ class FlushMarker:
 
     __slots__ = ("done", "ok")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.done = threading.Event()
         self.ok = True

@@ -27,8 +27,9 @@ Example:
     >>> import numpy as np
     >>> from goodput_jax.measure.events import KIND_CODES, EventKind as K
     >>> ss = KIND_CODES[K.STEP_START]
-    >>> out = step_stragglers(kind=np.full(4, ss), run=np.zeros(4, int), host=np.array([0, 1, 0, 1]),
-    ...                       ts=np.array([0.0, 0.5, 10.0, 10.0]), step=np.array([0, 0, 1, 1]))
+    >>> out = step_stragglers(kind=np.full(4, ss), run=np.zeros(4, int),
+    ...                       host=np.array([0, 1, 0, 1]), ts=np.array([0.0, 0.5, 10.0, 10.0]),
+    ...                       step=np.array([0, 0, 1, 1]))
     >>> out.last_host.tolist(), out.lag.tolist(), out.hosts[0].host, out.hosts[0].lost_time
     ([1, 0], [0.5, 0.0], 1, 0.5)
 """
@@ -140,7 +141,8 @@ def _median(v: Sequence[float]) -> float:
 
 
 def _latest(sel: np.ndarray, run: np.ndarray, step: np.ndarray, host: np.ndarray,
-            ts: np.ndarray, prio: np.ndarray | None = None):
+            ts: np.ndarray, prio: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The last mark (in input order; by ``prio`` first when given) of each (run, step, host),
     sorted by run, step, host."""
     idx = np.flatnonzero(sel)
@@ -174,7 +176,8 @@ def _late(h: np.ndarray, t: np.ndarray) -> tuple[int, float]:
     return int(h[i]), vals[i] - _median(others)
 
 
-def step_stragglers(kind, run, host, ts, step, *, run_ids: Sequence[str] | None = None,
+def step_stragglers(kind: np.ndarray, run: np.ndarray, host: np.ndarray, ts: np.ndarray,
+                    step: np.ndarray, *, run_ids: Sequence[str] | None = None,
                     job_time: float | None = None) -> Stragglers:
     """Per-step stragglers from a job's events as columns (see the module docstring).
 

@@ -65,6 +65,9 @@ def window_tag(window: float) -> str:
 
 
 def finite_number(v: Any) -> float | None:
+    """``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
+    """
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return None
     f = float(v)
@@ -76,7 +79,11 @@ class JsonHints(Protocol):
     """Hints that give their JSON form (``goodput_jax.model.hints.Hints``)."""
 
     def to_json(self) -> Mapping[str, Any]:
-        """The hints as AdaptDL's JSON keys."""
+        """The hints as AdaptDL's JSON keys.
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
+        """
         ...
 
 
@@ -97,10 +104,17 @@ def badput_scalars(badput: Mapping[Any, Any], details: Mapping[str, Any], *,
 
     Example:
         >>> from goodput_jax.measure.badput import BadputType
-        >>> badput_scalars({BadputType.DATA_LOADING: 5.0},
-        ...                {"total_time": 10.0, "productive_time": 9.0,
-        ...                 "custom_badput_time": {"eval": 0.5}})
-        {'badput/data_loading': 5.0, 'goodput/productive_time': 9.0, 'goodput/total_time': 10.0, 'badput/custom/eval': 5.0}
+        >>> for tag, value in badput_scalars({BadputType.DATA_LOADING: 5.0},
+        ...                                  {"total_time": 10.0, "productive_time": 9.0,
+        ...                                   "custom_badput_time": {"eval": 0.5}}).items():
+        ...     print(tag, value)
+        badput/data_loading 5.0
+        goodput/productive_time 9.0
+        goodput/total_time 10.0
+        badput/custom/eval 5.0
+
+    ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+    uploaded.
     """
     from goodput_jax.measure.badput import GOOGLE_NAMES
 
@@ -143,8 +157,16 @@ def hint_scalars(hints: Any) -> dict[str, float]:
     ``var`` is the gradient variance at ``initBatchSize``, ``norm`` the squared norm).
 
     Example:
-        >>> hint_scalars({"gradParams": {"norm": 2.0, "var": 4.0}, "initBatchSize": 32})
-        {'model/init_batch_size': 32.0, 'model/grad_norm_sqr': 2.0, 'model/grad_variance': 4.0, 'model/gradient_noise_scale': 64.0}
+        >>> for tag, value in hint_scalars({"gradParams": {"norm": 2.0, "var": 4.0},
+        ...                                 "initBatchSize": 32}).items():
+        ...     print(tag, value)
+        model/init_batch_size 32.0
+        model/grad_norm_sqr 2.0
+        model/grad_variance 4.0
+        model/gradient_noise_scale 64.0
+
+    ``Any``: published hints come as a JSON dict or as an object with ``to_json()``; only finite
+    numbers are read.
     """
     if not isinstance(hints, Mapping) and isinstance(hints, JsonHints):
         hints = hints.to_json()
@@ -190,11 +212,24 @@ def productivity_scalars(result: Any) -> dict[str, float]:
         ...     SchedulingTimeline, productivity)
         >>> tl = SchedulingTimeline.of([SchedulingSpan(0, 20, False, "queued"),
         ...                             SchedulingSpan(20, 100, True, "running")])
-        >>> {k: round(v, 6) for k, v in productivity_scalars(
-        ...     productivity(tl, 60.0, ProgramGoodput((), 0.5, 0.4, 10))).items()}
-        {'productivity/scheduling_goodput': 80.0, 'productivity/runtime_goodput': 75.0, 'productivity/program_goodput': 50.0, 'productivity/ml_productivity_goodput': 30.0, 'productivity/ettr': 60.0, 'productivity/mfu': 40.0}
-        >>> productivity_scalars(productivity(tl, 60.0, ProgramGoodput((), math.nan, math.nan, 0)))
-        {'productivity/scheduling_goodput': 80.0, 'productivity/runtime_goodput': 75.0, 'productivity/ettr': 60.0}
+        >>> for k, v in productivity_scalars(
+        ...         productivity(tl, 60.0, ProgramGoodput((), 0.5, 0.4, 10))).items():
+        ...     print(k, round(v, 6))
+        productivity/scheduling_goodput 80.0
+        productivity/runtime_goodput 75.0
+        productivity/program_goodput 50.0
+        productivity/ml_productivity_goodput 30.0
+        productivity/ettr 60.0
+        productivity/mfu 40.0
+        >>> for k, v in productivity_scalars(
+        ...         productivity(tl, 60.0, ProgramGoodput((), math.nan, math.nan, 0))).items():
+        ...     print(k, v)
+        productivity/scheduling_goodput 80.0
+        productivity/runtime_goodput 75.0
+        productivity/ettr 60.0
+
+    ``Any``: a calculator result (a ProductivityGoodput), read by its fields; the light core
+    imports no calculator here.
     """
     if result is None:
         return {}
@@ -226,6 +261,9 @@ def straggler_scalars(stragglers: Any, top: int = 3) -> dict[str, float]:
         ...                      np.array([0, 1]), np.array([0.0, 0.5]), np.zeros(2, int))
         >>> straggler_scalars(st)["stragglers/host_1/lost_seconds"]
         0.5
+
+    ``Any``: a calculator result (Stragglers), read by its fields; the light core imports no
+    calculator here.
     """
     if stragglers is None or int(stragglers.num_hosts) <= 1:
         return {}

@@ -159,7 +159,12 @@ class LocalEventFile:
         self.flush()
 
     def add_event(self, event: Any) -> None:
-        """Append one ``Event`` record (written at the next :meth:`flush`)."""
+        """Append one ``Event`` record (written at the next :meth:`flush`).
+
+        ``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         self._records.write(event.SerializeToString())
 
     def flush(self) -> None:
@@ -210,7 +215,11 @@ class RemoteEventFile:
         self._dirty = True
         self.flush()
 
-    def add_event(self, event) -> None:
+    def add_event(self, event: Any) -> None:
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         if self._spool.tell() >= self._max_bytes:
             self._new_file()
         self._records.write(event.SerializeToString())
@@ -255,7 +264,8 @@ class ScalarEventWriter:
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
         summary = summary_pb2.Summary(
-            value=[summary_pb2.Summary.Value(tag=t, simple_value=float(v)) for t, v in values.items()]
+            value=[summary_pb2.Summary.Value(tag=t, simple_value=float(v))
+                   for t, v in values.items()]
         )
         event = event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary)
         with self._lock:

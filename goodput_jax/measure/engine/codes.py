@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from goodput_jax.measure.events import KIND_CODES, EventKind
@@ -103,7 +104,7 @@ class StreamKeys:
         return self._names[key >> HOST_BITS]
 
 
-def merge_intervals(intervals) -> list[tuple[float, float]]:
+def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """Sort and merge ``(start, end)`` float intervals; empty ones are dropped.
 
     Example:
@@ -125,6 +126,9 @@ def payload(label: Any) -> dict:
     Example:
         >>> payload('{"duration_s": 2}'), payload("eval"), payload(None)
         ({'duration_s': 2}, {}, {})
+
+    ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+    uploaded.
     """
     if isinstance(label, dict):
         return label

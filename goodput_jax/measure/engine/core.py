@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -94,7 +95,7 @@ class Engine:
         self.live_role = array("b")  # 0 uncounted (closed by job end), 1 first, 2 other
         self.rollbacks: list[int] = []  # live length after each rollback (for consumers)
         self.seen: set = set()
-        self.cur = None  # active stream key
+        self.cur: int | None = None  # active stream key
         self.ended = False
         self.last_t = 0.0
         self.spans: list[tuple[int, str | None, int]] = []
@@ -261,8 +262,12 @@ class Engine:
         return step <= self.open_step or (bool(self.dq) and step <= max(self.dq))
 
     # ------------------------------------------------------------ row loop
-    def feed(self, rows) -> None:
-        """Feed rows in insertion order (see the class docstring)."""
+    def feed(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Feed rows in insertion order (see the class docstring).
+
+        ``Any``: a row is ``(kind code, stream key, timestamp, step or None, label or None)`` as
+        the stores return them.
+        """
         acc = self.acc
         custom = self.custom
         seen = self.seen
@@ -327,7 +332,8 @@ class Engine:
                     else:
                         acc[o] += dt
                         if o == B_CUSTOM:
-                            custom[spans[-1][1]] = custom.get(spans[-1][1], 0.0) + dt
+                            key = spans[-1][1] or ""  # (as engine.query: "" for no label)
+                            custom[key] = custom.get(key, 0.0) + dt
                         if record:
                             self._add(a, b, BUCKET_NAMES[o], None, spans[-1][1])
                 self.last_t = t

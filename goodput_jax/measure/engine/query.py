@@ -82,7 +82,10 @@ def totals(eng: Engine, now: float) -> tuple[float, list[float], dict[str, float
             dt = eng._clip(a, b)
             acc[bucket] += dt
             if bucket == B_CUSTOM:
-                custom[label] = custom.get(label, 0.0) + dt
+                # (the recorder requires a custom span's label; a foreign row without one
+                # is booked under "")
+                key = "" if label is None else label
+                custom[key] = custom.get(key, 0.0) + dt
     productive = max(productive, 0.0)
     # Orbax's checkpoint-manager statistics: blocking saves out of productive time,
     # restores out of OTHER (as the reference does), never below zero
@@ -147,6 +150,7 @@ def recategorise(segs: list, order: Iterable[int], x: float, where: str, cat: st
             x -= d
             continue
         cut = s[0] + x if head else s[1] - x
-        segs.append([s[0], cut, cat, s[3], s[4], s[5]] if head else [cut, s[1], cat, s[3], s[4], s[5]])
+        segs.append([s[0], cut, cat, s[3], s[4], s[5]] if head
+                    else [cut, s[1], cat, s[3], s[4], s[5]])
         s[0 if head else 1] = cut
         x = 0.0

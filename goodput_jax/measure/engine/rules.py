@@ -20,6 +20,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from goodput_jax.measure.engine.codes import B_ACCEL, B_OTHER, B_PREP, B_REINIT, NB, PENDING
 
 #: re-initialisation time inside these spans is re-initialisation (rule 23)
@@ -93,7 +96,9 @@ def load_blocks(device_mode: bool, first_load_done: bool) -> bool:
 LOAD_BLOCKS = tuple(tuple(load_blocks(d, f) for f in (False, True)) for d in (False, True))
 
 
-def window_ends(a, b, ws, we, maximum=max, minimum=min):
+def window_ends(a: Any, b: Any, ws: float, we: float,
+                maximum: Callable[[Any, Any], Any] = max,
+                minimum: Callable[[Any, Any], Any] = min) -> tuple[Any, Any]:
     """Rule 11: the slice ``[a, b]`` clipped to the query window ``[ws, we]``; empty when
     the returned end is not after the start. The vectorised path clips arrays of
     slices with ``maximum=np.maximum, minimum=np.minimum``.
@@ -101,6 +106,9 @@ def window_ends(a, b, ws, we, maximum=max, minimum=min):
     Example:
         >>> window_ends(0.0, 10.0, 2.0, 5.0), window_ends(6.0, 8.0, 2.0, 5.0)
         ((2.0, 5.0), (6.0, 5.0))
+
+    ``Any``: the ends are floats, or numpy arrays on the vectorised path (with ``np.maximum``
+    and ``np.minimum``).
     """
     return maximum(a, ws), minimum(b, we)
 

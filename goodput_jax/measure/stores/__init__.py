@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from goodput_jax.measure.stores.base import (
     BasicStore,
@@ -23,18 +24,23 @@ from goodput_jax.measure.stores.base import (
 DEFAULT_STORE_URL = "sqlite:///goodput.db"
 ENV_VAR = "GOODPUT_JAX_STORE"
 
-__all__ = ["DEFAULT_STORE_URL", "BasicStore", "EventStore", "RawEventStore", "RowStoreAdapter", "StoreError",
+__all__ = ["DEFAULT_STORE_URL", "BasicStore", "EventStore", "RawEventStore", "RowStoreAdapter",
+           "StoreError",
            "as_event_store", "open_store", "resolve_store"]
 
 
-def open_store(url: str | None = None, *, reader: bool = False, **kwargs) -> EventStore:
+def open_store(url: str | None = None, *, reader: bool = False, **kwargs: Any) -> EventStore:
     """Open the store named by ``url`` (or ``$GOODPUT_JAX_STORE``, or ./goodput.db).
 
     Supported: ``sqlite:///relative/path`` and ``sqlite:////absolute/path``
-    (SQLAlchemy's convention), a bare file path, and ``gcl://PROJECT/LOGGER`` (needs the ``gcp`` extra).
+    (SQLAlchemy's convention), a bare file path, and ``gcl://PROJECT/LOGGER`` (needs the
+    ``gcp`` extra).
     With ``reader=True`` (the calculator's) a SQLite file that does not exist is not
     created: it is read as empty until a recorder creates it
     (:class:`~goodput_jax.measure.stores.sqlite.PendingSQLiteStore`).
+
+    ``Any``: the old keyword arguments, each checked as it becomes a field of the options (an
+    unknown one is a one-line TypeError).
     """
     if url is None:
         url = os.environ.get(ENV_VAR) or DEFAULT_STORE_URL

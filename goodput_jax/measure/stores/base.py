@@ -27,7 +27,8 @@ import numpy as np
 
 from goodput_jax.measure.events import KIND_CODES, Event, EventKind
 
-__all__ = ["BasicStore", "EventStore", "RawEventStore", "RowColumns", "RowStoreAdapter", "StoreError",
+__all__ = ["BasicStore", "EventStore", "RawEventStore", "RowColumns", "RowStoreAdapter",
+           "StoreError",
            "as_event_store"]
 
 #: kinds whose payload (not label) a columnar read returns in ``labels``
@@ -57,7 +58,11 @@ class BasicStore(Protocol):
         self, job_name: str, cursor: Any = None, limit: int | None = None
     ) -> tuple[list[Event], Any]:
         """Events of ``job_name`` appended after ``cursor`` (None = from the start),
-        in insertion order, at most ``limit``; returns them and the new cursor."""
+        in insertion order, at most ``limit``; returns them and the new cursor.
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
+        """
         ...
 
     def list_jobs(self) -> list[str]:
@@ -92,6 +97,9 @@ class EventStore(BasicStore, Protocol):
         equal-length numpy arrays ``kind`` (int8 kind codes), ``stream`` (int64, see
         :meth:`stream_info`), ``ts`` (float64), ``step`` (int64, -1 = none) and
         ``labels`` ({position: custom label, or payload of a payload kind}).
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
         """
         ...
 
@@ -160,7 +168,11 @@ class RowColumns:
     def read_columns(
         self, job_name: str, cursor: Any = None, max_events: int = 1_000_000
     ) -> tuple[dict | None, Any, bool]:
-        """:meth:`EventStore.read_columns` from ``read_events`` (one call, ``limit=max_events``)."""
+        """:meth:`EventStore.read_columns` from ``read_events`` (one call, ``limit=max_events``).
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
+        """
         if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events <= 0:
             raise ValueError(f"max_events ({max_events!r}) must be a positive int")
         events, cursor = self.read_events(job_name, cursor, max_events)  # type: ignore[attr-defined]
@@ -205,6 +217,9 @@ class RowStoreAdapter(RowColumns):
 
     def read_events(self, job_name: str, cursor: Any = None,
                     limit: int | None = None) -> tuple[list[Event], Any]:
+        """``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
+        """
         return self.inner.read_events(job_name, cursor, limit)
 
     def list_jobs(self) -> list[str]:
@@ -228,6 +243,9 @@ def as_event_store(store: Any) -> EventStore:
         Traceback (most recent call last):
         ...
         TypeError: store (<object object at ...>) must be an EventStore or a store URL; ...
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
     """
     if isinstance(store, EventStore):
         return store

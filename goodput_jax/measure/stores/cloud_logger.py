@@ -73,6 +73,8 @@ def to_entry(ev: Event) -> dict:
         return {"job_name": ev.job_name, EXTRA_TIME_KEY: ev.timestamp, EXTRA_KEY: ev.to_dict()}
     out: dict[str, Any] = {"job_name": ev.job_name}
     if ev.kind is K.STEP_START:
+        if ev.step is None:
+            raise TypeError(f"step ({ev.step!r}) of a step_start event must be an integer")
         out["step_count"] = int(ev.step)
     if ev.kind in (K.CUSTOM_BADPUT_START, K.CUSTOM_BADPUT_END):
         out["custom_badput_event_type"] = ev.label or "unknown"
@@ -97,13 +99,15 @@ def _orbax_stats(entry: dict, job: str) -> Event | None:
             entry.get("checkpoint_manager_start_time")
     else:
         return None
+    if d is None:
+        return None
     try:
-        d = float(d)
+        duration = float(d)
         t = float(t) if t is not None else 0.0
     except (TypeError, ValueError):
         return None
     step = entry.get("step")
-    payload = {"event_type": kind, "duration_s": d}
+    payload: dict[str, Any] = {"event_type": kind, "duration_s": duration}
     if isinstance(step, int) and step >= 0:
         payload["step"] = step
     return Event(K.CHECKPOINT_STATS, job, RUN_ID, 0, t, payload=payload)
@@ -114,6 +118,9 @@ def from_entry(entry: Any, default_job: str | None = None) -> Event | None:
 
     Orbax's checkpoint statistics carry no job name: they belong to
     ``default_job`` (Google's logger holds one job).
+
+    ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+    uploaded.
     """
     if not isinstance(entry, dict):
         return None
@@ -163,6 +170,9 @@ class CloudLoggerStore(RowColumns):
     """
 
     def __init__(self, cloud_logger: Any):
+        """``Any``: Google's ``cloud_logger`` (a ``google.cloud.logging`` logger, a library without
+        type information), duck-typed as Google's code does.
+        """
         for name in ("write_cloud_logging_entry", "read_cloud_logging_entries"):
             if not callable(getattr(cloud_logger, name, None)):
                 raise TypeError(
@@ -186,7 +196,11 @@ class CloudLoggerStore(RowColumns):
 
     def read_events(self, job_name: str, cursor: Any = None,
                     limit: int | None = None) -> tuple[list[Event], Any]:
-        """Events of ``job_name`` from entry number ``cursor`` on (Google's entries, in order)."""
+        """Events of ``job_name`` from entry number ``cursor`` on (Google's entries, in order).
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
+        """
         start = int(cursor or 0)
         entries = self._entries()
         events: list[Event] = []

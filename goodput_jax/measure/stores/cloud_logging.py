@@ -98,13 +98,18 @@ class CloudLoggingStore(RowColumns):
             into ``options`` in one place (:meth:`CloudLoggingOptions.merged`).
 
     Example:
-        >>> store = CloudLoggingStore(project="my-proj", logger_name="goodput_run1")  # doctest: +SKIP
-        >>> store.append([ev])        # returns once written (or dropped and counted)  # doctest: +SKIP
-        >>> store.stats()["written"]                                                 # doctest: +SKIP
+        >>> store = CloudLoggingStore(project="my-proj",
+        ...                           logger_name="goodput_run1")  # doctest: +SKIP
+        >>> store.append([ev])  # once written (or dropped and counted)  # doctest: +SKIP
+        >>> store.stats()["written"]  # doctest: +SKIP
         1
     """
 
     def __init__(self, *, options: CloudLoggingOptions | None = None, **keywords: Any) -> None:
+        """``Any``: Google's or MaxText's objects (a ``google.cloud.logging`` logger, a MaxText
+        config, an orbax manager) from libraries without type information, duck-typed as their
+        code does.
+        """
         o = self.options = CloudLoggingOptions.merged(options, keywords)
         self.logger_name = o.logger_name
         client = o.client
@@ -177,6 +182,9 @@ class CloudLoggingStore(RowColumns):
 
         Example:
             >>> CloudLoggingStore.from_url("gcl://my-proj/goodput_run1")  # doctest: +SKIP
+
+        ``Any``: the old keyword arguments, each checked as it becomes a field of the options
+        (an unknown one is a one-line TypeError).
         """
         if not isinstance(url, str) or not url.startswith("gcl://"):
             raise ValueError(f"url ({url!r}) must look like gcl://PROJECT/LOGGER")
@@ -412,6 +420,9 @@ class CloudLoggingStore(RowColumns):
         Example:
             >>> store.stats()["dropped"]  # doctest: +SKIP
             0
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         return {
             "written": self.written_events,
@@ -435,7 +446,7 @@ class CloudLoggingStore(RowColumns):
         Example:
             >>> store.build_filter("job")  # doctest: +SKIP
             'logName="projects/p/logs/l" AND timestamp>="1970-01-01T00:00:00.000000Z" AND labels.job="job"'
-        """
+        """  # noqa: E501 (a doctest's one-line output)
         since = self._start if since is None else max(since, self._start)
         parts = [
             f"logName={quote_filter_value(self.log_name, name='log_name')}",
@@ -525,7 +536,8 @@ class CloudLoggingStore(RowColumns):
                     if limit is not None and len(out) >= limit:
                         break
         except service_errors() as e:
-            raise StoreError(f"{self!r}: reading job {job_name!r} failed: {error_text(e)}") from None
+            raise StoreError(
+                f"{self!r}: reading job {job_name!r} failed: {error_text(e)}") from None
         if high is None:
             return out, cursor if cursor is not None else CloudLoggingCursor(utc_iso(self._start))
         low = utc_iso(high - _dt.timedelta(seconds=self.read_overlap_seconds))

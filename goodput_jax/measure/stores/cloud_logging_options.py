@@ -57,7 +57,11 @@ def quote_filter_value(value: str, *, name: str = "value") -> str:
 
 
 def validate_project(project: Any) -> str:
-    """Validate a Google Cloud project id (``my-proj`` or ``example.com:my-proj``)."""
+    """Validate a Google Cloud project id (``my-proj`` or ``example.com:my-proj``).
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
+    """
     if not isinstance(project, str) or not _PROJECT_RE.match(project):
         raise ValueError(
             f"project ({project!r}) is not a valid Google Cloud project id "
@@ -67,7 +71,11 @@ def validate_project(project: Any) -> str:
 
 
 def validate_logger_name(logger_name: Any) -> str:
-    """Validate a Cloud Logging log id: letters, digits, ``_ - . /``, at most 511 chars."""
+    """Validate a Cloud Logging log id: letters, digits, ``_ - . /``, at most 511 chars.
+
+    ``Any``: this is where the caller's value is checked (anything may come in; a one-line error
+    names the argument and the value).
+    """
     if not isinstance(logger_name, str) or not _LOG_ID_RE.match(logger_name):
         raise ValueError(
             f"logger_name ({logger_name!r}) must be 1-511 characters from "
@@ -136,6 +144,9 @@ class CloudLoggingOptions:
         use_grpc: transport of a client built here (None: the library default).
         close_timeout: how long ``close`` (and interpreter exit) waits for
             writes in progress in other threads before interrupting their retries (s).
+
+    ``Any``: ``client``, ``credentials``, ``resource`` and ``client_options`` are google-cloud-
+    logging and google-auth objects, passed through to the client as they are.
     """
 
     client: Any = None
@@ -188,6 +199,9 @@ class CloudLoggingOptions:
         Example:
             >>> CloudLoggingOptions.merged(None, {"batch_size": 8}).batch_size
             8
+
+        ``Any``: the old keyword arguments, each checked as it becomes a field of the options
+        (an unknown one is a one-line TypeError).
         """
         if options is not None and not isinstance(options, cls):
             raise TypeError(f"options ({options!r}) must be a CloudLoggingOptions")

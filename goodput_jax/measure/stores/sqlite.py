@@ -149,6 +149,13 @@ class SQLiteStore:
         self._job_ids[name] = row[0]
         return row[0]
 
+    def _new_job_id(self, name: str) -> int:
+        """The id of job ``name``, created if it is new."""
+        jid = self._job_id(name, create=True)
+        if jid is None:  # (INSERT OR IGNORE, then SELECT: the row is there)
+            raise StoreError(f"job {name!r} has no row after its insert")
+        return jid
+
     def _stream_id(self, job_id: int, run_id: str, host: int) -> int:
         key = (job_id, run_id, host)
         sid = self._stream_ids.get(key)
@@ -172,7 +179,8 @@ class SQLiteStore:
                 "SELECT run_id, host FROM streams WHERE id = ?", (sid,)
             ).fetchone()
             if row is None:
-                raise StoreError(f"store {self.url!r} is corrupt: event refers to unknown stream {sid}")
+                raise StoreError(
+                    f"store {self.url!r} is corrupt: event refers to unknown stream {sid}")
             s = (row[0], int(row[1]))
             self._streams_by_id[sid] = s
         return s
@@ -200,7 +208,7 @@ class SQLiteStore:
         def rows(next_id: int) -> list[tuple]:
             out = []
             for i, ev in enumerate(events):
-                jid = self._job_id(ev.job_name, create=True)
+                jid = self._new_job_id(ev.job_name)
                 sid = self._stream_id(jid, ev.run_id, ev.host)
                 out.append((next_id + i, jid, sid, KIND_CODES[ev.kind], float(ev.timestamp),
                             ev.step, ev.label, ev.payload_json()))
@@ -224,6 +232,9 @@ class SQLiteStore:
             >>> s.append_raw("j", "r", 0, [(KIND_CODES[EventKind.STEP_START], 1.0, 0, None, None)])
             >>> [(e.kind.value, e.step) for e in s.read_events("j")[0]]
             [('step_start', 0)]
+
+        ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
+        uploaded.
         """
         items = list(items)
         if not items:
@@ -231,7 +242,7 @@ class SQLiteStore:
         check_job_name(job_name)
 
         def rows(next_id: int) -> list[tuple]:
-            jid = self._job_id(job_name, create=True)
+            jid = self._new_job_id(job_name)
             sid = self._stream_id(jid, run_id, host)
             out = []
             for i, (code, ts, step, label, payload) in enumerate(items):
@@ -291,6 +302,9 @@ class SQLiteStore:
             >>> s = SQLiteStore(":memory:")
             >>> s.read_rows("nobody")
             ([], None, True)
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
         """
         after = self._check_cursor(cursor)
         if isinstance(span, bool) or not isinstance(span, int) or span <= 0:
@@ -338,6 +352,9 @@ class SQLiteStore:
             >>> s = SQLiteStore(":memory:")
             >>> s.read_columns("nobody")
             (None, None, True)
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
         """
         after = self._check_cursor(cursor)
         if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events <= 0:
@@ -391,9 +408,13 @@ class SQLiteStore:
         """Events of ``job_name`` after ``cursor`` in insertion order (see protocol).
 
         The cursor is the insertion id of the last event returned.
+
+        ``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
         """
         after = self._check_cursor(cursor)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit <= 0):
             raise ValueError(f"limit ({limit!r}) must be a positive int or None")
         out = []
         with self._lock:
@@ -452,14 +473,16 @@ class SQLiteStore:
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
-            conn, self._conn = getattr(self, "_conn", None), None
+            conn = getattr(self, "_conn", None)  # (absent when __init__ failed)
+            # closed: a later call fails on None, as the store is unusable by design
+            self._conn = None  # type: ignore[assignment]
             if conn is not None:
                 conn.close()
 
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -505,14 +528,28 @@ class PendingSQLiteStore:
                 self._store = SQLiteStore(self.path, create=create, timeout=self.timeout)
             return self._store
 
-    def append(self, events: Sequence[Event]) -> None:
-        self._open(create=True).append(events)
+    def _created(self) -> SQLiteStore:
+        with self._lock:
+            if self._store is None:
+                self._store = SQLiteStore(self.path, create=True, timeout=self.timeout)
+            return self._store
 
-    def read_columns(self, job_name: str, cursor: Any = None, max_events: int = 1_000_000):
+    def append(self, events: Sequence[Event]) -> None:
+        self._created().append(events)
+
+    def read_columns(self, job_name: str, cursor: Any = None,
+                     max_events: int = 1_000_000) -> tuple[dict | None, Any, bool]:
+        """``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
+        """
         st = self._open()
         return (None, cursor, True) if st is None else st.read_columns(job_name, cursor, max_events)
 
-    def read_events(self, job_name: str, cursor: Any = None, limit: int | None = None):
+    def read_events(self, job_name: str, cursor: Any = None,
+                    limit: int | None = None) -> tuple[list[Event], Any]:
+        """``Any``: a cursor is the store's own opaque token (None = from the start); the return is
+        ``(events or columns, the next cursor[, done])``.
+        """
         st = self._open()
         return ([], cursor) if st is None else st.read_events(job_name, cursor, limit)
 
