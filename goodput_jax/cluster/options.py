@@ -207,10 +207,11 @@ class ControllerActorOptions:
                                  node_mtbf=self.node_mtbf)
 
 
-O = TypeVar("O", ControllerOptions, ControllerActorOptions)
+OptionsT = TypeVar("OptionsT", ControllerOptions, ControllerActorOptions)
 
 
-def options_from(cls: type[O], options: O | None, keywords: Mapping[str, Any]) -> O:
+def options_from(cls: type[OptionsT], options: OptionsT | None,
+                 keywords: Mapping[str, Any]) -> OptionsT:
     """``options``, or ``cls(**keywords)`` (the old keyword arguments), not both.
 
     Example:
