@@ -44,6 +44,7 @@ from goodput_jax.measure.events import KIND_CODES, EventKind, TimeLike
 
 if TYPE_CHECKING:
     from goodput_jax.measure.calculator import GoodputCalculator
+    from goodput_jax.measure.results import StepDeviation
 
 __all__ = ["AdviceInputs", "advice_inputs", "checkpoint_advice_for", "finish_forecast_for"]
 
@@ -148,21 +149,25 @@ def _split_startup(segments: list) -> tuple[dict[str, float], dict[str, float]]:
     return once, rec
 
 
-def advice_inputs(calc: GoodputCalculator, now: TimeLike | None = None) -> AdviceInputs:
+def advice_inputs(calc: GoodputCalculator, now: TimeLike | None = None, *,
+                  details: dict | None = None, statistics: StepDeviation | None = None
+                  ) -> AdviceInputs:
     """Measure the advice's inputs from ``calc``'s job (replays the job's timeline: O(events)).
 
     Args:
         calc: a :class:`~goodput_jax.measure.calculator.GoodputCalculator` (or a subclass:
             its base reads are used, whatever shape the subclass returns).
         now: "now" for a live job (default: the calculator's clock).
+        details: the job's details in the measure calculator's shape (default:
+            ``calc.get_job_goodput_details()``; the calculator's own methods pass its base
+            reads, so a drop-in subclass's shapes do not reach here).
+        statistics: the productive steps' statistics (default: ``calc.get_step_statistics()``).
 
     Example:
         >>> advice_inputs(calc).save_cost_s                                 # doctest: +SKIP
     """
-    from goodput_jax.measure.calculator import GoodputCalculator
-
-    det = GoodputCalculator.get_job_goodput_details(calc)
-    dev = GoodputCalculator.get_step_deviation(calc)
+    det = calc.get_job_goodput_details() if details is None else details
+    dev = calc.get_step_statistics() if statistics is None else statistics
     tl = calc.timeline(now)
     t = float(tl["now"])
     segs = tl["segments"]
@@ -226,16 +231,31 @@ def advice_inputs(calc: GoodputCalculator, now: TimeLike | None = None) -> Advic
 
 def checkpoint_advice_for(calc: GoodputCalculator, mtbf_s: float | None = None, *,
                           save_cost_s: float | None = None, restart_s: float | None = None,
-                          method: str = "daly") -> CheckpointAdvice:
+                          method: str = "daly", inputs: AdviceInputs | None = None
+                          ) -> CheckpointAdvice:
     """The Young/Daly advice from ``calc``'s job, on :func:`advice_inputs`.
 
-    As ``GoodputCalculator.get_checkpoint_advice`` (same arguments and errors), with save
-    and restart costs that crashes during saves do not bias, and the mean productive step.
+    What ``GoodputCalculator.get_checkpoint_advice`` returns: save and restart costs that
+    crashes during saves do not bias, and the mean productive step.
+
+    Args:
+        calc: the job's calculator.
+        mtbf_s: mean time between failures in seconds (None: observed, job time /
+            disruptions; a job with no disruption yet needs it).
+        save_cost_s: override the measured save cost (completed saves' blocking time / saves).
+        restart_s: override the measured restart cost (per disruption: the downtime of the
+            crashes that did not hit a save, less half a mean step, plus the restore).
+        method: ``'daly'`` (default) or ``'young'``.
+        inputs: :func:`advice_inputs` already measured (default: measured here).
+
+    Raises:
+        ValueError: no completed save and no ``save_cost_s``; no disruption observed and no
+            ``mtbf_s``; no productive step yet.
 
     Example:
         >>> checkpoint_advice_for(calc, mtbf_s=12 * 3600).interval_steps  # doctest: +SKIP
     """
-    x = advice_inputs(calc)
+    x = advice_inputs(calc) if inputs is None else inputs
     job = calc.job_name
     if x.num_steps == 0:
         raise ValueError(f"job {job!r} has no productive step yet: "
@@ -259,14 +279,15 @@ def checkpoint_advice_for(calc: GoodputCalculator, mtbf_s: float | None = None, 
 
 
 def finish_forecast_for(calc: GoodputCalculator, target_step: int,
-                        now: TimeLike | None = None) -> FinishForecast:
+                        now: TimeLike | None = None, *, inputs: AdviceInputs | None = None
+                        ) -> FinishForecast:
     """When ``calc``'s job reaches ``target_step``: the mean step for the work left, plus the
     recurring badput per productive step; one-time start-up badput reported, not repeated.
 
     Example:
         >>> finish_forecast_for(calc, 10_000).finish_time                # doctest: +SKIP
     """
-    x = advice_inputs(calc, now)
+    x = advice_inputs(calc, now) if inputs is None else inputs
     if x.num_steps == 0:
         raise ValueError(f"job {calc.job_name!r} has no productive step yet: no rate to "
                          "forecast from")

@@ -52,6 +52,11 @@ from typing import Any
 import numpy as np
 
 from goodput_jax.measure.advice import CheckpointAdvice, FinishForecast
+from goodput_jax.measure.advice_inputs import (
+    advice_inputs,
+    checkpoint_advice_for,
+    finish_forecast_for,
+)
 from goodput_jax.measure.badput import BadputType
 from goodput_jax.measure.engine import Engine, StreamKeys
 from goodput_jax.measure.events import TimeLike, check_job_name, to_timestamp
@@ -426,13 +431,8 @@ class GoodputCalculator:
         """Per step, which host held the step back and by how much; the slowest hosts.
 
         Only meaningful when several hosts of a launch record (same run id, ``host`` =
-        process index); with one host there is nothing to compare (``num_hosts == 1``,
-        no steps). Definitions in :mod:`goodput_jax.measure.stragglers`: a step's
-        straggler is the host that arrived (``STEP_START``) or finished (device end, else
-        ``STEP_END``) last, by the largest margin over the median of the other hosts; that
-        margin is the step's lag, and a host's lost time is the sum of its steps' lags.
-        The step marks are read incrementally (a query reads only the events appended
-        since the last one); the comparison costs O(steps compared).
+        process index); definitions in :mod:`goodput_jax.measure.stragglers`. The step
+        marks are read incrementally; the comparison costs O(steps compared).
 
         Args:
             since: only marks at or after this time (UTC seconds or an aware datetime),
@@ -440,15 +440,10 @@ class GoodputCalculator:
 
         Returns:
             :class:`~goodput_jax.measure.stragglers.Stragglers` (``job_share`` against the
-            job's total time).
-
-        Raises:
-            NoEventsError: the store holds no events for the job.
+            job's total time). Raises ``NoEventsError`` when the store has none of the job's.
 
         Example:
-            >>> st = calc.get_step_stragglers()                       # doctest: +SKIP
-            >>> [(h.host, round(h.lost_time, 3)) for h in st.slowest(3)]  # doctest: +SKIP
-            [(1, 1.204)]
+            >>> calc.get_step_stragglers().slowest(3)  # doctest: +SKIP
         """
         t0 = None if since is None else to_timestamp(since, name="since")
         with self._lock:
@@ -563,32 +558,19 @@ class GoodputCalculator:
                               method: str = "daly") -> CheckpointAdvice:
         """How often to checkpoint: the Young/Daly interval, in steps, and its goodput.
 
-        From the measured blocking cost of a save (checkpoint-save badput / saves), the
-        observed mean time between disruptions (job time / disruptions) or ``mtbf_s``, the
-        measured restart cost (per disruption; saves a crash cut short count in neither
-        cost), and the mean productive step (:mod:`goodput_jax.measure.advice_inputs`). The
-        predicted goodput at the suggestion and at today's interval (the median steps between
-        saves) come from Daly's expectation under Poisson failures
-        (:mod:`goodput_jax.measure.advice`).
-
-        Args:
-            mtbf_s: mean time between failures in seconds (None: observed; a job with no
-                disruption yet needs it).
-            save_cost_s: override the measured save cost.
-            restart_s: override the measured restart cost.
-            method: ``'daly'`` (default) or ``'young'``.
-
-        Raises:
-            ValueError: no save recorded and no ``save_cost_s``; no disruption observed and
-                no ``mtbf_s``; no productive step yet.
+        From the measured save cost, the observed mean time between disruptions (or
+        ``mtbf_s``), the measured restart cost (saves a crash cut short count in neither)
+        and the mean productive step: :func:`goodput_jax.measure.advice_inputs.
+        checkpoint_advice_for` (its arguments, errors and definitions); the predicted
+        goodputs are Daly's expectation under Poisson failures (:mod:`.advice`).
 
         Example:
             >>> calc.get_checkpoint_advice(mtbf_s=12 * 3600).interval_steps  # doctest: +SKIP
         """
-        from goodput_jax.measure.advice_inputs import checkpoint_advice_for
-
+        x = advice_inputs(self, details=GoodputCalculator.get_job_goodput_details(self),
+                          statistics=GoodputCalculator.get_step_deviation(self))  # base
         return checkpoint_advice_for(self, mtbf_s, save_cost_s=save_cost_s,
-                                     restart_s=restart_s, method=method)
+                                     restart_s=restart_s, method=method, inputs=x)
 
     def get_finish_forecast(self, target_step: int, now: TimeLike | None = None) -> FinishForecast:
         """When the job reaches ``target_step`` at its current rates, and the badput expected
@@ -602,9 +584,9 @@ class GoodputCalculator:
         Example:
             >>> calc.get_finish_forecast(10_000).finish_time            # doctest: +SKIP
         """
-        from goodput_jax.measure.advice_inputs import finish_forecast_for
-
-        return finish_forecast_for(self, target_step, now)
+        x = advice_inputs(self, now, details=GoodputCalculator.get_job_goodput_details(self),
+                          statistics=GoodputCalculator.get_step_deviation(self))
+        return finish_forecast_for(self, target_step, inputs=x)
 
     def get_latest_hints(self) -> dict | None:
         """Payload of the latest ``HINTS`` event (from ``record_hints``), or None."""

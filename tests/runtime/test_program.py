@@ -69,7 +69,8 @@ def test_cost_analysis_flops_match_the_formula_and_add_no_compile():
     a, b = _arrays()
     jax.block_until_ready(_matmul(a, b))
     seen = []
-    att = runtime.attach(goodput.GoodputRecorder("pc", "l", True, store="sqlite:///:memory:"))
+    rec = goodput.GoodputRecorder("pc", "l", True, store="sqlite:///:memory:")
+    att = runtime.attach(rec)  # holds the recorder weakly: this test keeps it alive
     try:
         before = att.compilations
         t = time.perf_counter()
@@ -77,7 +78,7 @@ def test_cost_analysis_flops_match_the_formula_and_add_no_compile():
         took = time.perf_counter() - t
         seen.append(att.compilations - before)
     finally:
-        att.recorder.close()
+        rec.close()
         att.detach()
     # 2 n^3 for the matmul plus n^2 - 1 adds of the sum: within 1 % of 2 n^3
     assert abs(cost.flops - 2 * N ** 3) <= 0.01 * 2 * N ** 3, cost
