@@ -231,6 +231,7 @@ class GoodputHooks(HooksModel):
         self._steps_seen = 0
         self._stats = GradStatsReader(self.stats_every)
         self._warned_missing = False
+        self._warned_note = False
         self.perf_params: PerfParams | None = None
         self.model_error = float("nan")
         self.model_errors: dict[tuple[int, int, int], float] = {}

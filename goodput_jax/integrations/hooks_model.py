@@ -19,7 +19,7 @@ from goodput_jax.integrations.publish import make_hints
 from goodput_jax.integrations.search import Suggestion, search
 from goodput_jax.integrations.state import parse_state_dict, to_state_dict
 from goodput_jax.model.formulas import efficiency_np, throughput_np
-from goodput_jax.model.hints import max_replicas_allowed
+from goodput_jax.model.hints import Hints, max_replicas_allowed
 from goodput_jax.model.types import GradParams, PerfParams
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class HooksModel:
     # set by GoodputHooks.__init__
     job_name: str
     _warned_missing: bool
+    _warned_note: bool
     recorder: HooksRecording
     is_primary: bool
     background: bool
@@ -119,8 +120,21 @@ class HooksModel:
 
     @property
     def grad_params(self) -> GradParams | None:
-        """Current smoothed :class:`GradParams` as floats, or None before any sample."""
-        return self._stats.grad_params
+        """Current smoothed :class:`GradParams` as floats, or None before any sample (and
+        None, with a warning once naming the helper, when the steps' updates bring one
+        gradient each: :attr:`grad_stats_note`)."""
+        gp = self._stats.grad_params
+        note = self._stats.note
+        if note is not None and not self._warned_note:
+            self._warned_note = True
+            warnings.warn(f"GoodputHooks({self.job_name!r}): {note}", UserWarning, stacklevel=2)
+        return gp
+
+    @property
+    def grad_stats_note(self) -> str | None:
+        """Why the hooks show no gradient noise statistics (one line naming the helper that
+        fixes it), or None (:func:`goodput_jax.model.gradstats.stats_note`)."""
+        return self._stats.note
 
     def max_profiled_replicas(self) -> int:
         """Largest replica count with an optimizer-step profile (0 when none)."""
@@ -371,13 +385,13 @@ class HooksModel:
         """
         gp = self.grad_params
         sug = self.suggest() if self.perf_params is not None and gp is not None else None
-        return make_hints(
+        return make_hints(Hints(
             perf_params=self.perf_params, grad_params=gp, init_batch_size=self.init_batch_size,
             max_batch_size=self.max_batch_size, local_bsz_bounds=self.local_bsz_bounds,
             gradient_accumulation=self.gradient_accumulation,
             max_profiled_replicas=self.max_profiled_replicas(), num_nodes=self.num_nodes,
             num_replicas=self.num_replicas, atomic_bsz=self.atomic_bsz,
-            accum_steps=self.accum_steps, suggestion=sug)
+            accum_steps=self.accum_steps, grad_stats_note=self.grad_stats_note), sug)
 
     def publish(self) -> dict:
         """Store :meth:`hints` with the job's events (``recorder.record_hints``); returns them."""

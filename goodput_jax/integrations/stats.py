@@ -145,6 +145,9 @@ class GradStatsReader:
         self.pending: Any = None
         self.count: float = 0
         self._params: GradParams | None = None
+        #: why no statistics are shown (:func:`goodput_jax.model.gradstats.stats_note`), or
+        #: None: the steps' updates brought one gradient each (no collection helper)
+        self.note: str | None = None
         self._next = 0  # the next step index whose statistics are taken
         self._summary_of: Any = None  # the step function's stats_summary, if any
         # this loop's last step's summary: the step function may also serve another loop
@@ -257,15 +260,12 @@ class GradStatsReader:
         st, self.pending = self.pending, None
         if st is not None:
             if isinstance(st, gradstats.GradStatsState):  # host-side state: no summary program
-                if int(np.asarray(st.count)) > 0:
-                    gp = gradstats.grad_params_from_stats(st)
-                    self._params = GradParams(float(gp.sqr), float(gp.var))
-                    self.count = int(np.asarray(st.count))
-            else:
-                count, sqr, var = gradstats.as_stats_summary(st, "the pending statistics")
-                if count > 0:
-                    self._params = GradParams(sqr, var)
-                    self.count = count
+                st = gradstats.stats_summary(st)  # (a flagged state's summary shows nothing)
+            summary = gradstats.as_stats_summary(st, "the pending statistics")
+            if summary.count > 0:
+                self._params = GradParams(summary.sqr, summary.var)
+                self.count = summary.count
+            self.note = gradstats.stats_note(summary)
         return self._params
 
     def nowait(self) -> GradParams | None:

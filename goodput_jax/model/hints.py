@@ -140,6 +140,7 @@ _SPEC: dict[str, tuple[str, Any]] = {
     "suggestedAccumSteps": ("suggested_accum_steps", _INT),
     "predictedSpeedup": ("predicted_speedup", {}),
     "acceleratorType": ("accelerator_type", str),
+    "gradStatsNote": ("grad_stats_note", str),
     "perfParamsByType": ("perf_params_by_type", "perf_map"),
     "minThroughputByType": ("min_throughput_by_type", "thr_map"),
 }
@@ -265,6 +266,7 @@ class Hints:
     suggested_accum_steps: int | None = None
     predicted_speedup: float | None = None
     accelerator_type: str | None = None
+    grad_stats_note: str | None = None
     perf_params_by_type: Mapping[str, PerfParams] = field(default_factory=lambda: _EMPTY)
     min_throughput_by_type: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
 

@@ -74,6 +74,9 @@ HINT_LABELS: dict[str, HintLabel] = {
                              "tr(Sigma)/M0 (var)"),
     "gradient_noise_scale": HintLabel("gradient noise scale", "samples",
                                       "batch size at which gradient noise and signal are equal"),
+    "grad_stats_note": HintLabel("why no gradient statistics", "",
+                                 "the steps' updates brought one gradient each (no collection "
+                                 "helper): no noise scale is shown; the note names the helper"),
     "efficiency": HintLabel("statistical efficiency", "0-1", "progress per sample at the "
                             "current batch, relative to batch M0"),
     "suggested_batch_size": HintLabel("suggested batch size", "samples",

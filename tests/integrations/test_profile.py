@@ -116,10 +116,13 @@ def test_make_hints_only_claims_what_is_known():
     kw = {"init_batch_size": 8, "max_batch_size": 64, "local_bsz_bounds": (None, None),
               "gradient_accumulation": False, "max_profiled_replicas": 1, "num_nodes": 1,
               "num_replicas": 1, "atomic_bsz": 16, "accum_steps": 0}
-    h = make_hints(perf_params=None, grad_params=None, **kw)
+    from goodput_jax.model.hints import Hints
+
+    h = make_hints(Hints(perf_params=None, grad_params=None, **kw))
     assert h["gradientNoiseScale"] is None and h["efficiency"] is None
-    h = make_hints(perf_params=PerfParams(0.01, 1e-3, 0, 0, 0, 0, 1.0),
-                   grad_params=GradParams(1.0, 1.0), **kw)
+    assert h["gradStatsNote"] is None
+    h = make_hints(Hints(perf_params=PerfParams(0.01, 1e-3, 0, 0, 0, 0, 1.0),
+                         grad_params=GradParams(1.0, 1.0), grad_stats_note=None, **kw))
     assert h["efficiency"] == pytest.approx(2 / 3) and h["suggestedBatchSize"] is None
 
 

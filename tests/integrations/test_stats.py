@@ -116,3 +116,34 @@ def test_the_summary_program_never_compiles_on_the_training_thread(tmp_path):
     assert "jit(train_step)" in names  # the capture records this thread's compiles
     assert not [n for n in names if "summary" in n], names
     assert all(c > 0 for c in counts), counts
+
+
+def test_a_plain_step_shows_no_noise_scale_and_the_hooks_say_why_once(tmp_path):
+    """The default one-device path (gradient_noise_scale first, one gradient per update):
+    the hooks show no noise scale, warn once naming the helper, and publish the reason
+    (on the old wiring the hooks read the biased state's averages and said nothing)."""
+    import warnings
+
+    import optax
+
+    from goodput_jax.integrations.hooks import GoodputHooks
+    from goodput_jax.measure.recorder import GoodputRecorder
+
+    tx = optax.chain(gs.gradient_noise_scale(8), optax.sgd(0.1))
+    params = {"w": jnp.ones(3)}
+    st = tx.init(params)
+    for i in range(3):
+        _, st = tx.update({"w": jnp.full(3, 0.1 * (i + 1))}, st, params)
+    rec = GoodputRecorder("plain", "l", store=f"sqlite:///{tmp_path / 'g.db'}")
+    hooks = GoodputHooks("plain", init_batch_size=8, recorder=rec)
+    hooks.update_grad_params(st)
+    with pytest.warns(UserWarning, match=r"microbatch_grads\(") as caught:
+        assert hooks.grad_params is None
+    assert len([w for w in caught if "microbatch_grads" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: the second read says nothing
+        assert hooks.grad_params is None
+    assert hooks.grad_stats_note == gs.NO_HELPER_NOTE
+    h = hooks.hints()
+    assert h["gradStatsNote"] == gs.NO_HELPER_NOTE and h["gradientNoiseScale"] is None
+    rec.close()

@@ -16,7 +16,7 @@ FULL = {
     "gradientAccumulation": True, "maxProfiledReplicas": 4, "numNodes": 1, "numReplicas": 2,
     "atomicBsz": 64, "accumSteps": 0, "gradientNoiseScale": 47.2, "efficiency": 0.9,
     "suggestedBatchSize": 256, "suggestedAtomicBsz": 128, "suggestedAccumSteps": 0,
-    "predictedSpeedup": 1.7, "acceleratorType": "t4",
+    "predictedSpeedup": 1.7, "acceleratorType": "t4", "gradStatsNote": "no statistics: why",
     "perfParamsByType": {"a100": PERF._asdict()}, "minThroughputByType": {"t4": 90.0, "a100": 400.0},
 }
 
