@@ -101,8 +101,6 @@ def _on_duration(event, duration, **_kw):
         COMPILES.append((time.time(), float(duration)))
 
 jax.monitoring.register_event_duration_secs_listener(_on_duration)
-from goodput_jax.runtime import measured_peak
-measured_peak()
 T_BEGIN = time.time()
 '''
 
