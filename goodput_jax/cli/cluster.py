@@ -35,7 +35,13 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from goodput_jax.cli._common import HelpFormatter, UserError, positive_float, positive_int
+from goodput_jax.cli._common import (
+    HelpFormatter,
+    UserError,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+)
 
 if TYPE_CHECKING:  # (the cluster extra is imported when a subcommand runs)
     from goodput_jax.cluster.api import ClusterClient
@@ -76,6 +82,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     help="with --autoscale: the largest the cluster can grow to, e.g. "
                          "v5e=4x4,a100=2x8; a submitted job is checked against it "
                          "instead of the nodes live now")
+    up.add_argument("--lease", type=nonnegative_float, default=30.0, metavar="SECONDS",
+                    help="a launch that cannot reach its node's raylet or the head for this "
+                         "long stops its step loop itself (0: never); see docs/cluster.md")
+    up.add_argument("--node-mtbf", type=positive_float, default=None, metavar="SECONDS",
+                    help="a node's mean time between failures, for the advised checkpoint "
+                         "interval (default: the cluster's observed time between node losses)")
     up.add_argument("--in-sandbox", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(run=run_up)
 
@@ -342,7 +354,10 @@ def run_up(args: argparse.Namespace) -> int:
     nodes = parse_nodes(args.nodes)
     if args.address is None and not args.in_sandbox:
         argv = ["cluster", "up", "--state-dir", os.path.abspath(args.state_dir), "--nodes",
-                args.nodes, "--policy", args.policy, "--interval", str(args.interval)]
+                args.nodes, "--policy", args.policy, "--interval", str(args.interval),
+                "--lease", str(args.lease)]
+        if args.node_mtbf is not None:
+            argv += ["--node-mtbf", str(args.node_mtbf)]
         if args.autoscale:
             argv.append("--autoscale")
         return _reexec_sandboxed(argv)
@@ -375,7 +390,8 @@ def run_up(args: argparse.Namespace) -> int:
             os.remove(sd.down_path())
         actor = start_controller(args.state_dir, policy=args.policy, interval=args.interval,
                                  fake_devices=args.address is None, autoscale=args.autoscale,
-                                 max_capacity=max_capacity)
+                                 max_capacity=max_capacity, lease=args.lease,
+                                 node_mtbf=args.node_mtbf)
         print(f"cluster up at {address}: state in {sd.root}; 'goodput-jax cluster "
               f"down --state-dir {args.state_dir}' stops it", flush=True)
         try:

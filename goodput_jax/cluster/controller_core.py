@@ -97,6 +97,10 @@ class Controller:
         self.handles: dict[str, Any] = {}
         self.readers = HintReaders()
         self.alive: list[NodeRecord] = []
+        #: every node the cluster had, lost ones too (cluster.json's nodes_seen: the report's
+        #: nodes over the run); kept across controller restarts
+        self.seen: dict[str, dict] = {n["label"]: n for n in (
+            self.sd.read_json(self.sd.cluster_path, {}) or {}).get("nodes_seen") or []}
         #: label -> until when it is held out (a launch on it died of a system error)
         self.suspect_nodes: dict[str, float] = {}
         self.last_round = -float("inf")
@@ -247,8 +251,10 @@ class Controller:
         if [(n.label, n.devices, n.accelerator_type) for n in alive] != [
                 (n.label, n.devices, n.accelerator_type) for n in self.alive]:
             self.trigger = True
+            self.seen.update((n.label, dict(n.__dict__)) for n in alive)
             self.sd.write_json(self.sd.cluster_path, {
                 "nodes": [n.__dict__ for n in alive],
+                "nodes_seen": list(self.seen.values()),
                 # what clients check a spec against (max_capacity, when given)
                 "capacity": {t: list(v) for t, v in (self.max_capacity or
                                                      capacity_of(alive)).by_type.items()},

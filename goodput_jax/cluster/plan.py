@@ -315,7 +315,7 @@ def check_allocation(name: str, spec: JobSpec | None, allocation: Sequence[str],
         raise ValueError(f"allocation: nodes of one type only, got {sorted(types)}")
     t = types.pop()
     if spec.accelerator_types and t not in spec.accelerator_types:
-        raise ValueError(f"allocation: type {t!r} is not one of job {name!r}'s "
+        raise ValueError(f"allocation: type {t!r} is not one of the types of job {name!r} "
                          f"({', '.join(spec.accelerator_types)})")
     for label, k in group_allocation(allocation):
         free = by_label[label].devices - used.get(label, 0)

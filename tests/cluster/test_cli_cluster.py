@@ -177,3 +177,11 @@ def test_every_subcommand_but_up_refuses_a_directory_without_a_cluster(tmp_path,
             assert err.count("\n") == 1 and repr(where) in err, err
     assert not os.path.exists(tmp_path / "nonexistent")
     assert os.listdir(empty) == [] and not os.path.exists(tmp_path / "r.html")
+
+
+def test_up_takes_the_lease_and_the_node_mtbf_and_refuses_bad_ones(tmp_path, capsys):
+    for flag, value in (("--lease", "-1"), ("--node-mtbf", "0"), ("--lease", "x")):
+        rc = main(["cluster", "up", "--state-dir", str(tmp_path / "s"), flag, value])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and repr(value) in err, err
+    assert not (tmp_path / "s").exists()

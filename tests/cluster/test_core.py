@@ -463,3 +463,24 @@ def test_a_restarted_controller_decides_as_a_never_killed_one_under_pollux(tmp_p
     # problem: tests/sched/test_pollux.py has a search whose decision the carry changes
     assert afresh.policy.carry().cycle == first.policy.carry().cycle - 1
     assert afresh.policy.carry() != first.policy.carry()
+
+
+def test_cluster_json_lists_every_node_of_the_run_across_a_controller_restart(tmp_path):
+    """The report counts the nodes over the run from nodes_seen (before, cluster.json held
+    only the live ones: a lost node's type and devices were gone)."""
+    from goodput_jax.cluster.report import nodes_of_run
+
+    nodes = [NodeRecord("n0", "a", 2), NodeRecord("n1", "b", 4)]
+    ctl = Controller(str(tmp_path), launcher=FakeLauncher(), nodes=lambda: list(nodes),
+                     clock=lambda: 1.0, round_on_events=False)
+    ctl.tick(rounds=False)
+    nodes.pop()  # n1 goes
+    ctl.tick(rounds=False)
+    sd = StateDir(tmp_path)
+    ctl = Controller(str(tmp_path), launcher=FakeLauncher(), nodes=lambda: list(nodes),
+                     clock=lambda: 2.0, round_on_events=False)  # a restarted controller
+    nodes.append(NodeRecord("n2", "a", 2))
+    ctl.tick(rounds=False)
+    run = {n["label"]: (n["accelerator_type"], n["devices"], n.get("alive", True))
+           for n in nodes_of_run(sd.read_json(sd.cluster_path))}
+    assert run == {"n0": ("a", 2, True), "n1": ("b", 4, False), "n2": ("a", 2, True)}
