@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 from goodput_jax.cluster.report_page import gantt_svg, render_html
 from goodput_jax.cluster.report_timeline import (
@@ -56,6 +56,7 @@ from goodput_jax.cluster.report_timeline import (
     Restart,
     build_timeline,
 )
+from goodput_jax.measure.advice import CheckpointAdvice
 from goodput_jax.measure.productivity import ProductivityGoodput
 
 __all__ = [
@@ -104,14 +105,28 @@ def timeline_from_state(state_dir: str | os.PathLike, *, now: float | None = Non
     tl = build_timeline(jobs, state.rounds, nodes, progress=progress, now=now)
     if not goodput:
         return tl
+    from goodput_jax.cluster.checkpointing import NodeLossBook, reliability_path
+
+    node_mtbf = NodeLossBook.from_json(sd.read_json(reliability_path(sd.root))).node_mtbf_s()
     measured = []
     for j in tl.jobs:
         rec = state.jobs[j.name]
         sched = scheduling_timeline(rec, now=tl.end)
-        score, prod = _measured(j.name, rec.spec.store if rec.spec is not None else None,
-                                sched, tl.end)
-        measured.append(dataclasses.replace(j, goodput=score, productivity=prod))
+        spans = max((len(set(la.allocation)) for la in j.launches[-1:]), default=1)
+        m = _measured(j.name, rec.spec.store if rec.spec is not None else None,
+                      sched, tl.end, node_mtbf / max(spans, 1))
+        measured.append(dataclasses.replace(j, goodput=m.goodput, productivity=m.productivity,
+                                            checkpoints=m.checkpoints))
     return dataclasses.replace(tl, jobs=tuple(measured))
+
+
+class Measured(NamedTuple):
+    """What a job's store says (None: cannot be read): its goodput (%), ML Productivity
+    Goodput, and the checkpoint advice at the cluster's MTBF over the job's nodes."""
+
+    goodput: float | None = None
+    productivity: ProductivityGoodput | None = None
+    checkpoints: CheckpointAdvice | None = None
 
 
 def nodes_of_run(cluster: dict[str, Any]) -> list[dict[str, Any]]:
@@ -134,33 +149,37 @@ def nodes_of_run(cluster: dict[str, Any]) -> list[dict[str, Any]]:
     return live + gone
 
 
-def _measured(name: str, store: str | None, scheduling: Any, end: float
-              ) -> tuple[float | None, ProductivityGoodput | None]:
-    """The job's measured goodput (%) and ML Productivity Goodput from its store, with
-    the cluster's scheduling timeline of it (None for what cannot be read)."""
+def _measured(name: str, store: str | None, scheduling: Any, end: float,
+              mtbf_s: float) -> Measured:
+    """The job's measured goodput (%), ML Productivity Goodput (with the cluster's
+    scheduling timeline of it) and checkpoint advice (at ``mtbf_s``) from its store."""
     if not store:
-        return None, None
+        return Measured()
     if store.startswith("sqlite:///") and not os.path.exists(store[len("sqlite:///"):]):
-        return None, None
+        return Measured()
     from goodput_jax.measure.calculator import GoodputCalculator
 
     try:
         # measured to the report's end (a running job's open time ends there too)
         calc = GoodputCalculator(name, store=store, clock=lambda: end)
     except Exception:  # noqa: BLE001 - an unreachable store: no figure
-        return None, None
+        return Measured()
     try:
         try:
             score = float(calc.get_job_goodput()[0])
         except Exception:  # noqa: BLE001 - a store without this job's events: no figure
-            return None, None
-        prod = None
+            return Measured()
+        prod = advice = None
         if scheduling.total_s > 0:
             try:
                 prod = calc.get_productivity_goodput(scheduling, now=end)
             except Exception:  # noqa: BLE001 - no figure rather than no report
                 prod = None
-        return score, prod
+        try:
+            advice = calc.get_checkpoint_advice(mtbf_s=mtbf_s)
+        except ValueError:  # no completed save or no step yet: no advice
+            advice = None
+        return Measured(score, prod, advice)
     finally:
         calc.store.close()
 

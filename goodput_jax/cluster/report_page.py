@@ -274,6 +274,32 @@ def _productivity_table(tl: ClusterTimeline) -> str:
     return _table("productivity", head, rows)
 
 
+def _checkpoints_table(tl: ClusterTimeline) -> str:
+    """Per job: the interval it saved at, the advised one, the goodput Daly predicts at
+    each (from its store, at the cluster's MTBF over its nodes) and its measured goodput."""
+    head = [("job", True), ("saves by", True), ("interval used (steps)", False),
+            ("advised interval (steps)", False), ("predicted at the interval used (%)", False),
+            ("predicted at the advice (%)", False), ("measured goodput (%)", False),
+            ("save cost (s)", False), ("MTBF (s)", False)]
+    rows = []
+    for i, j in enumerate(tl.jobs):
+        a, acted = j.checkpoints, j.acted_on
+        how = "the advice (ctx.should_checkpoint)" if acted else "its own interval"
+        used = None if a is None else a.current_interval_steps
+        if acted and used is None:
+            used = acted.get("interval_steps")
+        cells = [f"<span><span class='swatch' style='background:{_color(i)}'></span>"
+                 f"{html.escape(j.name)}</span>", html.escape(how),
+                 "\u2013" if used is None else f"{used}",
+                 "\u2013" if a is None else f"{a.interval_steps}",
+                 _pct(None if a is None else a.current_predicted_goodput),
+                 _pct(None if a is None else a.predicted_goodput), _s(j.goodput),
+                 _s(None if a is None else a.save_cost_s, 2),
+                 "\u2013" if a is None else f"{a.mtbf_s:.0f}"]
+        rows.append((f"id='checkpoints-{html.escape(j.name)}'", cells))
+    return _table("checkpoints", head, rows)
+
+
 def _restarts_table(tl: ClusterTimeline) -> str:
     rs = [r for j in tl.jobs for r in j.restarts]
     if not rs:
@@ -400,6 +426,13 @@ step time / the device-true step time of its compiled step programs (MFU is the 
 ML Productivity Goodput is the product of the three; ETTR is productive time / job time.
 See docs/productivity.md.</p>
 <div class="scroll">{_productivity_table(tl)}</div>
+<h2 id="checkpoints">Checkpoint intervals</h2>
+<p class="explain">The interval each job saved at (steps between its saves, from its goodput
+store) beside the goodput-optimal one (Young/Daly from its measured save cost and the
+cluster's observed time between node losses over the job's nodes), and the goodput Daly's
+model predicts at each, next to the goodput measured. A job that saves through
+<code>ctx.should_checkpoint(step)</code> follows the advice as it is measured.</p>
+<div class="scroll">{_checkpoints_table(tl)}</div>
 <h2 id="restarts">Restarts and their cost</h2>
 <div class="scroll">{_restarts_table(tl)}</div>
 <h2 id="rounds">The policy's decisions</h2>

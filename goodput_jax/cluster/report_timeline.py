@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from goodput_jax.measure.advice import CheckpointAdvice
 from goodput_jax.measure.productivity import ProductivityGoodput
 
 __all__ = [
@@ -128,6 +129,13 @@ class JobSummary:
     goodput: float | None
     events_dropped: int = 0
     productivity: ProductivityGoodput | None = None
+    #: the job's own last ``"checkpoint advice"`` progress record (what it acted on through
+    #: ``ctx.should_checkpoint``: ``interval_steps``, ``save_cost_s``, ``mtbf_s``,
+    #: ``predicted_goodput`` ...), None when it saved at intervals of its own
+    acted_on: Mapping[str, Any] | None = None
+    #: the checkpoint advice from the job's store at the cluster's MTBF (its save cost, its
+    #: own interval and the goodput predicted there, the advised interval and its goodput)
+    checkpoints: CheckpointAdvice | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +224,7 @@ def _job_summary(name: str, rec: Mapping[str, Any], progress: Sequence[Mapping[s
             stop, by = nxt, "relaunched"
         launches.append(Launch(name, attempt, start, stop, tuple(la.get("allocation") or ()),
                                la.get("type"), str(la.get("reason", "")), by))
+    advised = [p for p in progress if p.get("event") == "checkpoint advice"]
     first_step: dict[int, float] = {}
     for p in progress:
         if p.get("event") == "step" and "attempt" in p and "t" in p:
@@ -239,7 +248,8 @@ def _job_summary(name: str, rec: Mapping[str, Any], progress: Sequence[Mapping[s
                       events, tuple(restarts), int(rec.get("failures", 0) or 0),
                       max(queued, 0.0), between,
                       None if finished is None else finished - submitted, goodput,
-                      int(rec.get("events_dropped", 0) or 0), productivity)
+                      int(rec.get("events_dropped", 0) or 0), productivity,
+                      dict(advised[-1]) if advised else None)
 
 
 def build_timeline(jobs: Mapping[str, Mapping[str, Any]], rounds: Sequence[Mapping[str, Any]] = (),

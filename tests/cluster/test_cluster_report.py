@@ -337,3 +337,51 @@ def test_nodes_over_the_run_titles_and_tables_that_reflow(tmp_path):
     sd.write_json(sd.cluster_path, cluster)
     tl = timeline_from_state(sd.root, now=T0 + 100, goodput=False)
     assert [(n.label, n.alive) for n in tl.nodes] == [("a0", True), ("a1", False), ("b0", True)]
+
+
+def test_checkpoint_intervals_per_job(tmp_path):
+    """Each job's interval, the advice at the cluster's MTBF over its nodes and the goodput
+    predicted at each (issue 45: the report showed none of them)."""
+    from goodput_jax.cluster.checkpointing import reliability_path
+    from goodput_jax.cluster.report import timeline_from_state
+    from goodput_jax.measure.advice import checkpoint_advice
+    from goodput_jax.measure.recorder import GoodputRecorder
+
+    sd = write_state(tmp_path / "state")
+    # j1: 1 s steps, a 2 s save every 10 steps (completed), one run
+    rec = GoodputRecorder("j1", "goodput_j1", True, store=sd.default_store("j1"),
+                          synchronous=True, run_id="r0")
+    t = T0 + 1.0
+    rec.record_job_start_time(t)
+    for step in range(40):
+        rec.record_step_start_time(step, t)
+        t += 1.0
+        if (step + 1) % 10 == 0:
+            rec.record_checkpoint_save_start_time(step + 1, t)
+            t += 2.0
+            rec.record_checkpoint_save_end_time(step + 1, t)
+    rec.record_job_end_time(t)
+    rec.close()
+    sd.write_json(reliability_path(sd.root), {"node_seconds": 0.0, "losses": 0,
+                                              "prior_s": 3600.0, "given_s": None})
+    with open(sd.progress_path("j3"), "a") as fh:  # j3 saves by the advice
+        fh.write(json.dumps({"attempt": 1, "event": "checkpoint advice", "step": 80,
+                             "interval_steps": 37, "t": T0 + 90}) + "\n")
+    tl = timeline_from_state(sd.root, now=T0 + 100)
+    j1, j2, j3 = tl.jobs
+    # j1's last launch held a0 twice: one node; the book's node MTBF is its prior, 3600 s
+    want = checkpoint_advice(2.0, 3600.0, 1.0, restart_s=0.0, current_interval_steps=10,
+                             mtbf_source="given")
+    a = j1.checkpoints
+    assert (a.save_cost_s, a.mtbf_s, a.current_interval_steps) == (2.0, 3600.0, 10)
+    assert a.interval_steps == want.interval_steps
+    assert a.predicted_goodput == pytest.approx(want.predicted_goodput)
+    assert a.current_predicted_goodput == pytest.approx(want.current_predicted_goodput)
+    assert j1.acted_on is None and j3.acted_on["interval_steps"] == 37
+    page = open(render_html(tl, tmp_path / "r.html"), encoding="utf-8").read()
+    row = re.search(r"<tr id='checkpoints-j1'>.*?</tr>", page).group(0)
+    cells = re.findall(r"data-label='[^']*'>(?:<span>.*?</span>)?([^<]*)</td>", row)
+    assert cells[1:5] == ["its own interval", "10", f"{want.interval_steps}",
+                          f"{100 * want.current_predicted_goodput:.1f}"], cells
+    row3 = re.search(r"<tr id='checkpoints-j3'>.*?</tr>", page).group(0)
+    assert "the advice (ctx.should_checkpoint)" in row3 and ">37<" in row3
