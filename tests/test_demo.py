@@ -86,7 +86,11 @@ def test_demo_quick_measures_the_job(demo_run):
     saves = [e for e in evs if e.kind.value == "checkpoint_save_start"]
     assert len(saves) >= 4  # run 1: steps 24, 49; run 2: 74, 99 (+ run 2's final close)
     assert d["badput_time"][B.INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION] >= 0.3  # restart delay
-    assert set(d["custom_badput_time"]) == {"model refit"}  # the fits are accounted for
+    # the fits are accounted for (a wait for the fit's first compile, once per machine, is
+    # booked apart; so is a wait for the peak probe in a job shorter than it)
+    custom = set(d["custom_badput_time"])
+    assert "model refit" in custom and custom <= {"model refit", "model fit compile",
+                                                  "peak probe"}, custom
     # writes only inside --dir (no stray goodput.db or TensorBoard logs in the cwd)
     assert os.listdir(cwd) == []
     assert {"checkpoints", "goodput.db", "tensorboard"} <= set(os.listdir(out))

@@ -534,7 +534,8 @@ class GoodputHooks(HooksModel):
     @contextlib.contextmanager
     def job(self) -> Iterator[GoodputHooks]:
         """The job around the training loop: on a normal exit, the last step, a final refit +
-        hints (booked as the custom badput ``"model refit"``).
+        hints (booked as the custom badput ``"model refit"``; a wait for the fit's first
+        compile, once per machine, as ``"model fit compile"``).
 
         When the recorder has not started a job, ``job()`` records the job start on enter
         and the job end on exit (after the ``steps=`` StepRecorder's last device ends).
@@ -559,12 +560,16 @@ class GoodputHooks(HooksModel):
         yield self
         self.flush()
         if self.is_primary and self._prof.has_optim():
-            # the final fit, booked where the report shows it (custom badput "model refit")
+            # the fit's program, compiling in the background since the first step (once per
+            # machine: later processes load it from the cache): a wait for it is booked
+            # apart ("model fit compile"), not as the refit; then the final fit, booked
+            # where the report shows it (custom badput "model refit")
+            waiter = precompile_fit_once()
+            if waiter.is_alive():
+                with self.recorder.badput("model fit compile"):
+                    waiter.join()
             with self.recorder.badput("model refit"):
                 self.wait_refit()
-                # the fit's program, compiling in the background since the first step: wait
-                # for it rather than compile it a second time on this thread
-                precompile_fit_once().join()
                 _ = self.grad_params
                 self.refit()
                 self.publish()
