@@ -50,6 +50,8 @@ NAMESPACE_OK = ("goodput_jax/cli/", "goodput_jax/sched/sim/cli.py")
 
 #: the thin top-level modules at Google's and MaxText's import paths belong to compat
 COMPAT_TOP = ("goodput", "goodput_elastic", "goodput_utils", "monitoring", "monitoring_elastic")
+#: the demo job's top-level modules (the job, its summary text) are one room
+DEMO_TOP = ("demo", "demo_summary")
 
 #: room -> the rooms it may import (besides itself and the shared leaves)
 ROOM_RULES: dict[str, tuple[str, ...]] = {
@@ -294,6 +296,8 @@ def room_of(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "root"
+    if parts[1] in DEMO_TOP:
+        return "demo"
     return "compat" if parts[1] in COMPAT_TOP else parts[1]
 
 
