@@ -4,12 +4,10 @@ The first five parameters are Google's ml-goodput-measurement ``GoodputMonitor``
 (``job_name, logger_name, tensorboard_dir, upload_interval, monitoring_enabled``); the
 rest are :class:`~goodput_jax.measure.monitor_options.MonitorOptions` (``options=``). And:
 
-- every uploader is a **thread**, and all of them share **one** incremental,
-  thread-safe :class:`~goodput_jax.measure.calculator.GoodputCalculator` (no
-  processes, no shared cache file);
-- ``stop_*`` is bounded by a timeout, ends with a final upload, and is
-  idempotent; an exception in one poll is logged and counted, and the uploader
-  keeps going;
+- every uploader is a **thread**, and all of them share **one** incremental, thread-safe
+  :class:`~goodput_jax.measure.calculator.GoodputCalculator` (no processes, no cache file);
+- ``stop_*`` is bounded by a timeout, ends with a final upload, and is idempotent; an
+  exception in one poll is logged and counted, and the uploader keeps going;
 - the store and the clock are injectable (``store=``, ``clock=``);
 - it writes real TensorBoard event files (``simple_value`` scalars), only under
   ``tensorboard_dir``.
