@@ -455,3 +455,11 @@ def test_light_imports_start_no_jax_and_need_no_extras():
                           timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_no_package_file_is_over_600_lines():
+    """Small rooms (issue 43): each file does one job; split along a seam you can name in
+    one line (the split files say which in their docstrings)."""
+    long = {str(p.relative_to(ROOT.parent)): n for p in sorted(ROOT.rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert long == {}, long
