@@ -24,7 +24,7 @@ replicas' accumulated gradients (``parts="device"``: ``R`` parts of ``n * b`` ex
 static count, one norm per replica); with one replica the micro-steps (``n`` parts of
 ``b`` examples, a traced count). One ``psum`` carries the gradients together with
 ``[loss, S]``, and ``T`` is the squared norm of the averaged gradient, taken on every
-device (``slice_total=False``: no collective beyond the plain step's). The learning rate
+device (``Parts(..., slice_total=False)``: no collective beyond the plain step's). The learning rate
 follows the scaling rule of :func:`goodput_jax.model.scaling.scale_by_rule`, with this
 step's total batch ``R * b * num_micro`` passed as a traced value: a new batch size never
 recompiles the optimizer.
@@ -208,8 +208,8 @@ def make_train_step(
             flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
             loss, grads, sq = gradstats.data_parallel_grads(
                 loss_fn, params, flat, axis_name, num_microbatches=slots, num_active=num_micro,
-                preconditioner=pre, sample=True if sample is None else sample, parts=parts,
-                slice_total=False)
+                preconditioner=pre, sample=True if sample is None else sample,
+                parts=gradstats.Parts(parts, slice_total=False))
             arrays = {}
             for name, value in sq._asdict().items():
                 if isinstance(value, (bool, int)):

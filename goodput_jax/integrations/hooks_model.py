@@ -16,7 +16,7 @@ import numpy as np
 from goodput_jax.integrations.checks import nonneg_int, positive_int
 from goodput_jax.integrations.fit import FitSnapshot, RefitPool, fit_profile, model_errors
 from goodput_jax.integrations.publish import make_hints
-from goodput_jax.integrations.search import Suggestion, search
+from goodput_jax.integrations.search import SearchLimits, Suggestion, search
 from goodput_jax.integrations.state import parse_state_dict, to_state_dict
 from goodput_jax.model.formulas import efficiency_np, throughput_np
 from goodput_jax.model.hints import Hints, max_replicas_allowed
@@ -365,11 +365,11 @@ class HooksModel:
             min(int(max_batch_size), self.max_batch_size), self.init_batch_size)
         if atomic_sizes is not None and self.gradient_accumulation:
             max_accum_steps = nonneg_int(max_accum_steps, "max_accum_steps")
-        return search(fn, num_nodes=nodes, num_replicas=reps, max_batch_size=cap,
-                      local_bsz_bounds=self.local_bsz_bounds,
-                      gradient_accumulation=self.gradient_accumulation,
-                      current=self.config_key(), tolerance=tolerance,
-                      atomic_sizes=atomic_sizes, max_accum_steps=max_accum_steps,
+        limits = SearchLimits(max_batch_size=cap, local_bsz_bounds=self.local_bsz_bounds,
+                              gradient_accumulation=self.gradient_accumulation,
+                              tolerance=tolerance, atomic_sizes=atomic_sizes,
+                              max_accum_steps=max_accum_steps)
+        return search(fn, limits, num_nodes=nodes, num_replicas=reps, current=self.config_key(),
                       model_error=self.model_error, profiled_configs=len(self.model_errors))
 
     def hints(self) -> dict:

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from typing import Any, NamedTuple
@@ -24,7 +25,7 @@ import numpy as np
 
 from goodput_jax.model.formulas import efficiency_np, goodput_np
 
-__all__ = ["Suggestion", "feasible_configs", "search"]
+__all__ = ["SearchLimits", "Suggestion", "feasible_configs", "search"]
 
 
 class Suggestion(NamedTuple):
@@ -150,23 +151,51 @@ def _continuous(fn: Any, nodes: int, reps: int, cap: int, init_batch_size: int,
     return top, pick
 
 
-def search(fn: Any, *, num_nodes: int, num_replicas: int, max_batch_size: int,
-           local_bsz_bounds: tuple[int | None, int | None], gradient_accumulation: bool,
-           current: tuple[int, int, int, int], tolerance: float = 0.05,
-           atomic_sizes: Any = None, max_accum_steps: int = 7,
-           model_error: float = float("nan"), profiled_configs: int = 0) -> Suggestion:
-    """The smallest batch within ``tolerance`` of the best predicted goodput of ``fn``.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchLimits:
+    """What a :func:`search` may choose from, validated once.
+
+    Attributes:
+        max_batch_size: the total batch cap (at least the model's ``init_batch_size``).
+        local_bsz_bounds: ``(min, max)`` samples per replica per micro-step (None: open).
+        gradient_accumulation: whether extra micro-steps may build a larger batch.
+        tolerance: fraction of the optimum given up for a smaller batch, in ``[0, 1)``.
+        atomic_sizes: None: the model's continuous optimum; a list of micro-batch sizes:
+            only :func:`feasible_configs` of them (a jittable step compiles a few sizes).
+        max_accum_steps: extra micro-steps at most with ``gradient_accumulation``.
+
+    Example:
+        >>> SearchLimits(max_batch_size=0)
+        Traceback (most recent call last):
+        ValueError: max_batch_size (0) must be >= 1
+    """
+
+    max_batch_size: int
+    local_bsz_bounds: tuple[int | None, int | None] = (None, None)
+    gradient_accumulation: bool = False
+    tolerance: float = 0.05
+    atomic_sizes: Any = None
+    max_accum_steps: int = 7
+
+    def __post_init__(self) -> None:
+        if int(self.max_batch_size) < 1:
+            raise ValueError(f"max_batch_size ({self.max_batch_size}) must be >= 1")
+        if not 0.0 <= float(self.tolerance) < 1.0:
+            raise ValueError(f"tolerance ({self.tolerance}) must be in [0, 1)")
+        if int(self.max_accum_steps) < 0:
+            raise ValueError(f"max_accum_steps ({self.max_accum_steps}) must be >= 0")
+
+
+def search(fn: Any, limits: SearchLimits, *, num_nodes: int, num_replicas: int,
+           current: tuple[int, int, int, int], model_error: float = float("nan"),
+           profiled_configs: int = 0) -> Suggestion:
+    """The smallest batch within ``limits.tolerance`` of the best predicted goodput of ``fn``.
 
     Args:
         fn: a :class:`~goodput_jax.model.goodput.GoodputFunction`.
+        limits: the job's limits and the candidates (:class:`SearchLimits`).
         num_nodes, num_replicas: the placement to plan for.
-        max_batch_size: the total batch cap (at least ``fn.init_batch_size``).
-        local_bsz_bounds, gradient_accumulation: the job's limits.
         current: the running ``(nodes, replicas, atomic_bsz, accum_steps)``.
-        tolerance: fraction of the optimum given up for a smaller batch, in ``[0, 1)``.
-        atomic_sizes: None: the model's continuous optimum; a list of micro-batch sizes:
-            only :func:`feasible_configs` of them (``max_accum_steps`` extra steps at most
-            with ``gradient_accumulation``).
         model_error, profiled_configs: the fit's quality, carried into the suggestion.
 
     Returns:
@@ -178,8 +207,11 @@ def search(fn: Any, *, num_nodes: int, num_replicas: int, max_batch_size: int,
     Raises:
         ValueError: ``atomic_sizes`` with no feasible configuration.
     """
+    max_batch_size, local_bsz_bounds = limits.max_batch_size, limits.local_bsz_bounds
+    tolerance, atomic_sizes = limits.tolerance, limits.atomic_sizes
+    gradient_accumulation = limits.gradient_accumulation
     m0 = int(fn.init_batch_size)
-    accum_top = int(max_accum_steps) if gradient_accumulation else 0
+    accum_top = int(limits.max_accum_steps) if limits.gradient_accumulation else 0
     cur_n, cur_r, cur_b, cur_s = current
     if atomic_sizes is not None:
         rows = feasible_configs(num_replicas, atomic_sizes, accum_top, init_batch_size=m0,

@@ -368,7 +368,7 @@ def test_multi_steps_matches_optax_and_microbatch_with_adam(mlp_problem):
     params, batch = mlp_problem
     k = 4
     tx = gs.multi_steps(optax.adam(1e-2), k, init_batch_size=4, micro_batch_size=4,
-                        min_count=1)
+                        precondition=gs.AutoPrecondition(min_count=1))
     ref = optax.MultiSteps(optax.adam(1e-2), k)
     st, rst = tx.init(params), ref.init(params)
     upd, rupd = jax.jit(tx.update), jax.jit(ref.update)

@@ -87,7 +87,7 @@ def test_traced_count_equals_the_static_path_on_the_first_microbatches(problem, 
 
 def test_device_parts_and_unsliced_total(problem):
     mesh, params, batch, st = problem
-    _, _, (s, t, count, _) = _fn(mesh, True, parts="device", slice_total=False)(
+    _, _, (s, t, count, _) = _fn(mesh, True, parts=gs.Parts("device", slice_total=False))(
         params, st, batch, jnp.int32(3))
     _, _, (_, t_sliced, _, _) = _fn(mesh, True, parts="device")(params, st, batch, jnp.int32(3))
     assert int(count) == DEV  # static: one part per device
@@ -109,7 +109,7 @@ def test_new_arguments_are_checked(problem):
     with pytest.raises(ValueError, match="parts"):
         _fn(mesh, False, parts="replica")(params, st, batch, None)
     with pytest.raises(TypeError, match="slice_total"):
-        _fn(mesh, False, slice_total=1)(params, st, batch, None)
+        _fn(mesh, False, parts=gs.Parts(slice_total=1))(params, st, batch, None)
     with pytest.raises(TypeError, match="num_active"):
         _fn(mesh, False)(params, st, batch, jnp.float32(2))
     def run(**kw):

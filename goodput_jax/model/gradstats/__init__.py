@@ -100,6 +100,7 @@ Example:
 from __future__ import annotations
 
 from goodput_jax.model.gradstats.collect import (
+    Parts,
     data_parallel_grads,
     differenced_sqnorms,
     grouped_grads,
@@ -144,6 +145,7 @@ from goodput_jax.model.gradstats.readers import (
     stats_note,
 )
 from goodput_jax.model.gradstats.transform import (
+    AutoPrecondition,
     GradientNoiseScaleState,
     MultiStepsGNSState,
     gradient_noise_scale,
@@ -151,6 +153,7 @@ from goodput_jax.model.gradstats.transform import (
 )
 
 __all__ = [
+    "AutoPrecondition",
     "DEFAULT_AVERAGING",
     "DEFAULT_MIN_COUNT",
     "DEFAULT_SMOOTHING",
@@ -161,6 +164,7 @@ __all__ = [
     "GradStatsState",
     "GradientNoiseScaleState",
     "MultiStepsGNSState",
+    "Parts",
     "Preconditioner",
     "StatsSummary",
     "adam_preconditioner",

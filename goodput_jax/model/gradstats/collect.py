@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -59,12 +60,41 @@ from goodput_jax.model.gradstats.parts import (
 from goodput_jax.model.gradstats.precondition import Preconditioner, _pre_leaf_sqsum, sqnorm
 
 __all__ = [
+    "Parts",
     "data_parallel_grads",
     "differenced_sqnorms",
     "grouped_grads",
     "microbatch_grads",
     "split_grads",
 ]
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What the parts of ``S`` are in :func:`data_parallel_grads`, and how ``T`` is read.
+
+    Attributes:
+        kind: ``"microbatch"``: every device's microbatches (``count = devices *
+            microbatches``); ``"device"``: each device's accumulated gradient, one norm per
+            device (``count = devices``, static even when ``num_active`` is traced).
+        slice_total: ``T`` from a 1/devices slice per device plus one scalar collective
+            (True), or from the whole averaged gradient on every device with no collective
+            (False: the step keeps the plain step's collectives, at one more read).
+
+    Example:
+        >>> Parts("replica")
+        Traceback (most recent call last):
+        ValueError: parts ('replica') must be 'microbatch' or 'device'
+    """
+
+    kind: str = "microbatch"
+    slice_total: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("microbatch", "device"):
+            raise ValueError(f"parts ({self.kind!r}) must be 'microbatch' or 'device'")
+        if not isinstance(self.slice_total, bool):
+            raise TypeError(f"slice_total ({self.slice_total!r}) must be a bool")
+
 
 def _axis_names(axis_name: Any) -> tuple:
     return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
@@ -94,8 +124,7 @@ def data_parallel_grads(
     has_aux: bool = False,
     sample: Any = True,
     num_active: Any = None,
-    parts: str = "microbatch",
-    slice_total: bool = True,
+    parts: str | Parts = "microbatch",
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (a): data-parallel gradient inside ``jax.shard_map`` with ``(S, T)``.
 
@@ -141,15 +170,10 @@ def data_parallel_grads(
             take ``nu`` floored at the step's mean gradient
             (:meth:`Preconditioner.updated`); the same with a static
             ``num_microbatches > 1`` (``count`` 2).
-        parts: what the parts of ``S`` are. ``"microbatch"``: every device's
-            microbatches (``count = devices * microbatches``); ``"device"``: each
-            device's accumulated gradient, one norm per device instead of one per
-            microbatch (``count = devices``, static even when ``num_active`` is traced;
-            with one device that is the differenced estimator's ``count = 1``).
-        slice_total: ``T`` from a 1/devices slice per device plus one scalar
-            collective (True), or from the whole averaged gradient on every device
-            with no collective (False: the step keeps the plain step's collectives,
-            at one more read of the gradient).
+        parts: what the parts of ``S`` are and how ``T`` is read: a :class:`Parts`, or
+            its ``kind`` alone (``"microbatch"``: every device's microbatches;
+            ``"device"``: one norm per device's accumulated gradient, ``count =
+            devices``; with one device that is ``count = 1``: no statistics).
 
     Returns:
         ``(loss, grads, sqnorms)``: mean loss over all devices, the gradient
@@ -168,11 +192,9 @@ def data_parallel_grads(
         devices *= int(jax.lax.axis_size(a))
     local_size = _leading_size(batch)
     sample = _check_sample(sample)
-    if parts not in ("microbatch", "device"):
-        raise ValueError(f"parts ({parts!r}) must be 'microbatch' or 'device'")
-    if not isinstance(slice_total, bool):
-        raise TypeError(f"slice_total ({slice_total!r}) must be a bool")
-    per_device = parts == "device"
+    how = parts if isinstance(parts, Parts) else Parts(parts)
+    slice_total = how.slice_total
+    per_device = how.kind == "device"
     pv = _vary_over(params, axis_name)
     one_part = devices == 1 and n == 1 and not per_device and not has_aux
     # The parts are the devices' whole gradients (parts="device", or one microbatch each):

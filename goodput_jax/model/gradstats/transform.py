@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
@@ -267,6 +268,28 @@ def _total_sqr_probe(optimizer: optax.GradientTransformation, precondition: bool
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
+@dataclasses.dataclass(frozen=True)
+class AutoPrecondition:
+    """:func:`multi_steps`' Adam preconditioner, found in the inner optimizer's state
+    (:func:`auto_preconditioner`), with Adam's ``b2`` / ``eps`` when they are not optax's
+    defaults and the Adam updates before the preconditioned statistics are taken.
+
+    Example:
+        >>> AutoPrecondition(min_count=-1)
+        Traceback (most recent call last):
+        ValueError: min_count (-1) must be >= 0
+    """
+
+    b2: float | None = None
+    eps: float | None = None
+    min_count: int = DEFAULT_MIN_COUNT
+
+    def __post_init__(self) -> None:
+        if isinstance(self.min_count, bool) or not isinstance(self.min_count, int) \
+                or self.min_count < 0:
+            raise ValueError(f"min_count ({self.min_count!r}) must be >= 0")
+
+
 class MultiStepsGNSState(NamedTuple):
     """State of :func:`multi_steps`.
 
@@ -290,12 +313,9 @@ def multi_steps(
     micro_batch_size: int,
     *,
     smoothing: float = DEFAULT_SMOOTHING,
-    precondition: str = "auto",
-    b2: float | None = None,
-    eps: float | None = None,
+    precondition: str | AutoPrecondition = "auto",
     every: int = 1,
     averaging: str = DEFAULT_AVERAGING,
-    min_count: int = DEFAULT_MIN_COUNT,
 ) -> optax.GradientTransformationExtraArgs:
     """Mode (c): accumulation across calls like ``optax.MultiSteps``, with the statistics.
 
@@ -314,14 +334,13 @@ def multi_steps(
         micro_batch_size: samples per call (the total batch is ``k`` times it);
             the update's extra argument ``batch_size=`` overrides it per call.
         smoothing: per-sample EMA decay.
-        precondition: ``"auto"`` or ``"none"``.
-        b2, eps: Adam's, when not optax.adam's defaults.
+        precondition: ``"auto"`` (Adam's, found in the inner state), an
+            :class:`AutoPrecondition` (the same with Adam's ``b2`` / ``eps`` and
+            ``min_count``), or ``"none"``.
         every: take the statistics in one accumulation window out of
             ``every`` (as in :func:`gradient_noise_scale`); the other windows
             skip the norms (``lax.cond``).
         averaging: ``"growing"`` or ``"ema"``, as in :func:`gradient_noise_scale`.
-        min_count: Adam updates before the preconditioned statistics are taken
-            (:func:`adam_preconditioner`).
 
     Returns:
         ``optax.GradientTransformationExtraArgs``; its updates are zero except on
@@ -341,10 +360,16 @@ def multi_steps(
     m0 = _check_init_batch_size(init_batch_size)
     mb = _check_positive_int(micro_batch_size, "micro_batch_size")
     smoothing = _check_smoothing(smoothing)
-    if precondition not in ("auto", "none"):
-        raise ValueError(f"precondition ({precondition!r}) must be 'auto' or 'none'")
+    if precondition == "auto":
+        precondition = AutoPrecondition()
+    elif not (precondition == "none" or isinstance(precondition, AutoPrecondition)):
+        raise ValueError(f"precondition ({precondition!r}) must be 'auto', 'none' or an "
+                         "AutoPrecondition")
+    auto = precondition if isinstance(precondition, AutoPrecondition) else None
+    b2, eps = (auto.b2, auto.eps) if auto else (None, None)
+    min_count = auto.min_count if auto else DEFAULT_MIN_COUNT
     averaging = _check_averaging(averaging)
-    probe = _total_sqr_probe(optimizer, precondition == "auto", b2, eps, min_count)
+    probe = _total_sqr_probe(optimizer, auto is not None, b2, eps, min_count)
     inner = optax.MultiSteps(probe, every_k_schedule=k, use_grad_mean=True)
 
     def init_fn(params):
@@ -354,7 +379,7 @@ def multi_steps(
         ms = state.inner
         pre = (
             auto_preconditioner(ms.inner_opt_state, b2=b2, eps=eps, min_count=min_count)
-            if precondition == "auto"
+            if auto is not None
             else None
         )
         sampling = True if every == 1 else (ms.gradient_step % every) == 0
