@@ -463,3 +463,29 @@ def test_no_package_file_is_over_600_lines():
     long = {str(p.relative_to(ROOT.parent)): n for p in sorted(ROOT.rglob("*.py"))
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
     assert long == {}, long
+
+
+def test_no_public_definition_outside_compat_takes_more_than_ten_parameters():
+    """Options objects, not long keyword lists (issue 43): only the drop-ins in compat/ keep
+    Google's and MaxText's long signatures."""
+    long = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] == "compat" or rel.stem in COMPAT_TOP:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+
+        def walk(node: ast.AST, prefix: str) -> None:
+            for n in ast.iter_child_nodes(node):
+                if isinstance(n, ast.ClassDef) and not n.name.startswith("_"):
+                    walk(n, f"{prefix}{n.name}.")
+                elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                        not n.name.startswith("_") or n.name == "__init__"):
+                    a = n.args
+                    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+                    count = len([x for x in names if x not in ("self", "cls")])
+                    if count > 10:
+                        long.append(f"{rel}:{prefix}{n.name} ({count})")
+
+        walk(tree, "")
+    assert long == [], long
