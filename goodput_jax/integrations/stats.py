@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import numpy as np
@@ -120,6 +120,15 @@ def _checked(summary: Any, fn: Any) -> Any:
                     "[count, sqr, var] vector of shape (3,), or None")
 
 
+@runtime_checkable
+class SummarizingStep(Protocol):
+    """A step function that hands over its gradient statistics itself
+    (:func:`goodput_jax.adaptive.make_train_step`): ``stats_summary()`` returns the last
+    call's :class:`~goodput_jax.model.gradstats.StatsSummary` (or None)."""
+
+    def stats_summary(self) -> Any: ...
+
+
 class GradStatsReader:
     """The newest gradient statistics, as :class:`GradParams` on demand.
 
@@ -172,8 +181,8 @@ class GradStatsReader:
         """
         self._last_out = out
         if index >= self._next:
-            summary = getattr(fn, "stats_summary", None)
-            if callable(summary):
+            if isinstance(fn, SummarizingStep):
+                summary = fn.stats_summary
                 self._summary_of = summary
                 self.pending = self._last_summary = _checked(summary(), fn)
                 self.missing = False

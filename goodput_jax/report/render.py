@@ -445,7 +445,7 @@ def _write_html(calculator: GoodputCalculator, path: str | os.PathLike, data: _D
     d = data.details
     job = html.escape(calculator.job_name)
     g = _measured_goodput(d)
-    store = html.escape(str(getattr(calculator.store, "url", calculator.store)))
+    store = html.escape(str(calculator.store.url))
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     headline = (f"Measured goodput: <b>{g:.1f}%</b> of {d['total_time']:.1f} s of job time "
                 f"was productive training steps.")

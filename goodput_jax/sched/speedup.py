@@ -26,13 +26,31 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from goodput_jax.model.buckets import bucket as _bucket
 
-__all__ = ["SpeedupFunction", "goodput_grid", "goodput_matrix", "speedup_tables", "table_dims"]
+
+@runtime_checkable
+class OptimizingGoodput(Protocol):
+    """What :class:`SpeedupFunction` needs of its goodput function (a
+    :class:`~goodput_jax.model.goodput.GoodputFunction`): ``optimize``."""
+
+    def optimize(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class RowTable(Protocol):
+    """A goodput read from a row indexed by device count (the simulator's Sia tables):
+    one-dimensional ``row``, batched without a call per job."""
+
+    row: np.ndarray
+
+
+__all__ = ["OptimizingGoodput", "RowTable", "SpeedupFunction", "goodput_grid", "goodput_matrix",
+           "speedup_tables", "table_dims"]
 
 # Dense memo tables grow to these sizes at most; larger queries are memoised
 # per (nodes, replicas) pair instead.
@@ -130,7 +148,7 @@ class SpeedupFunction:
                                      or not isinstance(mem_size, numbers.Integral)
                                      or mem_size < 1):
             raise ValueError(f"mem_size must be a positive integer or None, got {mem_size!r}")
-        if not callable(getattr(goodput_fn, "optimize", None)):
+        if not isinstance(goodput_fn, OptimizingGoodput):
             raise TypeError(f"goodput_fn must have an optimize method (a GoodputFunction), "
                             f"got {type(goodput_fn).__name__}")
         if max_batch_size is not None and (
@@ -287,11 +305,9 @@ def _callable_table(fn: Callable, max_nodes: int, max_replicas: int) -> np.ndarr
 
 def _group_key(fn: SpeedupFunction) -> bool | None:
     """Jobs whose tables can come from one vmapped goodput call share this key."""
-    from goodput_jax.model import goodput as goodput_mod
+    from goodput_jax.model.goodput import GoodputFunction
 
-    cls = getattr(goodput_mod, "GoodputFunction", None)
-    if cls is None or type(fn.goodput_fn) is not cls \
-            or not hasattr(goodput_mod, "optimize_fn"):
+    if type(fn.goodput_fn) is not GoodputFunction:
         return None
     return fn.accumulation
 
@@ -473,7 +489,8 @@ def goodput_matrix(goodput_fns: Sequence[Mapping[str, Callable] | None], types: 
             if isinstance(fn, SpeedupFunction):
                 rows.append(j)
                 spd.append(fn)
-            elif isinstance(getattr(fn, "row", None), np.ndarray) and fn.row.ndim == 1:
+            elif isinstance(fn, RowTable) and isinstance(fn.row, np.ndarray) \
+                    and fn.row.ndim == 1:
                 table_rows.append(j)  # goodput read from a row indexed by GPU count
                 tables_1d.append(fn.row)
             else:
