@@ -12,16 +12,46 @@ Example:
     >>> from goodput_jax.integrations import GoodputHooks  # doctest: +SKIP
 """
 
-from goodput_jax.integrations.hooks import GoodputHooks, ProfileEntry, Suggestion
-from goodput_jax.integrations.options import (
-    BatchLimits,
-    Placement,
-    ProfileOptions,
-    RecordingOptions,
-    RefitOptions,
-)
-from goodput_jax.integrations.profile import StepProfile
-from goodput_jax.integrations.search import feasible_configs
+from __future__ import annotations
 
-__all__ = ["BatchLimits", "GoodputHooks", "Placement", "ProfileEntry", "ProfileOptions",
-           "RecordingOptions", "RefitOptions", "StepProfile", "Suggestion", "feasible_configs"]
+from typing import TYPE_CHECKING
+
+from goodput_jax._lazy import lazy_exports
+
+#: public name -> the module that defines it (imported on first use)
+_EXPORTS: dict[str, str] = {
+    "BatchLimits": "goodput_jax.integrations.options",
+    "feasible_configs": "goodput_jax.integrations.search",
+    "GoodputHooks": "goodput_jax.integrations.hooks",
+    "Placement": "goodput_jax.integrations.options",
+    "ProfileEntry": "goodput_jax.integrations.hooks",
+    "ProfileOptions": "goodput_jax.integrations.options",
+    "RecordingOptions": "goodput_jax.integrations.options",
+    "RefitOptions": "goodput_jax.integrations.options",
+    "StepProfile": "goodput_jax.integrations.profile",
+    "Suggestion": "goodput_jax.integrations.hooks",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("goodput_jax.integrations", _EXPORTS, globals())
+
+if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.integrations.hooks import (  # noqa: F401
+        GoodputHooks,
+        ProfileEntry,
+        Suggestion,
+    )
+    from goodput_jax.integrations.options import (  # noqa: F401
+        BatchLimits,
+        Placement,
+        ProfileOptions,
+        RecordingOptions,
+        RefitOptions,
+    )
+    from goodput_jax.integrations.profile import (  # noqa: F401
+        StepProfile,
+    )
+    from goodput_jax.integrations.search import (  # noqa: F401
+        feasible_configs,
+    )

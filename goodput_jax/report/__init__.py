@@ -25,44 +25,48 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
+from goodput_jax._lazy import lazy_exports
+
+#: public name -> the module that defines it (imported on first use)
 _EXPORTS: dict[str, str] = {
-    "ModelCurves": "curves",
-    "ProductivityPanel": "productivity",
-    "Segment": "timeline",
-    "Timeline": "timeline",
-    "build_timeline": "timeline",
-    "format_report": "text",
-    "model_curves": "curves",
-    "productivity_panel": "productivity",
-    "render_html": "render",
-    "render_png": "render",
-    "render_reports": "render",
+    "build_timeline": "goodput_jax.report.timeline",
+    "format_report": "goodput_jax.report.text",
+    "model_curves": "goodput_jax.report.curves",
+    "ModelCurves": "goodput_jax.report.curves",
+    "productivity_panel": "goodput_jax.report.productivity",
+    "ProductivityPanel": "goodput_jax.report.productivity",
+    "render_html": "goodput_jax.report.render",
+    "render_png": "goodput_jax.report.render",
+    "render_reports": "goodput_jax.report.render",
+    "Segment": "goodput_jax.report.timeline",
+    "Timeline": "goodput_jax.report.timeline",
 }
 
-__all__ = [
-    "ModelCurves",
-    "ProductivityPanel",
-    "Segment",
-    "Timeline",
-    "build_timeline",
-    "format_report",
-    "model_curves",
-    "productivity_panel",
-    "render_html",
-    "render_png",
-    "render_reports",
-]
+__all__ = sorted(_EXPORTS)
 
+__getattr__, __dir__ = lazy_exports("goodput_jax.report", _EXPORTS, globals())
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.report.curves import (  # noqa: F401
+        ModelCurves,
+        model_curves,
+    )
+    from goodput_jax.report.productivity import (  # noqa: F401
+        ProductivityPanel,
+        productivity_panel,
+    )
+    from goodput_jax.report.render import (  # noqa: F401
+        render_html,
+        render_png,
+        render_reports,
+    )
+    from goodput_jax.report.text import (  # noqa: F401
+        format_report,
+    )
+    from goodput_jax.report.timeline import (  # noqa: F401
+        Segment,
+        Timeline,
+        build_timeline,
+    )

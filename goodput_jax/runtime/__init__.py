@@ -28,46 +28,74 @@ Example:
     >>> runtime.start_job(rec)  # doctest: +SKIP
 """
 
-from goodput_jax.runtime.backend import BackendInit, init_backend, measured_init, start_job
-from goodput_jax.runtime.compile import Attachment, attach, attached, detach, listener
-from goodput_jax.runtime.contracts import (
-    CheckpointRecording,
-    CompileRecording,
-    HooksRecording,
-    JobRecording,
-    StepRecording,
-)
-from goodput_jax.runtime.program import (
-    MatmulCounts,
-    device_peak,
-    matmul_counts,
-    measured_peak,
-    program_cost,
-)
-from goodput_jax.runtime.steps import StepRecorder, finish_steps
-from goodput_jax.runtime.timer import OneStepLateTimer
+from __future__ import annotations
 
-__all__ = [
-    "Attachment",
-    "BackendInit",
-    "CheckpointRecording",
-    "CompileRecording",
-    "HooksRecording",
-    "JobRecording",
-    "MatmulCounts",
-    "OneStepLateTimer",
-    "StepRecorder",
-    "StepRecording",
-    "attach",
-    "attached",
-    "detach",
-    "device_peak",
-    "finish_steps",
-    "init_backend",
-    "listener",
-    "matmul_counts",
-    "measured_init",
-    "measured_peak",
-    "program_cost",
-    "start_job",
-]
+from typing import TYPE_CHECKING
+
+from goodput_jax._lazy import lazy_exports
+
+#: public name -> the module that defines it (imported on first use)
+_EXPORTS: dict[str, str] = {
+    "attach": "goodput_jax.runtime.compile",
+    "attached": "goodput_jax.runtime.compile",
+    "Attachment": "goodput_jax.runtime.compile",
+    "BackendInit": "goodput_jax.runtime.backend",
+    "CheckpointRecording": "goodput_jax.runtime.contracts",
+    "CompileRecording": "goodput_jax.runtime.contracts",
+    "detach": "goodput_jax.runtime.compile",
+    "device_peak": "goodput_jax.runtime.program",
+    "finish_steps": "goodput_jax.runtime.steps",
+    "HooksRecording": "goodput_jax.runtime.contracts",
+    "init_backend": "goodput_jax.runtime.backend",
+    "JobRecording": "goodput_jax.runtime.contracts",
+    "listener": "goodput_jax.runtime.compile",
+    "matmul_counts": "goodput_jax.runtime.program",
+    "MatmulCounts": "goodput_jax.runtime.program",
+    "measured_init": "goodput_jax.runtime.backend",
+    "measured_peak": "goodput_jax.runtime.program",
+    "OneStepLateTimer": "goodput_jax.runtime.timer",
+    "program_cost": "goodput_jax.runtime.program",
+    "start_job": "goodput_jax.runtime.backend",
+    "StepRecorder": "goodput_jax.runtime.steps",
+    "StepRecording": "goodput_jax.runtime.contracts",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("goodput_jax.runtime", _EXPORTS, globals())
+
+if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.runtime.backend import (  # noqa: F401
+        BackendInit,
+        init_backend,
+        measured_init,
+        start_job,
+    )
+    from goodput_jax.runtime.compile import (  # noqa: F401
+        attach,
+        attached,
+        Attachment,
+        detach,
+        listener,
+    )
+    from goodput_jax.runtime.contracts import (  # noqa: F401
+        CheckpointRecording,
+        CompileRecording,
+        HooksRecording,
+        JobRecording,
+        StepRecording,
+    )
+    from goodput_jax.runtime.program import (  # noqa: F401
+        device_peak,
+        matmul_counts,
+        MatmulCounts,
+        measured_peak,
+        program_cost,
+    )
+    from goodput_jax.runtime.steps import (  # noqa: F401
+        finish_steps,
+        StepRecorder,
+    )
+    from goodput_jax.runtime.timer import (  # noqa: F401
+        OneStepLateTimer,
+    )

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from goodput_jax.measure.engine import B_DATA, B_STARTUP, HOST_BITS, Engine
+from goodput_jax.measure.engine import Engine
+from goodput_jax.measure.engine.codes import B_DATA, B_STARTUP, HOST_BITS
 from goodput_jax.measure.events import KIND_CODES, EventKind
 
 K = EventKind

@@ -47,6 +47,14 @@ class _NoProgramCost:
     def step_sink(self):
         return None
 
+    def record_custom_badput_event_start_time(self, start_time=None,
+                                              custom_badput_event_type="unknown"):
+        pass
+
+    def record_custom_badput_event_end_time(self, end_time=None,
+                                            custom_badput_event_type="unknown"):
+        pass
+
     def add_span_start_listener(self, listener):
         pass
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F401 - the names the engine module had stay importable from it
 """The one attribution engine: turns a job's events into time per bucket.
 
 The incremental calculator, its cold (columnar) path and the report's timeline
@@ -45,6 +44,8 @@ the same thing:
   goodput plus all badput buckets is 100 %.
 
 Example:
+    >>> from goodput_jax.measure.engine import Engine
+    >>> from goodput_jax.measure.engine.codes import B_OTHER
     >>> eng = Engine()
     >>> rows = [(0, 0, 0.0, None, None), (2, 0, 10.0, 0, None), (2, 0, 20.0, 1, None),
     ...         (1, 0, 30.0, None, None)]
@@ -56,30 +57,26 @@ Example:
 
 from __future__ import annotations
 
-from goodput_jax.measure.badput import BUCKET_NAMES, PRODUCTIVE
-from goodput_jax.measure.engine.codes import (
-    B_ACCEL,
-    B_CUSTOM,
-    B_DATA,
-    B_INFRA,
-    B_OTHER,
-    B_PREP,
-    B_RECOMP,
-    B_REINIT,
-    B_RESTORE,
-    B_SAVE,
-    B_SCALE_UP,
-    B_SLICE_DOWN,
-    B_STARTUP,
-    B_WASTED,
-    HOST_BITS,
-    HOST_MASK,
-    NB,
-    SPAN_END_START,
-    SPAN_START_BUCKET,
-    StreamKeys,
-    merge_intervals,
-)
-from goodput_jax.measure.engine.core import Engine
+from typing import TYPE_CHECKING
 
-__all__ = ["Engine", "StreamKeys", "merge_intervals"]
+from goodput_jax._lazy import lazy_exports
+
+#: public name -> the module that defines it (imported on first use)
+_EXPORTS: dict[str, str] = {
+    "Engine": "goodput_jax.measure.engine.core",
+    "merge_intervals": "goodput_jax.measure.engine.codes",
+    "StreamKeys": "goodput_jax.measure.engine.codes",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("goodput_jax.measure.engine", _EXPORTS, globals())
+
+if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.measure.engine.codes import (  # noqa: F401
+        StreamKeys,
+        merge_intervals,
+    )
+    from goodput_jax.measure.engine.core import (  # noqa: F401
+        Engine,
+    )

@@ -1,7 +1,9 @@
 """Event stores: SQLite (embedded default) and Google Cloud Logging.
 
 ``open_store(url)`` picks one from a URL, or from ``GOODPUT_JAX_STORE``, or
-falls back to ``sqlite:///./goodput.db``.
+falls back to ``sqlite:///./goodput.db``. The protocols a store satisfies are in
+:mod:`~goodput_jax.measure.stores.base`; the stores in ``sqlite``, ``cloud_logging`` and
+``cloud_logger``.
 
 Example:
     >>> store = open_store("sqlite:///tmp/x.db")  # doctest: +SKIP
@@ -9,71 +11,40 @@ Example:
 
 from __future__ import annotations
 
-import os
-from typing import Any
+from typing import TYPE_CHECKING
 
-from goodput_jax.measure.stores.base import (
-    BasicStore,
-    EventStore,
-    RawEventStore,
-    RowStoreAdapter,
-    StoreError,
-    as_event_store,
-)
+from goodput_jax._lazy import lazy_exports
 
-DEFAULT_STORE_URL = "sqlite:///goodput.db"
-ENV_VAR = "GOODPUT_JAX_STORE"
+#: public name -> the module that defines it (imported on first use)
+_EXPORTS: dict[str, str] = {
+    "BasicStore": "goodput_jax.measure.stores.base",
+    "DEFAULT_STORE_URL": "goodput_jax.measure.stores.urls",
+    "ENV_VAR": "goodput_jax.measure.stores.urls",
+    "EventStore": "goodput_jax.measure.stores.base",
+    "RawEventStore": "goodput_jax.measure.stores.base",
+    "RowStoreAdapter": "goodput_jax.measure.stores.base",
+    "StoreError": "goodput_jax.measure.stores.base",
+    "as_event_store": "goodput_jax.measure.stores.base",
+    "open_store": "goodput_jax.measure.stores.urls",
+    "resolve_store": "goodput_jax.measure.stores.urls",
+}
 
-__all__ = ["DEFAULT_STORE_URL", "BasicStore", "EventStore", "RawEventStore", "RowStoreAdapter",
-           "StoreError",
-           "as_event_store", "open_store", "resolve_store"]
+__all__ = sorted(_EXPORTS)
 
+__getattr__, __dir__ = lazy_exports("goodput_jax.measure.stores", _EXPORTS, globals())
 
-def open_store(url: str | None = None, *, reader: bool = False, **kwargs: Any) -> EventStore:
-    """Open the store named by ``url`` (or ``$GOODPUT_JAX_STORE``, or ./goodput.db).
-
-    Supported: ``sqlite:///relative/path`` and ``sqlite:////absolute/path``
-    (SQLAlchemy's convention), a bare file path, and ``gcl://PROJECT/LOGGER`` (needs the
-    ``gcp`` extra).
-    With ``reader=True`` (the calculator's) a SQLite file that does not exist is not
-    created: it is read as empty until a recorder creates it
-    (:class:`~goodput_jax.measure.stores.sqlite.PendingSQLiteStore`).
-
-    ``Any``: the old keyword arguments, each checked as it becomes a field of the options (an
-    unknown one is a one-line TypeError).
-    """
-    if url is None:
-        url = os.environ.get(ENV_VAR) or DEFAULT_STORE_URL
-    if not isinstance(url, str) or not url:
-        raise ValueError(f"store url ({url!r}) must be a non-empty string")
-    if url.startswith("gcl://"):
-        from goodput_jax.measure.stores.cloud_logging import CloudLoggingStore
-
-        return CloudLoggingStore.from_url(url, **kwargs)
-    if url.startswith("sqlite://"):
-        # SQLAlchemy convention: sqlite:///rel/path, sqlite:////abs/path
-        path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
-        if not path:
-            raise ValueError(f"store url ({url!r}) has no path")
-    elif "://" in url:
-        raise ValueError(
-            f"store url ({url!r}) has an unknown scheme; use sqlite:///PATH or gcl://PROJECT/LOGGER"
-        )
-    else:
-        path = url
-    from goodput_jax.measure.stores.sqlite import PendingSQLiteStore, SQLiteStore
-
-    if reader and path != ":memory:" and not os.path.exists(path):
-        return PendingSQLiteStore(path, **kwargs)
-    return SQLiteStore(path, **kwargs)
-
-
-def resolve_store(store: EventStore | str | None, *, reader: bool = False) -> EventStore:
-    """Accept an EventStore instance, a URL, or None (environment / default).
-
-    A :class:`BasicStore` (no ``flush`` / columnar read) comes back wrapped in a
-    :class:`RowStoreAdapter`. ``reader=True``: see :func:`open_store` (creates no file).
-    """
-    if store is None or isinstance(store, str):
-        return open_store(store, reader=reader)
-    return as_event_store(store)
+if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.measure.stores.base import (  # noqa: F401
+        BasicStore,
+        EventStore,
+        RawEventStore,
+        RowStoreAdapter,
+        StoreError,
+        as_event_store,
+    )
+    from goodput_jax.measure.stores.urls import (  # noqa: F401
+        DEFAULT_STORE_URL,
+        ENV_VAR,
+        open_store,
+        resolve_store,
+    )

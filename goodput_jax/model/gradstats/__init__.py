@@ -91,6 +91,8 @@ samples in it).
 
 Example:
     >>> import jax.numpy as jnp
+    >>> from goodput_jax.model.gradstats import (GradSqNorms, grad_params_from_stats,
+    ...     init_grad_stats, update_grad_stats)
     >>> state = init_grad_stats()
     >>> state = update_grad_stats(state, GradSqNorms(jnp.float32(5.0), jnp.float32(2.0), 4, 64), 16)
     >>> [round(float(v), 3) for v in grad_params_from_stats(state)]
@@ -99,100 +101,110 @@ Example:
 
 from __future__ import annotations
 
-from goodput_jax.model.gradstats.collect import (
-    Parts,
-    data_parallel_grads,
-    differenced_sqnorms,
-    grouped_grads,
-    microbatch_grads,
-    split_grads,
-)
-from goodput_jax.model.gradstats.estimate import (
-    DEFAULT_AVERAGING,
-    DEFAULT_SMOOTHING,
-    GROWTH_POWER,
-    MIN_VAR,
-    NO_HELPER_NOTE,
-    GradSqNorms,
-    GradStatsState,
-    StatsSummary,
-    as_stats_summary,
-    estimate_grad_params,
-    grad_params_from_stats,
-    has_grad_stats,
-    init_grad_stats,
-    is_stats_summary,
-    mark_one_part,
-    noise_scale,
-    stats_summary,
-    update_grad_stats,
-)
-from goodput_jax.model.gradstats.precondition import (
-    DEFAULT_MIN_COUNT,
-    Preconditioner,
-    adam_preconditioner,
-    auto_preconditioner,
-    find_adam_state,
-    nu_switch_factor,
-    rescale_nu,
-    sqnorm,
-)
-from goodput_jax.model.gradstats.readers import (
-    get_grad_params,
-    get_grad_stats,
-    sample_every,
-    sample_now,
-    stats_note,
-)
-from goodput_jax.model.gradstats.transform import (
-    AutoPrecondition,
-    GradientNoiseScaleState,
-    MultiStepsGNSState,
-    gradient_noise_scale,
-    multi_steps,
-)
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "AutoPrecondition",
-    "DEFAULT_AVERAGING",
-    "DEFAULT_MIN_COUNT",
-    "DEFAULT_SMOOTHING",
-    "GROWTH_POWER",
-    "MIN_VAR",
-    "NO_HELPER_NOTE",
-    "GradSqNorms",
-    "GradStatsState",
-    "GradientNoiseScaleState",
-    "MultiStepsGNSState",
-    "Parts",
-    "Preconditioner",
-    "StatsSummary",
-    "adam_preconditioner",
-    "as_stats_summary",
-    "auto_preconditioner",
-    "data_parallel_grads",
-    "differenced_sqnorms",
-    "estimate_grad_params",
-    "find_adam_state",
-    "get_grad_params",
-    "get_grad_stats",
-    "grad_params_from_stats",
-    "gradient_noise_scale",
-    "grouped_grads",
-    "has_grad_stats",
-    "init_grad_stats",
-    "is_stats_summary",
-    "mark_one_part",
-    "microbatch_grads",
-    "multi_steps",
-    "noise_scale",
-    "nu_switch_factor",
-    "rescale_nu",
-    "sample_every",
-    "sample_now",
-    "split_grads",
-    "sqnorm",
-    "stats_note",
-    "stats_summary",
-    "update_grad_stats",
-]
+from goodput_jax._lazy import lazy_exports
+
+#: public name -> the module that defines it (imported on first use)
+_EXPORTS: dict[str, str] = {
+    "adam_preconditioner": "goodput_jax.model.gradstats.precondition",
+    "as_stats_summary": "goodput_jax.model.gradstats.estimate",
+    "auto_preconditioner": "goodput_jax.model.gradstats.precondition",
+    "AutoPrecondition": "goodput_jax.model.gradstats.transform",
+    "data_parallel_grads": "goodput_jax.model.gradstats.collect",
+    "DEFAULT_AVERAGING": "goodput_jax.model.gradstats.estimate",
+    "DEFAULT_MIN_COUNT": "goodput_jax.model.gradstats.precondition",
+    "DEFAULT_SMOOTHING": "goodput_jax.model.gradstats.estimate",
+    "differenced_sqnorms": "goodput_jax.model.gradstats.collect",
+    "estimate_grad_params": "goodput_jax.model.gradstats.estimate",
+    "find_adam_state": "goodput_jax.model.gradstats.precondition",
+    "get_grad_params": "goodput_jax.model.gradstats.readers",
+    "get_grad_stats": "goodput_jax.model.gradstats.readers",
+    "grad_params_from_stats": "goodput_jax.model.gradstats.estimate",
+    "gradient_noise_scale": "goodput_jax.model.gradstats.transform",
+    "GradientNoiseScaleState": "goodput_jax.model.gradstats.transform",
+    "GradSqNorms": "goodput_jax.model.gradstats.estimate",
+    "GradStatsState": "goodput_jax.model.gradstats.estimate",
+    "grouped_grads": "goodput_jax.model.gradstats.collect",
+    "GROWTH_POWER": "goodput_jax.model.gradstats.estimate",
+    "has_grad_stats": "goodput_jax.model.gradstats.estimate",
+    "init_grad_stats": "goodput_jax.model.gradstats.estimate",
+    "is_stats_summary": "goodput_jax.model.gradstats.estimate",
+    "mark_one_part": "goodput_jax.model.gradstats.estimate",
+    "microbatch_grads": "goodput_jax.model.gradstats.collect",
+    "MIN_VAR": "goodput_jax.model.gradstats.estimate",
+    "multi_steps": "goodput_jax.model.gradstats.transform",
+    "MultiStepsGNSState": "goodput_jax.model.gradstats.transform",
+    "NO_HELPER_NOTE": "goodput_jax.model.gradstats.estimate",
+    "noise_scale": "goodput_jax.model.gradstats.estimate",
+    "nu_switch_factor": "goodput_jax.model.gradstats.precondition",
+    "Parts": "goodput_jax.model.gradstats.collect",
+    "Preconditioner": "goodput_jax.model.gradstats.precondition",
+    "rescale_nu": "goodput_jax.model.gradstats.precondition",
+    "sample_every": "goodput_jax.model.gradstats.readers",
+    "sample_now": "goodput_jax.model.gradstats.readers",
+    "split_grads": "goodput_jax.model.gradstats.collect",
+    "sqnorm": "goodput_jax.model.gradstats.precondition",
+    "stats_note": "goodput_jax.model.gradstats.readers",
+    "stats_summary": "goodput_jax.model.gradstats.estimate",
+    "StatsSummary": "goodput_jax.model.gradstats.estimate",
+    "update_grad_stats": "goodput_jax.model.gradstats.estimate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("goodput_jax.model.gradstats", _EXPORTS, globals())
+
+if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.model.gradstats.collect import (  # noqa: F401
+        Parts,
+        data_parallel_grads,
+        differenced_sqnorms,
+        grouped_grads,
+        microbatch_grads,
+        split_grads,
+    )
+    from goodput_jax.model.gradstats.estimate import (  # noqa: F401
+        DEFAULT_AVERAGING,
+        DEFAULT_SMOOTHING,
+        GROWTH_POWER,
+        MIN_VAR,
+        NO_HELPER_NOTE,
+        GradSqNorms,
+        GradStatsState,
+        StatsSummary,
+        as_stats_summary,
+        estimate_grad_params,
+        grad_params_from_stats,
+        has_grad_stats,
+        init_grad_stats,
+        is_stats_summary,
+        mark_one_part,
+        noise_scale,
+        stats_summary,
+        update_grad_stats,
+    )
+    from goodput_jax.model.gradstats.precondition import (  # noqa: F401
+        DEFAULT_MIN_COUNT,
+        Preconditioner,
+        adam_preconditioner,
+        auto_preconditioner,
+        find_adam_state,
+        nu_switch_factor,
+        rescale_nu,
+        sqnorm,
+    )
+    from goodput_jax.model.gradstats.readers import (  # noqa: F401
+        get_grad_params,
+        get_grad_stats,
+        sample_every,
+        sample_now,
+        stats_note,
+    )
+    from goodput_jax.model.gradstats.transform import (  # noqa: F401
+        AutoPrecondition,
+        GradientNoiseScaleState,
+        MultiStepsGNSState,
+        gradient_noise_scale,
+        multi_steps,
+    )

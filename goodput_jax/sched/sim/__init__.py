@@ -13,32 +13,60 @@ Example:
     3493
 """
 
-from goodput_jax.sched.sim.apps import (
-    Application,
-    find_traces_dir,
-    find_workload,
-    load_applications,
-)
-from goodput_jax.sched.sim.cluster import Cluster, SimResult, load_workload, make_jobs, simulate
-from goodput_jax.sched.sim.job import SimJob
-from goodput_jax.sched.sim.options import SimOptions, WorkloadOptions
-from goodput_jax.sched.sim.policies import OptimusPolicy, TiresiasPolicy
-from goodput_jax.sched.sim.runner import run_workload
+from __future__ import annotations
 
-__all__ = [
-    "Application",
-    "Cluster",
-    "OptimusPolicy",
-    "SimJob",
-    "SimOptions",
-    "SimResult",
-    "TiresiasPolicy",
-    "WorkloadOptions",
-    "find_traces_dir",
-    "find_workload",
-    "load_applications",
-    "load_workload",
-    "make_jobs",
-    "run_workload",
-    "simulate",
-]
+from typing import TYPE_CHECKING
+
+from goodput_jax._lazy import lazy_exports
+
+#: public name -> the module that defines it (imported on first use)
+_EXPORTS: dict[str, str] = {
+    "Application": "goodput_jax.sched.sim.apps",
+    "Cluster": "goodput_jax.sched.sim.cluster",
+    "find_traces_dir": "goodput_jax.sched.sim.apps",
+    "find_workload": "goodput_jax.sched.sim.apps",
+    "load_applications": "goodput_jax.sched.sim.apps",
+    "load_workload": "goodput_jax.sched.sim.cluster",
+    "make_jobs": "goodput_jax.sched.sim.cluster",
+    "OptimusPolicy": "goodput_jax.sched.sim.policies",
+    "run_workload": "goodput_jax.sched.sim.runner",
+    "SimJob": "goodput_jax.sched.sim.job",
+    "SimOptions": "goodput_jax.sched.sim.options",
+    "SimResult": "goodput_jax.sched.sim.cluster",
+    "simulate": "goodput_jax.sched.sim.cluster",
+    "TiresiasPolicy": "goodput_jax.sched.sim.policies",
+    "WorkloadOptions": "goodput_jax.sched.sim.options",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports("goodput_jax.sched.sim", _EXPORTS, globals())
+
+if TYPE_CHECKING:  # pragma: no cover
+    from goodput_jax.sched.sim.apps import (  # noqa: F401
+        Application,
+        find_traces_dir,
+        find_workload,
+        load_applications,
+    )
+    from goodput_jax.sched.sim.cluster import (  # noqa: F401
+        Cluster,
+        SimResult,
+        load_workload,
+        make_jobs,
+        simulate,
+    )
+    from goodput_jax.sched.sim.job import (  # noqa: F401
+        SimJob,
+    )
+    from goodput_jax.sched.sim.options import (  # noqa: F401
+        SimOptions,
+        WorkloadOptions,
+    )
+    from goodput_jax.sched.sim.policies import (  # noqa: F401
+        OptimusPolicy,
+        TiresiasPolicy,
+    )
+    from goodput_jax.sched.sim.runner import (  # noqa: F401
+        run_workload,
+    )
