@@ -5,8 +5,9 @@ Usage::
     python docs/gen_api.py            # rewrite docs/api.md
     python docs/gen_api.py --check    # exit 1 if docs/api.md is out of date
 
-Every module listed in :data:`MODULES` contributes its public names (its
-``__all__``, else the public classes and functions defined in it), each with its
+Every room listed in :data:`MODULES` contributes its exports (its package's
+``__all__``: what is not exported is the room's own; else the public classes and
+functions defined in it), each with its
 signature and full docstring; a class also lists its public methods and
 properties. The output is deterministic (sorted, no memory addresses).
 """
@@ -24,44 +25,25 @@ import sys
 MODULES: list[tuple[str, str]] = [
     ("goodput_jax", "Public API (lazy re-exports)."),
     ("goodput_jax.goodput", "Drop-in for `ml_goodput_measurement.goodput`, with MaxText's flags."),
-    ("goodput_jax.measure.recorder", "Recording events from the training loop."),
-    ("goodput_jax.measure.calculator", "Goodput and badput from recorded events."),
-    ("goodput_jax.measure.engine", "The one attribution engine: events -> time per bucket."),
-    ("goodput_jax.measure.monitor", "Background upload to TensorBoard."),
-    ("goodput_jax.measure.cloud_monitoring", "Background upload to Cloud Monitoring."),
-    ("goodput_jax.measure.events", "The event vocabulary."),
-    ("goodput_jax.measure.badput", "The badput vocabulary: BadputType and the bucket labels."),
-    ("goodput_jax.measure.stores", "Event stores: URLs and the protocol."),
+    ("goodput_jax.monitoring", "Drop-in for `ml_goodput_measurement.monitoring`."),
+    ("goodput_jax.measure", "The light core: recorder, calculator, monitors, vocabulary."),
+    ("goodput_jax.measure.stores", "Event stores: URLs and the protocols."),
     ("goodput_jax.measure.stores.sqlite", "The embedded SQLite store (default)."),
     ("goodput_jax.measure.stores.cloud_logging", "The Google Cloud Logging store."),
-    ("goodput_jax.measure.stores.cloud_logger", "A store over ml-goodput-measurement's cloud_logger."),
+    ("goodput_jax.measure.engine", "The one attribution engine: events -> time per bucket."),
     ("goodput_jax.report", "The goodput report (text, timeline, model curves, HTML / PNG)."),
     ("goodput_jax.model", "The model's curated API (lazy re-exports)."),
-    ("goodput_jax.model.types", "PerfParams and GradParams."),
-    ("goodput_jax.model.hints", "The typed hints a job publishes (strict JSON)."),
-    ("goodput_jax.model.perf", "The step-time model and its fit."),
-    ("goodput_jax.model.gradstats", ("Gradient noise statistics inside the jitted step "
-                                     "(package: estimate, precondition, collect, transform, "
-                                     "readers).")),
-    ("goodput_jax.model.goodput", "GoodputFunction: throughput x efficiency, optimize."),
-    ("goodput_jax.model.scaling", "Learning-rate scaling rules."),
-    ("goodput_jax.integrations.hooks", "Drop-in hooks for Flax / MaxText-style loops."),
+    ("goodput_jax.model.gradstats", "Gradient noise statistics inside the jitted step."),
+    ("goodput_jax.runtime", "Measurements taken from the live JAX runtime."),
+    ("goodput_jax.integrations", "GoodputHooks and their options for Flax / MaxText-style loops."),
     ("goodput_jax.integrations.nnx", "Flax NNX adapter: statistics, hooks and adaptive step."),
     ("goodput_jax.integrations.orbax", "Orbax checkpointing with goodput events."),
     ("goodput_jax.adaptive", "Adaptive training: batch size, learning rate, elastic restarts."),
-    ("goodput_jax.runtime", "Measurements taken from the live JAX runtime."),
-    ("goodput_jax.sched.types", "JobInfo and NodeInfo."),
-    ("goodput_jax.sched.speedup", "SpeedupFunction."),
-    ("goodput_jax.sched.pollux", "The Pollux cluster policy."),
-    ("goodput_jax.sched.sia", "The Sia heterogeneity-aware policy."),
-    ("goodput_jax.sched.hints", "Published hints -> JobInfo."),
+    ("goodput_jax.sched", "Cluster policies by modelled goodput (Pollux, Sia)."),
     ("goodput_jax.sched.sim", "The trace-driven cluster simulator."),
+    ("goodput_jax.cluster", "The cluster runtime on Ray."),
     ("goodput_jax.demo", "`goodput-jax demo`."),
     ("goodput_jax.cli", "The `goodput-jax` command (one module per subcommand)."),
-    ("goodput_jax.cli.report", "`goodput-jax report`."),
-    ("goodput_jax.cli.monitor", "`goodput-jax monitor`."),
-    ("goodput_jax.cli.demo", "`goodput-jax demo` (adapter)."),
-    ("goodput_jax.cli.simulate", "`goodput-jax simulate` (mounts the simulator's options)."),
 ]
 
 _ADDR = re.compile(r" at 0x[0-9a-fA-F]+")

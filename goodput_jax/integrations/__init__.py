@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "ProfileOptions": "goodput_jax.integrations.options",
     "RecordingOptions": "goodput_jax.integrations.options",
     "RefitOptions": "goodput_jax.integrations.options",
+    "SearchLimits": "goodput_jax.integrations.search",
     "StepProfile": "goodput_jax.integrations.profile",
     "Suggestion": "goodput_jax.integrations.hooks",
 }
@@ -53,5 +54,6 @@ if TYPE_CHECKING:  # pragma: no cover
         StepProfile,
     )
     from goodput_jax.integrations.search import (  # noqa: F401
+        SearchLimits,
         feasible_configs,
     )
