@@ -228,13 +228,13 @@ class CompileListener:
             self.installed = True
 
     # ------------------------------------------------------------- callbacks
-    def _on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+    def _on_duration(self, event: str, duration_secs: float, **kwargs: Any) -> None:
         import time
 
         end = time.time()
-        self._on_span(event, end - duration, end, **kwargs)
+        self._on_span(event, end - duration_secs, end, **kwargs)
 
-    def _on_span(self, event: str, start: float, end: float, **kwargs: Any) -> None:
+    def _on_span(self, event: str, start_time: float, end_time: float, **kwargs: Any) -> None:
         if not self._attached:
             return
         if any(not a.live for a in self._attached):
@@ -248,7 +248,7 @@ class CompileListener:
             pend = getattr(self._tls, "pending", None)
             if pend is None:
                 pend = self._tls.pending = []
-            pend.append((start, end, event, str(kwargs.get("fun_name", ""))))
+            pend.append((start_time, end_time, event, str(kwargs.get("fun_name", ""))))
             if len(pend) > _MAX_PENDING:
                 del pend[: len(pend) // 2]
         elif event == BACKEND_COMPILE_EVENT:
@@ -256,13 +256,13 @@ class CompileListener:
             pend = getattr(self._tls, "pending", None) or []
             self._tls.pending = []
             name = str(kwargs.get("fun_name", "")) or "<unknown>"
-            duration = chain_duration(pend, start, end, name)
+            duration = chain_duration(pend, start_time, end_time, name)
             tid = threading.get_ident()
             for att in self._attached:
                 if att.thread is not None and att.thread != tid:
                     continue
                 try:
-                    att._on_compile(duration, end, name)
+                    att._on_compile(duration, end_time, name)
                 except Exception:
                     logger.exception("goodput runtime: recording a compilation failed")
 

@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import math
 import re
@@ -260,7 +261,9 @@ def _hlo_text(compiled: Any) -> str:
     characters, printed and read in about half the time of ``compiled.as_text()``, which
     is the fallback where jaxlib's print options are not there."""
     try:
-        from jaxlib import _hlo  # jaxlib 0.10-0.11: the module's printer and its options
+        # jaxlib 0.10-0.11: the module's printer and its options (a stub-less extension
+        # module: imported by name, typed Any)
+        _hlo = importlib.import_module("jaxlib._hlo")
 
         opts = _hlo.HloPrintOptions()
         opts.print_metadata = False

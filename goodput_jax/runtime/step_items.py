@@ -87,7 +87,7 @@ def _ready(probe: Any) -> bool:
         return False
 
 
-def _wait_ready(outputs: Any, leaves_of: Callable[[Any], list[Any]], is_array: type) -> bool:
+def _wait_ready(outputs: Any, leaves_of: Callable[[Any], list[Any]], is_array: type[Any]) -> bool:
     """Block until every live array of ``outputs`` is ready; False when none could be watched."""
     watched = False
     leaf: Any

@@ -30,7 +30,10 @@ def _live_arrays(outputs: Any) -> list:
     if type(outputs) is tuple and outputs:
         last = outputs[-1]
         t = type(last)
-        known = t in _ARRAY_TYPES or (isinstance(last, jax.Array) and not _ARRAY_TYPES.add(t))
+        known = t in _ARRAY_TYPES
+        if not known and isinstance(last, jax.Array):
+            _ARRAY_TYPES.add(t)
+            known = True
         if known and not last.is_deleted():
             return [last]
     leaves = [x for x in jax.tree.leaves(outputs) if isinstance(x, jax.Array)]
