@@ -12,11 +12,15 @@ Example:
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, Literal, overload
 
 __all__ = ["check_limits", "nonneg_int", "nonneg_number", "positive_int"]
 
 
+@overload
+def positive_int(value: Any, name: str, allow_none: Literal[False] = False) -> int: ...
+@overload
+def positive_int(value: Any, name: str, allow_none: bool) -> int | None: ...
 def positive_int(value: Any, name: str, allow_none: bool = False) -> int | None:
     """``int(value)`` for an integer >= 1 (None passes with ``allow_none``)."""
     if value is None and allow_none:
@@ -40,7 +44,7 @@ def nonneg_number(value: Any, name: str) -> float:
         >>> nonneg_number(0.5, "refit_interval")
         0.5
     """
-    if not isinstance(value, numbers.Real) or not value >= 0:
+    if not isinstance(value, numbers.Real) or not float(value) >= 0:
         raise ValueError(f"{name} ({value!r}) must be a number >= 0")
     return float(value)
 

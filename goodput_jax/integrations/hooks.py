@@ -73,7 +73,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import jax
 
@@ -477,7 +477,7 @@ class GoodputHooks(HooksModel):
             >>> (1, 1, 8, 0) in h.profile
             False
         """
-        key = tuple(int(k) for k in key)
+        key = cast(ProfileKey, tuple(int(k) for k in key))  # a 4-tuple by the signature
         self._drain()
         self._prof.reset(key)
         self.model_errors.pop(key[:3], None)
@@ -498,7 +498,7 @@ class GoodputHooks(HooksModel):
             >>> h.step_samples(), h.step_samples((1, 1, 16, 0))
             ([0.25, 0.5], [])
         """
-        key = self.config_key() if key is None else tuple(int(k) for k in key)
+        key = self.config_key() if key is None else cast(ProfileKey, tuple(int(k) for k in key))
         self._drain()
         return self._prof.samples(key)
 

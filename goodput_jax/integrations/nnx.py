@@ -150,10 +150,10 @@ def split_loss(loss_fn: Callable[[Any, Any], Any], model: nnx.Module,
         raise TypeError(f"model ({model!r:.80}) must be a flax.nnx.Module")
     if not callable(loss_fn):
         raise TypeError(f"loss_fn ({loss_fn!r}) must be callable as loss_fn(model, batch)")
-    graphdef, params, rest = nnx.split(model, wrt, ...)
+    graphdef, params, *rest = nnx.split(model, wrt, ...)  # two filters: one rest state
 
     def pure_loss_fn(p: Any, batch: Any) -> Any:
-        return loss_fn(nnx.merge(graphdef, p, rest, copy=True), batch)
+        return loss_fn(nnx.merge(graphdef, p, *rest, copy=True), batch)
 
     return pure_loss_fn, params
 

@@ -73,8 +73,9 @@ class RecordedCheckpointManager:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.manager, name)
 
-    @property
-    def __class__(self) -> type:  # type: ignore[override]
+    # typeshed's object.__class__ is read-write; this proxy's is read-only on purpose
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
         # isinstance(proxy, type(manager)) holds, so code that dispatches on the
         # manager's class (MaxText's save_checkpoint tells emergency managers apart
         # that way) takes the same branch; isinstance(proxy, RecordedCheckpointManager)

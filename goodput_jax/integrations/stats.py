@@ -90,6 +90,7 @@ def summary_program(st: Any, *, wait: bool = False) -> Any:
                 x.shape, x.dtype, sharding=x.sharding, weak_type=x.weak_type), st)
 
             def compile_it() -> None:
+                exe: Any  # the compiled summary, or the jitted one where compiling failed
                 try:
                     exe = _stats_summary.lower(specs).compile()
                 except Exception:  # noqa: BLE001 - the jitted summary serves instead
@@ -282,7 +283,9 @@ class GradStatsReader:
         st = self.pending
         if isinstance(st, (jax.Array, gradstats.StatsSummary)):
             try:
-                if not all(x.is_ready() for x in (st if isinstance(st, tuple) else (st,))
+                leaves = st if isinstance(st, tuple) else (st,)
+                # jax.Array's stub lacks is_ready (every concrete array has it)
+                if not all(x.is_ready() for x in leaves  # type: ignore[attr-defined]
                            if isinstance(x, jax.Array)):
                     return self._params
             except Exception:  # noqa: BLE001, S110 - deleted: grad_params drops it
