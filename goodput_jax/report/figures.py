@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from goodput_jax.measure.calculator import goodput_percent
 from goodput_jax.report.curves import ModelCurves
@@ -41,6 +41,8 @@ __all__ = [
     "profiled_label",
     "text_png",
 ]
+
+_T = TypeVar("_T")
 
 #: category -> colour of the timeline and the breakdown
 COLORS: dict[str, str] = {
@@ -298,7 +300,7 @@ def draw_roofline(ax: Any, programs: Any) -> None:
 
     progs = [p for p in programs if p.step_time_s > 0 and p.arithmetic_intensity > 0]
     handles = []
-    roofs = {}
+    roofs: dict[tuple[float, float], Any] = {}
     raised = set()
     for p in progs:
         roofs.setdefault((p.peak.flops_per_s, p.peak.bytes_per_s), p.peak)
@@ -347,17 +349,21 @@ def figure(which: str, *, timeline: Timeline | None = None,
     """
     plt = _plt()
     if which == "timeline":
+        timeline = _given(timeline, "timeline", which)
         nrun = max(1, len(timeline.run_ids))
         fig, ax = plt.subplots(figsize=(8, 1.0 + 0.55 * nrun))
         draw_timeline(ax, timeline)
     elif which == "breakdown":
+        details = _given(details, "details", which)
         n = len(_breakdown_rows(details))
         fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.32 * n))
         draw_breakdown(ax, details)
     elif which == "batch":
+        curves = _given(curves, "curves", which)
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         draw_batch_curve(ax, curves)
     elif which == "replicas":
+        curves = _given(curves, "curves", which)
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         draw_replica_curve(ax, curves)
     elif which == "roofline":
@@ -367,6 +373,13 @@ def figure(which: str, *, timeline: Timeline | None = None,
         raise ValueError(f"which ({which!r}) must be timeline, breakdown, batch, replicas "
                          "or roofline")
     return fig
+
+
+def _given(value: _T | None, name: str, which: str) -> _T:
+    """``value``, which figure ``which`` needs: a one-line error naming it when None."""
+    if value is None:
+        raise ValueError(f"{name} (None) is needed for figure {which!r}")
+    return value
 
 
 def png_bytes(fig: Any, dpi: int = DPI) -> bytes:
@@ -421,7 +434,7 @@ def compose_png(path: str | os.PathLike, rows: list[list[bytes]]) -> str:
     return os.fspath(path)
 
 
-def text_png(lines: list[tuple[str, float, str]], width: float = 9.0, dpi: int = DPI) -> bytes:
+def text_png(lines: Sequence[tuple[str, float, str]], width: float = 9.0, dpi: int = DPI) -> bytes:
     """A strip of text lines ``(text, fontsize, weight)`` as PNG bytes (titles, notes)."""
     plt = _plt()
     fig = plt.figure(figsize=(width, 0.2 + 0.32 * len(lines)))

@@ -588,7 +588,7 @@ def render_reports(calculator: GoodputCalculator, html_path: str | os.PathLike |
     """
     data = _collect(calculator, now, target_step, mtbf_s)
     imgs = _pngs(data, DPI) if (html_path is not None or png_path is not None) else {}
-    out = {"html": None, "png": None, "has_model": data.curves is not None}
+    out: dict[str, Any] = {"html": None, "png": None, "has_model": data.curves is not None}
     if html_path is not None:
         if text_report is None:
             text_report = format_report(calculator, target_step=target_step, mtbf_s=mtbf_s)

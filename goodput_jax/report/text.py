@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 from goodput_jax.measure.badput import BUCKET_LABELS, BUCKET_NAMES, OPTIONAL_BUCKETS, BadputType
@@ -81,7 +82,7 @@ def job_details(calculator: GoodputCalculator) -> dict[str, Any]:
     return GoodputCalculator.get_job_goodput_details(calculator)
 
 
-def badput_rows(details: dict[str, Any]) -> list[tuple[str, str, float]]:
+def badput_rows(details: Mapping[str, Any]) -> list[tuple[str, str, float]]:
     """``(bucket name, label, seconds)`` for every badput row the table shows.
 
     Buckets in :data:`~goodput_jax.measure.badput.OPTIONAL_BUCKETS` (recompilation,
