@@ -9,7 +9,8 @@ import re
 import pytest
 
 import goodput_jax
-from goodput_jax.measure import badput, calculator, engine
+from goodput_jax.measure import badput, calculator
+from goodput_jax.measure.engine import core as engine_core
 from goodput_jax.measure.badput import BadputType
 from goodput_jax.measure.recorder import GoodputRecorder
 from goodput_jax.measure.stores import open_store
@@ -21,7 +22,7 @@ ROOT = pathlib.Path(goodput_jax.__file__).parent
 def test_one_badput_type_everywhere():
     assert calculator.BadputType is BadputType
     assert goodput_jax.BadputType is BadputType
-    assert engine.BUCKET_NAMES is badput.BUCKET_NAMES
+    assert engine_core.BUCKET_NAMES is badput.BUCKET_NAMES  # the engine's buckets: badput's
     assert labels.BUCKET_LABELS is badput.BUCKET_LABELS
     assert labels.OPTIONAL_BUCKETS is badput.OPTIONAL_BUCKETS
 
