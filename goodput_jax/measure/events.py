@@ -18,6 +18,7 @@ import enum
 import json
 import math
 import numbers
+import operator
 import os
 import socket
 import uuid
@@ -210,12 +211,10 @@ def check_step(step: Any, *, name: str = "step") -> int:
     """
     if isinstance(step, bool):
         raise TypeError(f"{name} ({step!r}) must be a non-negative integer, not bool")
-    if not isinstance(step, numbers.Integral):
-        # numpy / jax scalars with integer dtype
-        dtype = getattr(step, "dtype", None)
-        if dtype is None or getattr(dtype, "kind", "") not in "iu" or getattr(step, "ndim", 0) != 0:
-            raise TypeError(f"{name} ({step!r}) must be a non-negative integer")
-    out = int(step)
+    try:  # an int, or a numpy / jax integer scalar (an index; a float or an array is not)
+        out = operator.index(step)
+    except TypeError:
+        raise TypeError(f"{name} ({step!r}) must be a non-negative integer") from None
     if out < 0:
         raise ValueError(f"{name} ({step!r}) must be a non-negative integer")
     return out

@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from goodput_jax.measure.recorder import StepSink
 
@@ -102,6 +102,18 @@ def _wait_ready(outputs: Any, leaves_of: Callable[[Any], list[Any]], is_array: t
     return watched
 
 
+@runtime_checkable
+class Pollable(Protocol):
+    """A step output the training thread can ask whether it is ready (a ``jax.Array``)."""
+
+    def is_ready(self) -> bool: ...
+
+
+#: output type -> whether it is :class:`Pollable` (the protocol's check costs microseconds; a
+#: dict lookup per step does not)
+_POLLABLE: dict[type, bool] = {}
+
+
 def _probe(out: Any) -> Any:
     """A leaf to poll on the training thread: the array itself, else the last element of a
     tuple / list / dict, a few levels deep (``(state, {"loss": loss})`` -> ``loss``), else None."""
@@ -117,7 +129,10 @@ def _probe(out: Any) -> Any:
                 return None
             out = next(reversed(out.values()))
         else:
-            return out if hasattr(out, "is_ready") else None
+            ok = _POLLABLE.get(t)
+            if ok is None:
+                ok = _POLLABLE[t] = isinstance(out, Pollable)
+            return out if ok else None
         depth += 1
     return None
 

@@ -85,6 +85,10 @@ class SQLiteStore:
         []
     """
 
+    #: the connection; None before ``__init__`` connects (a failed open) and after close()
+    #: (the store is then unusable by design: a call fails on None)
+    _conn: sqlite3.Connection = None  # type: ignore[assignment]
+
     def __init__(self, path: str | os.PathLike, *, create: bool = True, timeout: float = 30.0):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path ({path!r}) must be a str or os.PathLike")
@@ -473,7 +477,7 @@ class SQLiteStore:
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
-            conn = getattr(self, "_conn", None)  # (absent when __init__ failed)
+            conn = self._conn  # (None when __init__ failed before connecting)
             # closed: a later call fails on None, as the store is unusable by design
             self._conn = None  # type: ignore[assignment]
             if conn is not None:

@@ -115,7 +115,7 @@ def _leading_size(batch: Any, name: str = "batch") -> int:
     leaves = jax.tree.leaves(batch)
     if not leaves:
         raise ValueError(f"{name} is empty; it must be a pytree of arrays with a batch axis")
-    sizes = {int(x.shape[0]) if getattr(x, "ndim", 0) else -1 for x in leaves}
+    sizes = {int(x.shape[0]) if jnp.ndim(x) else -1 for x in leaves}
     if len(sizes) != 1 or -1 in sizes:
         raise ValueError(
             f"{name} leaves must share one leading batch axis; got leading sizes {sorted(sizes)}"
