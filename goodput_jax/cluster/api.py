@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -262,6 +263,10 @@ def connect(address: str) -> Any:
     Raises:
         ValueError: nothing answers at ``address``, or no controller runs there (one line).
     """
+    from goodput_jax.cluster.local import loopback_node_ip
+
+    if "ray" not in sys.modules:  # Ray reads it on import: no node-IP probe without a route
+        loopback_node_ip()
     import ray
 
     from goodput_jax.cluster.launch import NAMESPACE
