@@ -170,7 +170,7 @@ def run_sandboxed(argv: list[str], *, ray_tmpdir: str | None = None, env: dict |
     if problem:
         raise RuntimeError(problem)
     own = ray_tmpdir is None
-    tmp = tempfile.mkdtemp(prefix="gjray", dir="/tmp") if own else ray_tmpdir
+    tmp = tempfile.mkdtemp(prefix="gjray", dir="/tmp") if ray_tmpdir is None else ray_tmpdir
     try:
         return subprocess.run(sandbox_command(argv), env=sandbox_env(tmp, env),
                               timeout=timeout, check=False, **popen)

@@ -54,6 +54,7 @@ from goodput_jax.cluster.spec import JobSpec
 
 if TYPE_CHECKING:
     from goodput_jax.cluster.plan import NodeRecord
+    from goodput_jax.measure.productivity import SchedulingTimeline
 
 __all__ = [
     "ACTIVE",
@@ -522,7 +523,7 @@ _PHASE = {"submitted": ("queued", False), "launched": ("running", True),
 _END = ("finished", "failed", "cancelled", "refused")
 
 
-def scheduling_timeline(record: JobRecord, now: float | None = None) -> Any:
+def scheduling_timeline(record: JobRecord, now: float | None = None) -> SchedulingTimeline:
     """The job's wall time as a :class:`~goodput_jax.measure.productivity.SchedulingTimeline`.
 
     Spans from its events: ``queued`` (submitted, before the first launch),
@@ -541,6 +542,8 @@ def scheduling_timeline(record: JobRecord, now: float | None = None) -> Any:
     for ev in record.events:
         t = float(ev["t"])
         what = ev.get("what")
+        if not isinstance(what, str):
+            continue
         if what in _END:
             end = t
             break

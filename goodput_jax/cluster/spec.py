@@ -144,7 +144,7 @@ class JobSpec:
         _int("max_retries", self.max_retries, 0)
         for name in ("retry_backoff", "stop_timeout"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v >= 0:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not float(v) >= 0:
                 raise ValueError(f"{name} ({v!r}) must be a number of seconds >= 0")
 
     @property
