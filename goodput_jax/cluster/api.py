@@ -134,9 +134,10 @@ class ClusterClient:
         (submitted ones not yet taken in have status ``submitted``)."""
         return {n: JobRecord.from_json(j, n) for n, j in self.status().items()}
 
-    def status(self, name: str | None = None) -> Any:
+    def status(self, name: str | None = None) -> dict[str, Any]:
         """One job's record as JSON (``status``, ``allocation``, ``attempt``, ``restarts``,
-        ``failures``, ``error``, ``events``, ``launches`` ...), or all of them by name.
+        ``failures``, ``error``, ``events``, ``launches`` ...), or all of them by name
+        (``Any``: JSON values; :meth:`records` gives typed ones).
 
         A job the controller has not taken in yet has status ``"submitted"``.
 
@@ -273,7 +274,12 @@ def _reachable(address: str, timeout: float = 3.0) -> None:
 
 def connect(address: str) -> ActorHandle[Any]:
     """Connect this process to the Ray cluster at ``address`` (once) and return the
-    controller actor's handle.
+    controller actor's handle (``ActorHandle[Any]``: its methods are called through
+    ``.remote`` and answer JSON).
+
+    In a network namespace with only loopback it first has Ray take 127.0.0.1 as its
+    node IP (:func:`goodput_jax.cluster.local.loopback_node_ip`, when Ray is not imported
+    yet), so Ray prints no "Failed to determine local IP" line.
 
     Raises:
         ValueError: nothing answers at ``address``, or no controller runs there (one line).

@@ -161,7 +161,8 @@ def run_sandboxed(argv: list[str], *, ray_tmpdir: str | None = None, env: dict |
     """Run ``python ARGV`` in a fresh loopback-only network + PID namespace; wait for it.
 
     ``RAY_TMPDIR`` defaults to a new short directory under ``/tmp`` (Unix socket
-    paths are limited to 107 bytes), removed afterwards.
+    paths are limited to 107 bytes), removed afterwards. ``popen`` (``Any``) goes to
+    :func:`subprocess.run` as it is (``stdout``, ``cwd`` ...).
 
     Raises:
         RuntimeError: sandboxes are not possible here (the reason).

@@ -106,7 +106,8 @@ class NodeRecord:
 
 
 def nodes_from_ray(table: Sequence[Mapping[str, Any]]) -> list[NodeRecord]:
-    """Live runtime nodes from ``ray.nodes()`` (nodes without ``gj_accel`` are skipped).
+    """Live runtime nodes from ``ray.nodes()`` (nodes without ``gj_accel`` are skipped;
+    ``Any``: the rows are Ray's JSON-like node table).
 
     A node needs ``gj_accel`` and one ``gj_type_<T>`` resource, nothing unique to it:
     every node of an autoscaler's node type (or a KubeRay worker group) may carry the
@@ -180,7 +181,8 @@ def job_info(spec: JobSpec, hints: Hints | Mapping[str, Any] | None, created: fl
 
     Args:
         spec: the job's spec (min/max replicas, preemptible, allowed types).
-        hints: its latest published hints (None before the first publish).
+        hints: its latest published hints (None before the first publish); a mapping is
+            their JSON form (``Any``: JSON values).
         created: submission time (POSIX seconds).
         types: the cluster's accelerator types (for ``goodput_fns``).
         num_restarts: restarts so far (the policies' restart penalty).
