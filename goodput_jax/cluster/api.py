@@ -61,7 +61,7 @@ class ClusterClient:
     """
 
     def __init__(self, state_dir: str | os.PathLike[str] | None = None, *,
-                 address: str | None = None) -> None:
+                 address: str | None = None):
         if (state_dir is None) == (address is None):
             raise ValueError("ClusterClient needs a state_dir or an address (one of them)")
         self.address = address
