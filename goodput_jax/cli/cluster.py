@@ -29,11 +29,13 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TextIO
 
 from goodput_jax.cli._common import (
     HelpFormatter,
@@ -361,21 +363,17 @@ def run_up(args: argparse.Namespace) -> int:
         if args.autoscale:
             argv.append("--autoscale")
         return _reexec_sandboxed(argv)
+    from goodput_jax.cluster.local import loopback_node_ip
+
+    loopback_node_ip()  # before Ray is imported: no node-IP probes in a namespace sans route
     from goodput_jax.cluster.controller import start_controller, stop_controller
     from goodput_jax.cluster.launch import NAMESPACE
     from goodput_jax.cluster.state import StateDir
 
     sd = StateDir(args.state_dir)
     os.makedirs(sd.root, exist_ok=True)
-    # Ray's own messages (its node-IP probes, a dead raylet's state dump) go to
-    # STATE_DIR/ray.log, not to this command's output
-    saved = os.dup(2)
-    ray_log = os.open(os.path.join(sd.root, "ray.log"),
-                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(ray_log, 2)
-    os.close(ray_log)
     cluster = None
-    try:
+    with ray_output_to(os.path.join(sd.root, "ray.log")) as out:
         if args.address is None:
             from goodput_jax.cluster.local import LocalCluster
 
@@ -393,7 +391,7 @@ def run_up(args: argparse.Namespace) -> int:
                                  max_capacity=max_capacity, lease=args.lease,
                                  node_mtbf=args.node_mtbf)
         print(f"cluster up at {address}: state in {sd.root}; 'goodput-jax cluster "
-              f"down --state-dir {args.state_dir}' stops it", flush=True)
+              f"down --state-dir {args.state_dir}' stops it", file=out, flush=True)
         try:
             while not os.path.exists(sd.down_path()):
                 time.sleep(1.0)
@@ -407,11 +405,51 @@ def run_up(args: argparse.Namespace) -> int:
                 import ray
 
                 ray.shutdown()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
     print("cluster down", flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def ray_output_to(path: str) -> Iterator[TextIO]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2) to ``path``
+    (appended) for the block; yields a stream to the command's own stdout.
+
+    Ray's own messages reach a driver's stdout and stderr, from Python (a raylet's
+    "A worker died ..." when an actor's process dies, printed by the driver's error
+    listener to ``sys.stdout``) and from its C++ core (glog lines, written to
+    descriptor 2, also by the processes it starts); the command's own lines go to
+    the yielded stream. An exception leaves the block with both descriptors restored,
+    so the CLI's one-line error reaches the user.
+
+    Example:
+        >>> with ray_output_to("/tmp/gjc/ray.log") as out:  # doctest: +SKIP
+        ...     print("Ray's line")
+        ...     print("ours", file=out)
+        ours
+    """
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+    out = open(saved[0], "w", closefd=False)  # noqa: SIM115 - closed below
+    try:
+        yield out
+    finally:
+        for stream in (out, sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        out.close()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goodput_jax.cluster.record import JobRecord, JobStatus, read_state
 from goodput_jax.cluster.spec import Capacity, JobSpec, validate
 from goodput_jax.cluster.state import StateDir
+
+if TYPE_CHECKING:  # (Ray is imported when a client connects)
+    from ray.actor import ActorHandle
 
 __all__ = ["ClusterClient", "JobSpec", "connect"]
 
@@ -56,15 +60,22 @@ class ClusterClient:
             controller) answers, in one line.
     """
 
-    def __init__(self, state_dir: str | os.PathLike | None = None, *,
+    def __init__(self, state_dir: str | os.PathLike[str] | None = None, *,
                  address: str | None = None):
         if (state_dir is None) == (address is None):
             raise ValueError("ClusterClient needs a state_dir or an address (one of them)")
         self.address = address
         self.sd = StateDir(state_dir) if state_dir is not None else None
-        self._actor = None
+        self._actor: ActorHandle[Any] | None = None
         if address is not None:
             self._actor = connect(address)
+
+    def _dir(self) -> StateDir:
+        """The state directory (a client by address reaches none: its calls go over Ray)."""
+        if self.sd is None:
+            raise ValueError(f"this client reaches the cluster at {self.address!r} over Ray "
+                             f"and has no state directory")
+        return self.sd
 
     # ------------------------------------------------------------------ remote
     def _call(self, method: str, *args: Any) -> Any:
@@ -89,7 +100,8 @@ class ClusterClient:
         if self._actor is not None:
             cap = self._call("capacity")
             return Capacity({t: tuple(v) for t, v in cap.items()}) if cap else None
-        data = self.sd.read_json(self.sd.cluster_path)
+        sd = self._dir()
+        data = sd.read_json(sd.cluster_path)
         if not data:
             return None
         return Capacity({t: tuple(v) for t, v in data["capacity"].items()})
@@ -107,22 +119,25 @@ class ClusterClient:
         validate(spec, self.capacity())
         if self._known(spec.name):
             raise ValueError(f"name ({spec.name!r}) is already submitted")
-        spec = self.sd.fill_defaults(spec)
-        self.sd.write_json(os.path.join(self.sd.inbox, f"{spec.name}.json"), spec.to_json())
+        sd = self._dir()
+        spec = sd.fill_defaults(spec)
+        sd.write_json(os.path.join(sd.inbox, f"{spec.name}.json"), spec.to_json())
         return spec.name
 
     def _known(self, name: str) -> bool:
-        return name in read_state(self.sd.root).jobs or \
-            os.path.exists(os.path.join(self.sd.inbox, f"{name}.json"))
+        sd = self._dir()
+        return name in read_state(sd.root).jobs or \
+            os.path.exists(os.path.join(sd.inbox, f"{name}.json"))
 
     def records(self) -> dict[str, JobRecord]:
         """Every job as a typed :class:`~goodput_jax.cluster.record.JobRecord`, by name
         (submitted ones not yet taken in have status ``submitted``)."""
         return {n: JobRecord.from_json(j, n) for n, j in self.status().items()}
 
-    def status(self, name: str | None = None) -> Any:
+    def status(self, name: str | None = None) -> dict[str, Any]:
         """One job's record as JSON (``status``, ``allocation``, ``attempt``, ``restarts``,
-        ``failures``, ``error``, ``events``, ``launches`` ...), or all of them by name.
+        ``failures``, ``error``, ``events``, ``launches`` ...), or all of them by name
+        (``Any``: JSON values; :meth:`records` gives typed ones).
 
         A job the controller has not taken in yet has status ``"submitted"``.
 
@@ -132,8 +147,9 @@ class ClusterClient:
         if self._actor is not None:
             jobs = self._call("jobs")
         else:
-            jobs = {n: r.to_json() for n, r in read_state(self.sd.root).jobs.items()}
-            inbox = self.sd.inbox
+            sd = self._dir()
+            jobs = {n: r.to_json() for n, r in read_state(sd.root).jobs.items()}
+            inbox = sd.inbox
             if os.path.isdir(inbox):
                 for fn in os.listdir(inbox):
                     if fn.endswith(".json") and fn[:-5] not in jobs:
@@ -147,7 +163,7 @@ class ClusterClient:
 
     @property
     def _where(self) -> str:
-        return self.address if self.address is not None else self.sd.root
+        return self.address if self.address is not None else self._dir().root
 
     def cancel(self, name: str) -> None:
         """Ask the controller to stop ``name`` (its checkpoints stay).
@@ -159,8 +175,9 @@ class ClusterClient:
             self._call("cancel", name)
             return
         self.status(name)
-        os.makedirs(self.sd.requests, exist_ok=True)
-        with open(self.sd.cancel_path(name), "w") as fh:
+        sd = self._dir()
+        os.makedirs(sd.requests, exist_ok=True)
+        with open(sd.cancel_path(name), "w") as fh:
             fh.write("cancel")
 
     def reallocate(self, name: str, allocation: list[str]) -> str:
@@ -181,13 +198,13 @@ class ClusterClient:
         job = self.status(name)
         if job["status"] not in ("queued", "running", "stopping", "retrying"):
             raise ValueError(f"job ({name!r}) is {job['status']}, not active")
-        nodes = {n["label"] for n in (self.sd.read_json(self.sd.cluster_path) or {}).get(
-            "nodes", [])}
+        sd = self._dir()
+        nodes = {n["label"] for n in (sd.read_json(sd.cluster_path) or {}).get("nodes", [])}
         bad = [n for n in allocation if n not in nodes]
         if bad:
             raise ValueError(f"allocation: unknown node {bad[0]!r} (the cluster has: "
                              f"{', '.join(sorted(nodes)) or 'none'})")
-        self.sd.write_json(self.sd.reallocate_path(name), {"allocation": list(allocation)})
+        sd.write_json(sd.reallocate_path(name), {"allocation": list(allocation)})
         return "requested"
 
     def logs(self, name: str, attempt: int | None = None, rank: int = 0) -> str:
@@ -199,7 +216,7 @@ class ClusterClient:
         if attempt is None or attempt < 0:
             return ""
         try:
-            with open(self.sd.log_path(name, attempt, rank)) as fh:
+            with open(self._dir().log_path(name, attempt, rank)) as fh:
                 return fh.read()
         except FileNotFoundError:
             return ""
@@ -255,13 +272,22 @@ def _reachable(address: str, timeout: float = 3.0) -> None:
                          f"({e.strerror or e})") from None
 
 
-def connect(address: str) -> Any:
+def connect(address: str) -> ActorHandle[Any]:
     """Connect this process to the Ray cluster at ``address`` (once) and return the
-    controller actor's handle.
+    controller actor's handle (``ActorHandle[Any]``: its methods are called through
+    ``.remote`` and answer JSON).
+
+    In a network namespace with only loopback it first has Ray take 127.0.0.1 as its
+    node IP (:func:`goodput_jax.cluster.local.loopback_node_ip`, when Ray is not imported
+    yet), so Ray prints no "Failed to determine local IP" line.
 
     Raises:
         ValueError: nothing answers at ``address``, or no controller runs there (one line).
     """
+    from goodput_jax.cluster.local import loopback_node_ip
+
+    if "ray" not in sys.modules:  # Ray reads it on import: no node-IP probe without a route
+        loopback_node_ip()
     import ray
 
     from goodput_jax.cluster.launch import NAMESPACE

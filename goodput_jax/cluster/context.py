@@ -31,13 +31,20 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from goodput_jax.adaptive.stop import StopRequest
+    from goodput_jax.cluster.checkpointing import CheckpointTimer
+    from goodput_jax.cluster.plan import NodeRecord
+    from goodput_jax.cluster.spec import JobSpec
+    from goodput_jax.cluster.state import StateDir
 
 __all__ = ["CONTEXT_ENV", "JobContext", "job_context", "launch_contexts", "mark_stopped",
            "stop_marked"]
 
 _STOPPED: list[bool] = [False]
-_TIMER: list[Any] = [None]  # this process's CheckpointTimer (one launch per process)
+_TIMER: list[CheckpointTimer | None] = [None]  # this process's (one launch per process)
 
 
 def mark_stopped() -> None:
@@ -86,7 +93,8 @@ class JobContext:
             ``local_devices``).
         checkpoint_dir, store, stop_path, progress_path: where it checkpoints,
             records goodput, polls the stop request, logs progress.
-        hooks, adaptive: keyword arguments of its GoodputHooks / AdaptiveBatchSize.
+        hooks, adaptive: keyword arguments of its GoodputHooks / AdaptiveBatchSize
+            (``Any``: JSON values, from the job's spec).
         args: the spec's arguments.
         lease: seconds this process trains on without reaching ``raylet`` or ``head``
             before it stops itself (:mod:`goodput_jax.cluster.lease`; 0: no lease).
@@ -134,7 +142,7 @@ class JobContext:
         return self.rank == 0
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-safe dict."""
+        """JSON-safe dict (``Any``: JSON values)."""
         out = dataclasses.asdict(self)
         for k in ("nodes", "args", "devices_per_process"):
             out[k] = list(out[k])
@@ -142,10 +150,10 @@ class JobContext:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobContext:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json` (``Any``: JSON values)."""
         return cls(**dict(data))
 
-    def stop_request(self, check_every: int = 1) -> Any:
+    def stop_request(self, check_every: int = 1) -> StopRequest:
         """The launch's :class:`goodput_jax.adaptive.stop.StopRequest`."""
         from goodput_jax.adaptive.stop import StopRequest
 
@@ -195,10 +203,11 @@ class JobContext:
                               predicted_goodput=a.predicted_goodput)
         return due
 
-    def checkpoint_timer(self) -> Any:
+    def checkpoint_timer(self) -> CheckpointTimer:
         """This process's :class:`~goodput_jax.cluster.checkpointing.CheckpointTimer`
         (its ``advice()`` gives the interval in steps and the goodput it predicts)."""
-        if _TIMER[0] is None:
+        timer = _TIMER[0]
+        if timer is None:
             from goodput_jax.cluster.checkpointing import CheckpointTimer
 
             timer = CheckpointTimer(nodes=self.num_processes,
@@ -206,10 +215,11 @@ class JobContext:
             # a relaunch starts from the save cost its earlier launches measured
             timer.carry_save_cost(_last_advice(self.progress_path))
             _TIMER[0] = timer
-        return _TIMER[0]
+        return timer
 
     def log_progress(self, **record: Any) -> None:
-        """Append one JSON line (rank 0 only) to the job's progress log, flushed.
+        """Append one JSON line (rank 0 only) to the job's progress log, flushed
+        (``record``, ``Any``: its JSON fields).
 
         The attempt, device and process counts and a wall time are added; a
         superseded launch (:meth:`is_current`) logs nothing.
@@ -256,9 +266,9 @@ def job_context() -> JobContext:
     return JobContext.from_json(json.loads(raw))
 
 
-def launch_contexts(name: str, spec: Any, attempt: int, groups: Sequence[tuple[str, int]],
-                    nodes: Mapping[str, Any], coordinator: str | None,
-                    sd: Any, lease: float = 0.0, head: str | None = None,
+def launch_contexts(name: str, spec: JobSpec, attempt: int, groups: Sequence[tuple[str, int]],
+                    nodes: Mapping[str, NodeRecord], coordinator: str | None,
+                    sd: StateDir, lease: float = 0.0, head: str | None = None,
                     reliability_path: str | None = None) -> list[JobContext]:
     """The :class:`JobContext` of each process of one launch, rank order.
 

@@ -27,6 +27,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import MutableMapping
 from typing import Any, Self
 
 from goodput_jax.cluster.plan import ACCEL, NODE_LABEL, TYPE_PREFIX
@@ -35,6 +36,7 @@ __all__ = [
     "LocalCluster",
     "bring_up_loopback",
     "in_sandbox",
+    "loopback_node_ip",
     "parse_nodes",
     "run_sandboxed",
     "sandbox_command",
@@ -45,6 +47,9 @@ SANDBOX_ENV = "GOODPUT_JAX_SANDBOXED"
 #: The address of every local node (the sandbox has only loopback).
 LOOPBACK = "127.0.0.1"
 _UNSHARE = ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"]
+#: Ray reads it when it is imported: "0" makes 127.0.0.1 the node IP Ray derives for a
+#: local address, instead of probing 8.8.8.8 for it (a C++ warning where no route exists).
+RAY_LOOPBACK_IP_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def parse_nodes(text: str) -> list[tuple[str, int]]:
@@ -83,6 +88,30 @@ def in_sandbox() -> bool:
     return [name for _, name in socket.if_nameindex()] == ["lo"]
 
 
+def loopback_node_ip(env: MutableMapping[str, str] | None = None) -> bool:
+    """Where this network namespace has only loopback, have Ray take 127.0.0.1 as its node IP.
+
+    A Ray driver given a local address (``127.0.0.1:PORT``) asks which IP reaches the
+    internet (a UDP ``connect`` to 8.8.8.8, no packet sent) to replace it; in a namespace
+    with no route that fails and Ray's C++ core prints "Failed to determine local IP ..."
+    on stderr. Loopback is then the only answer, so this sets ``RAY_LOOPBACK_IP_ENV`` to
+    ``"0"`` in ``env`` (default ``os.environ``; a value already there is kept). Ray reads
+    it once, when it is first imported: call this before ``import ray``.
+
+    Returns:
+        Whether the namespace has only loopback (the variable is then set).
+
+    Example:
+        >>> env = {}
+        >>> loopback_node_ip(env) == (env.get(RAY_LOOPBACK_IP_ENV) == "0")
+        True
+    """
+    if not in_sandbox():
+        return False
+    (os.environ if env is None else env).setdefault(RAY_LOOPBACK_IP_ENV, "0")
+    return True
+
+
 def sandbox_problem() -> str | None:
     """None when sandboxes can be made here, else why not (one line)."""
     if shutil.which("unshare") is None:
@@ -108,7 +137,7 @@ def sandbox_env(ray_tmpdir: str, env: dict | None = None) -> dict:
         "RAY_health_check_failure_threshold": "5", "RAY_DEDUP_LOGS": "0",
         # every node is on loopback here: Ray takes 127.0.0.1 as the node IP instead of
         # probing 8.8.8.8 for it (a warning per probe inside a namespace without a route)
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        RAY_LOOPBACK_IP_ENV: "0",
     })
     return out
 
@@ -132,7 +161,8 @@ def run_sandboxed(argv: list[str], *, ray_tmpdir: str | None = None, env: dict |
     """Run ``python ARGV`` in a fresh loopback-only network + PID namespace; wait for it.
 
     ``RAY_TMPDIR`` defaults to a new short directory under ``/tmp`` (Unix socket
-    paths are limited to 107 bytes), removed afterwards.
+    paths are limited to 107 bytes), removed afterwards. ``popen`` (``Any``) goes to
+    :func:`subprocess.run` as it is (``stdout``, ``cwd`` ...).
 
     Raises:
         RuntimeError: sandboxes are not possible here (the reason).
@@ -141,7 +171,7 @@ def run_sandboxed(argv: list[str], *, ray_tmpdir: str | None = None, env: dict |
     if problem:
         raise RuntimeError(problem)
     own = ray_tmpdir is None
-    tmp = tempfile.mkdtemp(prefix="gjray", dir="/tmp") if own else ray_tmpdir
+    tmp = tempfile.mkdtemp(prefix="gjray", dir="/tmp") if ray_tmpdir is None else ray_tmpdir
     try:
         return subprocess.run(sandbox_command(argv), env=sandbox_env(tmp, env),
                               timeout=timeout, check=False, **popen)

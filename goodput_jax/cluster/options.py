@@ -37,7 +37,8 @@ POLICIES = ("auto", "sia", "pollux")
 
 
 def as_capacity(value: Any) -> Capacity:
-    """``{type: (nodes, devices per node)}`` (or a :class:`Capacity`) as a Capacity.
+    """``{type: (nodes, devices per node)}`` (or a :class:`Capacity`) as a Capacity
+    (``Any``: the value as the user gave it, checked here).
 
     Example:
         >>> as_capacity({"a": [3, 2]}).by_type
@@ -86,7 +87,8 @@ class ControllerOptions:
 
     Attributes:
         policy: ``"auto"`` (Pollux on a one-type cluster, Sia on a mixed one),
-            ``"sia"``, ``"pollux"`` or a policy object.
+            ``"sia"``, ``"pollux"`` or a policy object (``Any``: a ``PolluxPolicy``, a
+            ``SiaPolicy`` or one with their ``optimize``).
         interval: seconds between periodic rounds (60, as Pollux and Sia).
         round_on_events: also run a round right after an arrival, a finish or a node
             change (AdaptDL allocates new jobs at once too).
@@ -143,7 +145,7 @@ class ControllerActorOptions:
         poll: seconds between two ticks.
         fake_devices: the accelerators are fake CPU devices (local clusters, CI).
         policy_kwargs: keyword arguments of the policy's constructor (``policy`` "sia"
-            or "pollux").
+            or "pollux"; ``Any``: checked by that constructor).
         compile_cache: JAX's persistent compilation cache in ``STATE_DIR/jax-cache``.
         precompile: compile the policy at startup, in the background; rounds wait for
             it at most ``precompile_wait`` seconds; ``precompile_more``: then for half
@@ -199,8 +201,9 @@ class ControllerActorOptions:
             object.__setattr__(self, "node_mtbf", _seconds("node_mtbf", self.node_mtbf))
 
     def controller(self, policy: Any = None, head: str | None = None) -> ControllerOptions:
-        """The controller's part (``policy``: a policy object built from these options;
-        ``head``: the GCS address the launches' lease holds on)."""
+        """The controller's part (``policy``: a policy object built from these options,
+        ``Any`` as :attr:`ControllerOptions.policy`; ``head``: the GCS address the
+        launches' lease holds on)."""
         return ControllerOptions(policy=self.policy if policy is None else policy,
                                  interval=self.interval, node_grace=self.node_grace,
                                  max_capacity=self.max_capacity, lease=self.lease, head=head,
@@ -212,7 +215,8 @@ OptionsT = TypeVar("OptionsT", ControllerOptions, ControllerActorOptions)
 
 def options_from(cls: type[OptionsT], options: OptionsT | None,
                  keywords: Mapping[str, Any]) -> OptionsT:
-    """``options``, or ``cls(**keywords)`` (the old keyword arguments), not both.
+    """``options``, or ``cls(**keywords)`` (the old keyword arguments, ``Any``: each is
+    checked by the options class), not both.
 
     Example:
         >>> options_from(ControllerOptions, None, {"interval": 5}).interval

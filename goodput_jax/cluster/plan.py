@@ -37,12 +37,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goodput_jax.cluster.spec import Capacity, JobSpec
 from goodput_jax.model.hints import Hints
+
+if TYPE_CHECKING:  # (the scheduler, and with it JAX, is imported when a round runs)
+    from goodput_jax.sched import JobInfo, NodeInfo, PolluxPolicy, SiaPolicy
 
 __all__ = [
     "ACCEL",
@@ -103,7 +106,8 @@ class NodeRecord:
 
 
 def nodes_from_ray(table: Sequence[Mapping[str, Any]]) -> list[NodeRecord]:
-    """Live runtime nodes from ``ray.nodes()`` (nodes without ``gj_accel`` are skipped).
+    """Live runtime nodes from ``ray.nodes()`` (nodes without ``gj_accel`` are skipped;
+    ``Any``: the rows are Ray's JSON-like node table).
 
     A node needs ``gj_accel`` and one ``gj_type_<T>`` resource, nothing unique to it:
     every node of an autoscaler's node type (or a KubeRay worker group) may carry the
@@ -159,7 +163,7 @@ def capacity_of(records: Sequence[NodeRecord]) -> Capacity:
     return Capacity({t: (len(d), max(d)) for t, d in sorted(by.items())})
 
 
-def node_infos(records: Sequence[NodeRecord]) -> dict:
+def node_infos(records: Sequence[NodeRecord]) -> dict[str, NodeInfo]:
     """``{label: NodeInfo({ACCEL: devices}, preemptible, accelerator_type)}``."""
     from goodput_jax.sched import NodeInfo
 
@@ -167,9 +171,9 @@ def node_infos(records: Sequence[NodeRecord]) -> dict:
             for r in records}
 
 
-def job_info(spec: JobSpec, hints: Hints | Mapping | None, created: float, *,
+def job_info(spec: JobSpec, hints: Hints | Mapping[str, Any] | None, created: float, *,
              types: Sequence[str] = (), num_restarts: int = 0, restarting: bool = False,
-             age: float | None = None) -> Any:
+             age: float | None = None) -> JobInfo:
     """The policy's JobInfo of one job (AdaptDL's rules; Sia's goodput per type).
 
     Through :func:`goodput_jax.sched.hints.build_job_info` with the job's
@@ -177,7 +181,8 @@ def job_info(spec: JobSpec, hints: Hints | Mapping | None, created: float, *,
 
     Args:
         spec: the job's spec (min/max replicas, preemptible, allowed types).
-        hints: its latest published hints (None before the first publish).
+        hints: its latest published hints (None before the first publish); a mapping is
+            their JSON form (``Any``: JSON values).
         created: submission time (POSIX seconds).
         types: the cluster's accelerator types (for ``goodput_fns``).
         num_restarts: restarts so far (the policies' restart penalty).
@@ -217,8 +222,8 @@ class RoundPlan:
     desired_nodes: int | None = None
 
 
-def plan_round(policy: Any, jobs: Mapping[str, Any], nodes: Mapping[str, Any],
-               current: Mapping[str, Sequence[str]]) -> RoundPlan:
+def plan_round(policy: PolluxPolicy | SiaPolicy, jobs: Mapping[str, JobInfo],
+               nodes: Mapping[str, NodeInfo], current: Mapping[str, Sequence[str]]) -> RoundPlan:
     """Run ``policy`` (a PolluxPolicy or SiaPolicy) once and diff against ``current``.
 
     ``allocations`` are exactly the policy's own output (sorted per job), so a
@@ -229,6 +234,12 @@ def plan_round(policy: Any, jobs: Mapping[str, Any], nodes: Mapping[str, Any],
     if not jobs:
         return RoundPlan({}, (), "none")
     cur = {k: list(current.get(k, ()) or ()) for k in jobs}
+    # the policies take any hashable key; a Mapping's key type is invariant, so str-keyed
+    # mappings are handed over as Hashable-keyed ones (names stay the keys)
+    by_job: dict[Hashable, JobInfo] = {k: v for k, v in jobs.items()}
+    by_node: dict[Hashable, NodeInfo] = {k: v for k, v in nodes.items()}
+    base: dict[Hashable, Sequence[str]] = {k: v for k, v in cur.items()}
+    desired: int | None
     if isinstance(policy, PolluxPolicy):
         types = {n.accelerator_type for n in nodes.values()}
         if len(types) > 1:
@@ -236,11 +247,11 @@ def plan_round(policy: Any, jobs: Mapping[str, Any], nodes: Mapping[str, Any],
                              f"cluster has {sorted(map(str, types))}; use SiaPolicy")
         big = max(nodes.values(), key=lambda n: n.resources.get(ACCEL, 0))
         template = NodeInfo(dict(big.resources), False, big.accelerator_type)
-        alloc, desired = policy.optimize(jobs, nodes, cur, template)
-        desired = int(desired) if policy.autoscale else None
+        alloc, size = policy.optimize(by_job, by_node, base, template)
+        desired = int(size) if policy.autoscale else None
         name = "pollux"
     elif isinstance(policy, SiaPolicy):
-        alloc = policy.optimize(jobs, nodes, cur)
+        alloc = policy.optimize(by_job, by_node, base)
         desired = None
         name = "sia"
     else:

@@ -54,6 +54,7 @@ from goodput_jax.cluster.spec import JobSpec
 
 if TYPE_CHECKING:
     from goodput_jax.cluster.plan import NodeRecord
+    from goodput_jax.measure.productivity import SchedulingTimeline
 
 __all__ = [
     "ACTIVE",
@@ -181,7 +182,8 @@ class JobRecord:
 
     @classmethod
     def refused(cls, name: str, raw: Any, error: str, now: float) -> JobRecord:
-        """A submission that cannot run: failed at once, with its error."""
+        """A submission that cannot run: failed at once, with its error (``raw``, ``Any``:
+        the submitted JSON as it came, kept when it is a mapping)."""
         rec = cls(name, None, JobStatus.FAILED, error=error, submitted=float(now),
                   finished=float(now), raw_spec=dict(raw) if isinstance(raw, Mapping) else None)
         rec.event(now, "refused", error=error)
@@ -189,7 +191,8 @@ class JobRecord:
 
     # ------------------------------------------------------------------ histories
     def event(self, now: float, what: str, **extra: Any) -> None:
-        """Append an event (the oldest is dropped past :data:`MAX_EVENTS`)."""
+        """Append an event (the oldest is dropped past :data:`MAX_EVENTS`; ``extra``,
+        ``Any``: its JSON fields)."""
         self.events.append({"t": float(now), "what": what, **extra})
         if len(self.events) > MAX_EVENTS:
             drop = len(self.events) - MAX_EVENTS
@@ -387,7 +390,8 @@ class JobRecord:
         return list(self.launches[-1].get("allocation") or [])
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-safe dict (``status`` as its word, ``spec`` as :meth:`JobSpec.to_json`)."""
+        """JSON-safe dict (``status`` as its word, ``spec`` as :meth:`JobSpec.to_json`;
+        ``Any``: JSON values)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["status"] = self.status.value
         out["spec"] = self.spec.to_json() if self.spec is not None else self.raw_spec
@@ -395,7 +399,8 @@ class JobRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], name: str | None = None) -> JobRecord:
-        """Inverse of :meth:`to_json` (also reads version 1's dicts: unknown keys ignored)."""
+        """Inverse of :meth:`to_json` (also reads version 1's dicts: unknown keys ignored;
+        ``Any``: JSON values)."""
         known = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in data.items() if k in known}
         kw["name"] = kw.get("name") or name
@@ -436,7 +441,7 @@ class ClusterState:
     updated: float | None = None
 
     def to_json(self, keep_rounds: int = 200) -> dict[str, Any]:
-        """The file's JSON (the last ``keep_rounds`` rounds)."""
+        """The file's JSON (the last ``keep_rounds`` rounds; ``Any``: JSON values)."""
         return {"version": STATE_VERSION,
                 "jobs": {n: r.to_json() for n, r in self.jobs.items()},
                 "rounds": self.rounds[-keep_rounds:],
@@ -444,7 +449,8 @@ class ClusterState:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> ClusterState:
-        """Parse a saved state (version 1, without a number, or :data:`STATE_VERSION`).
+        """Parse a saved state (version 1, without a number, or :data:`STATE_VERSION`;
+        ``Any``: JSON values).
 
         Raises:
             ValueError: a newer format than this code reads.
@@ -493,22 +499,26 @@ class Launcher(Protocol):
 
     def launch(self, spec: JobSpec, groups: list[Placement], contexts: list[dict],
                log_paths: list[str]) -> Any:
-        """Start one process per :class:`Placement` (rank order); returns a handle."""
+        """Start one process per :class:`Placement` (rank order); returns a handle
+        (``Any``: the launcher's own value)."""
 
     def poll(self, handle: Any) -> tuple[str, Any] | None:
-        """None while running; ``("ok", [results])``; ``("error", (message, system))``."""
+        """None while running; ``("ok", [results])``; ``("error", (message, system))``
+        (``Any``: the launcher's handle; the results or the error's pair)."""
 
     def kill(self, handle: Any) -> None:
-        """Force the launch's processes down and release what it holds."""
+        """Force the launch's processes down and release what it holds (``Any``: the launcher's own handle)."""
 
     def release(self, handle: Any) -> None:
-        """Release what a finished launch holds."""
+        """Release what a finished launch holds (``Any``: the launcher's own handle)."""
 
     def attach(self, name: str, attempt: int, ranks: int) -> Any:
-        """A handle on a launch still running from before a controller restart, or None."""
+        """A handle on a launch still running from before a controller restart, or None
+        (``Any``: the launcher's own handle)."""
 
     def log_tail(self, handle: Any, rank: int) -> str | None:
-        """A running launch's output of ``rank``, read where it runs (None: unreachable)."""
+        """A running launch's output of ``rank``, read where it runs (None: unreachable;
+        ``Any``: the launcher's own handle)."""
 
     def warm(self, nodes: Sequence[NodeRecord]) -> None:
         """Called every tick with the usable nodes (a launcher may keep warm processes)."""
@@ -522,7 +532,7 @@ _PHASE = {"submitted": ("queued", False), "launched": ("running", True),
 _END = ("finished", "failed", "cancelled", "refused")
 
 
-def scheduling_timeline(record: JobRecord, now: float | None = None) -> Any:
+def scheduling_timeline(record: JobRecord, now: float | None = None) -> SchedulingTimeline:
     """The job's wall time as a :class:`~goodput_jax.measure.productivity.SchedulingTimeline`.
 
     Spans from its events: ``queued`` (submitted, before the first launch),
@@ -541,6 +551,8 @@ def scheduling_timeline(record: JobRecord, now: float | None = None) -> Any:
     for ev in record.events:
         t = float(ev["t"])
         what = ev.get("what")
+        if not isinstance(what, str):
+            continue
         if what in _END:
             end = t
             break

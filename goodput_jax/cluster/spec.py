@@ -67,8 +67,9 @@ class JobSpec:
         checkpoint_dir: where it checkpoints (default: in the cluster's state
             directory, ``jobs/NAME/ckpt``).
         store: its goodput store URL (default: ``sqlite:///`` in the job's directory).
-        hooks: keyword arguments for its ``GoodputHooks`` (``init_batch_size`` ...).
-        adaptive: keyword arguments for its ``AdaptiveBatchSize``.
+        hooks: keyword arguments for its ``GoodputHooks`` (``init_batch_size`` ...;
+            ``Any``: JSON values, checked to be JSON-serialisable).
+        adaptive: keyword arguments for its ``AdaptiveBatchSize`` (JSON, as ``hooks``).
         max_retries: crashes retried (with backoff) before the job is marked failed.
         retry_backoff: seconds before the first retry (doubling each retry).
         stop_timeout: seconds a cooperative stop may take before it is forced.
@@ -144,7 +145,7 @@ class JobSpec:
         _int("max_retries", self.max_retries, 0)
         for name in ("retry_backoff", "stop_timeout"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v >= 0:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not float(v) >= 0:
                 raise ValueError(f"{name} ({v!r}) must be a number of seconds >= 0")
 
     @property
@@ -153,7 +154,7 @@ class JobSpec:
         return self.entry_point.endswith(".py")
 
     def to_json(self) -> dict[str, Any]:
-        """The spec as a JSON-safe dict (lists for tuples)."""
+        """The spec as a JSON-safe dict (lists for tuples; ``Any``: JSON values)."""
         out = dataclasses.asdict(self)
         out["args"] = list(self.args)
         out["accelerator_types"] = list(self.accelerator_types)
@@ -161,7 +162,8 @@ class JobSpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobSpec:
-        """Parses :meth:`to_json`; an unknown key is refused by name.
+        """Parses :meth:`to_json` (``Any``: JSON values, each checked as the constructor
+        does); an unknown key is refused by name.
 
         Example:
             >>> JobSpec.from_json({"name": "j", "entry_point": "m:f", "gpus": 2})

@@ -29,7 +29,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from goodput_jax.cluster.spec import JobSpec
 
 __all__ = ["StateDir"]
 
@@ -84,7 +87,7 @@ class StateDir:
     def default_store(self, name: str) -> str:
         return "sqlite:///" + os.path.join(self.job_dir(name), "goodput.db")
 
-    def fill_defaults(self, spec: Any) -> Any:
+    def fill_defaults(self, spec: JobSpec) -> JobSpec:
         """``spec`` with its checkpoint directory and goodput store filled in (the one
         place the defaults are decided: ``jobs/NAME/ckpt`` and ``jobs/NAME/goodput.db``)."""
         import dataclasses
@@ -104,7 +107,7 @@ class StateDir:
 
     @staticmethod
     def write_json(path: str, data: Any) -> None:
-        """Write ``data`` as JSON atomically."""
+        """Write ``data`` as JSON atomically (``Any``: whatever ``json.dump`` takes)."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as fh:
@@ -113,7 +116,8 @@ class StateDir:
 
     @staticmethod
     def read_json(path: str, default: Any = None) -> Any:
-        """The JSON at ``path``, or ``default`` when there is none."""
+        """The JSON at ``path``, or ``default`` when there is none (``Any``: a JSON value,
+        or whatever ``default`` is)."""
         try:
             with open(path) as fh:
                 return json.load(fh)
