@@ -96,14 +96,17 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 class Scenario:
-    def __init__(self, state_dir: str):
+    def __init__(self, state_dir: str, phases: dict):
+        t0 = time.time()
         self.cluster = LocalCluster([("a", 1), ("a", 1), ("a", 1)])
+        phases["cluster"] = time.time() - t0
         self.ctl = start_controller(state_dir, policy="sia", interval=30.0, poll=0.2,
                                     node_grace=8.0, lease=LEASE, spares=False,
                                     precompile=False, precompile_more=False,
                                     compile_cache=False, job_cache=False)
         self.client = ClusterClient(state_dir)
         wait_for(self.client.capacity, 60, "controller wrote the capacity")
+        phases["controller"] = time.time() - t0
         self.beats = os.path.join(state_dir, "beats")
         os.makedirs(self.beats)
         self.client.submit(JobSpec("rk", JOB, args=(self.beats,), min_replicas=1,
@@ -205,11 +208,15 @@ class Scenario:
 
 def main(state_dir: str, out_path: str) -> None:
     t0 = time.time()
-    info: dict = {"lease": LEASE}
-    sc = Scenario(state_dir)
+    info: dict = {"lease": LEASE, "phases": {}}
+    sc = Scenario(state_dir, info["phases"])
     info["up_s"] = time.time() - t0
     info["restart"] = sc.restart_controller()
-    info["cuts"] = [sc.kill_raylet(reap=False), sc.kill_raylet(reap=True)]
+    info["phases"]["restart"] = time.time() - t0
+    info["cuts"] = [sc.kill_raylet(reap=False)]
+    info["phases"]["unreaped"] = time.time() - t0
+    info["cuts"].append(sc.kill_raylet(reap=True))
+    info["phases"]["reaped"] = time.time() - t0
     sc.finish(info)
     info["total_s"] = time.time() - t0
     with open(out_path, "w") as fh:

@@ -80,9 +80,11 @@ def _check_stopped(run, cut) -> list[dict]:
     beats = _after(run["beats"], cut["attempt"], cut["t_kill"])
     assert all(b["t"] - cut["t_kill"] < lease + _period(lease) + MARGIN for b in beats), \
         (beats[-1]["t"] - cut["t_kill"], cut)
-    # the fenced progress log has no more than what the process really did
+    # the progress log (fenced once the new launch starts) has no more than what the
+    # process really did
     progress = _after(run["progress"], cut["attempt"], cut["t_kill"])
     assert len(progress) <= len(beats)
+    assert all(p["t"] - cut["t_kill"] < lease + _period(lease) + MARGIN for p in progress)
     return beats
 
 
