@@ -12,7 +12,8 @@ launch holds a **lease**: a watchdog thread (:class:`Lease`, started by
 target that has not accepted a connection for ``lease`` seconds ends the process and
 every process it started (a data loader's workers, say: :func:`descendants`), after
 one last line in its log saying why. Two launches of one job therefore never
-train at once for longer than the lease (plus one check period).
+train at once for longer than the lease (plus one check period, and one probe's
+timeout where a partition drops packets instead of refusing them).
 
 A listening port accepts connections however busy its process is (the kernel
 completes them), so load does not break a lease; a restarted controller changes
@@ -94,11 +95,17 @@ class Lease:
         return min(1.0, self.lease / 4)
 
     def check(self) -> str | None:
-        """Probe every target once; the reason the lease expired, or None."""
+        """Probe every target once; the reason the lease expired, or None.
+
+        A contact counts from the probe's start, a failure from its end: a probe that
+        waited for its timeout (a network that drops packets) counts against the lease.
+        """
         for t in self.targets:
+            start = self.clock()
+            ok = self.reach(t)
             now = self.clock()
-            if self.reach(t):
-                self.last_ok[t] = now
+            if ok:
+                self.last_ok[t] = start
             elif now - self.last_ok[t] > self.lease:
                 return (f"{t} unreachable for {now - self.last_ok[t]:.1f} s "
                         f"(lease {self.lease:g} s)")

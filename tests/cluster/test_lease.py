@@ -136,3 +136,18 @@ def _context_dummy() -> dict:
                       local_devices=1, accelerator_type="a", nodes=("n0",), checkpoint_dir="",
                       store="", stop_path="/nonexistent/stop",
                       progress_path="/nonexistent/p.jsonl", raylet="127.0.0.1:1").to_json()
+
+
+def test_a_probe_that_times_out_counts_against_the_lease():
+    """A partition that drops packets (no refusal) makes each probe wait for its timeout:
+    that wait counts, so the lease expires at the first probe that ends past it (it
+    expired one probe later, a timeout past that, when the time was read before it)."""
+    t = [0.0]
+
+    def slow_refusal(address: str) -> bool:
+        t[0] += 1.0  # the probe's 1 s timeout
+        return False
+
+    lease = Lease(["10.0.0.1:1"], 2.0, reach=slow_refusal, clock=lambda: t[0])
+    results = [lease.check() for _ in range(3)]
+    assert results == [None, None, "10.0.0.1:1 unreachable for 3.0 s (lease 2 s)"]
