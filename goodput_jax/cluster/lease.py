@@ -9,9 +9,11 @@ devices, the logs and whatever else the job writes are not. So every process of 
 launch holds a **lease**: a watchdog thread (:class:`Lease`, started by
 :func:`~goodput_jax.cluster.runner.run_replica`) connects every ``lease / 4`` seconds
 (at most every second) to its node's raylet and to the cluster's head (its GCS); a
-target that has not accepted a connection for ``lease`` seconds ends the process,
-after one last line in its log saying why. Two launches of one job therefore never
-train at once for longer than the lease (plus one check period).
+target that has not accepted a connection for ``lease`` seconds ends the process and
+every process it started (a data loader's workers, say: :func:`descendants`), after
+one last line in its log saying why. Two launches of one job therefore never
+train at once for longer than the lease (plus one check period, and one probe's
+timeout where a partition drops packets instead of refusing them).
 
 A listening port accepts connections however busy its process is (the kernel
 completes them), so load does not break a lease; a restarted controller changes
@@ -34,13 +36,14 @@ Example:
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-__all__ = ["EXIT_CODE", "Lease", "reachable"]
+__all__ = ["EXIT_CODE", "Lease", "descendants", "reachable"]
 
 #: The exit status of a process whose lease expired.
 EXIT_CODE = 75
@@ -92,11 +95,17 @@ class Lease:
         return min(1.0, self.lease / 4)
 
     def check(self) -> str | None:
-        """Probe every target once; the reason the lease expired, or None."""
+        """Probe every target once; the reason the lease expired, or None.
+
+        A contact counts from the probe's start, a failure from its end: a probe that
+        waited for its timeout (a network that drops packets) counts against the lease.
+        """
         for t in self.targets:
+            start = self.clock()
+            ok = self.reach(t)
             now = self.clock()
-            if self.reach(t):
-                self.last_ok[t] = now
+            if ok:
+                self.last_ok[t] = start
             elif now - self.last_ok[t] > self.lease:
                 return (f"{t} unreachable for {now - self.last_ok[t]:.1f} s "
                         f"(lease {self.lease:g} s)")
@@ -121,13 +130,58 @@ class Lease:
         self._stop.set()
 
 
+def descendants(pid: int | None = None) -> list[int]:
+    """Every process below ``pid`` (this process by default), children first, from
+    ``/proc`` (Linux; elsewhere none). A process that left its parent's tree (a daemon
+    that forked twice) is not among them.
+
+    Example:
+        >>> descendants(2**22 + 1)  # no such process: nothing below it
+        []
+    """
+    root = os.getpid() if pid is None else int(pid)
+    try:
+        names = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    kids: dict[int, list[int]] = {}
+    for p in names:
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+        kids.setdefault(ppid, []).append(int(p))
+    out, todo = [], [root]
+    while todo:
+        below = kids.get(todo.pop(), [])
+        out += below
+        todo += below
+    return out
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every process below this one (again, for any started meanwhile)."""
+    for _ in range(3):
+        pids = descendants()
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # ended meanwhile
+
+
 def end_process(label: str) -> Callable[[str], None]:
     """``on_expire`` that writes ``[goodput_jax.cluster] LABEL: lease expired: WHY; ...``
-    to the process's output and ends the process (exit status :data:`EXIT_CODE`)."""
+    to the process's output and ends the process (exit status :data:`EXIT_CODE`) and
+    every process below it (SIGKILL: a fence, not a request)."""
     def expire(why: str) -> None:
         print(f"[goodput_jax.cluster] {label}: lease expired: {why}; this launch stops "
               f"itself (a newer launch may run elsewhere)", flush=True)
         sys.stderr.flush()
+        _kill_descendants()
         os._exit(EXIT_CODE)
 
     return expire

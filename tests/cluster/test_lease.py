@@ -20,9 +20,13 @@ from goodput_jax.cluster.context import JobContext
 from goodput_jax.cluster.lease import EXIT_CODE, Lease, reachable
 
 JOB = """
-import time
+import subprocess, sys, time
 from goodput_jax.cluster import job_context
 ctx = job_context()
+# a child, as a data loader's worker: it idles until killed
+child = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.5)"])
+with open(sys.argv[1], "w") as fh:
+    fh.write(str(child.pid))
 step = 0
 deadline = time.time() + 60
 while time.time() < deadline:
@@ -38,13 +42,22 @@ print(json.dumps(run_replica(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]))
 """
 
 
-def _context(tmp_path, lease: float, raylet: str) -> dict:
+def _context(tmp_path, lease: float, raylet: str, args: tuple = ()) -> dict:
     return JobContext(job="j", attempt=0, rank=0, num_processes=1, coordinator=None,
                       local_devices=1, accelerator_type="a", nodes=("n0",),
                       checkpoint_dir=str(tmp_path / "ckpt"), store="",
                       stop_path=str(tmp_path / "stop"),
                       progress_path=str(tmp_path / "progress.jsonl"), lease=lease,
-                      raylet=raylet).to_json()
+                      raylet=raylet, args=args).to_json()
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie (nobody reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def _records(tmp_path) -> list[dict]:
@@ -61,8 +74,9 @@ def test_a_process_that_loses_its_raylet_stops_itself_within_the_lease(tmp_path)
     script.write_text(JOB)
     log = tmp_path / "job.log"
     lease = 1.0
+    child_pid = tmp_path / "child.pid"
     proc = subprocess.Popen([sys.executable, "-c", RUN,
-                             json.dumps(_context(tmp_path, lease, address)), str(script),
+                             json.dumps(_context(tmp_path, lease, address, (str(child_pid),))), str(script),
                              str(log)])
     try:
         deadline = time.monotonic() + 60
@@ -78,6 +92,12 @@ def test_a_process_that_loses_its_raylet_stops_itself_within_the_lease(tmp_path)
         if proc.poll() is None:
             proc.kill()
     assert rc == EXIT_CODE
+    # its processes with it: the child it started is gone too
+    child = int(child_pid.read_text())
+    deadline = time.monotonic() + 10
+    while not _ended(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _ended(child), f"the launch's child {child} outlived its lease"
     lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
     assert "lease expired" in lines[-1] and address in lines[-1], lines[-3:]
     after = [r for r in _records(tmp_path) if r["t"] > t_kill]
@@ -116,3 +136,18 @@ def _context_dummy() -> dict:
                       local_devices=1, accelerator_type="a", nodes=("n0",), checkpoint_dir="",
                       store="", stop_path="/nonexistent/stop",
                       progress_path="/nonexistent/p.jsonl", raylet="127.0.0.1:1").to_json()
+
+
+def test_a_probe_that_times_out_counts_against_the_lease():
+    """A partition that drops packets (no refusal) makes each probe wait for its timeout:
+    that wait counts, so the lease expires at the first probe that ends past it (it
+    expired one probe later, a timeout past that, when the time was read before it)."""
+    t = [0.0]
+
+    def slow_refusal(address: str) -> bool:
+        t[0] += 1.0  # the probe's 1 s timeout
+        return False
+
+    lease = Lease(["10.0.0.1:1"], 2.0, reach=slow_refusal, clock=lambda: t[0])
+    results = [lease.check() for _ in range(3)]
+    assert results == [None, None, "10.0.0.1:1 unreachable for 3.0 s (lease 2 s)"]
