@@ -17,15 +17,16 @@ the device in the loop (``jnp.asarray``); short (~2 ms) and long (~20 ms) steps;
 loader (``time.sleep`` stalls, queued); a checkpoint-like save (``device_get`` of the
 state + Python) with queued steps; a scanned program (``lax.scan`` of 4 layers), queued.
 
-The loaded arm runs the same shapes beside ``python -c "while True: pass"`` started here and
-killed after. ``--switch S`` sets ``sys.setswitchinterval(S)`` for the whole run (a
+The loaded arms run the same shapes beside ``python -c "while True: pass"`` started here and
+killed after. The ``-si`` arms record with ``StepRecorder(switch_interval=SI)`` (1e-4 s by
+default: the recorder shortens the interpreter's switch interval while it watches, opt-in). ``--switch S`` sets ``sys.setswitchinterval(S)`` for the whole run (a
 diagnostic of the GIL hand-over only: the recorder must not need it).
 
 Targets (issue 44): goodput within 1 pp and step time within 3 % of the truth.
 
 Usage:
     python benchmarks/step_truth_bench.py [--quick] [--steps N] [--only NAME,...]
-        [--arms quiet,loaded] [--switch S]
+        [--arms quiet,loaded,quiet-si,loaded-si] [--si SI] [--switch S] [--per-step]
 """
 
 from __future__ import annotations
@@ -177,8 +178,10 @@ def trace_step_ends(trace_dir: str, n: int, dispatch: list[float]) -> list[float
     return best
 
 
-def run_shape(shape: Shape, size: int, steps: int, tmp: str) -> dict:
-    """One shape, recorded, under a trace; returns the errors against the truth."""
+def run_shape(shape: Shape, size: int, steps: int, tmp: str,
+              switch_interval: float | None = None) -> dict:
+    """One shape, recorded (``StepRecorder(switch_interval=...)``), under a trace; returns
+    the errors against the truth."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -198,13 +201,13 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str) -> dict:
     db = os.path.join(tmp, f"{shape.name}.db")
     store = SQLiteStore(db)
     rec = goodput.GoodputRecorder(shape.name, shape.name, logging_enabled=True, store=store)
-    steps_rec = runtime.StepRecorder(rec, compile_times=False)
+    steps_rec = runtime.StepRecorder(rec, compile_times=False, switch_interval=switch_interval)
     recorded = steps_rec.wrap(train_step)
     trace_dir = os.path.join(tmp, f"trace-{shape.name}")
     now = time.time
     jax.profiler.start_trace(trace_dir, profiler_options=trace_options())
     rec.record_job_start_time()
-    dispatch = []
+    dispatch, returned = [], []
     prev = None
     for i in range(steps):
         if shape.save_every and i and i % shape.save_every == 0:
@@ -221,6 +224,7 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str) -> dict:
             batch = jnp.asarray(big)[:size]  # the host-to-device copy of a sizeable batch
         dispatch.append(now())
         w, m = recorded(i, w, batch)
+        returned.append(now())
         if shape.sync == "after":
             float(m["loss"])
         elif shape.sync == "late":
@@ -258,17 +262,23 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str) -> dict:
             "lag_med_us": lag[len(lag) // 2], "lag_p90_us": lag[int(0.9 * len(lag))],
             "lag_max_us": lag[-1], "hook": steps_rec.hook_claims,
             "ready": steps_rec.ready_claims, "span": steps_rec.span_claims,
-            "observed": steps_rec.observed, "steps": steps}
+            "observed": steps_rec.observed, "steps": steps,
+            "call_us": [round(1e6 * (r - d)) for d, r in zip(dispatch, returned, strict=True)],
+            "ret_lag_us": [round(1e6 * (r - e)) for r, e in zip(returned, true_end, strict=True)],
+            "lags_us": [round(1e6 * (seen[i] - true_end[i])) if i in seen else None
+                        for i in range(steps)]}
 
 
-def run_arm(shapes, sizes: dict, steps: int, loaded: bool) -> list[dict]:
+def run_arm(shapes, sizes: dict, steps: int, loaded: bool,
+            switch_interval: float | None = None) -> list[dict]:
     from tests.runtime._helpers import CpuBurner
 
     out = []
     with CpuBurner() if loaded else contextlib.nullcontext(), \
             tempfile.TemporaryDirectory() as tmp:
         for shape in shapes:
-            r = run_shape(shape, sizes[(shape.step_ms, shape.scan)], steps, tmp)
+            r = run_shape(shape, sizes[(shape.step_ms, shape.scan)], steps, tmp,
+                          switch_interval)
             r["load"] = os.getloadavg()[0]
             out.append(r)
     return out
@@ -292,7 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="30 steps per shape")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--only", default="", help="comma-separated shape names")
-    p.add_argument("--arms", default="quiet,loaded")
+    p.add_argument("--arms", default="quiet,loaded,quiet-si,loaded-si",
+                   help="quiet / loaded (beside a CPU burner); -si: StepRecorder("
+                        "switch_interval=SI)")
+    p.add_argument("--si", type=float, default=1e-4,
+                   help="the switch_interval of the -si arms (seconds)")
+    p.add_argument("--per-step", action="store_true",
+                   help="print each step's recorded device end minus the trace's (us)")
     p.add_argument("--switch", type=float, default=None,
                    help="sys.setswitchinterval for the run (diagnostic only)")
     args = p.parse_args(argv)
@@ -311,8 +327,14 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{k[0]:g} ms{' scan' if k[1] else ''}: {v}" for k, v in sizes.items()))
     all_rows = []
     for arm in args.arms.split(","):
-        rows = run_arm(shapes, sizes, steps, arm == "loaded")
-        print_table(rows, "quiet" if arm == "quiet" else "beside a CPU burner")
+        si = args.si if arm.endswith("-si") else None
+        rows = run_arm(shapes, sizes, steps, arm.startswith("loaded"), si)
+        print_table(rows, ("quiet" if arm.startswith("quiet") else "beside a CPU burner")
+                    + (f", StepRecorder(switch_interval={si:g})" if si else
+                       ", StepRecorder() (default)"))
+        if args.per_step:
+            for r in rows:
+                print(f"  {r['shape']}: {r['lags_us']}")
         all_rows += rows
     worst_pp = max(abs(r["pp"]) for r in all_rows)
     worst_st = max(abs(r["step_pct"]) for r in all_rows)

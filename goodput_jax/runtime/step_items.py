@@ -51,6 +51,32 @@ _HOOK_NEEDLESS = 8
 _getprofile, _setprofile = sys.getprofile, sys.setprofile
 #: StepRecorders whose watcher runs (started at the first tracked step, dropped at close)
 _WATCHING: weakref.WeakSet = weakref.WeakSet()
+#: the longest switch interval ``StepRecorder(switch_interval=...)`` accepts: Python's default
+#: (a longer one only delays every observation more)
+_SWITCH_MAX = 0.005
+
+
+def _set_switch(switch: list) -> None:
+    """Apply ``switch[0]`` (``StepRecorder(switch_interval=...)``) as the interpreter's switch
+    interval where it is shorter than the current one; remember what it replaced."""
+    wanted = switch[0]
+    if wanted is None or switch[1] is not None:
+        return
+    old = sys.getswitchinterval()
+    if wanted < old:
+        sys.setswitchinterval(wanted)
+        switch[1], switch[2] = sys.getswitchinterval(), old
+
+
+def _restore_switch(switch: list) -> None:
+    """Put back the switch interval :func:`_set_switch` replaced, unless someone changed it
+    since (their value stays)."""
+    ours, old = switch[1], switch[2]
+    switch[1] = None
+    if ours is not None and old is not None and sys.getswitchinterval() == ours:
+        sys.setswitchinterval(old)
+
+
 #: finish() checks this often whether the watcher it waits on is still alive
 _FINISH_POLL_S = 0.5
 
@@ -182,6 +208,7 @@ class StepState:
         "_slow_starts",
         "_span_listener",
         "_start_step",
+        "_switch",
         "_thread",
         "_warned",
         "_warned_program",
@@ -234,6 +261,9 @@ class StepState:
     _slow_starts: int
     _span_listener: Callable[[], None]
     _start_step: Callable[..., None]
+    #: ``[wanted, set, previous]``: the switch interval asked for (None: leave it), the one
+    #: this recorder set while its watcher runs (None: none set) and the one it replaced
+    _switch: list[float | None]
     _thread: threading.Thread | None
     _warned: bool
     _warned_program: bool
