@@ -19,8 +19,9 @@ state + Python) with queued steps; a scanned program (``lax.scan`` of 4 layers),
 
 The loaded arms run the same shapes beside ``python -c "while True: pass"`` started here and
 killed after. The ``-si`` arms record with ``StepRecorder(switch_interval=SI)`` (1e-4 s by
-default: the recorder shortens the interpreter's switch interval while it watches, opt-in). ``--switch S`` sets ``sys.setswitchinterval(S)`` for the whole run (a
-diagnostic of the GIL hand-over only: the recorder must not need it).
+default: the recorder shortens the interpreter's switch interval while it watches, opt-in).
+``--switch S`` sets ``sys.setswitchinterval(S)`` for the whole run (a diagnostic of the GIL
+hand-over only).
 
 Targets (issue 44): goodput within 1 pp and step time within 3 % of the truth.
 
@@ -157,7 +158,7 @@ def trace_step_ends(trace_dir: str, n: int, dispatch: list[float]) -> list[float
     groups: dict[Any, list[tuple[int, float]]] = {}
     # run ids of one program count up by one per run: a program's runs form a run of ids
     for rid, t in sorted(marks):
-        for key, g in groups.items():
+        for g in groups.values():
             if g[-1][0] == rid - 1:
                 g.append((rid, t))
                 break
