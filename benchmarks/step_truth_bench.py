@@ -54,7 +54,8 @@ class Shape:
     bookkeeping), "lagged" (the previous step's loss after the dispatch), "none" (queued
     steps, one wait at the end); ``h2d``: a numpy batch copied in the loop; ``step_ms``;
     ``stall_every``/``stall_ms``: a ``time.sleep`` stall; ``save_every``: a checkpoint-like
-    save; ``scan``: the step is a ``lax.scan`` of its layers."""
+    save; ``scan``: the step is a ``lax.scan`` of its layers; ``span``: the loader inside
+    ``with rec.data_loading():`` (False: the loop tells the recorder only its steps)."""
 
     name: str
     py_ms: float = 6.0
@@ -66,6 +67,7 @@ class Shape:
     stall_ms: float = 0.0
     save_every: int = 0
     scan: bool = False
+    span: bool = True
 
 
 SHAPES = (
@@ -73,7 +75,9 @@ SHAPES = (
     Shape(name="py6-sync", py_ms=6.0),
     Shape(name="py15-sync", py_ms=15.0),
     Shape(name="py6-sync-late", py_ms=6.0, sync="late", post_ms=1.0),
+    Shape(name="py6-sync-nospan", py_ms=6.0, span=False),
     Shape(name="py6-lagged", py_ms=6.0, sync="lagged"),
+    Shape(name="py15-lagged", py_ms=15.0, sync="lagged"),
     Shape(name="py6-queued", py_ms=3.0, sync="none"),
     Shape(name="py6-h2d-sync", py_ms=6.0, h2d=True),
     Shape(name="short2-py6-sync", py_ms=6.0, step_ms=2.0),
@@ -216,7 +220,7 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str,
             jax.device_get(w)  # waits for the queued steps, then copies
             py_load(0.003)
             rec.record_checkpoint_save_end_time(i)
-        with rec.data_loading():
+        with rec.data_loading() if shape.span else contextlib.nullcontext():
             py_load(shape.py_ms / 1e3)
             if shape.stall_every and i % shape.stall_every == shape.stall_every - 1:
                 time.sleep(shape.stall_ms / 1e3)
