@@ -131,8 +131,8 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
 
     Where no thread observes readiness promptly (a loader that holds the GIL
     while the device finishes, and a loop that never waits for its steps), a
-    device end is recorded when the watcher next gets the GIL, or at the next
-    ``start``: late by up to the Python work in between.
+    device end is recorded when the watcher next gets the GIL: late by up to
+    Python's switch interval (5 ms by default; ``switch_interval`` bounds it).
 
     Args:
         recorder: the :class:`~goodput_jax.measure.recorder.GoodputRecorder`
