@@ -197,7 +197,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
                 or not 0 < switch_interval <= _SWITCH_MAX):
             raise ValueError(f"switch_interval ({switch_interval!r}) must be None or a number "
                              f"of seconds in (0, {_SWITCH_MAX}]")
-        self._switch = [None if switch_interval is None else float(switch_interval), None, None]
+        self._switch = [None if switch_interval is None else float(switch_interval), None]
         self._enabled = bool(recorder.logging_enabled)
         #: whether this StepRecorder attached the recorder for compile times (then
         #: :meth:`close` detaches it: a compile after the loop is not the job's)

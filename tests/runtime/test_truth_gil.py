@@ -86,6 +86,27 @@ def test_switch_interval_left_alone_by_default_and_when_changed_meanwhile(tmp_pa
         sys.setswitchinterval(2.0)
 
 
+def test_switch_interval_held_until_the_last_recorder_closes(tmp_path, long_switch):
+    """Two StepRecorders with the option: the first to close leaves the interval to the one
+    still watching; the last puts back the user's."""
+    step_fn, w, x = queued_step(size=64, depth=1)
+    recs, steps = [], []
+    for k in range(2):
+        recs.append(goodput.GoodputRecorder(f"gil{k}", "gil", logging_enabled=True,
+                                            store=f"sqlite:///{tmp_path / f'{k}.db'}"))
+        steps.append(runtime.StepRecorder(recs[k], compile_times=False,
+                                          switch_interval=1e-3 * (k + 1)))
+        steps[k](0, step_fn, w, x)
+        steps[k](1, step_fn, w, x)
+    assert sys.getswitchinterval() == pytest.approx(1e-3)
+    steps[0].close()
+    assert sys.getswitchinterval() == pytest.approx(1e-3)
+    steps[1].close()
+    assert sys.getswitchinterval() == 2.0
+    for r in recs:
+        r.close()
+
+
 @pytest.mark.parametrize("bad", [0, -1e-3, 0.006, True, "1e-3"])
 def test_switch_interval_validated(bad):
     with pytest.raises(ValueError, match=r"^switch_interval \(.*\) must be None or a number"):
