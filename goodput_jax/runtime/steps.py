@@ -151,7 +151,8 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         peak_table: entries that extend or override the published peak table.
         switch_interval: seconds; while the watcher runs (from the first tracked step to
             :meth:`close`), the interpreter's switch interval (``sys.setswitchinterval``,
-            process-wide) is at most this, then put back (unless changed meanwhile). Opt-in:
+            process-wide) is at most this; the last such recorder to close puts the old
+            one back (unless changed meanwhile). Opt-in:
             where the training thread runs Python holding the GIL (a Python-heavy loader)
             while the device finishes a step that no thread waits for on the training thread
             (the loss synced a step late, queued steps), the watcher sees the end only when
