@@ -46,6 +46,9 @@ alternate between the arms and end with ``block_until_ready``:
   slows the recorder's own observation), on a quiet machine and beside a process that burns
   a core. Targets (issue 35): goodput within 1 pp, step time within 3 %. The load average is
   printed beside each: on a shared machine "quiet" is only as quiet as the others let it be.
+  The same comparison over the loop shapes that matter (Python per batch, the sync point, a
+  host-to-device copy, step length, stalls, a save, a scanned step; with and without
+  ``StepRecorder(switch_interval=...)``): ``benchmarks/step_truth_bench.py``.
 
 Prints one table with the device and versions. Absolute times depend on the machine and
 on other load; the ratios are measured side by side.

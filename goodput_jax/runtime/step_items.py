@@ -51,6 +51,46 @@ _HOOK_NEEDLESS = 8
 _getprofile, _setprofile = sys.getprofile, sys.setprofile
 #: StepRecorders whose watcher runs (started at the first tracked step, dropped at close)
 _WATCHING: weakref.WeakSet = weakref.WeakSet()
+#: the longest switch interval ``StepRecorder(switch_interval=...)`` accepts: Python's default
+#: (a longer one only delays every observation more)
+_SWITCH_MAX = 0.005
+
+
+#: the StepRecorders that hold a shortened switch interval (``StepRecorder(switch_interval=
+#: ...)``), the interval to put back when the last lets go, and the one they set
+_SWITCH_HELD: list = [0, None, None]
+
+
+def _set_switch(switch: list) -> None:
+    """Apply ``switch[0]`` (``StepRecorder(switch_interval=...)``) as the interpreter's switch
+    interval where it is shorter than the current one, and hold it (``switch[1]``) until
+    :func:`_restore_switch`; the first holder remembers the interval to put back."""
+    wanted = switch[0]
+    if wanted is None or switch[1] is not None:
+        return
+    held = _SWITCH_HELD
+    cur = sys.getswitchinterval()
+    if not held[0]:
+        held[1] = cur
+    if wanted < cur:
+        sys.setswitchinterval(wanted)
+    held[0] += 1
+    held[2] = sys.getswitchinterval()
+    switch[1] = True
+
+
+def _restore_switch(switch: list) -> None:
+    """Let go of the switch interval :func:`_set_switch` held; the last holder puts back the
+    interval it replaced, unless someone changed it since (their value stays)."""
+    if switch[1] is None:
+        return
+    switch[1] = None
+    held = _SWITCH_HELD
+    held[0] -= 1
+    if not held[0] and held[1] is not None and sys.getswitchinterval() == held[2]:
+        sys.setswitchinterval(held[1])
+
+
 #: finish() checks this often whether the watcher it waits on is still alive
 _FINISH_POLL_S = 0.5
 
@@ -182,6 +222,7 @@ class StepState:
         "_slow_starts",
         "_span_listener",
         "_start_step",
+        "_switch",
         "_thread",
         "_warned",
         "_warned_program",
@@ -234,6 +275,9 @@ class StepState:
     _slow_starts: int
     _span_listener: Callable[[], None]
     _start_step: Callable[..., None]
+    #: ``[wanted, held]``: the switch interval asked for (None: leave it), and whether this
+    #: recorder holds it (from the watcher's start to close; None: not)
+    _switch: list[Any]
     _thread: threading.Thread | None
     _warned: bool
     _warned_program: bool

@@ -23,6 +23,8 @@ from goodput_jax.runtime.step_items import (
     _getprofile,
     _Item,
     _ready,
+    _restore_switch,
+    _set_switch,
     _setprofile,
     _time,
     _wait_ready,
@@ -47,9 +49,11 @@ def _watch_loop(ref: Callable[[], StepRecorder | None], wait_for_work: Callable[
 
 
 def _finalize(pending: collections.deque, sem: queue.SimpleQueue, att: Any,
-              callback: Callable[[], None] | None, own_att: list) -> None:
+              callback: Callable[[], None] | None, own_att: list, switch: list) -> None:
     """A StepRecorder collected without :meth:`StepRecorder.close`: stop its watcher, leave
-    its attachment, and detach the attachment it made (holds none of the StepRecorder)."""
+    its attachment, detach the attachment it made and put back the switch interval it set
+    (holds none of the StepRecorder)."""
+    _restore_switch(switch)
     pending.append(_STOP)
     sem.put(None)
     if att is not None:
@@ -191,6 +195,7 @@ class StepWatching(StepState):
 
 
     def _start_thread(self) -> None:
+        _set_switch(self._switch)  # StepRecorder(switch_interval=...): while the watcher runs
         # the thread holds this StepRecorder weakly (between steps): one the loop dropped
         # without close() is collected, and its finalizer stops the thread
         self._thread = threading.Thread(target=_watch_loop, name="goodput-step-watcher",

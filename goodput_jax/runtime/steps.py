@@ -65,10 +65,12 @@ from goodput_jax.runtime.step_items import (  # noqa: F401 - tests read them her
     _INF,
     _START,
     _STOP,
+    _SWITCH_MAX,
     _WATCHING,
     _getprofile,
     _Item,
     _Marker,
+    _restore_switch,
     _setprofile,
     _time,
 )
@@ -129,8 +131,8 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
 
     Where no thread observes readiness promptly (a loader that holds the GIL
     while the device finishes, and a loop that never waits for its steps), a
-    device end is recorded when the watcher next gets the GIL, or at the next
-    ``start``: late by up to the Python work in between.
+    device end is recorded when the watcher next gets the GIL: late by up to
+    Python's switch interval (5 ms by default; ``switch_interval`` bounds it).
 
     Args:
         recorder: the :class:`~goodput_jax.measure.recorder.GoodputRecorder`
@@ -147,6 +149,20 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
             table does not know (a CPU) a measured peak is probed once per process.
         peak: the device's peak to record instead of the table's or a measured one.
         peak_table: entries that extend or override the published peak table.
+        switch_interval: seconds; while the watcher runs (from the first tracked step to
+            :meth:`close`), the interpreter's switch interval (``sys.setswitchinterval``,
+            process-wide) is at most this; the last such recorder to close puts the old
+            one back (unless changed meanwhile). Opt-in:
+            where the training thread runs Python holding the GIL (a Python-heavy loader)
+            while the device finishes a step that no thread waits for on the training thread
+            (the loss synced a step late, queued steps), the watcher sees the end only when
+            the training thread lets go of the GIL: after Python's switch interval (5 ms by
+            default) at the latest, so such device ends are late by up to that much
+            (``benchmarks/step_truth_bench.py``); ``1e-4`` bounds that lag at about 0.1 ms
+            on a machine with a free core, at the price of a GIL hand-over every 0.1 ms
+            between threads that both run Python (a few % for CPU-bound Python threads
+            that contend; one hand-over per step with the watcher alone). None (the
+            default) leaves the interval alone.
 
     Attributes:
         tracked: steps handed over (counted by the watcher as it takes them; exact once
@@ -174,8 +190,15 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
 
     def __init__(self, recorder: StepRecording, *, compile_times: bool = True,
                  program_costs: bool = True, peak: DevicePeak | None = None,
-                 peak_table: dict[str, DevicePeak] | None = None):
+                 peak_table: dict[str, DevicePeak] | None = None,
+                 switch_interval: float | None = None):
         self.recorder: StepRecording = require(recorder, StepRecording)
+        if switch_interval is not None and (
+                type(switch_interval) not in (int, float)
+                or not 0 < switch_interval <= _SWITCH_MAX):
+            raise ValueError(f"switch_interval ({switch_interval!r}) must be None or a number "
+                             f"of seconds in (0, {_SWITCH_MAX}]")
+        self._switch = [None if switch_interval is None else float(switch_interval), None]
         self._enabled = bool(recorder.logging_enabled)
         #: whether this StepRecorder attached the recorder for compile times (then
         #: :meth:`close` detaches it: a compile after the loop is not the job's)
@@ -258,7 +281,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         self.span_claims = 0
         self._span_listener = self._span_poll_listener()
         fin = weakref.finalize(self, _finalize, self._pending, self._sem, self._att,
-                               self._compile_cb, self._own_att)
+                               self._compile_cb, self._own_att, self._switch)
         fin.atexit = False  # at exit the daemon watcher simply ends, as the recorder flushes
 
     def start(self, step: int) -> None:
@@ -533,6 +556,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         self._thread.join(timeout)
         self._thread = None
         _WATCHING.discard(self)
+        _restore_switch(self._switch)
 
     def __enter__(self) -> Self:
         return self

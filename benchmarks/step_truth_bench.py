@@ -1,0 +1,353 @@
+"""StepRecorder against a profiler's truth, loop shape by loop shape, quiet and beside a burner.
+
+Each loop shape runs a real jitted step recorded with ``steps.wrap`` (a GoodputRecorder
+writing to SQLite) under a ``jax.profiler`` trace (the XLA runtime's events, no Python
+tracer). The truth is the SAME recorded events with each ``STEP_DEVICE_END`` replaced by the
+trace's end of that step's execution (the ``ThunkExecutor::Execute`` completion event of
+the step program's k-th run, by ``run_id``), read by the same calculator: the difference is
+only the recorder's observation of the device ends (the spans and the step starts are the
+loop's own). Reported per shape: goodput error (pp), step-time error (% of the mean step
+time, steps >= 1), and the recorded device end minus the trace's (median, p90, max, in us:
+how late the recorder saw each step).
+
+Shapes (``SHAPES``): Python work per batch holding the GIL (1, 6, 15 ms) with
+``float(loss)`` right after the step; the sync after 1 ms of bookkeeping, the sync of the
+previous step's loss (lagged), no sync (queued steps); a sizeable numpy batch copied to
+the device in the loop (``jnp.asarray``); short (~2 ms) and long (~20 ms) steps; a stalling
+loader (``time.sleep`` stalls, queued); a checkpoint-like save (``device_get`` of the
+state + Python) with queued steps; a scanned program (``lax.scan`` of 4 layers), queued.
+
+The loaded arms run the same shapes beside ``python -c "while True: pass"`` started here and
+killed after. The ``-si`` arms record with ``StepRecorder(switch_interval=SI)`` (1e-4 s by
+default: the recorder shortens the interpreter's switch interval while it watches, opt-in).
+``--switch S`` sets ``sys.setswitchinterval(S)`` for the whole run (a diagnostic of the GIL
+hand-over only).
+
+Targets (issue 44): goodput within 1 pp and step time within 3 % of the truth.
+
+Usage:
+    python benchmarks/step_truth_bench.py [--quick] [--steps N] [--only NAME,...]
+        [--arms quiet,loaded,quiet-si,loaded-si] [--si SI] [--switch S] [--per-step]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import glob
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Shape:
+    """One loop shape: ``py_ms`` of Python per batch holding the GIL; ``sync``: "after"
+    (``float(loss)`` right after the step), "late" (after ``post_ms`` of Python
+    bookkeeping), "lagged" (the previous step's loss after the dispatch), "none" (queued
+    steps, one wait at the end); ``h2d``: a numpy batch copied in the loop; ``step_ms``;
+    ``stall_every``/``stall_ms``: a ``time.sleep`` stall; ``save_every``: a checkpoint-like
+    save; ``scan``: the step is a ``lax.scan`` of its layers; ``span``: the loader inside
+    ``with rec.data_loading():`` (False: the loop tells the recorder only its steps)."""
+
+    name: str
+    py_ms: float = 6.0
+    sync: str = "after"
+    post_ms: float = 0.0
+    h2d: bool = False
+    step_ms: float = 5.0
+    stall_every: int = 0
+    stall_ms: float = 0.0
+    save_every: int = 0
+    scan: bool = False
+    span: bool = True
+
+
+SHAPES = (
+    Shape(name="py1-sync", py_ms=1.0),
+    Shape(name="py6-sync", py_ms=6.0),
+    Shape(name="py15-sync", py_ms=15.0),
+    Shape(name="py6-sync-late", py_ms=6.0, sync="late", post_ms=1.0),
+    Shape(name="py6-sync-nospan", py_ms=6.0, span=False),
+    Shape(name="py6-lagged", py_ms=6.0, sync="lagged"),
+    Shape(name="py15-lagged", py_ms=15.0, sync="lagged"),
+    Shape(name="py6-queued", py_ms=3.0, sync="none"),
+    Shape(name="py6-h2d-sync", py_ms=6.0, h2d=True),
+    Shape(name="short2-py6-sync", py_ms=6.0, step_ms=2.0),
+    Shape(name="long20-py6-sync", py_ms=6.0, step_ms=20.0),
+    Shape(name="stall-queued", py_ms=0.5, sync="none", stall_every=5, stall_ms=20.0),
+    Shape(name="save-queued", py_ms=1.0, sync="none", save_every=10),
+    Shape(name="scan-queued", py_ms=1.0, sync="none", scan=True),
+)
+
+
+def make_step(size: int, scan: bool):
+    import jax
+    import jax.numpy as jnp
+
+    if scan:
+        @jax.jit
+        def train_step(w, x):
+            def layer(h, wl):
+                return jnp.tanh(h @ wl), None
+
+            h, _ = jax.lax.scan(layer, x, w)
+            loss = jnp.mean(h ** 2)
+            return w - 1e-3 * loss * w, {"loss": loss}
+    else:
+        @jax.jit
+        def train_step(w, x):
+            h = x
+            for _ in range(4):
+                h = jnp.tanh(h @ w)
+            loss = jnp.mean(h ** 2)
+            return w - 1e-3 * loss * w, {"loss": loss}
+    return train_step
+
+
+def init_state(size: int, scan: bool):
+    import jax.numpy as jnp
+
+    w = jnp.eye(size, dtype=jnp.float32) * 0.5
+    return jnp.stack([w] * 4) if scan else w
+
+
+def pick_size(step_ms: float, scan: bool = False) -> int:
+    """The matrix size (a multiple of 32) whose step takes about ``step_ms`` here."""
+    import jax
+    import numpy as np
+
+    size = 256
+    for _ in range(3):
+        step = make_step(size, scan)
+        w = init_state(size, scan)
+        x = np.random.default_rng(0).normal(size=(size, size)).astype("float32")
+        jax.block_until_ready(step(w, x))
+        t = time.perf_counter()
+        for _ in range(6):
+            w, _m = step(w, x)
+        jax.block_until_ready(w)
+        dt = (time.perf_counter() - t) / 6
+        size = max(32, round(size * (step_ms / 1e3 / dt) ** (1 / 3) / 32) * 32)
+    return size
+
+
+def trace_step_ends(trace_dir: str, n: int, dispatch: list[float]) -> list[float]:
+    """The trace's end of each of the ``n`` step executions (UTC seconds): the completion
+    events (``ThunkExecutor::Execute``) grouped by program run, the group of ``n`` runs that
+    each end after their step's dispatch and last longest after it."""
+    from jax.profiler import ProfileData
+
+    paths = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
+    pd = ProfileData.from_file(paths[0])
+    t0 = None
+    marks: list[tuple[int, float]] = []
+    for plane in pd.planes:
+        if plane.name == "Task Environment":
+            t0 = dict(plane.stats)["profile_start_time"]
+    for plane in pd.planes:
+        if plane.name.startswith("/host:CPU") or plane.name.startswith("/device:"):
+            for line in plane.lines:
+                for e in line.events:
+                    if e.name.startswith("ThunkExecutor::Execute"):
+                        rid = dict(e.stats).get("run_id")
+                        marks.append((rid, (t0 + e.start_ns + e.duration_ns) / 1e9))
+    groups: dict[Any, list[tuple[int, float]]] = {}
+    # run ids of one program count up by one per run: a program's runs form a run of ids
+    for rid, t in sorted(marks):
+        for g in groups.values():
+            if g[-1][0] == rid - 1:
+                g.append((rid, t))
+                break
+        else:
+            groups[rid] = [(rid, t)]
+    best, best_score = None, -1.0
+    for g in groups.values():
+        if len(g) < n:
+            continue
+        ends = [t for _, t in g[-n:]]
+        if any(e < d for e, d in zip(ends, dispatch, strict=True)):
+            continue
+        score = sum(e - d for e, d in zip(ends, dispatch, strict=True))
+        if score > best_score:
+            best, best_score = ends, score
+    if best is None:
+        raise RuntimeError(f"no program with {n} runs after their dispatch in the trace")
+    return best
+
+
+def run_shape(shape: Shape, size: int, steps: int, tmp: str,
+              switch_interval: float | None = None) -> dict:
+    """One shape, recorded (``StepRecorder(switch_interval=...)``), under a trace; returns
+    the errors against the truth."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.measure.calculator import GoodputCalculator
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+    from tests.runtime._helpers import py_load, trace_options
+
+    train_step = make_step(size, shape.scan)
+    w = init_state(size, shape.scan)
+    rows = 4 * size if shape.h2d else size
+    xb = np.random.default_rng(0).normal(size=(size, size)).astype("float32")
+    big = np.random.default_rng(1).normal(size=(rows, size)).astype("float32")
+    jax.block_until_ready(train_step(w, jnp.asarray(xb)))
+    jax.block_until_ready(jnp.asarray(big))
+    db = os.path.join(tmp, f"{shape.name}.db")
+    store = SQLiteStore(db)
+    rec = goodput.GoodputRecorder(shape.name, shape.name, logging_enabled=True, store=store)
+    steps_rec = runtime.StepRecorder(rec, compile_times=False, switch_interval=switch_interval)
+    recorded = steps_rec.wrap(train_step)
+    trace_dir = os.path.join(tmp, f"trace-{shape.name}")
+    now = time.time
+    jax.profiler.start_trace(trace_dir, profiler_options=trace_options())
+    rec.record_job_start_time()
+    dispatch, returned = [], []
+    prev = None
+    for i in range(steps):
+        if shape.save_every and i and i % shape.save_every == 0:
+            rec.record_checkpoint_save_start_time(i)
+            jax.device_get(w)  # waits for the queued steps, then copies
+            py_load(0.003)
+            rec.record_checkpoint_save_end_time(i)
+        with rec.data_loading() if shape.span else contextlib.nullcontext():
+            py_load(shape.py_ms / 1e3)
+            if shape.stall_every and i % shape.stall_every == shape.stall_every - 1:
+                time.sleep(shape.stall_ms / 1e3)
+            batch = xb
+        if shape.h2d:
+            batch = jnp.asarray(big)[:size]  # the host-to-device copy of a sizeable batch
+        dispatch.append(now())
+        w, m = recorded(i, w, batch)
+        returned.append(now())
+        if shape.sync == "after":
+            float(m["loss"])
+        elif shape.sync == "late":
+            py_load(shape.post_ms / 1e3)
+            float(m["loss"])
+        elif shape.sync == "lagged":
+            if prev is not None:
+                float(prev["loss"])
+            prev = m
+    jax.block_until_ready(w)
+    steps_rec.close()
+    rec.record_job_end_time()
+    jax.profiler.stop_trace()
+    rec.close()
+    true_end = trace_step_ends(trace_dir, steps, dispatch)
+    events, _ = store.read_events(shape.name)
+    seen = {e.step: e.timestamp for e in events if e.kind.value == "step_device_end"}
+    lag = sorted(1e6 * (seen[i] - true_end[i]) for i in range(steps) if i in seen)
+    truth_events = [dataclasses.replace(e, job_name=shape.name + "-truth",
+                                        timestamp=true_end[e.step])
+                    if e.kind.value == "step_device_end" else
+                    dataclasses.replace(e, job_name=shape.name + "-truth") for e in events]
+    store.append(truth_events)
+    out = {}
+    for arm, job in (("rec", shape.name), ("truth", shape.name + "-truth")):
+        calc = GoodputCalculator(job, job, store=store)
+        det = calc.get_job_goodput_details()
+        dev = calc.get_step_deviation()
+        later = dev.step_times[dev.steps >= 1]
+        out[arm] = (100 * det["productive_time"] / det["total_time"], float(np.mean(later)))
+    store.close()
+    (g, st), (tg, tst) = out["rec"], out["truth"]
+    return {"shape": shape.name, "goodput": g, "truth_goodput": tg, "pp": g - tg,
+            "step_ms": 1e3 * st, "truth_step_ms": 1e3 * tst, "step_pct": 100 * (st / tst - 1),
+            "lag_med_us": lag[len(lag) // 2], "lag_p90_us": lag[int(0.9 * len(lag))],
+            "lag_max_us": lag[-1], "hook": steps_rec.hook_claims,
+            "ready": steps_rec.ready_claims, "span": steps_rec.span_claims,
+            "observed": steps_rec.observed, "steps": steps,
+            "call_us": [round(1e6 * (r - d)) for d, r in zip(dispatch, returned, strict=True)],
+            "ret_lag_us": [round(1e6 * (r - e)) for r, e in zip(returned, true_end, strict=True)],
+            "lags_us": [round(1e6 * (seen[i] - true_end[i])) if i in seen else None
+                        for i in range(steps)]}
+
+
+def run_arm(shapes, sizes: dict, steps: int, loaded: bool,
+            switch_interval: float | None = None) -> list[dict]:
+    from tests.runtime._helpers import CpuBurner
+
+    out = []
+    with CpuBurner() if loaded else contextlib.nullcontext(), \
+            tempfile.TemporaryDirectory() as tmp:
+        for shape in shapes:
+            r = run_shape(shape, sizes[(shape.step_ms, shape.scan)], steps, tmp,
+                          switch_interval)
+            r["load"] = os.getloadavg()[0]
+            out.append(r)
+    return out
+
+
+def print_table(rows: list[dict], where: str) -> None:
+    print(f"{where}:")
+    print(f"{'shape':<18}{'goodput':>8}{'truth':>8}{'err pp':>8}{'step ms':>9}{'truth':>8}"
+          f"{'err %':>7}{'lag med/p90/max us':>22}{'ready/hook/span':>17}{'load':>6}")
+    for r in rows:
+        lag = f"{r['lag_med_us']:.0f}/{r['lag_p90_us']:.0f}/{r['lag_max_us']:.0f}"
+        claims = f"{r['ready']}/{r['hook']}/{r['span']}"
+        flag = " *" if abs(r["pp"]) > 1 or abs(r["step_pct"]) > 3 else ""
+        print(f"{r['shape']:<18}{r['goodput']:>8.2f}{r['truth_goodput']:>8.2f}{r['pp']:>+8.2f}"
+              f"{r['step_ms']:>9.3f}{r['truth_step_ms']:>8.3f}{r['step_pct']:>+7.1f}"
+              f"{lag:>22}{claims:>17}{r['load']:>6.1f}{flag}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="30 steps per shape")
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--only", default="", help="comma-separated shape names")
+    p.add_argument("--arms", default="quiet,loaded,quiet-si,loaded-si",
+                   help="quiet / loaded (beside a CPU burner); -si: StepRecorder("
+                        "switch_interval=SI)")
+    p.add_argument("--si", type=float, default=1e-4,
+                   help="the switch_interval of the -si arms (seconds)")
+    p.add_argument("--per-step", action="store_true",
+                   help="print each step's recorded device end minus the trace's (us)")
+    p.add_argument("--switch", type=float, default=None,
+                   help="sys.setswitchinterval for the run (diagnostic only)")
+    args = p.parse_args(argv)
+    import jax
+
+    if args.switch is not None:
+        sys.setswitchinterval(args.switch)
+    steps = args.steps or (30 if args.quick else 120)
+    only = {s for s in args.only.split(",") if s}
+    shapes = [s for s in SHAPES if not only or s.name in only]
+    sizes = {key: pick_size(*key) for key in {(s.step_ms, s.scan) for s in shapes}}
+    print(f"StepRecorder against a jax.profiler truth: jax {jax.__version__}, "
+          f"{jax.devices()[0].device_kind} ({jax.default_backend()}), Python "
+          f"{platform.python_version()}, {os.cpu_count()} CPUs, {steps} steps per shape, "
+          f"switch interval {sys.getswitchinterval() * 1e3:g} ms; sizes "
+          + ", ".join(f"{k[0]:g} ms{' scan' if k[1] else ''}: {v}" for k, v in sizes.items()))
+    all_rows = []
+    for arm in args.arms.split(","):
+        si = args.si if arm.endswith("-si") else None
+        rows = run_arm(shapes, sizes, steps, arm.startswith("loaded"), si)
+        print_table(rows, ("quiet" if arm.startswith("quiet") else "beside a CPU burner")
+                    + (f", StepRecorder(switch_interval={si:g})" if si else
+                       ", StepRecorder() (default)"))
+        if args.per_step:
+            for r in rows:
+                print(f"  {r['shape']}: {r['lags_us']}")
+        all_rows += rows
+    worst_pp = max(abs(r["pp"]) for r in all_rows)
+    worst_st = max(abs(r["step_pct"]) for r in all_rows)
+    print(f"worst |goodput error| {worst_pp:.2f} pp (target 1), worst |step time error| "
+          f"{worst_st:.1f} % (target 3); median lag over all shapes "
+          f"{statistics.median(r['lag_med_us'] for r in all_rows):.0f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""A device end the watcher sees while the training thread holds the GIL (issue 44 item 6).
+
+The watcher thread waits on a step's outputs with the GIL released; to record the end it
+must take the GIL back, which a training thread running pure Python (a Python-heavy
+loader) hands over only after the interpreter's switch interval. ``StepRecorder(
+switch_interval=...)`` bounds that wait while the watcher runs. The tests make the
+interval the user set long (2 s), so the bound shows beyond any load: without the option
+the end is recorded after the 1 s of Python at the earliest.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from goodput_jax import goodput, runtime
+from goodput_jax.measure.stores.sqlite import SQLiteStore
+from tests.runtime._helpers import py_load, queued_step
+
+
+@pytest.fixture
+def long_switch():
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(2.0)  # the user's interval: a GIL hand-over every 2 s at most
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def _device_end(db, step: int) -> float:
+    store = SQLiteStore(str(db), create=False)
+    try:
+        evs, _ = store.read_events("gil")
+        return next(e.timestamp for e in evs
+                    if e.kind.value == "step_device_end" and e.step == step)
+    finally:
+        store.close()
+
+
+def test_device_end_seen_while_the_training_thread_runs_python(tmp_path, long_switch):
+    """A step (tens of ms of device work, queued: nothing waits for it) ends while the
+    training thread runs 1 s of pure Python holding the GIL: with ``switch_interval=1e-3``
+    the watcher records it within the Python, 0.5 s of margin for a loaded machine (the old
+    recorder: after the Python, >= 1 s, since the user's interval is 2 s)."""
+    step_fn, w, x = queued_step(size=512, depth=6)
+    db = tmp_path / "gil.db"
+    rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True, store=f"sqlite:///{db}")
+    steps = runtime.StepRecorder(rec, compile_times=False, switch_interval=1e-3)
+    recorded = steps.wrap(step_fn)
+    w, m = recorded(0, w, x)
+    float(m)  # the first step, waited for
+    w, m = recorded(1, w, x)
+    t0 = time.time()
+    py_load(1.0)  # the loader: 1 s of Python holding the GIL
+    t1 = time.time()
+    assert sys.getswitchinterval() == pytest.approx(1e-3)  # while the watcher runs
+    steps.close()
+    rec.close()
+    assert sys.getswitchinterval() == 2.0  # the user's, put back
+    end = _device_end(db, 1)
+    assert t1 - t0 >= 1.0
+    assert end - t0 < 0.5, (end - t0, steps.hook_claims, steps.span_claims)
+
+
+def test_switch_interval_left_alone_by_default_and_when_changed_meanwhile(tmp_path,
+                                                                          long_switch):
+    """No option: the interval is never touched. With it: a value the user sets while the
+    watcher runs stays after ``close``."""
+    step_fn, w, x = queued_step(size=64, depth=1)
+    for option in (None, 1e-3):
+        rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True,
+                                      store=f"sqlite:///{tmp_path / f'{option}.db'}")
+        steps = runtime.StepRecorder(rec, compile_times=False, switch_interval=option)
+        steps(0, step_fn, w, x)
+        steps(1, step_fn, w, x)
+        expect = 2.0 if option is None else option
+        assert sys.getswitchinterval() == pytest.approx(expect)
+        if option is not None:
+            sys.setswitchinterval(0.25)  # the user changes it meanwhile
+        steps.close()
+        rec.close()
+        assert sys.getswitchinterval() == (2.0 if option is None else 0.25)
+        sys.setswitchinterval(2.0)
+
+
+def test_switch_interval_held_until_the_last_recorder_closes(tmp_path, long_switch):
+    """Two StepRecorders with the option: the first to close leaves the interval to the one
+    still watching; the last puts back the user's."""
+    step_fn, w, x = queued_step(size=64, depth=1)
+    recs, steps = [], []
+    for k in range(2):
+        recs.append(goodput.GoodputRecorder(f"gil{k}", "gil", logging_enabled=True,
+                                            store=f"sqlite:///{tmp_path / f'{k}.db'}"))
+        steps.append(runtime.StepRecorder(recs[k], compile_times=False,
+                                          switch_interval=1e-3 * (k + 1)))
+        steps[k](0, step_fn, w, x)
+        steps[k](1, step_fn, w, x)
+    assert sys.getswitchinterval() == pytest.approx(1e-3)
+    steps[0].close()
+    assert sys.getswitchinterval() == pytest.approx(1e-3)
+    steps[1].close()
+    assert sys.getswitchinterval() == 2.0
+    for r in recs:
+        r.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1e-3, 0.006, True, "1e-3"])
+def test_switch_interval_validated(bad):
+    with pytest.raises(ValueError, match=r"^switch_interval \(.*\) must be None or a number"):
+        runtime.StepRecorder(goodput.GoodputRecorder("j", "l"), switch_interval=bad)
