@@ -152,17 +152,18 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         switch_interval: seconds; while the watcher runs (from the first tracked step to
             :meth:`close`), the interpreter's switch interval (``sys.setswitchinterval``,
             process-wide) is at most this; the last such recorder to close puts the old
-            one back (unless changed meanwhile). Opt-in:
-            where the training thread runs Python holding the GIL (a Python-heavy loader)
-            while the device finishes a step that no thread waits for on the training thread
-            (the loss synced a step late, queued steps), the watcher sees the end only when
-            the training thread lets go of the GIL: after Python's switch interval (5 ms by
-            default) at the latest, so such device ends are late by up to that much
-            (``benchmarks/step_truth_bench.py``); ``1e-4`` bounds that lag at about 0.1 ms
-            on a machine with a free core, at the price of a GIL hand-over every 0.1 ms
-            between threads that both run Python (a few % for CPU-bound Python threads
-            that contend; one hand-over per step with the watcher alone). None (the
-            default) leaves the interval alone.
+            one back (unless changed meanwhile). Where the training thread runs Python
+            holding the GIL (a Python-heavy loader) while the device finishes a step that
+            no thread waits for on the training thread (the loss synced a step late,
+            queued steps), the watcher sees the end only when the training thread lets go
+            of the GIL: after Python's switch interval (5 ms by default) at the latest, so
+            such device ends would be late by up to that much and goodput over-read
+            (``benchmarks/step_truth_bench.py``: +23.6 pp with 15 ms of Python per batch).
+            The default ``1e-4`` bounds that lag at about 0.1 ms on a machine with a free
+            core, at the price of a GIL hand-over every 0.1 ms between threads that both
+            run Python (a few % for CPU-bound Python threads that contend; one hand-over
+            per step with the watcher alone). None leaves the interval alone (and the
+            lateness in).
 
     Attributes:
         tracked: steps handed over (counted by the watcher as it takes them; exact once
@@ -191,7 +192,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
     def __init__(self, recorder: StepRecording, *, compile_times: bool = True,
                  program_costs: bool = True, peak: DevicePeak | None = None,
                  peak_table: dict[str, DevicePeak] | None = None,
-                 switch_interval: float | None = None):
+                 switch_interval: float | None = 1e-4):
         self.recorder: StepRecording = require(recorder, StepRecording)
         if switch_interval is not None and (
                 type(switch_interval) not in (int, float)

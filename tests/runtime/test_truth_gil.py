@@ -65,24 +65,25 @@ def test_device_end_seen_while_the_training_thread_runs_python(tmp_path, long_sw
     assert end - t0 < 0.5, (end - t0, steps.hook_claims, steps.span_claims)
 
 
-def test_switch_interval_left_alone_by_default_and_when_changed_meanwhile(tmp_path,
-                                                                          long_switch):
-    """No option: the interval is never touched. With it: a value the user sets while the
-    watcher runs stays after ``close``."""
+def test_switch_interval_default_none_and_changed_meanwhile(tmp_path, long_switch):
+    """By default the watcher holds 0.1 ms and puts the user's interval back at ``close``;
+    ``None``: the interval is never touched; a value the user sets while the watcher runs
+    stays after ``close``."""
     step_fn, w, x = queued_step(size=64, depth=1)
-    for option in (None, 1e-3):
+    for option in ("default", None, 1e-3):
         rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True,
                                       store=f"sqlite:///{tmp_path / f'{option}.db'}")
-        steps = runtime.StepRecorder(rec, compile_times=False, switch_interval=option)
+        kw = {} if option == "default" else {"switch_interval": option}
+        steps = runtime.StepRecorder(rec, compile_times=False, **kw)
         steps(0, step_fn, w, x)
         steps(1, step_fn, w, x)
-        expect = 2.0 if option is None else option
+        expect = {"default": 1e-4, None: 2.0}.get(option, option)
         assert sys.getswitchinterval() == pytest.approx(expect)
-        if option is not None:
+        if option == 1e-3:
             sys.setswitchinterval(0.25)  # the user changes it meanwhile
         steps.close()
         rec.close()
-        assert sys.getswitchinterval() == (2.0 if option is None else 0.25)
+        assert sys.getswitchinterval() == (0.25 if option == 1e-3 else 2.0)
         sys.setswitchinterval(2.0)
 
 
