@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import sys
 from typing import Any
 
 from goodput_jax.compat.info import MonitoringWindowType
@@ -206,11 +207,16 @@ def get_gcp_metadata(category: str, attribute: str, timeout: float = 5,
         return None
 
 
-def _metadata(category: str, attribute: str) -> str | None:
-    """``get_gcp_metadata`` as Google's module path holds it (a test may have patched it)."""
-    from goodput_jax import goodput_utils
+#: Google's module path of these helpers (``goodput_jax.goodput_utils`` re-exports this module)
+_GOOGLE_PATH = "goodput_jax.goodput_utils"
 
-    return goodput_utils.get_gcp_metadata(category, attribute)
+
+def _metadata(category: str, attribute: str) -> str | None:
+    """``get_gcp_metadata`` as Google's module path holds it now (a test may have patched it
+    there); read from ``sys.modules``, as the thin module imports this one."""
+    shim = sys.modules.get(_GOOGLE_PATH)
+    fetch = shim.get_gcp_metadata if shim is not None else get_gcp_metadata
+    return fetch(category, attribute)
 
 
 def get_gcp_project_id() -> str | None:
