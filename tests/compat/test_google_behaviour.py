@@ -194,3 +194,43 @@ def test_googles_result_shapes_and_baseline_helpers():
     assert goodput_utils.compute_step_deviation_from_baseline({0: -1.0, 1: 3.0}) == 2.0
     assert goodput_utils.get_anomalous_and_normal_step_times([1.0, 1.0, 1.0, 9.0]) == (
         [9.0], [1.0, 1.0, 1.0])
+
+
+#: every public class and function of ml-goodput-measurement 0.2.3's modules (read from the
+#: installed reference: names defined in ``ml_goodput_measurement``), less the ones the
+#: drop-in does not provide (its on-disk cache, its Orbax-log reader, its Cloud Monitoring
+#: client wrapper; docs/migrating-from-ml-goodput-measurement.md says why)
+GOOGLE_PUBLIC = {
+    "goodput": ["BadputType", "GoodputCalculator", "GoodputInfo", "GoodputRecorder",
+                "GoodputType", "IntervalMetricType", "IntervalWorkloadMetricDetails",
+                "MetricType", "StepInfo", "WorkloadMetricDetails", "compute_ideal_step_time",
+                "get_extra_time_from_anomalous_steps", "get_timestamp_from_log_entry"],
+    "goodput_utils": ["BadputType", "ElasticIntervalWorkloadMetricDetails",
+                      "ElasticWorkloadMetricDetails", "GCPOptions", "GoodputInfo",
+                      "GoodputType", "IntervalMetricType", "IntervalWorkloadMetricDetails",
+                      "MetricType", "MonitoringWindowType", "StepInfo", "WorkloadMetricDetails",
+                      "compute_ideal_step_time", "compute_percentile",
+                      "compute_step_deviation_from_baseline", "get_accelerator_type",
+                      "get_anomalous_and_normal_step_times", "get_cluster_name",
+                      "get_extra_time_from_anomalous_steps", "get_gcp_metadata",
+                      "get_gcp_project_id", "get_node_zone", "get_timestamp_from_log_entry",
+                      "MACHINE_TYPE_TO_ACCELERATOR_TYPE_MAPPING"],
+    "goodput_elastic": ["ElasticGoodputCalculator", "ElasticGoodputRecorder",
+                        "GoodputRecorder"],
+    "monitoring": ["BadputType", "GCPOptions", "GoodputCalculator", "GoodputMonitor",
+                   "IntervalMetricType", "IntervalWorkloadMetricDetails", "MetricType",
+                   "MonitoringWindowType", "WorkloadMetricDetails"],
+    "monitoring_elastic": ["ElasticGoodputMonitor", "GCPOptions"],
+}
+NOT_PROVIDED = {"goodput": ["CheckpointBadputCalculator", "CheckpointLoggerOptions",
+                            "GoodputCache"],
+                "monitoring": ["GCPMetrics", "ValueType"]}
+
+
+@pytest.mark.parametrize("module", sorted(GOOGLE_PUBLIC))
+def test_every_public_name_of_googles_module_is_there(module):
+    import importlib
+
+    mod = importlib.import_module(f"goodput_jax.{module}")
+    assert [n for n in GOOGLE_PUBLIC[module] if not hasattr(mod, n)] == []
+    assert [n for n in NOT_PROVIDED.get(module, []) if hasattr(mod, n)] == []
