@@ -82,6 +82,12 @@ from goodput_jax.compat.enums import (  # noqa: F401  (Google's entry keys, as i
     IntervalMetricType,
     MetricType,
 )
+from goodput_jax.compat.info import (
+    GoodputInfo,
+    IntervalWorkloadMetricDetails,
+    StepInfo,
+    WorkloadMetricDetails,
+)
 from goodput_jax.compat.maxtext import (
     GoodputEvent,
     MaxTextGoodput,
@@ -97,6 +103,11 @@ from goodput_jax.compat.maxtext import (
 from goodput_jax.compat.monitor import GoodputMonitor
 from goodput_jax.compat.options import GCPOptions
 from goodput_jax.compat.recorder import GoodputRecorder
+from goodput_jax.compat.utils import (
+    compute_ideal_step_time,
+    get_extra_time_from_anomalous_steps,
+    get_timestamp_from_log_entry,
+)
 from goodput_jax.measure.calculator import StepDeviation
 
 __all__ = [
@@ -104,17 +115,24 @@ __all__ = [
     "GCPOptions",
     "GoodputCalculator",
     "GoodputEvent",
+    "GoodputInfo",
     "GoodputMonitor",
     "GoodputRecorder",
     "GoodputType",
     "IntervalMetricType",
+    "IntervalWorkloadMetricDetails",
     "MaxTextGoodput",
     "MetricType",
     "StepDeviation",
+    "StepInfo",
+    "WorkloadMetricDetails",
+    "compute_ideal_step_time",
     "create_goodput_monitor",
     "create_goodput_recorder",
     "from_maxtext_config",
+    "get_extra_time_from_anomalous_steps",
     "get_goodput_job_name",
+    "get_timestamp_from_log_entry",
     "maybe_instrument_checkpoint_manager",
     "maybe_monitor_goodput",
     "maybe_record_goodput",

@@ -1,7 +1,9 @@
-"""Drop-in for ``ml_goodput_measurement.src.goodput_utils``: enums and public helpers.
+"""Drop-in for ``ml_goodput_measurement.src.goodput_utils``: enums, result shapes and helpers.
 
-This module re-exports ``goodput_jax.compat.utils`` (and Google's enums and
-``GCPOptions`` from ``goodput_jax.compat``).
+This module re-exports ``goodput_jax.compat.utils`` (and Google's enums, ``GCPOptions``
+and result shapes from ``goodput_jax.compat``). As in Google's module, its metadata
+helpers call this module's ``get_gcp_metadata``: patching it here changes what
+``get_cluster_name()`` and the others return.
 
 Example:
     >>> from goodput_jax import goodput_utils
@@ -12,10 +14,23 @@ Example:
 from __future__ import annotations
 
 from goodput_jax.compat.enums import BadputType, GoodputType, IntervalMetricType, MetricType
+from goodput_jax.compat.info import (
+    ElasticIntervalWorkloadMetricDetails,
+    ElasticWorkloadMetricDetails,
+    GoodputInfo,
+    IntervalWorkloadMetricDetails,
+    MonitoringWindowType,
+    StepInfo,
+    WorkloadMetricDetails,
+)
 from goodput_jax.compat.options import GCPOptions
 from goodput_jax.compat.utils import (
+    MACHINE_TYPE_TO_ACCELERATOR_TYPE_MAPPING,
     compute_ideal_step_time,
+    compute_percentile,
+    compute_step_deviation_from_baseline,
     get_accelerator_type,
+    get_anomalous_and_normal_step_times,
     get_cluster_name,
     get_extra_time_from_anomalous_steps,
     get_gcp_metadata,
@@ -25,13 +40,24 @@ from goodput_jax.compat.utils import (
 )
 
 __all__ = [
+    "MACHINE_TYPE_TO_ACCELERATOR_TYPE_MAPPING",
     "BadputType",
+    "ElasticIntervalWorkloadMetricDetails",
+    "ElasticWorkloadMetricDetails",
     "GCPOptions",
+    "GoodputInfo",
     "GoodputType",
     "IntervalMetricType",
+    "IntervalWorkloadMetricDetails",
     "MetricType",
+    "MonitoringWindowType",
+    "StepInfo",
+    "WorkloadMetricDetails",
     "compute_ideal_step_time",
+    "compute_percentile",
+    "compute_step_deviation_from_baseline",
     "get_accelerator_type",
+    "get_anomalous_and_normal_step_times",
     "get_cluster_name",
     "get_extra_time_from_anomalous_steps",
     "get_gcp_metadata",

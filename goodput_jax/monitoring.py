@@ -1,6 +1,7 @@
 """Drop-in for ``from ml_goodput_measurement import monitoring`` (newer MaxText).
 
-This module re-exports ``goodput_jax.compat.monitor`` and ``GCPOptions``.
+This module re-exports ``goodput_jax.compat.monitor`` and ``GCPOptions`` (and, as Google's
+module offers them, its enums, calculator and metric-details shapes).
 
 Example:
     >>> from goodput_jax import monitoring
@@ -8,6 +9,13 @@ Example:
     'GoodputMonitor'
 """
 
+from goodput_jax.compat.calculator import GoodputCalculator  # noqa: F401
+from goodput_jax.compat.enums import BadputType, IntervalMetricType, MetricType  # noqa: F401
+from goodput_jax.compat.info import (  # noqa: F401
+    IntervalWorkloadMetricDetails,
+    MonitoringWindowType,
+    WorkloadMetricDetails,
+)
 from goodput_jax.compat.monitor import GoodputMonitor
 from goodput_jax.compat.options import GCPOptions
 

@@ -12,7 +12,9 @@ one module a job:
 ``monitor``         ``GoodputMonitor``: Google's layout, Cloud Monitoring, hangs
 ``maxtext``         MaxText's config flags and wrapper helpers
 ``elastic``         the elastic recorder, calculator and monitor
-``utils``           ``goodput_utils``: ideal step time, GCE metadata
+``utils``           ``goodput_utils``: ideal step time, deviation baseline, GCE metadata
+``info``            Google's result shapes and the calculator's last result
+``step_times``      Google's step times and step deviation, read from the store
 ==================  ==========================================================
 
 Users import them from the thin modules at Google's and MaxText's import paths,

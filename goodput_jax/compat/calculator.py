@@ -14,7 +14,9 @@ import os
 from typing import Any
 
 from goodput_jax.compat.enums import GoodputType, IntervalMetricType, MetricType, google_breakdown
+from goodput_jax.compat.info import GoodputInfo, LastResult, StepInfo
 from goodput_jax.compat.options import LOGGER_NAME, check_flag, cloud_logger_store, to_ts
+from goodput_jax.compat.step_times import StepStarts, google_step_deviation
 from goodput_jax.measure.calculator import GoodputCalculator as _BaseCalculator
 from goodput_jax.measure.calculator import (
     breakdown,
@@ -42,6 +44,11 @@ class GoodputCalculator(_BaseCalculator):
         gcs_path, cache_dir: accepted and unused: the calculator is incremental
             in memory, so Google's on-disk cache (and its GCS sync) is moot.
         store, clock, configured_ideal_step_time: goodput_jax's extras.
+
+    ``_goodput_cache`` is where Google's calculator keeps its last result (its tests read
+    ``calculator._goodput_cache.get_goodput_info()``): here a
+    :class:`~goodput_jax.compat.info.LastResult`, updated by :meth:`get_job_goodput` and
+    :meth:`get_step_deviation` with what they computed, in Google's shapes (seconds).
 
     Example:
         >>> calc = GoodputCalculator("job", "goodput_job", store=":memory:")
@@ -72,8 +79,11 @@ class GoodputCalculator(_BaseCalculator):
         self.gcs_path = gcs_path
         self.cache_dir = os.fspath(cache_dir)
         self.cloud_logger = cloud_logger
+        #: the last result, in Google's shapes (see the class docstring)
+        self._goodput_cache = LastResult()
         super().__init__(job_name, logger_name, store=cloud_logger_store(cloud_logger, store),
                          clock=clock, configured_ideal_step_time=configured_ideal_step_time)
+        self._step_starts = StepStarts(self.store, job_name)
 
     def sync_to_gcs(self) -> None:
         """Google syncs its on-disk cache to GCS; there is no such cache here (no-op)."""
@@ -93,11 +103,21 @@ class GoodputCalculator(_BaseCalculator):
             if configured_ideal_step_time is not None:
                 self.configured_ideal_step_time = check_ideal(configured_ideal_step_time)
             g, flat, last = super().get_job_goodput(include_badput_breakdown)
-            if not include_badput_breakdown:
-                return g, {}, last
             d = super().get_job_goodput_details()
+        self._goodput_cache.update_goodput_info(GoodputInfo(
+            total_productive_time=d["productive_time"], total_elapsed_time=d["total_time"],
+            total_unproductive_time=self._unproductive_seconds(d),
+            # goodput_jax keeps no "last recorded step" apart from the last productive one
+            max_productive_step=last, last_recorded_step=last,
+            number_of_disruptions=d["num_disruptions"]))
+        if not include_badput_breakdown:
+            return g, {}, last
         total = d["total_time"]
         return g, google_breakdown(flat, d["custom_badput_time"], 100.0 / total), last
+
+    def _unproductive_seconds(self, details: dict[str, Any]) -> dict:
+        """``{BadputType: s}`` (custom badput as ``{TYPE: s}``) of the base details."""
+        return google_breakdown(details["badput_time"], details["custom_badput_time"], 1.0)
 
     # Google's signature: five values where the base calculator returns three
     def get_job_goodput_interval(  # type: ignore[override]
@@ -171,7 +191,10 @@ class GoodputCalculator(_BaseCalculator):
                               else 0 if m in (MetricType.MAX_PRODUCTIVE_STEP,
                                               MetricType.DISRUPTION_COUNT) else 0.0)
                     for m in MetricType}
-        dev = super().get_step_deviation()
+        try:
+            ideal, dev = self._google_deviation(None)
+        except ValueError:
+            ideal, dev = 0.0, {}
         out = dict(d)
         out.update({
             MetricType.GOODPUT_TIME.value: {GoodputType.TOTAL: d["productive_time"]},
@@ -180,8 +203,8 @@ class GoodputCalculator(_BaseCalculator):
             MetricType.MAX_PRODUCTIVE_STEP.value: d["last_productive_step"],
             MetricType.TOTAL_ELAPSED_TIME.value: d["total_time"],
             MetricType.DISRUPTION_COUNT.value: d["num_disruptions"],
-            MetricType.STEP_TIME_DEVIATION.value: dev.step_deviation,
-            MetricType.IDEAL_STEP_TIME.value: dev.ideal_step_time if dev.num_steps else 0.0,
+            MetricType.STEP_TIME_DEVIATION.value: dev,
+            MetricType.IDEAL_STEP_TIME.value: ideal,
             MetricType.TOTAL_EXCLUDED_TIME.value: 0.0,
         })
         return out
@@ -189,10 +212,32 @@ class GoodputCalculator(_BaseCalculator):
     # Google's signature: {step: deviation} where the base returns a StepDeviation
     def get_step_deviation(  # type: ignore[override]
             self, configured_ideal_step_time: float | None = None) -> dict[int, float]:
-        """``{step: step time - ideal step time}`` like Google's (the full
-        :class:`StepDeviation` is :meth:`get_step_statistics`)."""
-        return self.get_step_statistics(configured_ideal_step_time).step_deviation
+        """``{step: |step time - ideal step time|}`` as ml-goodput-measurement computes it.
 
+        A step's time is the gap from its start to the next step's start (step + 1);
+        the ideal is ``configured_ideal_step_time``, else the calculator's configured one,
+        else :func:`~goodput_jax.compat.utils.compute_ideal_step_time`
+        (:mod:`goodput_jax.compat.step_times`). The engine's productive step statistics
+        (device-timed where recorded, signed deviations) are :meth:`get_step_statistics`.
+
+        Raises:
+            ValueError: no step times yet, or no ideal step time (Google's messages).
+
+        Example:
+            >>> calc.get_step_deviation(configured_ideal_step_time=2.0)  # doctest: +SKIP
+            {0: 1.0, 1: 0.0, 2: 13.0}
+        """
+        return self._google_deviation(
+            check_ideal(configured_ideal_step_time) if configured_ideal_step_time is not None
+            else None)[1]
+
+    def _google_deviation(self, configured: float | None) -> tuple[float, dict[int, float]]:
+        self.refresh()  # this process's recorders write what they hold first
+        ideal, dev = google_step_deviation(
+            self._step_starts.update(),
+            configured if configured is not None else self.configured_ideal_step_time)
+        self._goodput_cache.update_step_info(StepInfo(ideal, dev))
+        return ideal, dev
 
     def get_job_goodput_with_exclusions(self, exclusion_intervals: Any,
                                         include_badput_breakdown: bool = False,

@@ -132,6 +132,12 @@ class ElasticGoodputCalculator(GoodputCalculator):
                 breakdown[bt] = float(flat.get(bt.measure, 0.0))
         return breakdown
 
+    def _unproductive_seconds(self, details: dict[str, Any]) -> dict:
+        out = super()._unproductive_seconds(details)
+        for bt in _ELASTIC:
+            out[bt] = float(details["badput_time"].get(bt.measure, 0.0))
+        return out
+
     def get_job_goodput(self, include_badput_breakdown: bool = False,
                         configured_ideal_step_time: float | None = None
                         ) -> tuple[float, dict, int]:
