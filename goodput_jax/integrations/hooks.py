@@ -576,11 +576,14 @@ class GoodputHooks(HooksModel):
         else:
             self.wait_refit()
         if not joined:
-            if self._steps is not None:
+            if self._owns_steps and self._steps is not None:
+                # the hooks' own: closed before the job's end, so its last device ends and a
+                # pending peak probe's program cost are the job's (not refused after its
+                # end), and a later compile is not the job's
+                self._steps.close()
+            elif self._steps is not None:
                 self._steps.finish()
             self.recorder.record_job_end_time()
-            if self._owns_steps and self._steps is not None:  # the hooks' own: a later
-                self._steps.close()  # compile is not the job's
 
     def close(self) -> None:
         """Finish the pending step and refit; close the recorder if these hooks created it."""

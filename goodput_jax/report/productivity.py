@@ -63,9 +63,12 @@ ABOVE_ROOF = ("peak raised: a step ran faster than the peak it was measured agai
               "For the device's real peak pass peak=DevicePeak(...) to the calculator, or "
               "StepRecorder(peak=...)")
 
-NO_PROGRAM_COST = ("no program cost recorded: program goodput and MFU need "
-                   "goodput_jax.runtime.StepRecorder (program_costs=True, the default) "
-                   "around the train step")
+NO_PROGRAM_COST = ("no program cost recorded: program goodput and MFU need the step called "
+                   "through goodput_jax.runtime.StepRecorder: `steps = "
+                   "runtime.StepRecorder(recorder)` before the loop, then `state, out = "
+                   "steps(step, train_step, state, batch)` in place of "
+                   "record_step_start_time(step) and the step call "
+                   "(docs/migrating-from-ml-goodput-measurement.md)")
 
 
 @dataclasses.dataclass(frozen=True)
