@@ -113,6 +113,9 @@ class ReplicaActor:
                                          name="gj-preload", daemon=True)
         self._preload.start()
         if context is not None:
+            if entry_point is None or log_path is None:
+                raise ValueError(f"entry_point ({entry_point!r}) and log_path ({log_path!r}) "
+                                 "are needed with a context")
             self.start(context, entry_point, log_path, rank0)
 
     def ready(self) -> bool:
@@ -155,6 +158,9 @@ class ReplicaActor:
         try:
             if ctx["num_processes"] > 1 and ctx["rank"] > 0:
                 import ray
+
+                if rank0 is None:
+                    raise ValueError("rank0 (None): a rank > 0 needs rank 0's actor name")
 
                 peer = wait_for_actor(rank0, timeout=120)
                 deadline = time.monotonic() + 120
@@ -397,7 +403,7 @@ class RayLauncher:
             return None
         return handle
 
-    def remove_stale(self, keep: list[dict] = ()) -> list[str]:
+    def remove_stale(self, keep: Sequence[dict] = ()) -> list[str]:
         """Remove the runtime's placement groups and launch actors that none of the
         handles ``keep`` holds (a dead controller's that nothing re-attached to; this
         launcher's spares stay); returns their names."""

@@ -576,11 +576,8 @@ class GoodputHooks(HooksModel):
         else:
             self.wait_refit()
         if not joined:
-            if self._owns_steps and self._steps is not None:
-                # the hooks' own: closed before the job's end, so its last device ends and a
-                # pending peak probe's program cost are the job's (not refused after its
-                # end), and a later compile is not the job's
-                self._steps.close()
+            if self._owns_steps and self._steps is not None:  # the hooks' own, closed
+                self._steps.close()  # before the end: a late probe's cost is the job's
             elif self._steps is not None:
                 self._steps.finish()
             self.recorder.record_job_end_time()
