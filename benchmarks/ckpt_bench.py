@@ -203,8 +203,9 @@ def run_regime(work: str, cluster: Any, regime: Regime, seed: int = 0,
 
     names: dict[str, int] = {"advised": 0, "every20": 20}
     n_jobs = len(names) + int(control)
-    # each job on its node, as many spare nodes (a loss hits every job at once)
-    while len(cluster.nodes) < 2 * n_jobs:
+    # each job on its node and two spares per job (a loss hits every job at once; a
+    # fresh node takes seconds to join)
+    while len(cluster.nodes) < 3 * n_jobs:
         cluster.add_node("a", 1)
     try:
         _wait("the last controller to go",
@@ -243,7 +244,10 @@ def run_regime(work: str, cluster: Any, regime: Regime, seed: int = 0,
                 adds -= 1
             time.sleep(max(0.0, t0 + off - time.time()))
             todo = list(names) if i % 2 == 0 else list(reversed(names))
+            deadline = time.monotonic() + 300
             while todo:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{todo}: not running again within 300 s")
                 for name in list(todo):
                     job = client.status(name)
                     node = job["allocation"][0] if job["allocation"] else None
@@ -274,7 +278,8 @@ def run_regime(work: str, cluster: Any, regime: Regime, seed: int = 0,
     jobs = {n: ckpt_stats(progs[n], kills[n], t0, t1, regime.node_mtbf) for n in names}
     return {"regime": dataclasses.asdict(regime), "window": regime.window, "seed": seed,
             "jobs": jobs, "kill_late_s": [min(late), max(late)] if late else [],
-            "kills": {n: [(t - t0, a) for t, a in k] for n, k in kills.items()}}
+            "kills": {n: [(t - t0, a) for t, a in k] for n, k in kills.items()},
+            "raw": {"t0": t0, "t1": t1, "kills": kills, "progress": progs}}
 
 
 def _gone(ray: Any, name: str, namespace: str) -> bool:

@@ -430,20 +430,22 @@ def main(argv: list[str] | None = None) -> int:
         if not chosen:
             ap.error(f"--regimes ({args.regimes!r}): name a, b or both")
         results = []
+        raw = os.path.join(work, "cluster_bench.json")
         with LocalCluster([("a", 1)]) as c:
             for regime in chosen:
                 print(f"checkpoints, regime {regime.name} ({regime.window:.0f} s window) ...",
                       flush=True)
                 results.append(ckpt_bench.run_regime(work, c, regime, seed=args.seed,
                                                      control=args.control))
+                ckpt_bench.print_regime(results[-1])
+                with open(raw, "w") as fh:
+                    json.dump({"checkpoints": results}, fh, indent=1)
         print(f"\ncluster_bench: {platform.node()} {os.cpu_count()} CPUs, python "
               f"{platform.python_version()}, jax {jax.__version__}, ray {ray.__version__}")
         for res in results:
             ckpt_bench.print_regime(res)
             print()
-        with open(os.path.join(work, "cluster_bench.json"), "w") as fh:
-            json.dump({"checkpoints": results}, fh, indent=1)
-        print(f"(raw numbers: {os.path.join(work, 'cluster_bench.json')})")
+        print(f"(raw numbers and the jobs' progress logs: {raw})")
         return 0
     sizes = [100] if args.quick else [100, 1000]
     moves = 2 if args.quick else args.reallocations
