@@ -35,8 +35,9 @@ a launch wrote after its node was killed are dropped: that work did not happen):
 * step time: the mean gap between two consecutive steps of one launch with no save
   between them; kept and redone seconds are those steps times it;
 * save time: each periodic save's gap (the step before it to the step after it) less a
-  step time; restart time: from a loss to the first step of the next launch (less a
-  step time), cut at the next loss if that comes first; other: what is left of the
+  step time (the save cost: their mean over the window's saves); restart time: from a
+  loss to the first step of the next launch (less a step time), cut at the next loss if
+  that comes first; other: what is left of the
   window (the part of a step a loss interrupted, a save a loss cut off);
 * measured goodput: kept seconds / window; predicted:
   :func:`~goodput_jax.measure.advice.expected_goodput` at the interval the job used
@@ -144,8 +145,10 @@ def ckpt_stats(prog: Sequence[dict], kills: Iterable[tuple[float, int]], t0: flo
         a, s = (p["attempt"], p["step"] - 1), (p["attempt"], p["step"])
         if a in at and s in at:
             costs[(p["attempt"], p["step"])] = at[s]["t"] - at[a]["t"] - step_s
-    save_cost = statistics.mean(costs.values()) if costs else 0.0
     in_window = [p for p in saves if t0 < p["t"] <= t1]
+    window_costs = [costs[k] for k in ((p["attempt"], p["step"]) for p in in_window)
+                    if k in costs]
+    save_cost = statistics.mean(window_costs) if window_costs else 0.0
     save_total = sum(costs.get((p["attempt"], p["step"]), save_cost) for p in in_window)
     # the interval used: steps between two periodic saves of one launch
     spans = [b["step"] - a["step"] for a, b in itertools.pairwise(saves)
@@ -315,3 +318,25 @@ def print_regime(res: dict) -> None:
                if j["after_kill_records"]}
     if dropped:
         print(f"(records written after their launch's node was killed, dropped: {dropped})")
+
+
+def rebook(path: str) -> list[dict]:
+    """Each regime of a raw ``cluster_bench.json`` booked again from its progress logs
+    (``python benchmarks/ckpt_bench.py RAW.json``)."""
+    import json
+
+    with open(path) as fh:
+        results = json.load(fh)["checkpoints"]
+    for res in results:
+        raw, mtbf = res["raw"], res["regime"]["node_mtbf"]
+        res["jobs"] = {n: ckpt_stats(raw["progress"][n], raw["kills"][n], raw["t0"],
+                                     raw["t1"], mtbf) for n in res["jobs"]}
+    return results
+
+
+if __name__ == "__main__":
+    import sys
+
+    for res in rebook(sys.argv[1]):
+        print_regime(res)
+        print()
