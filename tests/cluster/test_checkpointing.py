@@ -294,3 +294,37 @@ def test_the_benchmark_injects_exactly_the_expected_losses():
         assert bench.loss_offsets(n, mtbf, seed=0) == times  # one seed, one sequence
     with pytest.raises(ValueError, match=r"^losses \(0\) must be >= 1$"):
         bench.Regime(name="x", label="", step_sleep=0.0, node_mtbf=1.0, losses=0)
+
+
+def test_the_advice_predicts_with_the_restart_cost(tmp_path):
+    """A loss costs its restart besides the work it loses: the advice's predicted goodput
+    takes the restarts measured (0 s before one), carried to the next launch with the save
+    cost; a launch that follows a stop on request (a move) measures none."""
+    from goodput_jax.cluster.checkpointing import restart_seconds
+
+    timer = CheckpointTimer(nodes=1, mtbf_s=40.0, clock=lambda: 0.0)
+    timer.carry_save_cost({"save_cost_s": 0.2})
+    assert timer.advice().predicted_goodput == pytest.approx(
+        expected_goodput(timer.advice().interval_s, 0.2, 40.0, 0.0))
+    timer.observe_restart(10.0)
+    timer.observe_restart(20.0)
+    advice = timer.advice()
+    assert (timer.restart_s, advice.restart_s) == (15.0, 15.0)
+    assert advice.predicted_goodput == pytest.approx(
+        expected_goodput(advice.interval_s, 0.2, 40.0, 15.0))
+    again = CheckpointTimer(nodes=1, mtbf_s=40.0)
+    again.carry_save_cost({"save_cost_s": 0.2, "restart_s": 15.0, "restarts": 2})
+    assert (again.restart_s, again.restarts) == (15.0, 2)
+    with pytest.raises(ValueError, match=r"^seconds \(-1\.0\) must be a finite number >= 0$"):
+        again.observe_restart(-1.0)
+    log = tmp_path / "progress.jsonl"
+    rows = [{"attempt": 0, "t": 100.0, "event": "step", "step": 9},
+            {"attempt": 1, "t": 111.0, "event": "launch", "step": 0},
+            {"attempt": 1, "t": 112.0, "event": "step", "step": 0}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert restart_seconds(str(log), 1, now=112.0) == 12.0
+    assert restart_seconds(str(log), 0, now=112.0) is None  # the first launch
+    rows.insert(1, {"attempt": 0, "t": 101.0, "event": "stopped", "step": 10})
+    log.write_text("garbage\n" + "".join(json.dumps(r) + "\n" for r in rows))
+    assert restart_seconds(str(log), 1, now=112.0) is None  # a move, not a loss
+    assert restart_seconds(str(tmp_path / "none.jsonl"), 1, now=1.0) is None
