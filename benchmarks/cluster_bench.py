@@ -2,7 +2,7 @@
 
     python benchmarks/cluster_bench.py [--quick] [--rounds-only] [--reallocations 3]
     python benchmarks/cluster_bench.py --restarts-only --compare   # baseline and today
-    python benchmarks/cluster_bench.py --checkpoints [--duration 150 --node-mtbf 40]
+    python benchmarks/cluster_bench.py --checkpoints [--regimes a,b] [--control] [--seed 0]
 
 Runs itself inside a loopback-only network + PID namespace
 (:func:`goodput_jax.cluster.local.run_sandboxed`) and starts real local Ray
@@ -36,26 +36,22 @@ clusters there.
    node loss, until the controller saw it), checkpoint, exit, relaunch (actor
    and process start), setup (imports, model), restore, first step (compile,
    or a load from the jobs' shared persistent compilation cache).
-3. **Checkpoint interval** (``--checkpoints``): two jobs side by side on one cluster,
-   the example MLP saving when ``ctx.should_checkpoint`` asks (``--ckpt-every 0``,
-   the Young/Daly interval) and every 20 steps (the docs' former example), each on its
-   own 1-device node; node losses injected at a known rate (each job's node is killed
-   at exponential intervals of mean ``--node-mtbf`` seconds, a fresh node added for
-   it; the controller is given that MTBF). Per job: node losses, steps redone, the
-   measured goodput (steps kept x the mean step time without a save / the window's wall
-   time) and
-   the goodput :func:`~goodput_jax.measure.advice.expected_goodput` predicts from the
-   measured save cost, restart time and the injected MTBF.
+3. **Checkpoint interval** (``--checkpoints``, :mod:`ckpt_bench` beside this file): the
+   example MLP saving when ``ctx.should_checkpoint`` asks (the Young/Daly interval) and
+   every 20 steps (the docs' former example), side by side, each on its own 1-device
+   node, under node losses injected at a known rate, in two regimes one after the
+   other: **a**, where every 20 steps saves too often for the loss rate, and **b**, where
+   it saves too rarely (``--control``: a third job saving every N steps, N the advice).
+   Per job: losses, steps redone, the work lost (redone steps and restarts, in seconds)
+   and the time spent saving, steps kept, the measured goodput and the one
+   :func:`~goodput_jax.measure.advice.expected_goodput` predicts at the interval used.
 """
 
 from __future__ import annotations
 
 import argparse
-import bisect
 import copy
-import itertools
 import json
-import math
 import os
 import platform
 import random
@@ -261,9 +257,7 @@ def bench_restart(work: str, moves: int, labels: list, cluster, baseline: bool =
     import ray
 
     from goodput_jax.cluster import ClusterClient, JobSpec, start_controller
-    from goodput_jax.cluster.controller import stop_controller
-
-    from goodput_jax.cluster.controller import CONTROLLER_NAME
+    from goodput_jax.cluster.controller import CONTROLLER_NAME, stop_controller
     from goodput_jax.cluster.launch import NAMESPACE
 
     sd = os.path.join(work, "restart")
@@ -378,105 +372,6 @@ def bench_restart(work: str, moves: int, labels: list, cluster, baseline: bool =
     return out
 
 
-def _ckpt_stats(prog: list, t0: float, t1: float, mtbf: float, every: int | None) -> dict:
-    """One job's numbers in the window [t0, t1] from its progress log."""
-    from goodput_jax.measure.advice import expected_goodput
-
-    steps = [p for p in prog if p["event"] == "step"]
-    save_t = sorted(p["t"] for p in prog if p["event"] == "save")
-    # the undisrupted step time: the mean gap between two steps of one launch with no
-    # save between them (the median left out the slow tail a loaded machine adds)
-    gaps = [b["t"] - a["t"] for a, b in itertools.pairwise(steps)
-            if b["attempt"] == a["attempt"] and b["step"] == a["step"] + 1
-            and not any(a["t"] < t < b["t"] for t in save_t[bisect.bisect_right(
-                save_t, a["t"]):bisect.bisect_right(save_t, a["t"]) + 1])]
-    step_s = statistics.mean(gaps) if gaps else float("nan")
-    inside = [p for p in steps if t0 <= p["t"] <= t1]
-    first, last = (inside[0]["step"], inside[-1]["step"]) if inside else (0, 0)
-    saves = [p["seconds"] for p in prog if p["event"] == "save" and t0 <= p["t"] <= t1]
-    launches = [p for p in prog if p["event"] == "launch" and t0 <= p["t"] <= t1]
-    lost, restarts = 0, []
-    for la in launches:  # each relaunch in the window: work redone and time to resume
-        before = [p for p in steps if p["attempt"] < la["attempt"]]
-        if before:
-            lost += max(0, before[-1]["step"] + 1 - la["step"])
-            nxt = [p for p in steps if p["attempt"] == la["attempt"]]
-            if nxt:
-                restarts.append(nxt[0]["t"] - before[-1]["t"])
-    save_s = statistics.mean(saves) if saves else 0.0
-    restart_s = statistics.mean(restarts) if restarts else 0.0
-    advice = [p for p in prog if p["event"] == "checkpoint advice"]
-    interval_s = advice[-1]["interval_s"] if every is None and advice else \
-        (every or 1) * step_s
-    measured = (last - first) * step_s / (t1 - t0)
-    predicted = float("nan") if math.isnan(step_s) else \
-        expected_goodput(interval_s, save_s, mtbf, restart_s)
-    return {"losses": len(restarts), "lost_steps": lost, "kept_steps": last - first,
-            "step_s": step_s, "saves": len(saves), "save_s": save_s, "restart_s": restart_s,
-            "interval_s": interval_s, "goodput": measured, "predicted": predicted}
-
-
-def bench_checkpoints(work: str, cluster, duration: float, node_mtbf: float,
-                      seed: int = 0) -> dict:
-    """Two jobs, advised and every-20-steps checkpoints, under injected node losses."""
-    from goodput_jax.cluster import ClusterClient, JobSpec, start_controller
-    from goodput_jax.cluster.controller import stop_controller
-
-    rng = random.Random(seed)
-    sd = os.path.join(work, "ckpt")
-    ctl = start_controller(sd, policy="sia", interval=1e6, poll=0.1, node_mtbf=node_mtbf)
-    client = ClusterClient(sd)
-    while client.capacity() is None:
-        time.sleep(0.1)
-    jobs = {"advised": None, "every20": 20}
-    for name, every in jobs.items():
-        client.submit(JobSpec(name, EX, args=("--steps", "10000000", "--ckpt-every",
-                                              str(every or 0), "--step-sleep", "0.05"),
-                              min_replicas=1, max_replicas=1, preemptible=False,
-                              hooks={"init_batch_size": 32}))
-
-    def stepping() -> bool:
-        return all(any(p["event"] == "step" for p in client.progress(n)) for n in jobs)
-
-    deadline = time.monotonic() + 300
-    while not stepping():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the jobs did not start")
-        time.sleep(0.5)
-    t0 = time.time()
-    due = {n: t0 + rng.expovariate(1 / node_mtbf) for n in jobs}
-    kills = []
-    while time.time() < t0 + duration:
-        name = min(due, key=due.get)
-        time.sleep(max(0.0, min(due[name], t0 + duration) - time.time()))
-        if time.time() >= t0 + duration:
-            break
-        job = client.status(name)
-        if job["status"] == "running" and job["allocation"]:
-            node = job["allocation"][0]
-            if node in cluster.nodes:
-                cluster.kill_node(node)
-                cluster.add_node("a", 1)
-                kills.append((time.time() - t0, name, node))
-        due[name] = time.time() + rng.expovariate(1 / node_mtbf)
-    t1 = time.time()
-    stop_controller(ctl)
-    out = {n: _ckpt_stats(client.progress(n), t0, t1, node_mtbf, every)
-           for n, every in jobs.items()}
-    return {"jobs": out, "kills": kills, "duration": t1 - t0, "node_mtbf": node_mtbf}
-
-
-def print_checkpoints(res: dict) -> None:
-    print(f"checkpoint interval under node losses (injected: mean {res['node_mtbf']:.0f} s "
-          f"per job node; {res['duration']:.0f} s window)")
-    cols = ("losses", "lost_steps", "kept_steps", "step_s", "saves", "save_s", "restart_s",
-            "interval_s", "goodput", "predicted")
-    print(f"{'job':<10}" + "".join(f"{c:>11}" for c in cols))
-    for name, r in res["jobs"].items():
-        print(f"{name:<10}" + "".join(
-            f"{r[c]:>11.3f}" if isinstance(r[c], float) else f"{r[c]:>11d}" for c in cols))
-
-
 def _print_restarts(restarts: dict) -> None:
     parts = ("notice", "checkpoint", "exit", "relaunch", "setup", "restore", "first_step")
     print(f"{'restart (s)':<26}" + "".join(f"{p:>11}" for p in parts)
@@ -489,9 +384,10 @@ def _print_restarts(restarts: dict) -> None:
                   + f"{r['total']:>9.2f}{r['lost_steps']:>6d}")
     one = [r["total"] for r in restarts.get("one", [])]
     if one:
+        three = max((r["total"] for r in restarts["three"]), default=0)
+        loss = restarts["node_loss"][0]["total"] if restarts["node_loss"] else 0
         print(f"one job: median {statistics.median(one):.2f} s over {len(one)} moves; "
-              f"three together: max {max((r['total'] for r in restarts['three']), default=0):.2f}"
-              f" s; node loss: {restarts['node_loss'][0]['total'] if restarts['node_loss'] else 0:.2f} s")
+              f"three together: max {three:.2f} s; node loss: {loss:.2f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -508,10 +404,13 @@ def main(argv: list[str] | None = None) -> int:
                          "nodes for each)")
     ap.add_argument("--checkpoints", action="store_true",
                     help="only the checkpoint-interval run under injected node losses")
-    ap.add_argument("--duration", type=float, default=150.0,
-                    help="--checkpoints: seconds of the measured window")
-    ap.add_argument("--node-mtbf", type=float, default=40.0,
-                    help="--checkpoints: mean seconds between losses of a job's node")
+    ap.add_argument("--regimes", default="a,b",
+                    help="--checkpoints: which regimes (a: every 20 steps too often, b: too "
+                         "rarely), comma-separated")
+    ap.add_argument("--control", action="store_true",
+                    help="--checkpoints: a third job saving every N steps, N the advice")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="--checkpoints: the seed of the loss times' order")
     args = ap.parse_args(argv)
     from goodput_jax.cluster.local import LocalCluster, in_sandbox, run_sandboxed
 
@@ -525,14 +424,28 @@ def main(argv: list[str] | None = None) -> int:
 
     work = tempfile.mkdtemp(prefix="gjbench")
     if args.checkpoints:
-        with LocalCluster([("a", 1)] * 3) as c:
-            res = bench_checkpoints(work, c, args.duration, args.node_mtbf)
+        import ckpt_bench
+
+        chosen = [r for r in ckpt_bench.REGIMES if r.name in args.regimes.split(",")]
+        if not chosen:
+            ap.error(f"--regimes ({args.regimes!r}): name a, b or both")
+        results = []
+        raw = os.path.join(work, "cluster_bench.json")
+        with LocalCluster([("a", 1)]) as c:
+            for regime in chosen:
+                print(f"checkpoints, regime {regime.name} ({regime.window:.0f} s window) ...",
+                      flush=True)
+                results.append(ckpt_bench.run_regime(work, c, regime, seed=args.seed,
+                                                     control=args.control))
+                ckpt_bench.print_regime(results[-1])
+                with open(raw, "w") as fh:
+                    json.dump({"checkpoints": results}, fh, indent=1)
         print(f"\ncluster_bench: {platform.node()} {os.cpu_count()} CPUs, python "
               f"{platform.python_version()}, jax {jax.__version__}, ray {ray.__version__}")
-        print_checkpoints(res)
-        with open(os.path.join(work, "cluster_bench.json"), "w") as fh:
-            json.dump({"checkpoints": res}, fh, indent=1)
-        print(f"\n(raw numbers: {os.path.join(work, 'cluster_bench.json')})")
+        for res in results:
+            ckpt_bench.print_regime(res)
+            print()
+        print(f"(raw numbers and the jobs' progress logs: {raw})")
         return 0
     sizes = [100] if args.quick else [100, 1000]
     moves = 2 if args.quick else args.reallocations

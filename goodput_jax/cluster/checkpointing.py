@@ -13,7 +13,11 @@ The goodput-optimal interval between checkpoints is Young/Daly's
   ``STATE_DIR/reliability.json``, re-read every 30 s), divided by the nodes the launch
   spans (any one of them lost takes the launch down), or an MTBF the operator gives.
 
-Both are updated as they are measured, and so is the interval. A relaunch starts from
+Both are updated as they are measured, and so is the interval. The goodput the advice
+predicts there (:func:`~goodput_jax.measure.advice.expected_goodput`) also takes what a
+loss costs besides the work it loses, the **restart** (notice, relaunch, restore, first
+step): :meth:`CheckpointTimer.observe_restart` with :func:`restart_seconds` at a
+relaunch's first step (0 s before one is measured; the interval does not depend on it). A relaunch starts from
 the save cost its earlier launches measured (the last ``"checkpoint advice"`` record
 of the job's progress log); before the first save is measured its cost is taken as 1 s; before any node loss the node MTBF is the
 operator's, or one loss per 24 node-hours (a prior that the observed losses outweigh
@@ -44,7 +48,8 @@ from typing import Any
 
 from goodput_jax.measure.advice import CheckpointAdvice, checkpoint_advice, daly_interval
 
-__all__ = ["DEFAULT_NODE_MTBF_S", "CheckpointTimer", "NodeLossBook", "reliability_path"]
+__all__ = ["DEFAULT_NODE_MTBF_S", "CheckpointTimer", "NodeLossBook", "reliability_path",
+           "restart_seconds"]
 
 #: The node MTBF assumed before any loss is observed (one loss per 24 node-hours).
 DEFAULT_NODE_MTBF_S = 86400.0
@@ -132,6 +137,10 @@ class CheckpointTimer:
         self.steps: collections.deque[float] = collections.deque(maxlen=50)
         self.saves = 0
         self.save_cost_s = PRIOR_SAVE_COST_S
+        #: seconds a loss costs besides the work it loses (notice, relaunch, restore, first
+        #: step): the mean of :meth:`observe_restart`'s (0 before one is measured)
+        self.restart_s = 0.0
+        self.restarts = 0
         self.work_s = 0.0
         self._last: float | None = None
         self._saving = False
@@ -140,13 +149,29 @@ class CheckpointTimer:
 
     def carry_save_cost(self, advice: Any) -> None:
         """Start from the save cost an earlier launch measured (its last ``"checkpoint
-        advice"`` progress record), as one measured save; None: keep the prior."""
+        advice"`` progress record), as one measured save, and from its restart cost
+        (``restart_s`` with ``restarts``, where the record has them); None: keep the prior."""
         try:
             cost = float(advice["save_cost_s"])
         except (TypeError, KeyError, ValueError):
             return
         if math.isfinite(cost) and cost > 0:
             self.save_cost_s, self.saves = cost, 1
+        try:
+            restart, count = float(advice["restart_s"]), int(advice["restarts"])
+        except (TypeError, KeyError, ValueError):
+            return
+        if math.isfinite(restart) and restart >= 0 and count > 0:
+            self.restart_s, self.restarts = restart, count
+
+    def observe_restart(self, seconds: float) -> None:
+        """One restart after a loss (:func:`restart_seconds`), into the mean restart cost
+        the advice predicts with."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+                or not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"seconds ({seconds!r}) must be a finite number >= 0")
+        self.restarts += 1
+        self.restart_s += (float(seconds) - self.restart_s) / self.restarts
 
     def mtbf_s(self) -> float:
         """The job's mean time between failures now (given, or the cluster's node MTBF
@@ -175,7 +200,7 @@ class CheckpointTimer:
         """The interval in steps and the goodput predicted there
         (:func:`goodput_jax.measure.advice.checkpoint_advice`)."""
         return checkpoint_advice(max(self.save_cost_s, 1e-3), self.mtbf_s(),
-                                 self.step_time_s(), mtbf_source=(
+                                 self.step_time_s(), restart_s=self.restart_s, mtbf_source=(
                                      "given" if self.given_mtbf_s is not None else "observed"))
 
     def should_checkpoint(self, step: int) -> bool:
@@ -195,6 +220,44 @@ class CheckpointTimer:
         self._last = now
         self._saving = self.work_s >= self.interval_s()
         return self._saving
+
+
+def restart_seconds(progress_path: str, attempt: int, now: float,
+                    tail: int = 256 * 1024) -> float | None:
+    """The restart a loss cost this launch (``attempt``), from the job's progress log: ``now``
+    (wall time, at this launch's first step) less the time of the last record of the launch
+    before it, or None where there is none or it ended on its own (``"stopped"`` on a
+    request, ``"finished"``: a move is not a loss).
+
+    Example:
+        >>> import json, os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "progress.jsonl")
+        >>> with open(path, "w") as fh:
+        ...     for r in ({"attempt": 0, "t": 100.0, "event": "step"},
+        ...               {"attempt": 1, "t": 109.0, "event": "launch"}):
+        ...         _ = fh.write(json.dumps(r) + "\\n")
+        >>> restart_seconds(path, 1, now=112.5)
+        12.5
+    """
+    try:
+        with open(progress_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - tail))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+            before = int(rec["attempt"]) < attempt
+            t = float(rec["t"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if before:
+            if rec.get("event") in ("stopped", "finished"):
+                return None
+            return max(0.0, now - t)
+    return None
 
 
 def reliability_path(state_root: str) -> str:

@@ -31,12 +31,31 @@ import argparse
 import os
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from goodput_jax.cluster.context import JobContext
 from goodput_jax.cluster.runner import STOPPED
 
-__all__ = ["Options", "always_crash", "parse_args", "regression"]
+if TYPE_CHECKING:
+    from jax.sharding import Mesh, NamedSharding
+
+__all__ = ["Options", "TrainStep", "always_crash", "parse_args", "regression"]
+
+
+@runtime_checkable
+class TrainStep(Protocol):
+    """What the example uses of :func:`~goodput_jax.adaptive.make_train_step`'s step: the
+    jitted call and the shardings it was built for.
+
+    ``Any``: params, optimizer state and batches are JAX pytrees, which have no static
+    type.
+    """
+
+    replicated: NamedSharding
+    batch_sharding: NamedSharding
+    mesh: Mesh
+
+    def __call__(self, params: Any, opt_state: Any, batch: Any, num_micro: Any) -> Any: ...
 
 
 def always_crash(ctx: JobContext) -> None:
@@ -82,6 +101,7 @@ def regression(ctx: JobContext) -> str | None:
     from goodput_jax.adaptive import AdaptiveBatchSize, adaptive_optimizer, make_train_step
     from goodput_jax.adaptive import checkpoint as ckpt
     from goodput_jax.integrations.hooks import GoodputHooks
+    from goodput_jax.measure.recorder import GoodputRecorder
 
     width = opts.width
 
@@ -104,13 +124,17 @@ def regression(ctx: JobContext) -> str | None:
     m0 = int(hk["init_batch_size"])
     tx = adaptive_optimizer(optax.sgd(0.05), m0, rule="adascale")
     step_fn = make_train_step(loss_fn, tx)
+    if not isinstance(step_fn, TrainStep):
+        raise TypeError(f"make_train_step returned {step_fn!r}, not a TrainStep")
     params = jax.device_put(model.init(jax.random.key(0), jnp.ones((1, 8))), step_fn.replicated)
     opt_state = jax.device_put(tx.init(params), step_fn.replicated)
     r = jax.device_count()
     hooks = GoodputHooks(ctx.job, num_replicas=r, num_nodes=ctx.num_processes,
                          atomic_bsz=max(1, m0 // r), is_primary=ctx.is_primary,
                          background=False, store=ctx.store, **hk)
-    rec = hooks.recorder
+    rec = hooks.recorder  # the hooks' own (no recorder given): a GoodputRecorder
+    if not isinstance(rec, GoodputRecorder):
+        raise TypeError(f"hooks.recorder ({rec!r}) is not a GoodputRecorder")
     ad = {"adaptive": False, **dict(ctx.adaptive)}
     adaptive = AdaptiveBatchSize(hooks, {"x": x, "y": y},
                                  batch_sharding=step_fn.batch_sharding, **ad)

@@ -13,6 +13,7 @@ predicts for the advised interval.
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -221,3 +222,109 @@ def test_the_example_job_checkpoints_when_asked(tmp_path):
     assert advice and all(r["mtbf_s"] == 20.0 for r in advice), records[-3:]
     saves = [r for r in records if r["event"] == "save"]
     assert len(saves) >= len(advice) >= 1
+
+
+def _ckpt_bench():
+    """``benchmarks/ckpt_bench.py`` (``cluster_bench.py --checkpoints``'s accounting)."""
+    import importlib.util
+    import sys
+
+    if "ckpt_bench" not in sys.modules:  # its dataclasses look their module up there
+        path = Path(__file__).resolve().parents[2] / "benchmarks" / "ckpt_bench.py"
+        spec = importlib.util.spec_from_file_location("ckpt_bench", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["ckpt_bench"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["ckpt_bench"]
+
+
+def _rec(attempt: int, t: float, event: str, step: int, **kw) -> dict:
+    return {"attempt": attempt, "t": t, "event": event, "step": step, **kw}
+
+
+def test_the_benchmark_books_a_window_by_hand():
+    """A progress log built by hand (1 s steps, a 0.5 s save every 4 steps, 3 s restarts):
+    launch 0 is killed at 11.5 s in step 10 (and, cut off, still logs that step at 12 s);
+    launch 1 is killed at 13 s during its restart, after its launch record and before a
+    step; launch 2 steps from 16 s. The old accounting counted the steps back to the
+    checkpoint once per relaunch (launch 1's too) and took the cut-off launch's record as
+    work: 6 steps redone instead of 2."""
+    prog = [_rec(0, 0.0, "launch", 0)]
+    t = 0.0
+    for s in range(10):  # steps 0-9, saves after steps 3 and 7 (at steps 4 and 8)
+        t += 1.0
+        prog.append(_rec(0, t, "step", s))
+        if (s + 1) % 4 == 0:
+            t += 0.5
+            prog.append(_rec(0, t, "save", s + 1, reason="periodic", seconds=0.5))
+    prog.append(_rec(0, 12.0, "step", 10))  # after its node was killed (11.5 s)
+    prog.append(_rec(1, 12.8, "launch", 8))  # killed at 13 s before its first step
+    prog.append(_rec(2, 16.0, "launch", 8))
+    t = 16.0
+    for s in range(8, 21):
+        t += 1.0
+        prog.append(_rec(2, t, "step", s))
+        if (s + 1) % 4 == 0:
+            t += 0.5
+            prog.append(_rec(2, t, "save", s + 1, reason="periodic", seconds=0.5))
+    res = _ckpt_bench().ckpt_stats(prog, [(11.5, 0), (13.0, 1)], 0.0, 30.0, mtbf=15.0)
+    assert res["after_kill_records"] == 1
+    assert (res["losses"], res["redone_steps"], res["kept_steps"]) == (2, 2, 20)
+    assert res["step_s"] == pytest.approx(1.0) and res["interval_steps"] == pytest.approx(4)
+    assert res["saves"] == 5 and res["save_cost_s"] == pytest.approx(0.5)
+    # restarts: 11.5 -> 13 (cut by the next loss), 13 -> 16 (whole: its mean, 3 s)
+    assert res["restart_total_s"] == pytest.approx(4.5) and res["restart_s"] == pytest.approx(3)
+    # 20 s kept + 2 s redone + 2.5 s saving + 4.5 s restarting + 1 s other (the half step
+    # the first loss cut, the half step running at the window's end) = the 30 s window
+    assert (res["redone_s"], res["save_total_s"]) == pytest.approx((2.0, 2.5))
+    assert res["other_s"] == pytest.approx(1.0)
+    assert res["goodput"] == pytest.approx(20 / 30)
+    assert res["predicted"] == pytest.approx(expected_goodput(4.0, 0.5, 15.0, 3.0))
+
+
+def test_the_benchmark_injects_exactly_the_expected_losses():
+    bench = _ckpt_bench()
+    for n, mtbf in ((5, 40.0), (6, 40.0), (10, 20.0)):
+        times = bench.loss_offsets(n, mtbf, seed=0)
+        assert len(times) == n and times == sorted(times) and times[-1] < n * mtbf
+        gaps = sorted(b - a for a, b in zip([0.0, *times], times))
+        # the exponential's quantiles at (i + 1/2) / n: a mean close to the MTBF
+        assert gaps[0] == pytest.approx(-mtbf * math.log1p(-0.5 / n))
+        assert 0.9 * mtbf < sum(gaps) / n < mtbf
+        assert bench.loss_offsets(n, mtbf, seed=0) == times  # one seed, one sequence
+    with pytest.raises(ValueError, match=r"^losses \(0\) must be >= 1$"):
+        bench.Regime(name="x", label="", step_sleep=0.0, node_mtbf=1.0, losses=0)
+
+
+def test_the_advice_predicts_with_the_restart_cost(tmp_path):
+    """A loss costs its restart besides the work it loses: the advice's predicted goodput
+    takes the restarts measured (0 s before one), carried to the next launch with the save
+    cost; a launch that follows a stop on request (a move) measures none."""
+    from goodput_jax.cluster.checkpointing import restart_seconds
+
+    timer = CheckpointTimer(nodes=1, mtbf_s=40.0, clock=lambda: 0.0)
+    timer.carry_save_cost({"save_cost_s": 0.2})
+    assert timer.advice().predicted_goodput == pytest.approx(
+        expected_goodput(timer.advice().interval_s, 0.2, 40.0, 0.0))
+    timer.observe_restart(10.0)
+    timer.observe_restart(20.0)
+    advice = timer.advice()
+    assert (timer.restart_s, advice.restart_s) == (15.0, 15.0)
+    assert advice.predicted_goodput == pytest.approx(
+        expected_goodput(advice.interval_s, 0.2, 40.0, 15.0))
+    again = CheckpointTimer(nodes=1, mtbf_s=40.0)
+    again.carry_save_cost({"save_cost_s": 0.2, "restart_s": 15.0, "restarts": 2})
+    assert (again.restart_s, again.restarts) == (15.0, 2)
+    with pytest.raises(ValueError, match=r"^seconds \(-1\.0\) must be a finite number >= 0$"):
+        again.observe_restart(-1.0)
+    log = tmp_path / "progress.jsonl"
+    rows = [{"attempt": 0, "t": 100.0, "event": "step", "step": 9},
+            {"attempt": 1, "t": 111.0, "event": "launch", "step": 0},
+            {"attempt": 1, "t": 112.0, "event": "step", "step": 0}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert restart_seconds(str(log), 1, now=112.0) == 12.0
+    assert restart_seconds(str(log), 0, now=112.0) is None  # the first launch
+    rows.insert(1, {"attempt": 0, "t": 101.0, "event": "stopped", "step": 10})
+    log.write_text("garbage\n" + "".join(json.dumps(r) + "\n" for r in rows))
+    assert restart_seconds(str(log), 1, now=112.0) is None  # a move, not a loss
+    assert restart_seconds(str(tmp_path / "none.jsonl"), 1, now=1.0) is None
