@@ -199,7 +199,8 @@ class JobContext:
             self.log_progress(event="checkpoint advice", step=step,
                               interval_steps=a.interval_steps, interval_s=a.interval_s,
                               save_cost_s=a.save_cost_s, mtbf_s=a.mtbf_s,
-                              mtbf_source=a.mtbf_source,
+                              mtbf_source=a.mtbf_source, restart_s=a.restart_s,
+                              restarts=timer.restarts,
                               predicted_goodput=a.predicted_goodput)
         return due
 
@@ -208,12 +209,18 @@ class JobContext:
         (its ``advice()`` gives the interval in steps and the goodput it predicts)."""
         timer = _TIMER[0]
         if timer is None:
-            from goodput_jax.cluster.checkpointing import CheckpointTimer
+            from goodput_jax.cluster.checkpointing import CheckpointTimer, restart_seconds
 
             timer = CheckpointTimer(nodes=self.num_processes,
                                     reliability_path=self.reliability_path)
             # a relaunch starts from the save cost its earlier launches measured
             timer.carry_save_cost(_last_advice(self.progress_path))
+            if self.attempt > 0 and self.progress_path:
+                # this launch's restart after a loss (none after a move): the advice's
+                # predicted goodput pays it per loss
+                restart = restart_seconds(self.progress_path, self.attempt, time.time())
+                if restart is not None:
+                    timer.observe_restart(restart)
             _TIMER[0] = timer
         return timer
 
