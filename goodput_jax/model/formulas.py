@@ -142,12 +142,13 @@ def goodput_at(xp: Any, perf: PerfParams, grad: GradParams, m0: Any, network: An
     50 times per configuration.
     """
     accum = accum_time(xp, perf, b)
-    step = s * accum + optim_time(xp, perf.gamma, accum, network)
+    hi = xp.maximum(accum, network)
+    lo = xp.minimum(accum, network)
+    step = s * accum + hi * xp.exp(xp.log(1.0 + xp.exp(perf.gamma * xp.log(lo / hi))) / perf.gamma)
     batch = r * b * (s + 1.0)
     denom = m0 * grad.var + batch * grad.sqr
     ok = denom > 0
-    return xp.where(ok, batch * (m0 * (grad.var + grad.sqr)) / (step * xp.where(ok, denom, 1.0)),
-                    m0 / step)
+    return xp.where(ok, batch * (m0 * (grad.var + grad.sqr)), m0) / (step * xp.where(ok, denom, 1.0))
 
 
 # --------------------------------------------------------------------------- numpy twins

@@ -99,6 +99,8 @@ __all__ = [
     "throughput_fn",
 ]
 
+#: Bounds kept as device arrays per GoodputFunction (cleared when full).
+_SEARCH_CACHE_SIZE = 16
 
 
 def _is_scalar(x) -> bool:
@@ -184,6 +186,7 @@ class GoodputFunction:
         self._grad = grad
         self._m0 = init_batch_size
         self._packed_cache: dict[Any, np.ndarray] = {}
+        self._search_cache: dict[tuple[Any, float, float, float], jax.Array] = {}
 
     @property
     def perf_params(self) -> PerfParams:
@@ -344,12 +347,27 @@ class GoodputFunction:
             return optimize_np(self._perf, self._grad, float(m0), n, r, float(max_batch_size),
                                float(lo), float(hi), bool(accumulation),
                                bool(adaptdl_single_replica))
-        bounds = np.array([max_batch_size, lo, hi], dtype=_fdt())
+        dt = _fdt()
+        config = np.empty((2, *shape), dt)  # one transfer for both arrays
+        config[0] = num_nodes
+        config[1] = num_replicas
         out = np.asarray(
-            _optimize_packed(self._packed(), num_nodes, num_replicas, bounds, bool(accumulation),
-                             bool(adaptdl_single_replica))
+            _optimize_packed(self._search_params(dt, max_batch_size, lo, hi), config,
+                             bool(accumulation), bool(adaptdl_single_replica))
         )
         return np.array(out[0]), out[1].astype(np.int64), out[2].astype(np.int64)
+
+    def _search_params(self, dt: Any, max_batch_size: Any, lo: Any, hi: Any) -> jax.Array:
+        """The kernel's parameters and bounds as a device array, kept per bounds (a
+        repeated search transfers only its configurations)."""
+        key = (dt, float(max_batch_size), float(lo), float(hi))
+        p = self._search_cache.get(key)
+        if p is None:
+            if len(self._search_cache) >= _SEARCH_CACHE_SIZE:
+                self._search_cache.clear()
+            p = jax.device_put(np.array([*self._perf, *self._grad, self._m0, *key[1:]], dt))
+            self._search_cache[key] = p
+        return p
 
 
 # --------------------------------------------------------------------------- #

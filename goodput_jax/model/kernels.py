@@ -168,6 +168,9 @@ def optimize_fn(
     net = formulas.network_time(jnp, perf, n, r)  # once per configuration
     tol = 1e-8 if dt == jnp.float64 else 2e-6
 
+    inv_r = 1.0 / r  # per configuration: the grid multiplies (divisions are not fused twice)
+    inv_max_atomic = 1.0 / max_atomic
+
     def candidate(t):
         # goodput, atomic_bsz and accum_steps of the candidate at position t in [0, 1]
         # (broadcasting: t of shape [C, 1, ...] gives the whole grid)
@@ -194,10 +197,10 @@ def optimize_fn(
     good, _, _ = candidate(jnp.reshape(t, (NUM_CANDIDATES,) + (1,) * len(shape)))
     good = jnp.broadcast_to(good, (NUM_CANDIDATES,) + shape)
     best = jnp.max(good, axis=0)
-    iota = jnp.reshape(jnp.arange(NUM_CANDIDATES, dtype=jnp.int32),
+    iota = jnp.reshape(jnp.arange(NUM_CANDIDATES, dtype=dt),
                        (NUM_CANDIDATES,) + (1,) * len(shape))
-    idx = jnp.min(jnp.where(good == best, iota, NUM_CANDIDATES), axis=0)  # first maximum
-    idx = jnp.where(idx == NUM_CANDIDATES, 0, idx)  # a NaN in the row: the first candidate
+    first = jnp.min(jnp.where(good == best, iota, float(NUM_CANDIDATES)), axis=0)  # first maximum
+    idx = jnp.where(first == NUM_CANDIDATES, 0, first.astype(jnp.int32))  # a NaN: the first
     good_i, atomic, steps = (jnp.broadcast_to(x, shape) for x in candidate(t[idx]))
     # best is good[idx] exactly; where it is NaN, the first candidate's value
     good = jnp.where(jnp.isnan(best), good_i, best)
@@ -215,18 +218,22 @@ def _unpack(packed):
 
 
 @functools.partial(jax.jit, static_argnames=("accumulation", "adaptdl_single_replica"))
-def _optimize_packed(packed, num_nodes, num_replicas, bounds, accumulation,
-                     adaptdl_single_replica=True):
+def _optimize_packed(packed: jax.Array, config: jax.Array, accumulation: bool,
+                     adaptdl_single_replica: bool = True) -> jax.Array:
+    """``optimize_fn`` on two arguments: ``packed`` = the 10 parameters, then
+    ``[max_batch_size, min_atomic_bsz, max_atomic_bsz]`` (a device array the caller keeps),
+    ``config`` = ``[num_nodes, num_replicas]`` stacked on a leading axis (one transfer).
+    Returns ``[goodput, atomic_bsz, accum_steps]`` stacked, as floats."""
     perf, grad, m0 = _unpack(packed)
     g, b, s = optimize_fn(
         perf,
         grad,
         m0,
-        num_nodes,
-        num_replicas,
-        bounds[0],
-        bounds[1],
-        bounds[2],
+        config[0],
+        config[1],
+        packed[10],
+        packed[11],
+        packed[12],
         accumulation=accumulation,
         adaptdl_single_replica=adaptdl_single_replica,
     )
