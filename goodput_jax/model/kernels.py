@@ -16,11 +16,12 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from goodput_jax.model import formulas
 from goodput_jax.model.optimize_np import NUM_CANDIDATES
@@ -28,8 +29,10 @@ from goodput_jax.model.types import GradParams, PerfParams
 
 __all__ = ["efficiency_fn", "goodput_fn", "optimize_fn", "throughput_fn"]
 
+_Params = TypeVar("_Params", PerfParams, GradParams)
 
-def _fdt():
+
+def _fdt() -> np.dtype[Any]:
     # the default float dtype (float64 under x64); canonicalize_dtype is ~30x cheaper than
     # jnp.result_type(float), which matters on the host side of small calls
     return jax.dtypes.canonicalize_dtype(np.float64)
@@ -40,7 +43,7 @@ def _ceil_tol(x: jax.Array) -> jax.Array:
     return jnp.ceil(x - eps * jnp.maximum(1.0, jnp.abs(x)))
 
 
-def _tree_f(tree):
+def _tree_f(tree: _Params) -> _Params:
     dt = _fdt()
     return type(tree)(*(jnp.asarray(x, dt) for x in tree))
 
@@ -168,10 +171,7 @@ def optimize_fn(
     net = formulas.network_time(jnp, perf, n, r)  # once per configuration
     tol = 1e-8 if dt == jnp.float64 else 2e-6
 
-    inv_r = 1.0 / r  # per configuration: the grid multiplies (divisions are not fused twice)
-    inv_max_atomic = 1.0 / max_atomic
-
-    def candidate(t):
+    def candidate(t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         # goodput, atomic_bsz and accum_steps of the candidate at position t in [0, 1]
         # (broadcasting: t of shape [C, 1, ...] gives the whole grid)
         batch = jnp.where(t == 1.0, max_bs, min_bs * jnp.exp(t * log_span))  # exact endpoint
@@ -213,7 +213,7 @@ def optimize_fn(
 # --------------------------------------------------------------------------- #
 
 
-def _unpack(packed):
+def _unpack(packed: jax.Array) -> tuple[PerfParams, GradParams, jax.Array]:
     return PerfParams(*(packed[i] for i in range(7))), GradParams(packed[7], packed[8]), packed[9]
 
 
@@ -241,7 +241,9 @@ def _optimize_packed(packed: jax.Array, config: jax.Array, accumulation: bool,
 
 
 @jax.jit
-def _evaluate_packed(packed, num_nodes, num_replicas, atomic_bsz, accum_steps):
+def _evaluate_packed(packed: jax.Array, num_nodes: ArrayLike, num_replicas: ArrayLike,
+                     atomic_bsz: ArrayLike, accum_steps: ArrayLike,
+                     ) -> tuple[jax.Array, jax.Array]:
     perf, grad, m0 = _unpack(packed)
     dt = _fdt()
     r = jnp.asarray(num_replicas, dt)
@@ -254,12 +256,13 @@ def _evaluate_packed(packed, num_nodes, num_replicas, atomic_bsz, accum_steps):
 
 
 @jax.jit
-def _throughput_packed(packed, num_nodes, num_replicas, atomic_bsz, accum_steps):
+def _throughput_packed(packed: jax.Array, num_nodes: ArrayLike, num_replicas: ArrayLike,
+                       atomic_bsz: ArrayLike, accum_steps: ArrayLike) -> jax.Array:
     perf, _, _ = _unpack(packed)
     return throughput_fn(perf, num_nodes, num_replicas, atomic_bsz, accum_steps)
 
 
 @jax.jit
-def _efficiency_packed(packed, batch_size):
+def _efficiency_packed(packed: jax.Array, batch_size: ArrayLike) -> jax.Array:
     _, grad, m0 = _unpack(packed)
     return efficiency_fn(grad, m0, batch_size)

@@ -171,8 +171,15 @@ def rule_factor(
     )
 
 
-class ScaleByRuleState(NamedTuple):
-    """State of :func:`scale_by_rule`.
+# The functional form: a field named ``count`` shadows ``tuple.count`` (a method), which
+# the class form declares as an incompatible override.
+ScaleByRuleState = NamedTuple("ScaleByRuleState", [
+    ("count", jax.Array),
+    ("progress", jax.Array),
+    ("factor", jax.Array),
+    ("gain", jax.Array),
+])
+ScaleByRuleState.__doc__ = """State of :func:`scale_by_rule`.
 
     Attributes:
         count: optimizer steps taken (int32).
@@ -180,11 +187,6 @@ class ScaleByRuleState(NamedTuple):
         factor: the last learning-rate multiplier applied (rule x schedule).
         gain: the last AdaScale gain.
     """
-
-    count: jax.Array
-    progress: jax.Array
-    factor: jax.Array
-    gain: jax.Array
 
 
 def scale_by_rule(

@@ -134,8 +134,18 @@ def _unflatten_sqnorms(count: int | None, children: tuple) -> GradSqNorms:
 jax.tree_util.register_pytree_node(GradSqNorms, _flatten_sqnorms, _unflatten_sqnorms)
 
 
-class GradStatsState(NamedTuple):
-    """Smoothed gradient statistics (a pytree of scalars; counters are int32).
+# The functional form: a field named ``count`` shadows ``tuple.count`` (a method), which
+# the class form declares as an incompatible override.
+GradStatsState = NamedTuple("GradStatsState", [
+    ("count", jax.Array),
+    ("skipped", jax.Array),
+    ("biased", jax.Array),
+    ("sqr_ema", jax.Array),
+    ("var_ema", jax.Array),
+    ("ema_norm", jax.Array),
+    ("age", Any),
+])
+GradStatsState.__doc__ = """Smoothed gradient statistics (a pytree of scalars; counters are int32).
 
     Attributes:
         count: samples folded into the averages since the last reset.
@@ -154,14 +164,7 @@ class GradStatsState(NamedTuple):
             examples (``sum(scale * steps)``); the growing window's clock. A state
             built without it (six fields, as before) starts at 0.
     """
-
-    count: jax.Array
-    skipped: jax.Array
-    biased: jax.Array
-    sqr_ema: jax.Array
-    var_ema: jax.Array
-    ema_norm: jax.Array
-    age: Any = 0.0
+GradStatsState.__new__.__defaults__ = (0.0,)
 
 
 # --------------------------------------------------------------------------- pure estimators
@@ -178,9 +181,10 @@ def _check_init_batch_size(init_batch_size: Any) -> float:
 def _check_smoothing(smoothing: Any) -> float:
     if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real):
         raise TypeError(f"smoothing ({smoothing!r}) must be a number in (0, 1)")
-    if not 0.0 < smoothing < 1.0:
+    value = float(smoothing)
+    if not 0.0 < value < 1.0:
         raise ValueError(f"smoothing ({smoothing!r}) must be in (0, 1)")
-    return float(smoothing)
+    return value
 
 
 def _check_averaging(averaging: Any) -> str:
