@@ -163,12 +163,12 @@ FIT_INIT = PerfParams(0.1, 0.01, 0.1, 0.1, 0.1, 0.1, 1.001)
 @jax.jit
 def fit_loss(
     perf: PerfParams,
-    num_nodes: Any,
-    num_replicas: Any,
-    atomic_bsz: Any,
-    accum_step_time: Any,
-    optim_step_time: Any,
-    mask: Any = None,
+    num_nodes: ArrayLike,
+    num_replicas: ArrayLike,
+    atomic_bsz: ArrayLike,
+    accum_step_time: ArrayLike,
+    optim_step_time: ArrayLike,
+    mask: ArrayLike | None = None,
 ) -> jax.Array:
     """Objective minimised by :func:`fit_perf_params` (pure, differentiable).
 
@@ -402,11 +402,14 @@ def _validate_profile(names: Sequence[str], profile: Sequence[ArrayLike], batche
         lambda i: f"atomic_bsz must be >= 1, got atomic_bsz[{i}] = {atomic_bsz[i]}",
     )
     for name, t in (("accum_step_time", acc), ("optim_step_time", opt)):
-        def value(i: tuple[int, ...], t: NDArray[Any] = t, name: str = name) -> str:
-            return f"{name}[{i}] = {t[i]}"
+        def finite(i: tuple[int, ...], t: NDArray[Any] = t, name: str = name) -> str:
+            return f"{name} must be finite, got {name}[{i}] = {t[i]}"
 
-        _bad(~np.isfinite(t), lambda i: f"{name} must be finite, got {value(i)}")
-        _bad(~(t > 0), lambda i: f"{name} must be positive, got {value(i)}")
+        def positive(i: tuple[int, ...], t: NDArray[Any] = t, name: str = name) -> str:
+            return f"{name} must be positive, got {name}[{i}] = {t[i]}"
+
+        _bad(~np.isfinite(t), finite)
+        _bad(~(t > 0), positive)
     return arrays
 
 
@@ -414,12 +417,12 @@ _PROFILE_NAMES = ("num_nodes", "num_replicas", "atomic_bsz", "accum_step_time", 
 
 
 def fit_perf_params(
-    num_nodes: Any,
-    num_replicas: Any,
-    atomic_bsz: Any,
-    accum_step_time: Any,
-    optim_step_time: Any,
-    weights: Any = None,
+    num_nodes: ArrayLike,
+    num_replicas: ArrayLike,
+    atomic_bsz: ArrayLike,
+    accum_step_time: ArrayLike,
+    optim_step_time: ArrayLike,
+    weights: ArrayLike | None = None,
 ) -> PerfParams:
     """Fit the step-time model to profiled step times.
 
@@ -493,12 +496,12 @@ def fit_perf_params(
 
 
 def fit_perf_params_batched(
-    num_nodes: Any,
-    num_replicas: Any,
-    atomic_bsz: Any,
-    accum_step_time: Any,
-    optim_step_time: Any,
-    mask: Any = None,
+    num_nodes: ArrayLike,
+    num_replicas: ArrayLike,
+    atomic_bsz: ArrayLike,
+    accum_step_time: ArrayLike,
+    optim_step_time: ArrayLike,
+    mask: ArrayLike | None = None,
 ) -> PerfParams:
     """Fit many jobs' profiles at once (``vmap`` of the same jitted fit).
 

@@ -134,9 +134,10 @@ def _unflatten_sqnorms(count: int | None, children: tuple) -> GradSqNorms:
 jax.tree_util.register_pytree_node(GradSqNorms, _flatten_sqnorms, _unflatten_sqnorms)
 
 
-# The functional form: a field named ``count`` shadows ``tuple.count`` (a method), which
-# the class form declares as an incompatible override.
-GradStatsState = NamedTuple("GradStatsState", [
+# The functional form (not the class form ruff's UP014 asks for): a field named ``count``
+# shadows ``tuple.count`` (a method), which the class form declares as an incompatible
+# override (mypy); the functional form types the same fields.
+GradStatsState = NamedTuple("GradStatsState", [  # noqa: UP014 (see above)
     ("count", jax.Array),
     ("skipped", jax.Array),
     ("biased", jax.Array),
