@@ -295,6 +295,8 @@ class Hints:
     def from_json(cls, data: Mapping[str, Any]) -> Hints:
         """Parses the JSON form (a mapping with the camelCase keys); strict.
 
+        Typed ``Any``: JSON values are ``Any`` (validated here).
+
         Raises:
             TypeError / ValueError: naming the unknown, missing or malformed key.
 
@@ -319,6 +321,8 @@ class Hints:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form: every key, ``None`` for unknown values.
+
+        Typed ``Any``: JSON values are ``Any``.
 
         Example:
             >>> Hints(max_profiled_replicas=4).to_json()["maxProfiledReplicas"]

@@ -201,6 +201,8 @@ def scale_by_rule(
 ) -> optax.GradientTransformationExtraArgs:
     """optax transformation that multiplies the updates by a scaling rule's factor.
 
+    Typed ``Any``: ``schedule`` returns a number or an array (optax's schedules are untyped).
+
     Put it after the base optimizer (whose learning rate is the one tuned at
     ``init_batch_size``), e.g.
     ``optax.chain(gradient_noise_scale(M0), optax.sgd(lr), scale_by_rule("adascale", M0))``.

@@ -128,6 +128,8 @@ def data_parallel_grads(
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (a): data-parallel gradient inside ``jax.shard_map`` with ``(S, T)``.
 
+    Typed ``Any``: ``params`` and ``batch`` are pytrees (any structure of arrays), ``axis_name`` a mesh axis name or a tuple of them, ``sample`` and ``num_active`` a Python value or a traced JAX array; the loss and aux are the loss function's own.
+
     Call it inside the shard_map'ed train step with the *local* batch shard.
     It takes each device's gradient (of its own microbatches when
     ``num_microbatches > 1``), adds up its squared norm *before* the
@@ -403,6 +405,8 @@ def grouped_grads(
     sample: Any = True,
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (d): plain ``jit`` with automatic sharding, via an explicit group axis.
+
+    Typed ``Any``: ``params`` and ``batch`` are pytrees (any structure of arrays), ``group_sharding`` a sharding or a mesh spec, ``sample`` a Python value or a traced JAX array; the loss and aux are the loss function's own.
 
     Reshapes the batch to ``[num_groups, B / num_groups, ...]`` and takes one
     gradient per group with ``jax.vmap``; ``S`` is the mean of the per-group

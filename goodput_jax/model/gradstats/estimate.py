@@ -105,6 +105,8 @@ class GradSqNorms(NamedTuple):
 def static_count(count: Any) -> int | None:
     """``count`` as a Python int when it is one (a static part count), else None.
 
+    Typed ``Any``: ``count`` is a Python value or a traced JAX array.
+
     Example:
         >>> static_count(4), static_count(jnp.int32(4))
         (4, None)
@@ -205,6 +207,8 @@ def _check_positive_int(value: Any, name: str) -> int:
 def estimate_grad_params(local_sqr: Any, total_sqr: Any, count: Any, scale: Any) -> GradParams:
     """One-step unbiased estimates of ``|G|^2`` and ``tr(Sigma)`` at the initial batch size.
 
+    Typed ``Any``: each argument is a Python value or a traced JAX array.
+
     Args:
         local_sqr: ``S``, mean of the per-part squared norms.
         total_sqr: ``T``, squared norm of the mean gradient.
@@ -258,6 +262,8 @@ def update_grad_stats(
     averaging: str = DEFAULT_AVERAGING,
 ) -> GradStatsState:
     """Fold one step's ``(S, T)`` into the moving averages.
+
+    Typed ``Any``: ``biased`` is a Python value or a traced JAX array.
 
     Pure and jittable. A sample is ignored (state unchanged) when ``count <= 1``
     or ``sqnorms.valid`` is False; it is counted in ``skipped`` when any of
@@ -341,6 +347,8 @@ def mark_one_part(state: GradStatsState, one_part: Any = True) -> GradStatsState
     :func:`goodput_jax.model.gradstats.stats_note` says why; cleared by a helper's update
     even before its first sample is taken (Adam's first updates). A state that holds
     samples keeps its flag (and its numbers).
+
+    Typed ``Any``: ``one_part`` is a Python value or a traced JAX array.
 
     Example:
         >>> st = mark_one_part(init_grad_stats())
@@ -434,6 +442,8 @@ def is_stats_summary(value: Any) -> bool:
     :class:`StatsSummary`, or a ``[count, sqr, var]`` vector (shape ``(3,)``). Looks at
     the type and shape only: never waits for a device value.
 
+    Typed ``Any``: ``value`` is anything a caller holds (checked here).
+
     Example:
         >>> is_stats_summary(StatsSummary(1, 2, 3)), is_stats_summary([1.0, 2.0, 3.0])
         (True, True)
@@ -450,6 +460,8 @@ def is_stats_summary(value: Any) -> bool:
 
 def as_stats_summary(value: Any, name: str = "summary") -> StatsSummary:
     """``value`` as a :class:`StatsSummary` of Python floats (reads device values back).
+
+    Typed ``Any``: ``value`` is anything a caller holds (checked here).
 
     Args:
         value: a :class:`StatsSummary` (device or host scalars), or the ``[count, sqr,

@@ -98,6 +98,8 @@ def differenced_sqnorms(
 ) -> GradSqNorms:
     """``(S, T)`` of the differenced estimator: this and the previous step's gradient as two parts.
 
+    Typed ``Any``: ``grads`` and ``prev_grads`` are pytrees (any structure of arrays), ``batch_size`` a Python value or a traced JAX array.
+
     Example:
         >>> g, p = {"w": jnp.array([1.0, 0.0])}, {"w": jnp.array([0.0, 1.0])}
         >>> [float(v) for v in differenced_sqnorms(g, p, 8)[:2]]
@@ -333,6 +335,8 @@ def microbatch_grads(
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (b): gradient accumulation over microbatches in a ``lax.scan``, with ``(S, T)``.
 
+    Typed ``Any``: ``params`` and ``batch`` are pytrees (any structure of arrays), ``sample`` a Python value or a traced JAX array; the loss is the loss function's own.
+
     Splits every leaf of ``batch`` along its leading axis into
     ``num_microbatches`` equal microbatches, accumulates ``grad(loss_fn)`` over
     them in a scan (one gradient-sized accumulator, as any accumulation needs)
@@ -472,6 +476,8 @@ def split_grads(
     sample: Any = True,
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (e): one device, no accumulation, an unbiased ``(S, T)``: the batch in ``parts``.
+
+    Typed ``Any``: ``params`` and ``batch`` are pytrees (any structure of arrays), ``sample`` a Python value or a traced JAX array; the loss is the loss function's own.
 
     The one-device alternative to the differenced estimator (which takes this and the
     previous step's gradient as the two parts, so the parameters' movement between the
