@@ -348,6 +348,21 @@ def test_kept_bounds_follow_each_call():
     np.testing.assert_array_equal(fun.optimize(nodes, replicas, *calls[0])[0], first[0][0])
 
 
+def test_class_kernel_equals_optimize_fn():
+    """GoodputFunction's kernel (its own XLA options, one stacked config array, bounds kept
+    on the device) gives optimize_fn's answers (default compilation)."""
+    fun = GoodputFunction(REALISTIC, REALISTIC_GRAD, 128)
+    replicas = np.arange(1, 201)
+    nodes = np.ceil(replicas / 4)
+    for accumulation in (True, False):
+        g, b, s = fun.optimize(nodes, replicas, 65536, (32, 256), accumulation)
+        kg, kb, ks = optimize_fn(REALISTIC, REALISTIC_GRAD, 128, nodes, replicas, 65536, 32, 256,
+                                 accumulation=accumulation)
+        np.testing.assert_array_equal(b, np.asarray(kb))
+        np.testing.assert_array_equal(s, np.asarray(ks))
+        np.testing.assert_allclose(g, np.asarray(kg), rtol=1e-6)
+
+
 def test_scalar_and_array_outputs():
     fun = GoodputFunction(REALISTIC, REALISTIC_GRAD, 128)
     assert isinstance(fun(1, 2, 64, 0), float)
