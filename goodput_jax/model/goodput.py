@@ -62,10 +62,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, SupportsFloat, TypeGuard, overload
 
 import jax
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from goodput_jax.model.kernels import (
     _efficiency_packed,
@@ -99,22 +101,33 @@ __all__ = [
     "throughput_fn",
 ]
 
+#: Bounds kept as device arrays per GoodputFunction (cleared when full).
+_SEARCH_CACHE_SIZE = 16
 
 
-def _is_scalar(x) -> bool:
+#: What a method returns for array input: one float (a 0-d input) or a numpy array.
+Values = float | NDArray[Any]
+#: ``optimize``'s result for array input: Python scalars for scalar input, else arrays.
+Best = tuple[float, int, int] | tuple[NDArray[Any], NDArray[Any], NDArray[Any]]
+
+
+def _is_scalar(x: object) -> TypeGuard[float]:
+    # a Python number or a 0-d numpy value (numpy's real scalars compare and convert as
+    # floats do, which is all the callers ask of them)
     return isinstance(x, numbers.Number) or (
         isinstance(x, np.ndarray | np.generic) and np.ndim(x) == 0
     )
 
 
-def _check_numeric(name, x):
+def _check_numeric(name: str, x: ArrayLike) -> NDArray[Any]:
     a = np.asarray(x)
     if a.dtype.kind not in "biuf":
         raise TypeError(f"{name} must be numeric, got {x!r}")
     return a
 
 
-def _check_config(num_nodes, num_replicas, atomic_bsz, accum_steps):
+def _check_config(num_nodes: ArrayLike, num_replicas: ArrayLike, atomic_bsz: ArrayLike,
+                  accum_steps: ArrayLike) -> list[NDArray[Any]]:
     """The four configuration arguments as numeric numpy arrays (TypeError names the bad one)."""
     return [
         _check_numeric("num_nodes", num_nodes),
@@ -124,7 +137,7 @@ def _check_config(num_nodes, num_replicas, atomic_bsz, accum_steps):
     ]
 
 
-def _check_nodes(num_nodes, num_replicas):
+def _check_nodes(num_nodes: ArrayLike, num_replicas: ArrayLike) -> None:
     n = _check_numeric("num_nodes", num_nodes)
     r = _check_numeric("num_replicas", num_replicas)
     try:
@@ -162,7 +175,8 @@ class GoodputFunction:
         True
     """
 
-    def __init__(self, perf_params: Any, grad_params: Any, init_batch_size: Any):
+    def __init__(self, perf_params: Iterable[SupportsFloat],
+                 grad_params: Iterable[SupportsFloat], init_batch_size: float) -> None:
         try:
             perf = PerfParams(*(float(x) for x in perf_params))
         except (TypeError, ValueError) as e:
@@ -183,7 +197,8 @@ class GoodputFunction:
         self._perf = perf
         self._grad = grad
         self._m0 = init_batch_size
-        self._packed_cache: dict[Any, np.ndarray] = {}
+        self._packed_cache: dict[np.dtype[Any], NDArray[Any]] = {}
+        self._search_cache: dict[tuple[np.dtype[Any], float, float, float], jax.Array] = {}
 
     @property
     def perf_params(self) -> PerfParams:
@@ -194,13 +209,13 @@ class GoodputFunction:
         return self._grad
 
     @property
-    def init_batch_size(self):
+    def init_batch_size(self) -> float:
         return self._m0
 
     def __repr__(self) -> str:
         return f"GoodputFunction({self._perf}, {self._grad}, {self._m0})"
 
-    def _packed(self) -> np.ndarray:
+    def _packed(self) -> NDArray[Any]:
         dt = _fdt()
         p = self._packed_cache.get(dt)
         if p is None:
@@ -209,15 +224,29 @@ class GoodputFunction:
         return p
 
     @staticmethod
-    def _out(x: jax.Array, scalar: bool):
+    def _out(x: jax.Array, scalar: bool) -> Values:
         a = np.asarray(x)
-        return a.item() if scalar else np.array(a)
+        return float(a.item()) if scalar else np.array(a)
 
-    def __call__(self, num_nodes, num_replicas, atomic_bsz, accum_steps):
+    @overload
+    def __call__(self, num_nodes: float, num_replicas: float, atomic_bsz: float,
+                 accum_steps: float) -> float: ...
+    @overload
+    def __call__(self, num_nodes: ArrayLike, num_replicas: ArrayLike, atomic_bsz: ArrayLike,
+                 accum_steps: ArrayLike) -> Values: ...
+    def __call__(self, num_nodes: ArrayLike, num_replicas: ArrayLike, atomic_bsz: ArrayLike,
+                 accum_steps: ArrayLike) -> Values:
         """Alias of :meth:`evaluate`."""
         return self.evaluate(num_nodes, num_replicas, atomic_bsz, accum_steps)
 
-    def evaluate(self, num_nodes, num_replicas, atomic_bsz, accum_steps):
+    @overload
+    def evaluate(self, num_nodes: float, num_replicas: float, atomic_bsz: float,
+                 accum_steps: float) -> float: ...
+    @overload
+    def evaluate(self, num_nodes: ArrayLike, num_replicas: ArrayLike, atomic_bsz: ArrayLike,
+                 accum_steps: ArrayLike) -> Values: ...
+    def evaluate(self, num_nodes: ArrayLike, num_replicas: ArrayLike, atomic_bsz: ArrayLike,
+                 accum_steps: ArrayLike) -> Values:
         """Goodput of the given configurations.
 
         Raises:
@@ -249,7 +278,14 @@ class GoodputFunction:
             )
         return self._out(good, good.ndim == 0)
 
-    def throughput(self, num_nodes, num_replicas, atomic_bsz, accum_steps):
+    @overload
+    def throughput(self, num_nodes: float, num_replicas: float, atomic_bsz: float,
+                   accum_steps: float) -> float: ...
+    @overload
+    def throughput(self, num_nodes: ArrayLike, num_replicas: ArrayLike, atomic_bsz: ArrayLike,
+                   accum_steps: ArrayLike) -> Values: ...
+    def throughput(self, num_nodes: ArrayLike, num_replicas: ArrayLike, atomic_bsz: ArrayLike,
+                   accum_steps: ArrayLike) -> Values:
         """Samples per second (see :func:`throughput_fn`).
 
         Example:
@@ -262,7 +298,11 @@ class GoodputFunction:
         out = _throughput_packed(self._packed(), *args)
         return self._out(out, out.ndim == 0)
 
-    def efficiency(self, batch_size):
+    @overload
+    def efficiency(self, batch_size: float) -> float: ...
+    @overload
+    def efficiency(self, batch_size: ArrayLike) -> Values: ...
+    def efficiency(self, batch_size: ArrayLike) -> Values:
         """Statistical efficiency of total batch size ``batch_size`` (see :func:`efficiency_fn`).
 
         Example:
@@ -274,16 +314,27 @@ class GoodputFunction:
         out = _efficiency_packed(self._packed(), b)
         return self._out(out, out.ndim == 0)
 
+    @overload
+    def optimize(self, num_nodes: float, num_replicas: float,
+                 max_batch_size: float | None = None,
+                 atomic_bsz_range: tuple[float | None, float | None] | None = None,
+                 accumulation: bool = False, *,
+                 adaptdl_single_replica: bool = True) -> tuple[float, int, int]: ...
+    @overload
+    def optimize(self, num_nodes: ArrayLike, num_replicas: ArrayLike,
+                 max_batch_size: float | None = None,
+                 atomic_bsz_range: tuple[float | None, float | None] | None = None,
+                 accumulation: bool = False, *, adaptdl_single_replica: bool = True) -> Best: ...
     def optimize(
         self,
-        num_nodes,
-        num_replicas,
-        max_batch_size=None,
-        atomic_bsz_range=None,
-        accumulation=False,
+        num_nodes: ArrayLike,
+        num_replicas: ArrayLike,
+        max_batch_size: float | None = None,
+        atomic_bsz_range: tuple[float | None, float | None] | None = None,
+        accumulation: bool = False,
         *,
-        adaptdl_single_replica=True,
-    ):
+        adaptdl_single_replica: bool = True,
+    ) -> Best:
         """Best ``(goodput, atomic_bsz, accum_steps)`` for each ``(num_nodes, num_replicas)``.
 
         Args:
@@ -323,33 +374,46 @@ class GoodputFunction:
             raise ValueError(
                 f"atomic_bsz_range must be (min, max) with min <= max, got {atomic_bsz_range!r}"
             )
-        scalar = _is_scalar(num_nodes) and _is_scalar(num_replicas)
-        if scalar:
-            if not (num_nodes >= 1):
+        if _is_scalar(num_nodes) and _is_scalar(num_replicas):
+            n0, r0 = float(num_nodes), float(num_replicas)
+            if not (n0 >= 1):
                 raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
-            if num_nodes > num_replicas:
+            if n0 > r0:
                 raise ValueError(f"num_nodes ({num_nodes}) > num_replicas ({num_replicas})")
-            host = True
-        else:
-            _check_nodes(num_nodes, num_replicas)
-            num_nodes, num_replicas = np.asarray(num_nodes), np.asarray(num_replicas)
-            shape = np.broadcast_shapes(num_nodes.shape, num_replicas.shape)
-            host = math.prod(shape) <= HOST_MAX_CONFIGS
-        if host:  # a few configurations: the float64 numpy twin, no dispatch
-            if scalar:
-                n, r = float(num_nodes), float(num_replicas)
-            else:
-                n = np.broadcast_to(num_nodes, shape).astype(np.float64)
-                r = np.broadcast_to(num_replicas, shape).astype(np.float64)
-            return optimize_np(self._perf, self._grad, float(m0), n, r, float(max_batch_size),
+            return optimize_np(self._perf, self._grad, float(m0), n0, r0, float(max_batch_size),
                                float(lo), float(hi), bool(accumulation),
                                bool(adaptdl_single_replica))
-        bounds = np.array([max_batch_size, lo, hi], dtype=_fdt())
+        _check_nodes(num_nodes, num_replicas)
+        nodes, replicas = np.asarray(num_nodes), np.asarray(num_replicas)
+        shape = np.broadcast_shapes(nodes.shape, replicas.shape)
+        if math.prod(shape) <= HOST_MAX_CONFIGS:  # a few: the float64 numpy twin, no dispatch
+            return optimize_np(self._perf, self._grad, float(m0),
+                               np.broadcast_to(nodes, shape).astype(np.float64),
+                               np.broadcast_to(replicas, shape).astype(np.float64),
+                               float(max_batch_size), float(lo), float(hi), bool(accumulation),
+                               bool(adaptdl_single_replica))
+        dt = _fdt()
+        config = np.empty((2, *shape), dt)  # one transfer for both arrays
+        config[0] = nodes
+        config[1] = replicas
         out = np.asarray(
-            _optimize_packed(self._packed(), num_nodes, num_replicas, bounds, bool(accumulation),
-                             bool(adaptdl_single_replica))
+            _optimize_packed(self._search_params(dt, max_batch_size, lo, hi), config,
+                             bool(accumulation), bool(adaptdl_single_replica))
         )
         return np.array(out[0]), out[1].astype(np.int64), out[2].astype(np.int64)
+
+    def _search_params(self, dt: np.dtype[Any], max_batch_size: float, lo: float,
+                       hi: float) -> jax.Array:
+        """The kernel's parameters and bounds as a device array, kept per bounds (a
+        repeated search transfers only its configurations)."""
+        key = (dt, float(max_batch_size), float(lo), float(hi))
+        p = self._search_cache.get(key)
+        if p is None:
+            if len(self._search_cache) >= _SEARCH_CACHE_SIZE:
+                self._search_cache.clear()
+            p = jax.device_put(np.array([*self._perf, *self._grad, self._m0, *key[1:]], dt))
+            self._search_cache[key] = p
+        return p
 
 
 # --------------------------------------------------------------------------- #
@@ -359,7 +423,8 @@ class GoodputFunction:
 # --------------------------------------------------------------------------- #
 
 
-def fit_perf_params(num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time):
+def fit_perf_params(num_nodes: ArrayLike, num_replicas: ArrayLike, atomic_bsz: ArrayLike,
+                    accum_step_time: ArrayLike, optim_step_time: ArrayLike) -> PerfParams:
     """AdaptDL's ``adaptdl.goodput.fit_perf_params`` (see :func:`goodput_jax.model.perf.fit_perf_params`).
 
     Example:
@@ -372,19 +437,22 @@ def fit_perf_params(num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_
     return _fit(num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time)
 
 
-def _predict_accum_time(params, atomic_bsz):
+def _predict_accum_time(params: Iterable[float], atomic_bsz: ArrayLike) -> NDArray[Any]:
     """AdaptDL's private ``_predict_accum_time(params, atomic_bsz)`` (numpy out)."""
     return np.asarray(predict_accum_time(PerfParams(*params), np.asarray(atomic_bsz)))
 
 
-def _predict_network_time(params, num_nodes, num_replicas):
+def _predict_network_time(params: Iterable[float], num_nodes: ArrayLike,
+                          num_replicas: ArrayLike) -> NDArray[Any]:
     """AdaptDL's private ``_predict_network_time(params, num_nodes, num_replicas)`` (numpy out)."""
     return np.asarray(
         predict_network_time(PerfParams(*params), np.asarray(num_nodes), np.asarray(num_replicas))
     )
 
 
-def _obj_fn(params, num_nodes, num_replicas, atomic_bsz, accum_step_time, optim_step_time):
+def _obj_fn(params: Iterable[SupportsFloat], num_nodes: ArrayLike, num_replicas: ArrayLike,
+            atomic_bsz: ArrayLike, accum_step_time: ArrayLike,
+            optim_step_time: ArrayLike) -> float:
     """AdaptDL's private fit objective ``_obj_fn`` (the loss :func:`fit_perf_params` minimises)."""
     from goodput_jax.model.perf import fit_loss
 

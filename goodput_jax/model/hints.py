@@ -34,9 +34,9 @@ from __future__ import annotations
 import math
 import numbers
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from goodput_jax.model.types import GradParams, PerfParams
 
@@ -46,19 +46,21 @@ __all__ = ["PERF_PARAM_KEYS", "Hints", "bootstrap_perf_params", "max_replicas_al
 PERF_PARAM_KEYS = PerfParams._fields
 
 _EMPTY: Mapping = types.MappingProxyType({})
+_V = TypeVar("_V")
 
 
 def _number(key: str, value: Any, *, positive: bool = False, integer: bool = False,
             nonneg: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise TypeError(f"hint {key!r} must be a finite number, got {value!r}")
-    if integer and value != int(value):
+    x = float(value)
+    if integer and not x.is_integer():
         raise ValueError(f"hint {key!r} must be an integer, got {value!r}")
-    if positive and value <= 0:
+    if positive and x <= 0:
         raise ValueError(f"hint {key!r} must be > 0, got {value!r}")
-    if nonneg and value < 0:
+    if nonneg and x < 0:
         raise ValueError(f"hint {key!r} must be >= 0, got {value!r}")
-    return int(value) if integer else float(value)
+    return int(x) if integer else x
 
 
 def _perf(key: str, value: Any) -> PerfParams:
@@ -93,11 +95,11 @@ def _grad(key: str, value: Any) -> GradParams:
     return GradParams(_number("norm", value["norm"]), _number("var", value["var"]))
 
 
-def _type_map(key: str, value: Any, convert) -> Mapping:
+def _type_map(key: str, value: Any, convert: Callable[[str, Any], _V]) -> Mapping[str, _V]:
     if not isinstance(value, Mapping):
         raise TypeError(f"hint {key!r} must be a mapping of accelerator type to values, "
                         f"got {value!r}")
-    out = {}
+    out: dict[str, _V] = {}
     for name, item in value.items():
         if not isinstance(name, str) or not name:
             raise TypeError(f"hint {key!r}: accelerator types must be non-empty str, "
@@ -216,7 +218,10 @@ def bootstrap_perf_params(observed: PerfParams, throughput_observed: float,
     if not (math.isfinite(r) and r > 0):
         raise ValueError(f"throughput ratio must be positive and finite, got "
                          f"{throughput_observed!r} / {throughput_target!r}")
-    return PerfParams(*(float(v) * r for v in observed[:6]), float(observed.gamma))
+    o = observed
+    return PerfParams(float(o.alpha_c) * r, float(o.beta_c) * r, float(o.alpha_n) * r,
+                      float(o.beta_n) * r, float(o.alpha_r) * r, float(o.beta_r) * r,
+                      float(o.gamma))
 
 
 @dataclass(frozen=True)
@@ -290,6 +295,8 @@ class Hints:
     def from_json(cls, data: Mapping[str, Any]) -> Hints:
         """Parses the JSON form (a mapping with the camelCase keys); strict.
 
+        Typed ``Any``: JSON values are ``Any`` (validated here).
+
         Raises:
             TypeError / ValueError: naming the unknown, missing or malformed key.
 
@@ -314,6 +321,8 @@ class Hints:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form: every key, ``None`` for unknown values.
+
+        Typed ``Any``: JSON values are ``Any``.
 
         Example:
             >>> Hints(max_profiled_replicas=4).to_json()["maxProfiledReplicas"]

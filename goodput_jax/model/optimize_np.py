@@ -30,6 +30,7 @@ import math
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from goodput_jax.model import formulas
 from goodput_jax.model.types import GradParams, PerfParams
@@ -57,7 +58,8 @@ def _ceil_tol(x: np.ndarray) -> np.ndarray:
     return np.ceil(tol, out=tol)
 
 
-def batch_plan(init_batch_size: float, num_replicas: float, batch_size: Any,
+def batch_plan(init_batch_size: float, num_replicas: float | NDArray[np.float64],
+               batch_size: ArrayLike,
                max_atomic_bsz: float = math.inf, accumulation: bool = False,
                adaptdl_single_replica: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """How ``optimize`` runs a total batch: ``(atomic_bsz, accum_steps)`` as float64 arrays.
@@ -120,10 +122,12 @@ def batch_plan(init_batch_size: float, num_replicas: float, batch_size: Any,
     return atomic, steps
 
 
-def optimize_np(perf: PerfParams, grad: GradParams, m0: float, num_nodes: Any,
-                num_replicas: Any, max_batch_size: float, min_atomic_bsz: float,
+def optimize_np(perf: PerfParams, grad: GradParams, m0: float,
+                num_nodes: float | NDArray[np.float64], num_replicas: float | NDArray[np.float64],
+                max_batch_size: float, min_atomic_bsz: float,
                 max_atomic_bsz: float, accumulation: bool,
-                adaptdl_single_replica: bool = True) -> tuple[Any, Any, Any]:
+                adaptdl_single_replica: bool = True,
+                ) -> tuple[float, int, int] | tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
     """Best ``(goodput, atomic_bsz, accum_steps)`` per configuration, in float64 numpy.
 
     Args:
@@ -142,7 +146,7 @@ def optimize_np(perf: PerfParams, grad: GradParams, m0: float, num_nodes: Any,
     scalar = not isinstance(num_replicas, np.ndarray)
     lo = max(min_atomic_bsz, 1.0)
     hi = max_atomic_bsz if math.isfinite(max_atomic_bsz) else max_batch_size
-    if scalar:
+    if not isinstance(num_replicas, np.ndarray):
         r: Any = float(num_replicas)
         min_bs: Any = max(m0, lo * r)
         net: Any = float(formulas.network_time(formulas.SCALAR_NP, perf, np.float64(num_nodes),

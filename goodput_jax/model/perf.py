@@ -26,12 +26,13 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from goodput_jax.model import formulas
 from goodput_jax.model.buckets import bucket
@@ -69,7 +70,7 @@ class ProfileWarning(UserWarning):
 _TINY = formulas.TINY
 
 
-def _float_dtype():
+def _float_dtype() -> np.dtype[Any]:
     return jax.dtypes.canonicalize_dtype(np.float64)  # float64 under x64, else float32
 
 
@@ -162,12 +163,12 @@ FIT_INIT = PerfParams(0.1, 0.01, 0.1, 0.1, 0.1, 0.1, 1.001)
 @jax.jit
 def fit_loss(
     perf: PerfParams,
-    num_nodes: Any,
-    num_replicas: Any,
-    atomic_bsz: Any,
-    accum_step_time: Any,
-    optim_step_time: Any,
-    mask: Any = None,
+    num_nodes: ArrayLike,
+    num_replicas: ArrayLike,
+    atomic_bsz: ArrayLike,
+    accum_step_time: ArrayLike,
+    optim_step_time: ArrayLike,
+    mask: ArrayLike | None = None,
 ) -> jax.Array:
     """Objective minimised by :func:`fit_perf_params` (pure, differentiable).
 
@@ -223,7 +224,9 @@ _SMOOTH = 1e-8
 _RETRY_ABOVE = 0.1
 
 
-def _loss_from_logs(perf, n, r, b, log_acc, log_opt, w, smooth=0.0):
+def _loss_from_logs(perf: PerfParams, n: jax.Array, r: jax.Array, b: jax.Array,
+                    log_acc: jax.Array, log_opt: jax.Array, w: jax.Array,
+                    smooth: float = 0.0) -> jax.Array:
     """fit_loss on precomputed log targets; every entry must be finite (w weights).
 
     ``smooth > 0``: RMSEs as ``sqrt(mean square + smooth)`` (the retry's objective);
@@ -292,16 +295,16 @@ def _fit_single(
     )
     is_gamma = jnp.arange(7) == 6
 
-    def params_of(u):
+    def params_of(u: jax.Array) -> jax.Array:
         return jnp.where(free, _from_unconstrained(u, is_gamma), fixed)
 
     log_acc = jnp.log(acc)  # padding holds 1.0 -> 0.0
     log_opt = jnp.log(opt)
 
-    def loss(u):
+    def loss(u: jax.Array) -> jax.Array:
         return _loss_from_logs(PerfParams(*params_of(u)), n, r, b, log_acc, log_opt, w)
 
-    def smooth_loss(u):
+    def smooth_loss(u: jax.Array) -> jax.Array:
         return _loss_from_logs(PerfParams(*params_of(u)), n, r, b, log_acc, log_opt, w,
                                smooth=_SMOOTH)
 
@@ -354,8 +357,9 @@ def precompile_fit(lengths: Sequence[int] = (16,)) -> threading.Thread:
     return t
 
 
-def _validate_profile(names, arrays, batched: bool, mask=None):
-    arrays = [np.asarray(a) for a in arrays]
+def _validate_profile(names: Sequence[str], profile: Sequence[ArrayLike], batched: bool,
+                      mask: NDArray[np.bool_] | None = None) -> list[NDArray[Any]]:
+    arrays = [np.asarray(a) for a in profile]
     shape0 = arrays[0].shape
     for name, a in zip(names, arrays):
         if a.shape != shape0:
@@ -373,7 +377,7 @@ def _validate_profile(names, arrays, batched: bool, mask=None):
     num_nodes, num_replicas, atomic_bsz, acc, opt = arrays
     v = valid
 
-    def _bad(cond, what):
+    def _bad(cond: NDArray[np.bool_], what: Callable[[tuple[int, ...]], str]) -> None:
         if np.any(cond & v):
             idx = np.argwhere(cond & v)[0]
             raise ValueError(what(tuple(int(i) for i in idx)))
@@ -398,13 +402,14 @@ def _validate_profile(names, arrays, batched: bool, mask=None):
         lambda i: f"atomic_bsz must be >= 1, got atomic_bsz[{i}] = {atomic_bsz[i]}",
     )
     for name, t in (("accum_step_time", acc), ("optim_step_time", opt)):
-        _bad(
-            ~np.isfinite(t),
-            lambda i, t=t, name=name: f"{name} must be finite, got {name}[{i}] = {t[i]}",
-        )
-        _bad(
-            ~(t > 0), lambda i, t=t, name=name: f"{name} must be positive, got {name}[{i}] = {t[i]}"
-        )
+        def finite(i: tuple[int, ...], t: NDArray[Any] = t, name: str = name) -> str:
+            return f"{name} must be finite, got {name}[{i}] = {t[i]}"
+
+        def positive(i: tuple[int, ...], t: NDArray[Any] = t, name: str = name) -> str:
+            return f"{name} must be positive, got {name}[{i}] = {t[i]}"
+
+        _bad(~np.isfinite(t), finite)
+        _bad(~(t > 0), positive)
     return arrays
 
 
@@ -412,12 +417,12 @@ _PROFILE_NAMES = ("num_nodes", "num_replicas", "atomic_bsz", "accum_step_time", 
 
 
 def fit_perf_params(
-    num_nodes: Any,
-    num_replicas: Any,
-    atomic_bsz: Any,
-    accum_step_time: Any,
-    optim_step_time: Any,
-    weights: Any = None,
+    num_nodes: ArrayLike,
+    num_replicas: ArrayLike,
+    atomic_bsz: ArrayLike,
+    accum_step_time: ArrayLike,
+    optim_step_time: ArrayLike,
+    weights: ArrayLike | None = None,
 ) -> PerfParams:
     """Fit the step-time model to profiled step times.
 
@@ -491,12 +496,12 @@ def fit_perf_params(
 
 
 def fit_perf_params_batched(
-    num_nodes: Any,
-    num_replicas: Any,
-    atomic_bsz: Any,
-    accum_step_time: Any,
-    optim_step_time: Any,
-    mask: Any = None,
+    num_nodes: ArrayLike,
+    num_replicas: ArrayLike,
+    atomic_bsz: ArrayLike,
+    accum_step_time: ArrayLike,
+    optim_step_time: ArrayLike,
+    mask: ArrayLike | None = None,
 ) -> PerfParams:
     """Fit many jobs' profiles at once (``vmap`` of the same jitted fit).
 
@@ -553,7 +558,7 @@ def _bucket(n: int, minimum: int = 16) -> int:
     return bucket(int(n), minimum, fine=True)
 
 
-def _pad(arrays, size):
+def _pad(arrays: Sequence[NDArray[Any]], size: int | tuple[int, ...]) -> list[NDArray[Any]]:
     """Copy into ones of the (bucketed) size, in the canonical float dtype."""
     dt = np.dtype(_float_dtype())
     out = []

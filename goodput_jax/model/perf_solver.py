@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 
@@ -46,8 +48,14 @@ def _from_unconstrained(u: jax.Array, is_gamma: jax.Array) -> jax.Array:
 _LS_STEPS = (4.0, 2.0, 1.0, 0.5, 0.25, 2.0**-4, 2.0**-7)
 _MEMORY = 6
 
+#: The solver loop's state: it, stall, u, s_prev, g_prev, moved, progressed, mem_s, mem_y,
+#: valid, t_prev (all arrays).
+_Carry = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array,
+               jax.Array, jax.Array, jax.Array, jax.Array]
 
-def _solve_plbfgs(loss, u0, free):
+
+def _solve_plbfgs(loss: Callable[[jax.Array], jax.Array], u0: jax.Array,
+                  free: jax.Array) -> jax.Array:
     """L-BFGS with a parallel (vectorised) line search; no nested loops.
 
     Each iteration evaluates the gradient at the current point (the only
@@ -69,11 +77,12 @@ def _solve_plbfgs(loss, u0, free):
     value_and_grad = jax.value_and_grad(loss)
     batched_loss = jax.vmap(loss)
 
-    def direction(g, mem_s, mem_y, valid):
+    def direction(g: jax.Array, mem_s: jax.Array, mem_y: jax.Array,
+                  valid: jax.Array) -> jax.Array:
         # Two-loop recursion; memory slot m-1 is the newest.
         q = g
-        alphas = [None] * m
-        rhos = [None] * m
+        alphas: dict[int, jax.Array] = {}
+        rhos: dict[int, jax.Array] = {}
         for i in reversed(range(m)):
             sy = jnp.dot(mem_s[i], mem_y[i])
             rhos[i] = jnp.where(valid[i], 1.0 / jnp.where(valid[i], sy, 1.0), 0.0)
@@ -92,7 +101,7 @@ def _solve_plbfgs(loss, u0, free):
             r = r + mem_s[i] * (alphas[i] - b)
         return -jnp.where(free, r, 0.0)
 
-    def body(carry):
+    def body(carry: _Carry) -> _Carry:
         it, stall, u, s_prev, g_prev, moved, progressed, mem_s, mem_y, valid, t_prev = carry
         f, g = value_and_grad(u)
         g = jnp.where(free, g, 0.0)
@@ -121,7 +130,7 @@ def _solve_plbfgs(loss, u0, free):
         t_next = jnp.where(ok, t_next, jnp.where(t_prev < 1e-3, 1.0, t_prev * 2.0**-8))
         return it + 1, stall, u_new, u_new - u, g, ok, progressed, mem_s, mem_y, valid, t_next
 
-    def keep_going(carry):
+    def keep_going(carry: _Carry) -> jax.Array:
         it, stall, progressed = carry[0], carry[1], carry[6]
         return (it < FIT_MAX_ITERS) & ((stall < 2) | progressed)
 

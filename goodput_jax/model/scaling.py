@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from jax.typing import ArrayLike
 
 from goodput_jax.model import formulas
 from goodput_jax.model.types import GradParams
@@ -56,7 +57,7 @@ RULES = ("adascale", "adam", "linear", "sqrt", "legw")
 _MIN_VAR = 1e-6
 
 
-def adascale_gain(grad_params: GradParams, scale: Any) -> jax.Array:
+def adascale_gain(grad_params: GradParams, scale: ArrayLike) -> jax.Array:
     """AdaScale gain ``(var + sqr) / (var / scale + sqr)``, with ``var >= 1e-6``, ``sqr >= 0``.
 
     The efficiency's gain (:func:`goodput_jax.model.formulas.gain`, the one formula) on
@@ -72,7 +73,7 @@ def adascale_gain(grad_params: GradParams, scale: Any) -> jax.Array:
     return formulas.gain(jnp, sqr, var, jnp.asarray(scale, jnp.float32))
 
 
-def adam_gain(grad_params: GradParams, scale: Any) -> jax.Array:
+def adam_gain(grad_params: GradParams, scale: ArrayLike) -> jax.Array:
     """Square root of the AdaScale gain (the rule for Adam-type optimizers).
 
     Example:
@@ -82,7 +83,7 @@ def adam_gain(grad_params: GradParams, scale: Any) -> jax.Array:
     return jnp.sqrt(adascale_gain(grad_params, scale))
 
 
-def linear_factor(scale: Any) -> jax.Array:
+def linear_factor(scale: ArrayLike) -> jax.Array:
     """Linear scaling: ``scale``.
 
     Example:
@@ -92,7 +93,7 @@ def linear_factor(scale: Any) -> jax.Array:
     return jnp.asarray(scale, jnp.float32)
 
 
-def sqrt_factor(scale: Any) -> jax.Array:
+def sqrt_factor(scale: ArrayLike) -> jax.Array:
     """Square-root scaling: ``sqrt(scale)``.
 
     Example:
@@ -103,7 +104,7 @@ def sqrt_factor(scale: Any) -> jax.Array:
 
 
 def legw_factor(
-    progress: Any, scale: Any, *, base_warmup_epochs: float, data_size: int, batch_size: Any
+    progress: ArrayLike, scale: ArrayLike, *, base_warmup_epochs: float, data_size: int, batch_size: ArrayLike
 ) -> jax.Array:
     """LEGW: warm up linearly to ``sqrt(scale)`` over ``base_warmup_epochs * scale`` epochs.
 
@@ -134,13 +135,13 @@ def _check_rule(rule: Any) -> str:
 
 def rule_factor(
     rule: str,
-    scale: Any,
+    scale: ArrayLike,
     *,
     grad_params: GradParams | None = None,
-    progress: Any = 0.0,
+    progress: ArrayLike = 0.0,
     base_warmup_epochs: float | None = None,
     data_size: int | None = None,
-    batch_size: Any = None,
+    batch_size: ArrayLike | None = None,
 ) -> jax.Array:
     """The learning-rate multiplier of ``rule`` (one of :data:`RULES`).
 
@@ -171,8 +172,16 @@ def rule_factor(
     )
 
 
-class ScaleByRuleState(NamedTuple):
-    """State of :func:`scale_by_rule`.
+# The functional form (not the class form ruff's UP014 asks for): a field named ``count``
+# shadows ``tuple.count`` (a method), which the class form declares as an incompatible
+# override (mypy); the functional form types the same fields.
+ScaleByRuleState = NamedTuple("ScaleByRuleState", [  # noqa: UP014 (see above)
+    ("count", jax.Array),
+    ("progress", jax.Array),
+    ("factor", jax.Array),
+    ("gain", jax.Array),
+])
+ScaleByRuleState.__doc__ = """State of :func:`scale_by_rule`.
 
     Attributes:
         count: optimizer steps taken (int32).
@@ -180,11 +189,6 @@ class ScaleByRuleState(NamedTuple):
         factor: the last learning-rate multiplier applied (rule x schedule).
         gain: the last AdaScale gain.
     """
-
-    count: jax.Array
-    progress: jax.Array
-    factor: jax.Array
-    gain: jax.Array
 
 
 def scale_by_rule(
@@ -196,6 +200,8 @@ def scale_by_rule(
     data_size: int | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     """optax transformation that multiplies the updates by a scaling rule's factor.
+
+    Typed ``Any``: ``schedule`` returns a number or an array (optax's schedules are untyped).
 
     Put it after the base optimizer (whose learning rate is the one tuned at
     ``init_batch_size``), e.g.

@@ -128,6 +128,8 @@ def data_parallel_grads(
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (a): data-parallel gradient inside ``jax.shard_map`` with ``(S, T)``.
 
+    Typed ``Any``: ``params`` and ``batch`` are pytrees (any structure of arrays), ``axis_name`` a mesh axis name or a tuple of them, ``sample`` and ``num_active`` a Python value or a traced JAX array; the loss and aux are the loss function's own.
+
     Call it inside the shard_map'ed train step with the *local* batch shard.
     It takes each device's gradient (of its own microbatches when
     ``num_microbatches > 1``), adds up its squared norm *before* the
@@ -200,12 +202,17 @@ def data_parallel_grads(
     # The parts are the devices' whole gradients (parts="device", or one microbatch each):
     # with Adam the norms wait for the mean gradient and take the preconditioner Adam
     # applies in this step (Preconditioner.updated), not nu before this step's gradient.
-    after = (preconditioner is not None and preconditioner.b2 is not None and devices > 1
-             and (per_device or (num_active is None and n == 1)))
     # Adam with a known b2: the one-device paths take two parts whose norms wait for the
     # step's mean gradient, with nu floored at it (_halves_after, _accumulate_traced_halves)
-    floored = preconditioner is not None and preconditioner.b2 is not None
+    floor_pre = (preconditioner if preconditioner is not None and preconditioner.b2 is not None
+                 else None)
+    floored = floor_pre is not None
+    after_pre = (floor_pre if devices > 1 and (per_device or (num_active is None and n == 1))
+                 else None)
+    after = after_pre is not None
     total1 = None
+    count: int | jax.Array
+    used: int | jax.Array
     if num_active is None and one_part and local_size % 2 == 0:
         # One device, one part: split the batch in two (on sampled steps) so that the
         # unbiased estimator applies, with the preconditioner given here; a count of 1
@@ -214,12 +221,12 @@ def data_parallel_grads(
         loss, grads, local, total1 = _split_or_plain(loss_fn, pv, batch, 2, preconditioner,
                                                      sample)
         aux, count, used = None, 2, local_size
-    elif num_active is None and devices == 1 and n > 1 and floored and not per_device \
-            and not has_aux:
+    elif num_active is None and devices == 1 and n > 1 and floor_pre is not None \
+            and not per_device and not has_aux:
         # One device accumulating microbatches, with Adam: two parts, S and T with nu
         # floored at the step's mean gradient (as a traced count does, below)
         loss, grads, local, total1 = _accumulate_traced_halves(
-            loss_fn, pv, batch, n, jnp.int32(n), preconditioner, sample)
+            loss_fn, pv, batch, n, jnp.int32(n), floor_pre, sample)
         aux, count, used = None, 2, local_size
     elif num_active is None:
         loss, aux, grads, local, _ = _accumulate(loss_fn, pv, batch, n, preconditioner, has_aux,
@@ -238,20 +245,21 @@ def data_parallel_grads(
             # T comes out of each branch with the preconditioner that branch's S took (the
             # halves floor nu at their mean gradient, :func:`_halves_after`): S and T of
             # one preconditioner, or their difference is not the noise.
-            def loop():
-                if floored:  # two parts, S and T with nu floored at the mean gradient
+            def loop() -> tuple[jax.Array, Any, jax.Array, jax.Array]:
+                if floor_pre is not None:  # two parts, S and T, nu floored at the mean gradient
                     return _accumulate_traced_halves(loss_fn, pv, batch, n, active,
-                                                     preconditioner, sample)
+                                                     floor_pre, sample)
                 loss1, grads1, local1 = _accumulate_traced(loss_fn, pv, batch, n, active,
                                                            preconditioner, True, sample)
                 return loss1, grads1, local1, _when(
                     sample, lambda: sqnorm(grads1, preconditioner), (grads1, preconditioner))
 
-            def halves():
+            def halves() -> tuple[Any, Any, jax.Array, jax.Array]:
                 first = jax.tree.map(lambda x: x[: local_size // n], batch)
                 return _split_or_plain(loss_fn, pv, first, 2, preconditioner, sample)
 
-            def as_f32(out):
+            def as_f32(out: tuple[Any, Any, jax.Array, jax.Array],
+                       ) -> tuple[jax.Array, Any, jax.Array, jax.Array]:
                 return (jnp.asarray(out[0], jnp.float32), out[1],
                         jnp.asarray(out[2], jnp.float32), jnp.asarray(out[3], jnp.float32))
 
@@ -267,7 +275,8 @@ def data_parallel_grads(
         local = _when(sample, lambda: sqnorm(grads, preconditioner), (grads, preconditioner))
     if per_device:
         count = devices
-    if after:
+    if after_pre is not None:
+        pre_before: Preconditioner = after_pre
         # Adam: the norms (S of each device's gradient, T of the mean) with the
         # preconditioner Adam applies in this step, nu after this step's mean gradient
         # (Preconditioner.updated): nu before it can be ~0 where this batch's gradient
@@ -276,8 +285,8 @@ def data_parallel_grads(
         summed, loss = jax.lax.psum((grads, loss), axis_name)
         mean = jax.tree.map(lambda x: x * jnp.asarray(1.0 / devices, x.dtype), summed)
 
-        def norms():
-            pre = preconditioner.updated(mean)
+        def norms() -> jax.Array:
+            pre = pre_before.updated(mean)
             s = jax.lax.psum(sqnorm(grads, pre), axis_name) / devices
             return jnp.stack([s, sqnorm(mean, pre)])
 
@@ -396,6 +405,8 @@ def grouped_grads(
     sample: Any = True,
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (d): plain ``jit`` with automatic sharding, via an explicit group axis.
+
+    Typed ``Any``: ``params`` and ``batch`` are pytrees (any structure of arrays), ``group_sharding`` a sharding or a mesh spec, ``sample`` a Python value or a traced JAX array; the loss and aux are the loss function's own.
 
     Reshapes the batch to ``[num_groups, B / num_groups, ...]`` and takes one
     gradient per group with ``jax.vmap``; ``S`` is the mean of the per-group

@@ -105,6 +105,8 @@ class GradSqNorms(NamedTuple):
 def static_count(count: Any) -> int | None:
     """``count`` as a Python int when it is one (a static part count), else None.
 
+    Typed ``Any``: ``count`` is a Python value or a traced JAX array.
+
     Example:
         >>> static_count(4), static_count(jnp.int32(4))
         (4, None)
@@ -134,8 +136,19 @@ def _unflatten_sqnorms(count: int | None, children: tuple) -> GradSqNorms:
 jax.tree_util.register_pytree_node(GradSqNorms, _flatten_sqnorms, _unflatten_sqnorms)
 
 
-class GradStatsState(NamedTuple):
-    """Smoothed gradient statistics (a pytree of scalars; counters are int32).
+# The functional form (not the class form ruff's UP014 asks for): a field named ``count``
+# shadows ``tuple.count`` (a method), which the class form declares as an incompatible
+# override (mypy); the functional form types the same fields.
+GradStatsState = NamedTuple("GradStatsState", [  # noqa: UP014 (see above)
+    ("count", jax.Array),
+    ("skipped", jax.Array),
+    ("biased", jax.Array),
+    ("sqr_ema", jax.Array),
+    ("var_ema", jax.Array),
+    ("ema_norm", jax.Array),
+    ("age", Any),
+])
+GradStatsState.__doc__ = """Smoothed gradient statistics (a pytree of scalars; counters are int32).
 
     Attributes:
         count: samples folded into the averages since the last reset.
@@ -154,14 +167,7 @@ class GradStatsState(NamedTuple):
             examples (``sum(scale * steps)``); the growing window's clock. A state
             built without it (six fields, as before) starts at 0.
     """
-
-    count: jax.Array
-    skipped: jax.Array
-    biased: jax.Array
-    sqr_ema: jax.Array
-    var_ema: jax.Array
-    ema_norm: jax.Array
-    age: Any = 0.0
+GradStatsState.__new__.__defaults__ = (0.0,)
 
 
 # --------------------------------------------------------------------------- pure estimators
@@ -178,9 +184,10 @@ def _check_init_batch_size(init_batch_size: Any) -> float:
 def _check_smoothing(smoothing: Any) -> float:
     if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real):
         raise TypeError(f"smoothing ({smoothing!r}) must be a number in (0, 1)")
-    if not 0.0 < smoothing < 1.0:
+    value = float(smoothing)
+    if not 0.0 < value < 1.0:
         raise ValueError(f"smoothing ({smoothing!r}) must be in (0, 1)")
-    return float(smoothing)
+    return value
 
 
 def _check_averaging(averaging: Any) -> str:
@@ -199,6 +206,8 @@ def _check_positive_int(value: Any, name: str) -> int:
 
 def estimate_grad_params(local_sqr: Any, total_sqr: Any, count: Any, scale: Any) -> GradParams:
     """One-step unbiased estimates of ``|G|^2`` and ``tr(Sigma)`` at the initial batch size.
+
+    Typed ``Any``: each argument is a Python value or a traced JAX array.
 
     Args:
         local_sqr: ``S``, mean of the per-part squared norms.
@@ -253,6 +262,8 @@ def update_grad_stats(
     averaging: str = DEFAULT_AVERAGING,
 ) -> GradStatsState:
     """Fold one step's ``(S, T)`` into the moving averages.
+
+    Typed ``Any``: ``biased`` is a Python value or a traced JAX array.
 
     Pure and jittable. A sample is ignored (state unchanged) when ``count <= 1``
     or ``sqnorms.valid`` is False; it is counted in ``skipped`` when any of
@@ -336,6 +347,8 @@ def mark_one_part(state: GradStatsState, one_part: Any = True) -> GradStatsState
     :func:`goodput_jax.model.gradstats.stats_note` says why; cleared by a helper's update
     even before its first sample is taken (Adam's first updates). A state that holds
     samples keeps its flag (and its numbers).
+
+    Typed ``Any``: ``one_part`` is a Python value or a traced JAX array.
 
     Example:
         >>> st = mark_one_part(init_grad_stats())
@@ -429,6 +442,8 @@ def is_stats_summary(value: Any) -> bool:
     :class:`StatsSummary`, or a ``[count, sqr, var]`` vector (shape ``(3,)``). Looks at
     the type and shape only: never waits for a device value.
 
+    Typed ``Any``: ``value`` is anything a caller holds (checked here).
+
     Example:
         >>> is_stats_summary(StatsSummary(1, 2, 3)), is_stats_summary([1.0, 2.0, 3.0])
         (True, True)
@@ -445,6 +460,8 @@ def is_stats_summary(value: Any) -> bool:
 
 def as_stats_summary(value: Any, name: str = "summary") -> StatsSummary:
     """``value`` as a :class:`StatsSummary` of Python floats (reads device values back).
+
+    Typed ``Any``: ``value`` is anything a caller holds (checked here).
 
     Args:
         value: a :class:`StatsSummary` (device or host scalars), or the ``[count, sqr,

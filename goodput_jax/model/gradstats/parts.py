@@ -31,6 +31,9 @@ import numpy as np
 from goodput_jax.model.gradstats.estimate import GradSqNorms, _check_positive_int
 from goodput_jax.model.gradstats.precondition import Preconditioner, sqnorm
 
+#: A squared norm of a gradient pytree (a float32 scalar).
+_Norm = Callable[[Any], jax.Array]
+
 __all__ = [
     "differenced_sqnorms",
     "microbatch_grads",
@@ -95,6 +98,8 @@ def differenced_sqnorms(
 ) -> GradSqNorms:
     """``(S, T)`` of the differenced estimator: this and the previous step's gradient as two parts.
 
+    Typed ``Any``: ``grads`` and ``prev_grads`` are pytrees (any structure of arrays), ``batch_size`` a Python value or a traced JAX array.
+
     Example:
         >>> g, p = {"w": jnp.array([1.0, 0.0])}, {"w": jnp.array([0.0, 1.0])}
         >>> [float(v) for v in differenced_sqnorms(g, p, 8)[:2]]
@@ -130,6 +135,22 @@ def _split(batch: Any, parts: int, name: str) -> Any:
     return jax.tree.map(lambda x: x.reshape((parts, size // parts) + x.shape[1:]), batch)
 
 
+def _barrier_norm(preconditioner: Preconditioner | None) -> _Norm:
+    """``sqnorm`` with ``preconditioner``, for a loop over microbatches. Adam: the
+    multipliers 1/(sqrt(nu)+e) are loop-invariant, and XLA would hoist them out of the loop
+    into a gradient-sized buffer that lives through it; a barrier ties nu to each
+    microbatch's gradient, so each norm stays one fused reduction over (g, nu)."""
+    if preconditioner is None:
+        return sqnorm
+    pre = preconditioner
+
+    def norm(tree: Any) -> jax.Array:
+        tree, nu = jax.lax.optimization_barrier((tree, pre.nu))
+        return sqnorm(tree, pre._replace(nu=nu))
+
+    return norm
+
+
 def _value_and_grad(loss_fn: Callable, has_aux: bool) -> Callable:
     return jax.value_and_grad(loss_fn, has_aux=has_aux)
 
@@ -142,11 +163,11 @@ def _accumulate(
     preconditioner: Preconditioner | None,
     has_aux: bool,
     sample: Any = True,
-) -> tuple[Any, Any, Any, jax.Array, Callable | None]:
+) -> tuple[Any, Any, Any, jax.Array, _Norm]:
     """Mean loss, aux (stacked), mean gradient, mean per-microbatch squared norm, norm used.
 
-    The last item is the norm function the scan used (``norm(tree)``) or None
-    when no scan ran.
+    The last item is the norm function the scan used (``norm(tree)``), or the plain
+    preconditioned norm when no scan ran.
     """
     vg = _value_and_grad(loss_fn, has_aux)
     if num_microbatches == 1:
@@ -155,21 +176,17 @@ def _accumulate(
         if has_aux:
             aux = jax.tree.map(lambda x: jnp.expand_dims(x, 0), aux)
         local = _when(sample, lambda: sqnorm(grads, preconditioner), (grads, preconditioner))
-        return loss, aux, grads, local, None
+        return loss, aux, grads, local, functools.partial(sqnorm, preconditioner=preconditioner)
     micro = _split(batch, num_microbatches, "num_microbatches")
     # Adam: the multipliers 1/(sqrt(nu)+e) are loop-invariant, and XLA would
     # hoist them out of the scan into a gradient-sized buffer that lives through
     # the loop. The barrier ties nu to this microbatch's gradient, so each norm
     # stays one fused reduction over (g, nu): no buffer, and measured faster
     # than the materialised multipliers (one pass less over memory).
-    if preconditioner is None:
-        norm = sqnorm
-    else:
-        def norm(tree):
-            tree, nu = jax.lax.optimization_barrier((tree, preconditioner.nu))
-            return sqnorm(tree, preconditioner._replace(nu=nu))
+    norm = _barrier_norm(preconditioner)
 
-    def body(carry, mb):
+    def body(carry: tuple[Any, jax.Array, jax.Array], mb: Any,
+             ) -> tuple[tuple[Any, jax.Array, jax.Array], Any]:
         acc, sq, loss_sum = carry
         value, g = vg(params, mb)
         loss, aux = value if has_aux else (value, None)
@@ -181,7 +198,7 @@ def _accumulate(
     # varying mesh axes (the gradients and norms vary over a subset of them).
     zero = _zero_like((params, batch, preconditioner))
 
-    def zeros(shape, dtype):
+    def zeros(shape: tuple[int, ...], dtype: Any) -> jax.Array:
         return jnp.zeros(shape, dtype) + zero.astype(dtype)
 
     acc0 = jax.tree.map(lambda p: zeros(p.shape, jnp.promote_types(p.dtype, jnp.float32)), params)
@@ -210,14 +227,10 @@ def _accumulate_traced(
     """
     vg = _value_and_grad(loss_fn, False)
     micro = _split(batch, num_microbatches, "num_microbatches")
-    if preconditioner is None:
-        norm = sqnorm
-    else:  # as in _accumulate: keep nu tied to each microbatch's gradient (no hoisting)
-        def norm(tree):
-            tree, nu = jax.lax.optimization_barrier((tree, preconditioner.nu))
-            return sqnorm(tree, preconditioner._replace(nu=nu))
+    norm = _barrier_norm(preconditioner)  # as in _accumulate
 
-    def body(i, carry):
+    def body(i: jax.Array, carry: tuple[Any, jax.Array, jax.Array],
+             ) -> tuple[Any, jax.Array, jax.Array]:
         acc, sq, loss_sum = carry
         mb = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, 0, keepdims=False), micro)
         loss, g = vg(params, mb)
@@ -227,7 +240,8 @@ def _accumulate_traced(
         return acc, sq, loss_sum + loss.astype(jnp.float32)
 
     zero = _zero_like((params, batch, preconditioner))
-    def zeros(p):
+
+    def zeros(p: jax.Array) -> jax.Array:
         dt = jnp.promote_types(p.dtype, jnp.float32)
         return jnp.zeros(p.shape, dt) + zero.astype(dt)
 
@@ -264,7 +278,7 @@ def _accumulate_traced_halves(
     micro = _split(batch, num_microbatches, "num_microbatches")
     h = num_active // 2
 
-    def body(i, carry):
+    def body(i: jax.Array, carry: tuple[Any, jax.Array]) -> tuple[Any, jax.Array]:
         acc, loss_sum = carry
         mb = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, 0, keepdims=False), micro)
         loss, g = vg(params, mb)
@@ -273,7 +287,7 @@ def _accumulate_traced_halves(
 
     zero = _zero_like((params, batch, preconditioner))
 
-    def zeros(p):  # as _accumulate: float32 at least (float64 parameters stay float64)
+    def zeros(p: jax.Array) -> jax.Array:  # as _accumulate: float32 at least (float64 parameters stay float64)
         dt = jnp.promote_types(p.dtype, jnp.float32)
         return jnp.zeros(p.shape, dt) + zero.astype(dt)
 
@@ -285,7 +299,7 @@ def _accumulate_traced_halves(
     fa, fb = h.astype(jnp.float32), (num_active - h).astype(jnp.float32)
     mean = jax.tree.map(lambda a, b: (a + b) / k, acc_a, acc_b)
 
-    def local():
+    def local() -> jax.Array:
         pre = preconditioner.updated(mean)
         return (sqnorm(acc_a, pre) / fa + sqnorm(acc_b, pre) / fb) / k
 
@@ -320,6 +334,8 @@ def microbatch_grads(
     sample: Any = True,
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (b): gradient accumulation over microbatches in a ``lax.scan``, with ``(S, T)``.
+
+    Typed ``Any``: ``params`` and ``batch`` are pytrees (any structure of arrays), ``sample`` a Python value or a traced JAX array; the loss is the loss function's own.
 
     Splits every leaf of ``batch`` along its leading axis into
     ``num_microbatches`` equal microbatches, accumulates ``grad(loss_fn)`` over
@@ -376,8 +392,6 @@ def microbatch_grads(
                                         _pre_valid(preconditioner, sample))
     loss, aux, grads, local, norm = _accumulate(loss_fn, params, batch, n, preconditioner,
                                                 has_aux, sample)
-    if norm is None:
-        norm = functools.partial(sqnorm, preconditioner=preconditioner)
     total = _when(sample, lambda: norm(grads), (grads, preconditioner))
     if preconditioner is not None:
         grads = _ordered_after(grads, total)
@@ -397,14 +411,14 @@ def _split_or_plain(
     steps (a ``lax.scan`` of ``parts`` gradients), one plain gradient on the others (``S``
     and ``T`` 0 there). A traced ``sample`` picks the branch in a ``lax.cond``."""
 
-    def split():
+    def split() -> tuple[Any, Any, jax.Array, jax.Array]:
         if parts == 2 and preconditioner is not None and preconditioner.b2 is not None:
             return _halves_after(loss_fn, params, batch, preconditioner)
         loss, _, grads, local, norm = _accumulate(loss_fn, params, batch, parts,
                                                   preconditioner, False, True)
         return loss, grads, local, norm(grads)
 
-    def plain():
+    def plain() -> tuple[Any, Any, jax.Array, jax.Array]:
         loss, grads = _value_and_grad(loss_fn, False)(params, batch)
         zero = _zero_like((grads, preconditioner))
         return loss, grads, zero, zero
@@ -414,7 +428,8 @@ def _split_or_plain(
     if sample is False:
         return plain()
 
-    def as_f32(out):
+    def as_f32(out: tuple[Any, Any, jax.Array, jax.Array],
+               ) -> tuple[jax.Array, Any, jax.Array, jax.Array]:
         loss, grads, local, total = out
         return (jnp.asarray(loss, jnp.float32), grads, jnp.asarray(local, jnp.float32),
                 jnp.asarray(total, jnp.float32))
@@ -437,7 +452,7 @@ def _halves_after(
     norms wait for their mean without a second pass over the batch."""
     vg = _value_and_grad(loss_fn, False)
 
-    def body(carry, half):
+    def body(carry: None, half: Any) -> tuple[None, tuple[jax.Array, Any]]:
         loss, g = vg(params, half)
         return carry, (jnp.asarray(loss, jnp.float32), g)
 
@@ -461,6 +476,8 @@ def split_grads(
     sample: Any = True,
 ) -> tuple[Any, Any, GradSqNorms]:
     """Mode (e): one device, no accumulation, an unbiased ``(S, T)``: the batch in ``parts``.
+
+    Typed ``Any``: ``params`` and ``batch`` are pytrees (any structure of arrays), ``sample`` a Python value or a traced JAX array; the loss is the loss function's own.
 
     The one-device alternative to the differenced estimator (which takes this and the
     previous step's gradient as the two parts, so the parameters' movement between the

@@ -75,6 +75,8 @@ class Preconditioner(NamedTuple):
         step's mean gradient: the share of this gradient in the ``nu`` Adam divides this
         step's update by, so no element is preconditioned more strongly than Adam does.
 
+        Typed ``Any``: ``grads`` is pytrees (any structure of arrays).
+
         ``nu`` before the step (``self``) is exactly 0 where every earlier gradient was 0
         (a ReLU unit that no batch so far has activated) while this batch's gradient is
         not: ``g / (sqrt(nu) + eps)`` is then ~``g / eps``, and such elements made the
@@ -105,7 +107,8 @@ class Preconditioner(NamedTuple):
         return self._replace(nu=jax.tree.unflatten(tree, new))
 
     def scales(self) -> Any:
-        """The multipliers ``1 / (sqrt(nu_hat) + eps)`` as a pytree (materialised)."""
+        """The multipliers ``1 / (sqrt(nu_hat) + eps)`` as a pytree (materialised; typed
+        ``Any``: a pytree shaped like ``nu``, any structure)."""
         return jax.tree.map(self._scale_leaf, self.nu)
 
     def _scale_leaf(self, nu: Any) -> jax.Array:
@@ -139,6 +142,8 @@ def _pre_leaf_sqsum(x: Any, nu: Any, valid: Any, e: Any) -> jax.Array:
 def sqnorm(tree: Any, preconditioner: Preconditioner | None = None) -> jax.Array:
     """Squared L2 norm of a pytree in float32, optionally preconditioned elementwise.
 
+    Typed ``Any``: ``tree`` is pytrees (any structure of arrays).
+
     Example:
         >>> float(sqnorm({"a": jnp.array([3.0]), "b": jnp.array([4.0])}))
         25.0
@@ -167,6 +172,8 @@ _ADAM_LIKE = (optax.ScaleByAdamState, optax.ScaleByAmsgradState)
 
 def find_adam_state(opt_state: Any) -> Any | None:
     """The first Adam-like state (``ScaleByAdamState`` / ``ScaleByAmsgradState``) in a tree.
+
+    Typed ``Any``: ``opt_state`` and the Adam state found are optax states (untyped upstream).
 
     Searches any optax state tree: chains, ``inject_hyperparams``, ``MultiSteps``,
     ``multi_transform`` and wrappers built here.
@@ -198,6 +205,8 @@ def _nnx_variable() -> type | None:
 
 def rescale_nu(opt_state: Any, factor: Any) -> Any:
     """``opt_state`` with every Adam-like second moment multiplied by ``factor``.
+
+    Typed ``Any``: ``opt_state`` is an optax state (untyped upstream), ``factor`` a Python value or a traced JAX array.
 
     ``nu`` of each ``ScaleByAdamState`` (and ``nu`` and ``nu_max`` of each
     ``ScaleByAmsgradState``) found the way :func:`find_adam_state` finds them (chains,
@@ -316,6 +325,8 @@ def adam_preconditioner(adam_state: Any, *, b2: Any = 0.999, eps: Any = 1e-8,
                         min_count: int = DEFAULT_MIN_COUNT) -> Preconditioner:
     """``1 / (sqrt(nu_hat) + eps)`` from an Adam state, ``nu_hat = nu / (1 - b2**count)``.
 
+    Typed ``Any``: ``adam_state`` is optax's Adam state (untyped upstream), ``b2`` and ``eps`` a Python value or a traced JAX array.
+
     Invalid (``valid`` False, scale 1: the statistics skip the step) until the state has
     seen ``min_count`` updates, so that ``nu_hat`` rests on enough gradients (see
     :data:`DEFAULT_MIN_COUNT`). ``min_count=1`` is AdaptDL's rule (from the first
@@ -348,6 +359,8 @@ def auto_preconditioner(
     min_count: int = DEFAULT_MIN_COUNT,
 ) -> Preconditioner | None:
     """The Adam preconditioner when ``opt_state`` holds an Adam-like state, else None.
+
+    Typed ``Any``: ``opt_state`` is an optax state (untyped upstream), ``b2`` and ``eps`` a Python value or a traced JAX array.
 
     Call it on the optimizer state at the start of the train step and pass the
     result to the collection helpers (and to :func:`gradient_noise_scale`'s

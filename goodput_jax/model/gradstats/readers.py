@@ -34,6 +34,8 @@ __all__ = ["get_grad_params", "get_grad_stats", "sample_every", "sample_now", "s
 def get_grad_stats(opt_state: Any) -> GradStatsState:
     """The first :class:`GradStatsState` in an optimizer state tree.
 
+    Typed ``Any``: ``opt_state`` is an optax state (untyped upstream).
+
     Raises:
         ValueError: when ``opt_state`` holds none (no :func:`gradient_noise_scale`
             or :func:`multi_steps` in the optimizer).
@@ -78,6 +80,8 @@ def _noise_scale_state(opt_state: Any) -> GradientNoiseScaleState:
 def sample_every(opt_state: Any) -> int | None:
     """The ``every`` of the :func:`gradient_noise_scale` in ``opt_state``, as a Python int.
 
+    Typed ``Any``: ``opt_state`` is an optax state (untyped upstream).
+
     A train-step builder calls it on a concrete optimizer state (outside ``jit``) to
     decide statically whether to pass ``sample=sample_now(opt_state)`` (``every > 1``)
     or leave ``sample=True`` (no conditional). Reading it waits for that one scalar.
@@ -103,6 +107,8 @@ def sample_every(opt_state: Any) -> int | None:
 def sample_now(opt_state: Any) -> jax.Array:
     """Whether this step takes the statistics (scalar bool), for the helpers' ``sample=``.
 
+    Typed ``Any``: ``opt_state`` is an optax state (untyped upstream).
+
     True on steps ``0, every, 2 * every, ...`` of the :func:`gradient_noise_scale`
     found in ``opt_state`` (always True with ``every=1``). Call it on the
     optimizer state at the start of the train step, before the update. Under
@@ -126,6 +132,8 @@ def sample_now(opt_state: Any) -> jax.Array:
 def get_grad_params(opt_state: Any) -> GradParams:
     """Current smoothed :class:`GradParams` (arrays) read from an optimizer state.
 
+    Typed ``Any``: ``opt_state`` is an optax state (untyped upstream).
+
     Example:
         >>> import optax
         >>> from goodput_jax.model.gradstats.transform import gradient_noise_scale
@@ -138,6 +146,8 @@ def get_grad_params(opt_state: Any) -> GradParams:
 
 def stats_note(value: Any) -> str | None:
     """Why no gradient noise statistics are shown, or None when nothing needs saying.
+
+    Typed ``Any``: ``value`` is anything a caller holds (checked here).
 
     :data:`NO_HELPER_NOTE` (one line, naming the helper that fixes it:
     ``microbatch_grads(loss_fn, params, batch, 2, preconditioner=pre)`` on one device)

@@ -46,6 +46,7 @@ from goodput_jax.model.gradstats.parts import (
 )
 from goodput_jax.model.gradstats.precondition import (
     DEFAULT_MIN_COUNT,
+    Preconditioner,
     auto_preconditioner,
     sqnorm,
 )
@@ -171,14 +172,15 @@ def gradient_noise_scale(
     every = _check_positive_int(every, "every")
     averaging = _check_averaging(averaging)
 
-    def init_fn(params):
+    def init_fn(params: optax.Params) -> GradientNoiseScaleState:
         prev = (
             jax.tree.map(lambda p: jnp.zeros(p.shape, p.dtype), params) if differenced else ()
         )
         return GradientNoiseScaleState(init_grad_stats(), prev, jnp.zeros([], jnp.bool_),
                                        jnp.zeros([], jnp.int32), jnp.full([], every, jnp.int32))
 
-    def unbiased(state, sq, on, step, traced=False):
+    def unbiased(state: GradientNoiseScaleState, sq: GradSqNorms, on: Any, step: jax.Array,
+                 traced: bool = False) -> GradientNoiseScaleState:
         if every > 1:
             sq = sq._replace(valid=jnp.logical_and(jnp.asarray(sq.valid, jnp.bool_), on))
         stats = update_grad_stats(state.stats, sq, m0, smoothing=smoothing, steps=every,
@@ -189,7 +191,9 @@ def gradient_noise_scale(
         # Unbiased samples: the differenced chain restarts from scratch.
         return state._replace(stats=stats, has_prev=jnp.zeros([], jnp.bool_), step=step)
 
-    def differenced_step(updates, state, batch_size, preconditioner, on, step):
+    def differenced_step(updates: optax.Updates, state: GradientNoiseScaleState,
+                         batch_size: Any, preconditioner: Preconditioner | None, on: Any,
+                         step: jax.Array) -> GradientNoiseScaleState:
         sq = differenced_sqnorms(updates, state.prev_grads, batch_size, preconditioner)
         sq = sq._replace(valid=jnp.logical_and(jnp.asarray(sq.valid, jnp.bool_),
                                                jnp.logical_and(state.has_prev, on)))
@@ -203,8 +207,11 @@ def gradient_noise_scale(
         # A non-finite gradient is not kept; the previous one stays usable.
         return GradientNoiseScaleState(stats, prev, finite | state.has_prev, step, state.every)
 
-    def update_fn(updates, state, params=None, *, grad_sqnorms=None, preconditioner=None,
-                  batch_size=None, **extra_args):
+    def update_fn(updates: optax.Updates, state: GradientNoiseScaleState,
+                  params: optax.Params | None = None, *,
+                  grad_sqnorms: GradSqNorms | None = None,
+                  preconditioner: Preconditioner | None = None, batch_size: Any = None,
+                  **extra_args: Any) -> tuple[optax.Updates, GradientNoiseScaleState]:
         del params, extra_args
         on = True if every == 1 else (state.step % every) == 0
         step = (state.step + 1).astype(jnp.int32)
@@ -253,10 +260,12 @@ def _total_sqr_probe(optimizer: optax.GradientTransformation, precondition: bool
     """
     optimizer = optax.with_extra_args_support(optimizer)
 
-    def init_fn(params):
+    def init_fn(params: optax.Params) -> _ProbeState:
         return _ProbeState(optimizer.init(params), jnp.zeros([], jnp.float32))
 
-    def update_fn(updates, state, params=None, **extra_args):
+    def update_fn(updates: optax.Updates, state: _ProbeState,
+                  params: optax.Params | None = None,
+                  **extra_args: Any) -> tuple[optax.Updates, _ProbeState]:
         pre = (auto_preconditioner(state.inner, b2=b2, eps=eps, min_count=min_count)
                if precondition else None)
         total = sqnorm(updates, pre)
@@ -372,10 +381,12 @@ def multi_steps(
     probe = _total_sqr_probe(optimizer, auto is not None, b2, eps, min_count)
     inner = optax.MultiSteps(probe, every_k_schedule=k, use_grad_mean=True)
 
-    def init_fn(params):
+    def init_fn(params: optax.Params) -> MultiStepsGNSState:
         return MultiStepsGNSState(inner.init(params), jnp.zeros([], jnp.float32), init_grad_stats())
 
-    def update_fn(updates, state, params=None, *, batch_size=None, **extra_args):
+    def update_fn(updates: optax.Updates, state: MultiStepsGNSState,
+                  params: optax.Params | None = None, *, batch_size: Any = None,
+                  **extra_args: Any) -> tuple[optax.Updates, MultiStepsGNSState]:
         ms = state.inner
         pre = (
             auto_preconditioner(ms.inner_opt_state, b2=b2, eps=eps, min_count=min_count)
