@@ -28,11 +28,14 @@ import goodput_jax
 
 #: the rooms whose public API is fully typed (the others are a baseline in pyproject.toml)
 PACKAGES = ("goodput_jax.measure", "goodput_jax.compat", "goodput_jax.adaptive",
-            "goodput_jax.cli")
+            "goodput_jax.cli", "goodput_jax.model")
 MODULES = ("goodput_jax", "goodput_jax._lazy", "goodput_jax._progress", "goodput_jax.demo",
            "goodput_jax.goodput", "goodput_jax.goodput_elastic", "goodput_jax.goodput_utils",
            "goodput_jax.monitoring", "goodput_jax.monitoring_elastic",
-           "goodput_jax.integrations.fit")
+           "goodput_jax.integrations.fit", "goodput_jax.cluster.api", "goodput_jax.cluster.plan",
+           "goodput_jax.cluster.spec", "goodput_jax.cluster.record", "goodput_jax.cluster.local",
+           "goodput_jax.cluster.state", "goodput_jax.cluster.options",
+           "goodput_jax.cluster.context")
 CHECKED_PREFIXES = PACKAGES + MODULES[1:]
 
 _ANY = re.compile(r"\bAny\b")
