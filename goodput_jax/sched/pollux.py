@@ -134,9 +134,9 @@ class PolluxPolicy:
     """
 
     def __init__(self, p: float = -1.0, restart_penalty: float = 30.0,
-                 population: int | None = None, generations: int | None = None, seed: int = 0, min_util: float = 0.35,
-                 max_util: float = 0.65, clock: Callable[[], float] = time.time,
-                 autoscale: bool = True) -> None:
+                 population: int | None = None, generations: int | None = None, seed: int = 0,
+                 min_util: float = 0.35, max_util: float = 0.65,
+                 clock: Callable[[], float] = time.time, autoscale: bool = True) -> None:
         if not math.isfinite(p):
             raise ValueError(f"p must be finite, got {p!r}")
         if not (restart_penalty >= 0 and math.isfinite(restart_penalty)):
@@ -313,7 +313,8 @@ class PolluxPolicy:
         """Compile the search for ``jobs`` on ``nodes`` (and ``job_counts`` copies) on a copy
         of this policy (template: the largest node): :func:`goodput_jax.sched.warmup.precompile`."""
         from goodput_jax.sched.warmup import precompile
-        node_template = node_template or max(nodes.values(), key=lambda n: sum(n.resources.values()))
+        node_template = node_template or max(nodes.values(),
+                                             key=lambda n: sum(n.resources.values()))
         return precompile(self, jobs, nodes, extra_args=(node_template,), job_counts=job_counts)
 
     # ------------------------------------------------------------------ #
@@ -346,7 +347,8 @@ class PolluxPolicy:
         if not isinstance(node_template, NodeInfo):
             raise TypeError(f"node_template must be a NodeInfo, got {type(node_template).__name__}")
         if not isinstance(base_allocations, Mapping):
-            raise TypeError(f"base_allocations must be a mapping, got {type(base_allocations).__name__}")
+            raise TypeError(f"base_allocations must be a mapping, got "
+                            f"{type(base_allocations).__name__}")
         if not jobs:
             desired = sum(1 for node in nodes.values() if not node.preemptible)
             self.last_stats = CycleStats(0.0, 0.0, 0.0, 0.0, 0.0, desired,

@@ -312,13 +312,16 @@ def _greedy(a: _Arrays[jax.Array], state: jax.Array, node_mask: jax.Array, p: fl
         prefix = jnp.where(go, jnp.maximum(c["prefix"], t + 1), c["prefix"])
         it = c["it"]
         hp, hs, hf = c["hist"]
-        hist = (hp.at[it].set(prefix), hs.at[it].set(jnp.sum(jnp.where(a["valid_job"], speed, 0.0))),
+        hist = (hp.at[it].set(prefix),
+                hs.at[it].set(jnp.sum(jnp.where(a["valid_job"], speed, 0.0))),
                 hf.at[it].set(jnp.sum(util)))
-        return {"state": s, "fit_free": fit_free, "used": used, "speed": speed, "util": util, "diff": diff,
-                    "prefix": prefix, "it": it + go.astype(jnp.int32), "go": go, "hist": hist}
+        return {"state": s, "fit_free": fit_free, "used": used, "speed": speed, "util": util,
+                "diff": diff, "prefix": prefix, "it": it + go.astype(jnp.int32), "go": go,
+                "hist": hist}
 
-    init: _GreedyCarry = {"state": state, "fit_free": fit_free0, "used": used0, "speed": speedup0, "util": util0,
-                "diff": diff0, "prefix": prefix0, "it": jnp.int32(0), "go": jnp.bool_(True), "hist": hist}
+    init: _GreedyCarry = {"state": state, "fit_free": fit_free0, "used": used0,
+                          "speed": speedup0, "util": util0, "diff": diff0, "prefix": prefix0,
+                          "it": jnp.int32(0), "go": jnp.bool_(True), "hist": hist}
     out = jax.lax.while_loop(cond, body, init)
     start_stats = (prefix0, jnp.sum(jnp.where(a["valid_job"], speedup0, 0.0)), jnp.sum(util0))
     return out["state"], out["it"], out["hist"], start_stats
@@ -328,7 +331,10 @@ def _greedy(a: _Arrays[jax.Array], state: jax.Array, node_mask: jax.Array, p: fl
 def _search(a: _Arrays[jax.Array], seeds: jax.Array, num_seeds: jax.Array, key: jax.Array,
             rate: jax.Array, *, p: float, population: int, generations: int, greedy_steps: int
             ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Greedy seeds + genetic search. Returns (best, best_fitness, population, fitness, seed fitness)."""
+    """Greedy seeds + genetic search.
+
+    Returns (best, best_fitness, population, fitness, seed fitness).
+    """
     num_jobs = seeds.shape[1]
     all_nodes = a["valid_node"]
     # Seed 0 is the previous allocation; repair it, then grow it greedily and

@@ -167,9 +167,9 @@ def _pair_search(choice: jax.Array, gain: jax.Array, use: jax.Array, cap: jax.Ar
         moved = jnp.isfinite(score[flat])
         j, rest = flat // (K1 * J * K1), flat % (K1 * J * K1)
         k, rest = rest // (J * K1), rest % (J * K1)
-        i, l = rest // K1, rest % K1
+        i, m = rest // K1, rest % K1
         new = choice.at[j].set(k)
-        new = jnp.where(i != j, new.at[i].set(l), new)
+        new = jnp.where(i != j, new.at[i].set(m), new)
         new = jnp.where(moved, new, choice)
         return new, _usage(new, use), it + 1, moved
 

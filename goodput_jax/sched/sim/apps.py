@@ -373,7 +373,8 @@ class Application:
         return float((1.0 - w) * a[ia] + w * b[ib])
 
     def get_grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
-        """Gradient statistics ``(grad_sqr, grad_var)`` during ``epoch`` (0-based) at ``batch_size``.
+        """Gradient statistics ``(grad_sqr, grad_var)`` during ``epoch`` (0-based) at
+        ``batch_size``.
 
         Example:
             >>> sqr, var = app.get_grad_stats(256, 0)    # doctest: +SKIP

@@ -134,7 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         The same parser.
 
     Example:
-        >>> args = add_arguments(argparse.ArgumentParser()).parse_args(["6", "--policy", "tiresias"])
+        >>> args = add_arguments(argparse.ArgumentParser()).parse_args(
+        ...     ["6", "--policy", "tiresias"])
         >>> args.workload, args.policy, args.interval
         ('6', 'tiresias', 60.0)
     """

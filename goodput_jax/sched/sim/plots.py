@@ -1,7 +1,7 @@
 """Plots of simulation results (matplotlib, Agg backend, PNG files).
 
 Example:
-    >>> plot_run(result, "sim-out/workload-6-pollux.png", others=[tiresias_result])  # doctest: +SKIP
+    >>> plot_run(result, "sim-out/w6-pollux.png", others=[tiresias_result])  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ def _save(plt: ModuleType, fig: Figure, path: str | os.PathLike[str]) -> Path:
     return out
 
 
-def plot_table(results: Mapping[str, Mapping[str, SimResult]], path: str | os.PathLike[str]) -> Path:
+def plot_table(results: Mapping[str, Mapping[str, SimResult]],
+               path: str | os.PathLike[str]) -> Path:
     """Average JCT per workload and policy (bars) and pooled JCT distributions.
 
     Args:

@@ -206,7 +206,7 @@ class PolluxModel:
         """
         out: list[np.ndarray | None] = [None] * len(jobs)
         todo: list[tuple[int, SimJob, _TableKey]] = []
-        for i, (job, cap) in enumerate(zip(jobs, max_replicas)):
+        for i, (job, _cap) in enumerate(zip(jobs, max_replicas)):
             if job.perf_params is None:
                 continue
             key = (job.perf_params, job.grad_params)

@@ -17,8 +17,9 @@
 :class:`SiaAdapter` turns the active jobs into :class:`~goodput_jax.sched.JobInfo` with
 ``goodput_fns`` per type (none before the job's first run: Sia then offers one GPU of any
 type; before its first run, the 1-GPU throughput it was profiled at on each type, so a new
-job starts on the type where it runs fastest), ``restarting`` for jobs inside a checkpoint-restore, the per-application restart
-penalty, and calls :class:`~goodput_jax.sched.sia.SiaPolicy` on the typed nodes.
+job starts on the type where it runs fastest), ``restarting`` for jobs inside a
+checkpoint-restore, the per-application restart penalty, and calls
+:class:`~goodput_jax.sched.sia.SiaPolicy` on the typed nodes.
 
 Example:
     >>> from goodput_jax.sched.sim.apps import CLUSTERS
