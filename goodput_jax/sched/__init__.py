@@ -12,8 +12,10 @@ Rooms, one job each:
 * :mod:`.types`: ``JobInfo`` and ``NodeInfo`` (with ``accelerator_type``);
 * :mod:`.speedup`: ``SpeedupFunction``, the batched table kernel ``goodput_grid``,
   ``speedup_tables`` and the (type x count) ``goodput_matrix``;
-* :mod:`.pollux`: ``PolluxPolicy`` (genetic search in JAX);
-* :mod:`.sia`: ``SiaPolicy`` (Lagrangian relaxation + local search in JAX);
+* :mod:`.pollux`: ``PolluxPolicy`` (genetic search in JAX; the padded problem built in
+  :mod:`.pollux_problem`, searched by the kernels of :mod:`.pollux_search`);
+* :mod:`.sia`: ``SiaPolicy`` (Lagrangian relaxation + local search in JAX,
+  :mod:`.sia_solver`; configurations and their placement on nodes in :mod:`.sia_place`);
 * :mod:`.hints`: a job's published hints + ``JobFacts`` -> ``JobInfo`` (``build_job_info``);
 * :mod:`.warmup`: ``policy.precompile``, the persistent compilation cache, ``CompileCounter``;
 * :mod:`.sim`: the trace-driven simulator.

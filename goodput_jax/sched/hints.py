@@ -48,12 +48,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from goodput_jax.model.hints import PERF_PARAM_KEYS, Hints, max_replicas_allowed
 from goodput_jax.model.types import GradParams, PerfParams
 from goodput_jax.sched.speedup import SpeedupFunction
 from goodput_jax.sched.types import JobInfo, JobOptions
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
+
+_R = TypeVar("_R")
 
 __all__ = [
     "PERF_PARAM_KEYS",
@@ -78,8 +84,9 @@ _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 4096
 
 
-def linear_speedup(num_nodes: Any, num_replicas: Any) -> Any:
-    """Speedup of a job without a model: proportional to its replicas.
+def linear_speedup(num_nodes: object, num_replicas: _R) -> _R:
+    """Speedup of a job without a model: proportional to its replicas (returned as given:
+    an int, or an array of them).
 
     Example:
         >>> linear_speedup(1, 4)
@@ -88,7 +95,7 @@ def linear_speedup(num_nodes: Any, num_replicas: Any) -> Any:
     return num_replicas
 
 
-def parse_quantity(value: Any, key: str = "quantity") -> float:
+def parse_quantity(value: object, key: str = "quantity") -> float:
     """Kubernetes resource quantity (``"500m"``, ``"2Gi"``, ``4``) -> float.
 
     Args:
@@ -154,6 +161,8 @@ def _speedup_from_hints(h: Hints, perf_params: PerfParams | None = None) -> Spee
     from goodput_jax.model.goodput import GoodputFunction
 
     perf_params = h.perf_params if perf_params is None else perf_params
+    if perf_params is None or h.init_batch_size is None:
+        raise ValueError("a speedup model needs hints with perfParams and initBatchSize")
     grad_params = GradParams(0.0, 1.0) if h.grad_params is None else h.grad_params
     key = (tuple(perf_params), tuple(grad_params), h.init_batch_size, h.max_batch_size,
            h.local_bsz_bounds, h.gradient_accumulation)
@@ -187,7 +196,7 @@ def speedup_fns_by_type(hints: Mapping | Hints,
         >>> sorted(fns), round(fns["a100"].base_goodput / fns["t4"].base_goodput, 3)
         (['a100', 't4'], 3.0)
     """
-    h = Hints.from_json(hints)
+    h = hints if isinstance(hints, Hints) else Hints.from_json(hints)
     if h.init_batch_size is None:
         return {}
     out = {}
@@ -198,7 +207,7 @@ def speedup_fns_by_type(hints: Mapping | Hints,
     return out
 
 
-def no_goodput(num_nodes: Any, num_replicas: Any) -> Any:
+def no_goodput(num_nodes: object, num_replicas: ArrayLike) -> float | np.ndarray:
     """Goodput of an accelerator type a job may not use: 0 everywhere (Sia never picks it).
 
     Example:
@@ -321,7 +330,8 @@ def build_job_info(hints: Hints | Mapping[str, Any] | None, facts: JobFacts) -> 
 
     Args:
         hints: the latest published hints (a Hints, its JSON, or None before the
-            first publish).
+            first publish); the JSON's values are ``Any`` (parsed JSON, checked by
+            :meth:`~goodput_jax.model.hints.Hints.from_json`).
         facts: the job's scheduling facts.
 
     Raises:
@@ -336,7 +346,7 @@ def build_job_info(hints: Hints | Mapping[str, Any] | None, facts: JobFacts) -> 
     """
     if not isinstance(facts, JobFacts):
         raise TypeError(f"facts must be a JobFacts, got {type(facts).__name__}")
-    h = Hints() if hints is None else Hints.from_json(hints)
+    h = Hints() if hints is None else hints if isinstance(hints, Hints) else Hints.from_json(hints)
     max_replicas = max_replicas_allowed(h.max_profiled_replicas)
     if facts.max_replicas is not None:
         max_replicas = min(max_replicas, facts.max_replicas)
@@ -413,6 +423,8 @@ def job_info_from_hints(job: Mapping, resources: Mapping[str, float] | None = No
     h = Hints.from_json(hints)
     spec_max = _spec_int(spec, "maxReplicas", None)
     min_replicas = _spec_int(spec, "minReplicas", 0)
+    if min_replicas is None:
+        raise ValueError("spec.minReplicas must be a non-negative integer, got None")
     preemptible = spec.get("preemptible", True)
     if not isinstance(preemptible, bool):
         raise TypeError(f"spec.preemptible must be a bool, got {preemptible!r}")

@@ -63,11 +63,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
 from goodput_jax.model.buckets import bucket as _bucket
+from goodput_jax.sched.pollux_problem import _build_problem, _Meta, _sorted_nodes
 from goodput_jax.sched.pollux_search import (
     _BIG,
     _EPS,
@@ -76,54 +78,29 @@ from goodput_jax.sched.pollux_search import (
     _autoscale_curve,
     _evaluate_states,
     _search,
-    replicas_that_fit,
 )
 from goodput_jax.sched.pollux_state import CycleStats, PolluxCarry
-from goodput_jax.sched.speedup import speedup_tables, table_dims
-from goodput_jax.sched.types import JobInfo, NodeInfo, realloc_factor
+from goodput_jax.sched.types import JobInfo, JobKey, NodeInfo, NodeKey, realloc_factor
+from goodput_jax.sched.warmup import PrecompileInfo
 
 __all__ = ["CycleStats", "PolluxCarry", "PolluxPolicy", "realloc_factor"]
 
 
-# --------------------------------------------------------------------------- #
-# Host-side problem construction.
-# --------------------------------------------------------------------------- #
+class _Population(NamedTuple):
+    """The last cycle's population, carried into the next cycle."""
+
+    job_keys: list[Hashable]
+    node_keys: list[Hashable]
+    population: np.ndarray  # int32 [population, jobs, nodes]
+    fitness: np.ndarray  # float32 [population]
 
 
-def _sorted_nodes(nodes: Mapping[Hashable, NodeInfo]) -> list:
-    """Node keys, non-preemptible first, then by key (input order if keys don't compare)."""
-    keys = list(nodes)
-    try:
-        return sorted(keys, key=lambda k: (nodes[k].preemptible, k))
-    except TypeError:
-        return sorted(keys, key=lambda k: nodes[k].preemptible)
+class _Best(NamedTuple):
+    """This cycle's best state (the autoscaler grows it)."""
 
-
-def _is_accelerator(name: str) -> bool:
-    low = name.lower()
-    return any(tag in low for tag in ("gpu", "tpu", "accelerator", "neuron"))
-
-
-def _binding_resources(res: np.ndarray, cap: np.ndarray, drop_first: Sequence[bool]) -> list:
-    """Resource columns that can ever limit a placement.
-
-    A resource ``k`` is dropped when, on every node, the replicas that still-kept
-    resources requested by every job allow could never exhaust ``k`` (e.g. 32
-    pods on a 4-GPU node with one GPU and one pod per replica).  Fewer columns
-    make the repair cheaper; feasibility is unchanged.
-    """
-    num = res.shape[1]
-    if num <= 1 or res.shape[0] == 0:
-        return list(range(num))
-    dropped: set[int] = set()
-    for k in sorted(range(num), key=lambda q: not drop_first[q]):
-        others = [q for q in range(num) if q != k and q not in dropped and np.all(res[:, q] > 0)]
-        if not others:
-            continue
-        bound = np.min([np.floor(cap[:, q] / res[:, q].min() + _TOL) for q in others], axis=0)
-        if np.all(res[:, k].max() * bound <= cap[:, k] * (1 + 1e-6)):
-            dropped.add(k)
-    return [k for k in range(num) if k not in dropped] or [0]
+    job_keys: list[Hashable]
+    node_keys: list[Hashable]
+    state: np.ndarray
 
 
 class PolluxPolicy:
@@ -157,9 +134,9 @@ class PolluxPolicy:
     """
 
     def __init__(self, p: float = -1.0, restart_penalty: float = 30.0,
-                 population: int | None = None, generations: int | None = None, seed: int = 0, min_util: float = 0.35,
-                 max_util: float = 0.65, clock: Callable[[], float] = time.time,
-                 autoscale: bool = True):
+                 population: int | None = None, generations: int | None = None, seed: int = 0,
+                 min_util: float = 0.35, max_util: float = 0.65,
+                 clock: Callable[[], float] = time.time, autoscale: bool = True) -> None:
         if not math.isfinite(p):
             raise ValueError(f"p must be finite, got {p!r}")
         if not (restart_penalty >= 0 and math.isfinite(restart_penalty)):
@@ -180,8 +157,8 @@ class PolluxPolicy:
         self._clock = clock
         self.autoscale = bool(autoscale)
         self._cycle = 0
-        self._prev = None  # (job_keys, node_keys, population array) of the last cycle
-        self._last_best = None  # (job_keys, node_keys, best state) of this cycle
+        self._prev: _Population | None = None  # the last cycle's population
+        self._last_best: _Best | None = None  # this cycle's best state
         self.last_stats: CycleStats | None = None
 
     # ------------------------------------------------------------------ #
@@ -202,12 +179,12 @@ class PolluxPolicy:
         if not isinstance(carry, PolluxCarry):
             raise TypeError(f"carry must be a PolluxCarry, got {type(carry).__name__}")
         self._cycle = int(carry.cycle)
-        self._prev = None if carry.population is None else (
+        self._prev = None if carry.population is None else _Population(
             list(carry.job_keys), list(carry.node_keys), np.asarray(carry.population, np.int32),
             np.asarray(carry.fitness, np.float32))
 
     # ------------------------------------------------------------------ #
-    def allocate_job(self, job_info: JobInfo, nodes: Mapping[Hashable, NodeInfo]) -> list:
+    def allocate_job(self, job_info: JobInfo, nodes: Mapping[NodeKey, NodeInfo]) -> list[NodeKey]:
         """First allocation of a new job: ``max(min_replicas, 1)`` replicas on the
         first node (non-preemptible nodes first) that holds them all.
 
@@ -237,108 +214,18 @@ class PolluxPolicy:
         return []
 
     # ------------------------------------------------------------------ #
-    def _build(self, jobs, nodes, node_template, base_allocations, extra_template: int = 0):
-        """Padded arrays for jobs x (real nodes [+ template copies])."""
-        job_keys = list(jobs)
-        for k in job_keys:
-            if not isinstance(jobs[k], JobInfo):
-                raise TypeError(f"jobs[{k!r}] must be a JobInfo, got {type(jobs[k]).__name__}")
-        node_keys = _sorted_nodes(nodes)
-        for k in node_keys:
-            if not isinstance(nodes[k], NodeInfo):
-                raise TypeError(f"nodes[{k!r}] must be a NodeInfo, got {type(nodes[k]).__name__}")
-        node_index = {k: i for i, k in enumerate(node_keys)}
-        n_jobs, n_nodes = len(job_keys), len(node_keys)
-        # Base allocation (unknown jobs/nodes dropped).
-        base = np.zeros((n_jobs, n_nodes), np.int32)
-        for j, key in enumerate(job_keys):
-            for node_key in base_allocations.get(key, ()) or ():
-                if node_key in node_index:
-                    base[j, node_index[node_key]] += 1
-        pinned = np.array([(not jobs[k].preemptible) and base[j].sum() > 0
-                           for j, k in enumerate(job_keys)], bool)
-        # Order: pinned, then min_replicas, then creation time (stable).
-        order = sorted(range(n_jobs), key=lambda j: (not pinned[j], jobs[job_keys[j]].min_replicas,
-                                                     jobs[job_keys[j]].creation_time))
-        job_keys = [job_keys[j] for j in order]
-        base, pinned = base[order], pinned[order]
-        infos = [jobs[k] for k in job_keys]
-        rtypes = sorted({r for job in infos for r, v in job.resources.items() if v > 0})
-        total_nodes = n_nodes + extra_template
-        # Buckets of at least 16: small problems share one compiled search.
-        jb, nb, kb = _bucket(n_jobs, 16), _bucket(total_nodes, 16), max(len(rtypes), 1)
-        res = np.zeros((jb, kb), np.float32)
-        for j, job in enumerate(infos):
-            for r, name in enumerate(rtypes):
-                res[j, r] = job.resources.get(name, 0)
-        node_infos = [nodes[k] for k in node_keys] + [node_template] * extra_template
-        cap = np.zeros((nb, kb), np.float32)
-        for n, node in enumerate(node_infos):
-            for r, name in enumerate(rtypes):
-                cap[n, r] = node.resources.get(name, 0)
-        # Replicas of each job that fit alone on each node.
-        fit = replicas_that_fit(cap[None], res, np)
-        fit[n_jobs:] = 0
-        fit[:, total_nodes:] = 0
-        if not rtypes:  # jobs request nothing: one replica slot per node and job
-            fit[:n_jobs, :total_nodes] = _BIG
-        min_r = np.zeros(jb, np.int32)
-        max_r = np.zeros(jb, np.int32)
-        min_r[:n_jobs] = [job.min_replicas for job in infos]
-        max_r[:n_jobs] = [job.max_replicas for job in infos]
-        max_r[:n_jobs] = np.minimum(max_r[:n_jobs], fit[:n_jobs].sum(axis=1).clip(0, _BIG))
-        # Speedup tables (n <= min(replicas, nodes)).
-        top_r = int(max(max_r.max(), 1))
-        tn, tr = table_dims(min(top_r, max(total_nodes, 1)), top_r)
-        table = np.zeros((jb, tn + 1, tr + 1), np.float32)
-        if n_jobs:
-            table[:n_jobs] = speedup_tables([job.speedup_fn for job in infos], tn, tr)
-        # Fair share over the real nodes: 1/J of the job's replica slots.
-        slots = fit[:n_jobs, :n_nodes].astype(np.float64).sum(axis=1)
-        share = slots / max(n_jobs, 1)
-        fair = np.ones(jb, np.float32)
-        for j in range(n_jobs):
-            per_node = max(int(fit[j, :n_nodes].max(initial=0)), 1)
-            if share[j] >= 1:
-                r = int(min(math.floor(share[j]), max(max_r[j], 1)))
-                value = table[j, min(math.ceil(r / per_node), tn), min(r, tr)]
-            else:
-                value = share[j] * table[j, 1, 1]
-            fair[j] = value if value > 0 else 1.0
-        # Restart penalty factor.
-        now = self._clock()
-        factor = np.ones(jb, np.float32)
-        for j, job in enumerate(infos):
-            age = job.age if job.age is not None else now - job.creation_time
-            age = max(age, 0.0)
-            pen = self.restart_penalty
-            factor[j] = realloc_factor(age, job.num_restarts, pen)
-        accel = [i for i, name in enumerate(rtypes) if _is_accelerator(name)]
-        if accel:
-            per_node_accel = cap[:total_nodes, accel[0]].astype(np.float64)
-        else:
-            per_node_accel = fit[:n_jobs, :total_nodes].max(axis=0, initial=0).astype(np.float64)
-        keep = _binding_resources(res[:n_jobs], cap[:total_nodes],
-                                  [not _is_accelerator(name) for name in rtypes])
-        res, cap = np.ascontiguousarray(res[:, keep]), np.ascontiguousarray(cap[:, keep])
-        base_p = np.zeros((jb, nb), np.int32)
-        base_p[:n_jobs, :n_nodes] = base
-        pinned_p = np.zeros(jb, bool)
-        pinned_p[:n_jobs] = pinned
-        valid_job = np.arange(jb) < n_jobs
-        valid_node = np.arange(nb) < total_nodes
-        pinned_rows = base_p * pinned_p[:, None]
-        free = cap - np.einsum("jn,jk->nk", pinned_rows.astype(np.float32), res)
-        pinned_dist_node = ((pinned_rows > 0) & ((pinned_rows > 0).sum(axis=1) > 1)[:, None]).any(0)
-        arrays = _Arrays(
-            free=free, pinned_dist_node=pinned_dist_node, res=res, cap=cap, fit=fit, min_r=min_r, max_r=max_r, table=table, fair=fair,
-            factor=factor, base=base_p, running=base_p.sum(axis=1) > 0, pinned=pinned_p,
-            valid_job=valid_job, valid_node=valid_node, num_nodes=np.int32(total_nodes))
-        meta = {"job_keys": job_keys, "node_keys": node_keys, "n_jobs": n_jobs, "n_nodes": n_nodes,
-                    "jb": jb, "nb": nb, "accel": per_node_accel, "slots": int(fit.max(axis=0).sum())}
-        return arrays, meta
+    def _build(self, jobs: Mapping[JobKey, JobInfo], nodes: Mapping[NodeKey, NodeInfo],
+               node_template: NodeInfo | None,
+               base_allocations: Mapping[JobKey, Sequence[NodeKey] | None],
+               extra_template: int = 0
+               ) -> tuple[_Arrays[np.ndarray], _Meta[JobKey, NodeKey]]:
+        """Padded arrays for jobs x (real nodes [+ template copies]) (the host side:
+        :mod:`goodput_jax.sched.pollux_problem`)."""
+        return _build_problem(jobs, nodes, node_template, base_allocations,
+                              restart_penalty=self.restart_penalty, clock=self._clock,
+                              extra_template=extra_template)
 
-    def _budget(self, arrays: _Arrays) -> tuple[int, int]:
+    def _budget(self, arrays: _Arrays[np.ndarray]) -> tuple[int, int]:
         cells = arrays["base"].size
         population = self.population
         if population is None:
@@ -348,19 +235,21 @@ class PolluxPolicy:
             generations = int(min(max((1 << 22) // (population * cells), 8), 100))
         return population, generations
 
-    def _greedy_steps(self, arrays: _Arrays, meta) -> int:
+    def _greedy_steps(self, arrays: _Arrays[np.ndarray], meta: _Meta[JobKey, NodeKey]) -> int:
         """Sets the greedy's step bound (traced: ``arrays["steps"]``); returns its history
         length (static: from the replica slots alone, so the job mix does not recompile)."""
         demand = int(np.minimum(arrays["max_r"], arrays["fit"].sum(axis=1)).sum())
-        arrays["steps"] = np.int32(_bucket(max(min(demand, meta["slots"]), 1), minimum=64))
-        return _bucket(max(meta["slots"], 1), minimum=64)
+        arrays["steps"] = np.asarray(_bucket(max(min(demand, meta.slots), 1), minimum=64),
+                                     np.int32)
+        return _bucket(max(meta.slots, 1), minimum=64)
 
-    def _state_to_allocations(self, state: np.ndarray, meta) -> dict:
+    def _state_to_allocations(self, state: np.ndarray, meta: _Meta[JobKey, NodeKey]
+                              ) -> dict[JobKey, list[NodeKey]]:
         out = {}
-        for j, key in enumerate(meta["job_keys"]):
-            placement = []
-            for n in np.nonzero(state[j, :meta["n_nodes"]])[0]:
-                placement += [meta["node_keys"][n]] * int(state[j, n])
+        for j, key in enumerate(meta.job_keys):
+            placement: list[NodeKey] = []
+            for n in np.nonzero(state[j, :meta.n_nodes])[0]:
+                placement += [meta.node_keys[n]] * int(state[j, n])
             out[key] = placement
         return out
 
@@ -379,8 +268,9 @@ class PolluxPolicy:
         return float(value - _EPS if p < 0 else value)
 
     # ------------------------------------------------------------------ #
-    def evaluate(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
-                 allocations: Mapping[Hashable, Sequence], base_allocations: Mapping | None = None
+    def evaluate(self, jobs: Mapping[JobKey, JobInfo], nodes: Mapping[NodeKey, NodeInfo],
+                 allocations: Mapping[JobKey, Sequence[NodeKey] | None],
+                 base_allocations: Mapping[JobKey, Sequence[NodeKey] | None] | None = None
                  ) -> float:
         """Objective (power mean of penalised fair-share speedups) of an allocation.
 
@@ -403,29 +293,34 @@ class PolluxPolicy:
         arrays, meta = self._build(jobs, nodes, None, base_allocations or {})
         state = self._allocations_to_state(allocations, meta, arrays)
         fit, _, _ = _evaluate_states(arrays, state[None], p=self.p)
-        return self._objective_value(float(fit[0]), meta["n_jobs"])
+        return self._objective_value(float(fit[0]), meta.n_jobs)
 
-    def _allocations_to_state(self, allocations, meta, arrays) -> np.ndarray:
-        node_index = {k: i for i, k in enumerate(meta["node_keys"])}
+    def _allocations_to_state(self, allocations: Mapping[JobKey, Sequence[NodeKey] | None],
+                              meta: _Meta[JobKey, NodeKey], arrays: _Arrays[np.ndarray]
+                              ) -> np.ndarray:
+        node_index = {k: i for i, k in enumerate(meta.node_keys)}
         state = np.zeros(arrays["base"].shape, np.int32)
-        for j, key in enumerate(meta["job_keys"]):
+        for j, key in enumerate(meta.job_keys):
             for node_key in allocations.get(key, ()) or ():
                 if node_key not in node_index:
                     raise ValueError(f"allocations[{key!r}] names unknown node {node_key!r}")
                 state[j, node_index[node_key]] += 1
         return state
 
-    def precompile(self, jobs, nodes, node_template=None, job_counts=None) -> dict:
+    def precompile(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
+                   node_template: NodeInfo | None = None,
+                   job_counts: Sequence[int] | None = None) -> PrecompileInfo:
         """Compile the search for ``jobs`` on ``nodes`` (and ``job_counts`` copies) on a copy
         of this policy (template: the largest node): :func:`goodput_jax.sched.warmup.precompile`."""
         from goodput_jax.sched.warmup import precompile
-        node_template = node_template or max(nodes.values(), key=lambda n: sum(n.resources.values()))
+        node_template = node_template or max(nodes.values(),
+                                             key=lambda n: sum(n.resources.values()))
         return precompile(self, jobs, nodes, extra_args=(node_template,), job_counts=job_counts)
 
     # ------------------------------------------------------------------ #
-    def optimize(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
-                 base_allocations: Mapping[Hashable, Sequence],
-                 node_template: NodeInfo) -> tuple[dict, int]:
+    def optimize(self, jobs: Mapping[JobKey, JobInfo], nodes: Mapping[NodeKey, NodeInfo],
+                 base_allocations: Mapping[JobKey, Sequence[NodeKey] | None],
+                 node_template: NodeInfo) -> tuple[dict[JobKey, list[NodeKey]], int]:
         """Runs one scheduling cycle.
 
         Args:
@@ -452,17 +347,18 @@ class PolluxPolicy:
         if not isinstance(node_template, NodeInfo):
             raise TypeError(f"node_template must be a NodeInfo, got {type(node_template).__name__}")
         if not isinstance(base_allocations, Mapping):
-            raise TypeError(f"base_allocations must be a mapping, got {type(base_allocations).__name__}")
+            raise TypeError(f"base_allocations must be a mapping, got "
+                            f"{type(base_allocations).__name__}")
         if not jobs:
             desired = sum(1 for node in nodes.values() if not node.preemptible)
             self.last_stats = CycleStats(0.0, 0.0, 0.0, 0.0, 0.0, desired,
                                          time.perf_counter() - started)
             return {}, desired
         arrays, meta = self._build(jobs, nodes, node_template, base_allocations)
-        n_jobs, n_nodes = meta["n_jobs"], meta["n_nodes"]
+        n_jobs, n_nodes = meta.n_jobs, meta.n_nodes
         seeds = [arrays["base"]]
         if self._prev is not None:
-            seeds += self._carry_population(meta, arrays)
+            seeds += self._carry_population(self._prev, meta, arrays)
         num_seeds = len(seeds)
         population, generations = self._budget(arrays)
         pad = np.zeros((population - 2, *arrays["base"].shape), np.int32)
@@ -475,13 +371,14 @@ class PolluxPolicy:
             arrays, pad, np.int32(min(num_seeds, population - 2)), key, rate, p=self.p,
             population=population, generations=generations, greedy_steps=steps)
         best = np.asarray(best)
-        self._prev = (meta["job_keys"], meta["node_keys"], np.asarray(pop), np.asarray(pop_fit))
+        self._prev = _Population(list(meta.job_keys), list(meta.node_keys), np.asarray(pop),
+                                 np.asarray(pop_fit))
         allocations = self._state_to_allocations(best, meta)
         _, speedup, _ = _evaluate_states(arrays, best[None], p=self.p)
         total_speedup = float(np.asarray(speedup).sum())
-        accel_real = float(meta["accel"][:n_nodes].sum())
+        accel_real = float(meta.accel[:n_nodes].sum())
         utility = total_speedup / accel_real if accel_real > 0 else 0.0
-        self._last_best = (meta["job_keys"], meta["node_keys"], best)
+        self._last_best = _Best(list(meta.job_keys), list(meta.node_keys), best)
         if self.autoscale:
             desired = self._desired_nodes(jobs, nodes, node_template, base_allocations,
                                           utility, n_nodes)
@@ -496,13 +393,14 @@ class PolluxPolicy:
             utility=utility, desired_nodes=desired, seconds=time.perf_counter() - started)
         return allocations, desired
 
-    def _carry_population(self, meta, arrays) -> list:
+    def _carry_population(self, prev: _Population, meta: _Meta[JobKey, NodeKey],
+                          arrays: _Arrays[np.ndarray]) -> list[np.ndarray]:
         """Previous cycle's population mapped onto this cycle's jobs and nodes."""
-        prev_jobs, prev_nodes, prev_pop, prev_fit = self._prev
+        prev_jobs, prev_nodes, prev_pop, prev_fit = prev
         jpos = {k: i for i, k in enumerate(prev_jobs)}
         npos = {k: i for i, k in enumerate(prev_nodes)}
-        rows = np.array([jpos.get(k, -1) for k in meta["job_keys"]])
-        cols = np.array([npos.get(k, -1) for k in meta["node_keys"]])
+        rows = np.array([jpos.get(k, -1) for k in meta.job_keys])
+        cols = np.array([npos.get(k, -1) for k in meta.node_keys])
         keep = min(len(prev_pop), self._budget(arrays)[0] // 4)
         order = np.argsort(-prev_fit)[:keep]
         out = []
@@ -516,7 +414,7 @@ class PolluxPolicy:
         return out
 
     @staticmethod
-    def _template_nodes_needed(jobs, node_template: NodeInfo) -> int:
+    def _template_nodes_needed(jobs: Mapping[JobKey, JobInfo], node_template: NodeInfo) -> int:
         """Template nodes that would hold every job at max_replicas, one job per node
         group (an upper bound), capped at 16."""
         needed = 0
@@ -528,8 +426,10 @@ class PolluxPolicy:
                 needed += math.ceil(job.max_replicas / per_node)
         return int(min(max(needed, 1), 16))
 
-    def _desired_nodes(self, jobs, nodes, node_template, base_allocations, utility: float,
-                       n_nodes: int) -> int:
+    def _desired_nodes(self, jobs: Mapping[JobKey, JobInfo], nodes: Mapping[NodeKey, NodeInfo],
+                       node_template: NodeInfo,
+                       base_allocations: Mapping[JobKey, Sequence[NodeKey] | None],
+                       utility: float, n_nodes: int) -> int:
         if n_nodes > 0 and self.min_util <= utility <= self.max_util:
             return n_nodes
         grow = n_nodes == 0 or utility > self.max_util
@@ -542,9 +442,10 @@ class PolluxPolicy:
         arrays["factor"] = np.ones_like(arrays["factor"])
         start_state = np.where(arrays["pinned"][:, None], arrays["base"], 0)
         last = self._last_best
-        if grow and last is not None and last[0] == meta["job_keys"] and last[1] == meta["node_keys"]:
+        if grow and last is not None and last.job_keys == meta.job_keys \
+                and last.node_keys == meta.node_keys:
             start_state = np.zeros_like(start_state)
-            best = last[2]
+            best = last.state
             start_state[:best.shape[0], :n_nodes] = best[:start_state.shape[0], :n_nodes]
         steps = self._greedy_steps(arrays, meta)
         count, hist, start = _autoscale_curve(arrays, start_state, p=self.p, greedy_steps=steps)
@@ -552,7 +453,7 @@ class PolluxPolicy:
         prefix = np.concatenate([[int(start[0])], np.asarray(hist[0])[:count]])
         speed = np.concatenate([[float(start[1])], np.asarray(hist[1])[:count]])
         value = np.concatenate([[float(start[2])], np.asarray(hist[2])[:count]])
-        accel = np.cumsum(meta["accel"])
+        accel = np.cumsum(meta.accel)
         total = n_nodes + extra
         target = 0.5 * (self.min_util + self.max_util)
         # t(m): last greedy step whose allocation fits on the first m nodes

@@ -14,9 +14,12 @@ Example:
 from __future__ import annotations
 
 import functools
+from types import ModuleType
+from typing import Generic, NotRequired, TypedDict, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = ["replicas_that_fit"]
 
@@ -30,15 +33,59 @@ _EPS = 1e-2  # zero-speedup offset in the power mean for p <= 0
 # --------------------------------------------------------------------------- #
 
 
-_Arrays = dict  # name -> array of one padded problem (a plain dict is a pytree)
+_A = TypeVar("_A")  # numpy arrays on the host, jax arrays (tracers) in the kernels
+_ArrT = TypeVar("_ArrT", np.ndarray, jax.Array)
 
 
-def replicas_that_fit(room, res, xp=jnp):
+class _Arrays(TypedDict, Generic[_A]):
+    """The padded arrays of one problem (a plain dict, so a pytree): ``J`` jobs, ``N``
+    nodes, ``K`` resources. Built on the host as numpy arrays (``_Arrays[np.ndarray]``),
+    seen as jax arrays inside the jitted kernels (``_Arrays[jax.Array]``)."""
+
+    free: _A  # [N, K] capacity left by the pinned jobs
+    pinned_dist_node: _A  # [N] bool: the node holds a pinned distributed job
+    res: _A  # [J, K] request per replica
+    cap: _A  # [N, K] capacity
+    fit: _A  # [J, N] int32 replicas that fit alone
+    min_r: _A  # [J] int32
+    max_r: _A  # [J] int32
+    table: _A  # [J, nodes + 1, replicas + 1] speedup table
+    fair: _A  # [J] speedup at the fair share
+    factor: _A  # [J] restart penalty factor
+    base: _A  # [J, N] int32 previous allocation
+    running: _A  # [J] bool
+    pinned: _A  # [J] bool
+    valid_job: _A  # [J] bool: not padding
+    valid_node: _A  # [N] bool: not padding
+    num_nodes: _A  # int32 scalar: real (+ template) nodes
+    steps: NotRequired[_A]  # int32 scalar: the greedy's step bound (set before a search)
+
+
+class _GreedyCarry(TypedDict):
+    """The carry of :func:`_greedy`'s while loop."""
+
+    state: jax.Array
+    fit_free: jax.Array
+    used: jax.Array
+    speed: jax.Array
+    util: jax.Array
+    diff: jax.Array
+    prefix: jax.Array
+    it: jax.Array
+    go: jax.Array
+    hist: tuple[jax.Array, jax.Array, jax.Array]  # per step: (prefix, total speedup, fitness)
+
+
+_Stats = tuple[jax.Array, jax.Array, jax.Array]  # (prefix, total speedup, fitness)
+
+
+def replicas_that_fit(room: _ArrT, res: _ArrT, xp: ModuleType = jnp) -> _ArrT:
     """Replicas of each job that fit in the given room: ``[..., J, N]`` int32.
 
     The one rule (numpy or JAX, ``xp``): ``min`` over the resources a job requests
     of ``floor(room / request + tol)``; resources it does not request do not
-    constrain it. ``room`` is ``[..., J, N, K]`` (broadcastable), ``res`` ``[J, K]``.
+    constrain it. ``room`` is ``[..., J, N, K]`` (broadcastable), ``res`` ``[J, K]``;
+    ``xp`` is the module of both arrays (``np`` or ``jnp``), and of the result.
 
     Example:
         >>> import numpy as np
@@ -59,7 +106,7 @@ def _fit(free: jax.Array, res: jax.Array) -> jax.Array:
     return replicas_that_fit(free[..., None, :, :], res)
 
 
-def _lookup(a: _Arrays, num_nodes: jax.Array, num_replicas: jax.Array) -> jax.Array:
+def _lookup(a: _Arrays[jax.Array], num_nodes: jax.Array, num_replicas: jax.Array) -> jax.Array:
     table = a["table"]
     tn, tr = table.shape[1] - 1, table.shape[2] - 1
     n = jnp.clip(num_nodes, 0, tn)
@@ -78,7 +125,7 @@ def _utility(x: jax.Array, p: float) -> jax.Array:
     return (x + _EPS) ** p / p
 
 
-def _job_terms(a: _Arrays, state: jax.Array):
+def _job_terms(a: _Arrays[jax.Array], state: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per-job (absolute speedup, penalised relative speedup) of one state [J, N]."""
     replicas = state.sum(axis=1)
     nodes = (state > 0).sum(axis=1)
@@ -88,7 +135,7 @@ def _job_terms(a: _Arrays, state: jax.Array):
     return speedup, penalised / a["fair"]
 
 
-def _fitness(a: _Arrays, state: jax.Array, p: float) -> jax.Array:
+def _fitness(a: _Arrays[jax.Array], state: jax.Array, p: float) -> jax.Array:
     _, x = _job_terms(a, state)
     return jnp.sum(jnp.where(a["valid_job"], _utility(x, p), 0.0))
 
@@ -99,7 +146,7 @@ def _cumsum0(x: jax.Array) -> jax.Array:
     return jax.lax.associative_scan(jnp.add, x, axis=0)
 
 
-def _full_repair(a: _Arrays, state: jax.Array) -> jax.Array:
+def _full_repair(a: _Arrays[jax.Array], state: jax.Array) -> jax.Array:
     """Repairs an arbitrary state (the previous allocation): per-node fit and max_replicas
     first, then :func:`_repair`."""
     state = jnp.where(a["pinned"][:, None], a["base"], state)
@@ -109,7 +156,7 @@ def _full_repair(a: _Arrays, state: jax.Array) -> jax.Array:
     return _repair(a, state, jnp.float32(0.0))
 
 
-def _repair(a: _Arrays, state: jax.Array, shift: jax.Array) -> jax.Array:
+def _repair(a: _Arrays[jax.Array], state: jax.Array, shift: jax.Array) -> jax.Array:
     """Feasible state by removal only (idempotent on feasible states).
 
     Assumes pinned rows equal the base and rows respect ``max_replicas`` (the
@@ -138,7 +185,7 @@ def _repair(a: _Arrays, state: jax.Array, shift: jax.Array) -> jax.Array:
     return s[back] + jnp.where(a["pinned"][:, None], a["base"], 0)
 
 
-def _mutate(a: _Arrays, state: jax.Array, u: jax.Array, rate: jax.Array) -> jax.Array:
+def _mutate(a: _Arrays[jax.Array], state: jax.Array, u: jax.Array, rate: jax.Array) -> jax.Array:
     """Per-job random moves: add a replica, remove one, stop the job, move it to one node.
 
     ``u`` is [J, 6] uniform noise (one random call per generation keeps compiles
@@ -175,8 +222,9 @@ def _mutate(a: _Arrays, state: jax.Array, u: jax.Array, rate: jax.Array) -> jax.
     return jnp.where(clear[:, None], 0, state) + jnp.where(cell, amount[:, None], 0)
 
 
-def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_steps: int,
-            worst_fit: bool = False):
+def _greedy(a: _Arrays[jax.Array], state: jax.Array, node_mask: jax.Array, p: float,
+            max_steps: int, worst_fit: bool = False
+            ) -> tuple[jax.Array, jax.Array, _Stats, _Stats]:
     """Marginal-gain greedy: repeatedly give the best job one more replica (a started
     job gets ``max(min_replicas, 1)``), preferring nodes it already uses, else the
     first node (``worst_fit``: the emptiest node) that fits and keeps at most one
@@ -199,10 +247,10 @@ def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_st
     prefix0 = jnp.max(jnp.where(jnp.any(state > 0, axis=0), cols + 1, 0))
     hist = (jnp.zeros(max_steps, jnp.int32), jnp.zeros(max_steps), jnp.zeros(max_steps))
 
-    def cond(c):
+    def cond(c: _GreedyCarry) -> jax.Array:
         return c["go"] & (c["it"] < jnp.minimum(max_steps, a["steps"]))
 
-    def body(c):
+    def body(c: _GreedyCarry) -> _GreedyCarry:
         s, fit_free, used = c["state"], c["fit_free"], c["used"]
         occ = s > 0
         replicas = s.sum(axis=1)
@@ -264,22 +312,29 @@ def _greedy(a: _Arrays, state: jax.Array, node_mask: jax.Array, p: float, max_st
         prefix = jnp.where(go, jnp.maximum(c["prefix"], t + 1), c["prefix"])
         it = c["it"]
         hp, hs, hf = c["hist"]
-        hist = (hp.at[it].set(prefix), hs.at[it].set(jnp.sum(jnp.where(a["valid_job"], speed, 0.0))),
+        hist = (hp.at[it].set(prefix),
+                hs.at[it].set(jnp.sum(jnp.where(a["valid_job"], speed, 0.0))),
                 hf.at[it].set(jnp.sum(util)))
-        return {"state": s, "fit_free": fit_free, "used": used, "speed": speed, "util": util, "diff": diff,
-                    "prefix": prefix, "it": it + go.astype(jnp.int32), "go": go, "hist": hist}
+        return {"state": s, "fit_free": fit_free, "used": used, "speed": speed, "util": util,
+                "diff": diff, "prefix": prefix, "it": it + go.astype(jnp.int32), "go": go,
+                "hist": hist}
 
-    init = {"state": state, "fit_free": fit_free0, "used": used0, "speed": speedup0, "util": util0,
-                "diff": diff0, "prefix": prefix0, "it": jnp.int32(0), "go": jnp.bool_(True), "hist": hist}
+    init: _GreedyCarry = {"state": state, "fit_free": fit_free0, "used": used0,
+                          "speed": speedup0, "util": util0, "diff": diff0, "prefix": prefix0,
+                          "it": jnp.int32(0), "go": jnp.bool_(True), "hist": hist}
     out = jax.lax.while_loop(cond, body, init)
     start_stats = (prefix0, jnp.sum(jnp.where(a["valid_job"], speedup0, 0.0)), jnp.sum(util0))
     return out["state"], out["it"], out["hist"], start_stats
 
 
 @functools.partial(jax.jit, static_argnames=("p", "population", "generations", "greedy_steps"))
-def _search(a: _Arrays, seeds: jax.Array, num_seeds: jax.Array, key: jax.Array, rate: jax.Array,
-            *, p: float, population: int, generations: int, greedy_steps: int):
-    """Greedy seeds + genetic search. Returns (best, best_fitness, population, fitness, seed fitness)."""
+def _search(a: _Arrays[jax.Array], seeds: jax.Array, num_seeds: jax.Array, key: jax.Array,
+            rate: jax.Array, *, p: float, population: int, generations: int, greedy_steps: int
+            ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Greedy seeds + genetic search.
+
+    Returns (best, best_fitness, population, fitness, seed fitness).
+    """
     num_jobs = seeds.shape[1]
     all_nodes = a["valid_node"]
     # Seed 0 is the previous allocation; repair it, then grow it greedily and
@@ -301,7 +356,8 @@ def _search(a: _Arrays, seeds: jax.Array, num_seeds: jax.Array, key: jax.Array, 
     fit = jnp.where(jnp.arange(population) < count, fit, -jnp.inf)
     seed_fit = fit[:3]  # greedy from scratch, greedy from previous, previous
 
-    def generation(g, carry):
+    def generation(g: jax.Array, carry: tuple[jax.Array, jax.Array]
+                   ) -> tuple[jax.Array, jax.Array]:
         pop, fit = carry
         u = jax.random.uniform(jax.random.fold_in(key, g), (population, num_jobs, 9))
         t = jnp.floor(u[:, :4, 7] * population).astype(jnp.int32)
@@ -328,14 +384,16 @@ def _search(a: _Arrays, seeds: jax.Array, num_seeds: jax.Array, key: jax.Array, 
 
 
 @functools.partial(jax.jit, static_argnames=("p", "greedy_steps"))
-def _autoscale_curve(a: _Arrays, start: jax.Array, p: float, greedy_steps: int):
+def _autoscale_curve(a: _Arrays[jax.Array], start: jax.Array, p: float, greedy_steps: int
+                     ) -> tuple[jax.Array, _Stats, _Stats]:
     _, steps, hist, start_stats = _greedy(a, start, a["valid_node"], p, greedy_steps)
     return steps, hist, start_stats
 
 
 @functools.partial(jax.jit, static_argnames=("p",))
-def _evaluate_states(a: _Arrays, states: jax.Array, p: float):
-    def one(s):
+def _evaluate_states(a: _Arrays[jax.Array], states: jax.Array, p: float
+                     ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def one(s: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         speedup, x = _job_terms(a, s)
         return (jnp.sum(jnp.where(a["valid_job"], _utility(x, p), 0.0)),
                 jnp.where(a["valid_job"], speedup, 0.0), jnp.where(a["valid_job"], x, 0.0))

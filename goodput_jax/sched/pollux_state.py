@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,17 +72,17 @@ class PolluxCarry:
     """
 
     cycle: int
-    job_keys: tuple = ()
-    node_keys: tuple = ()
+    job_keys: tuple[Hashable, ...] = ()
+    node_keys: tuple[Hashable, ...] = ()
     population: np.ndarray | None = None
     fitness: np.ndarray | None = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PolluxCarry):
             return NotImplemented
-        def same(a, b):
+        def same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
             return (a is None and b is None) or (
-                a is not None and b is not None and np.array_equal(a, b))
+                a is not None and b is not None and bool(np.array_equal(a, b)))
         return (self.cycle == other.cycle and tuple(self.job_keys) == tuple(other.job_keys)
                 and tuple(self.node_keys) == tuple(other.node_keys)
                 and same(self.population, other.population)
@@ -90,6 +90,9 @@ class PolluxCarry:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (keys must be strings or integers; -inf fitness as None).
+
+        Its values are ``Any``: JSON values of several types (an int, key lists, nested
+        lists of ints, floats or None).
 
         Raises:
             TypeError: a job or node key that JSON cannot hold.
@@ -108,6 +111,8 @@ class PolluxCarry:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PolluxCarry:
         """Parse :meth:`to_json`'s dict.
+
+        ``data`` maps to ``Any``: parsed JSON, checked here field by field.
 
         Raises:
             ValueError: a malformed carry (it names the field).

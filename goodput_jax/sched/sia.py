@@ -58,12 +58,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from goodput_jax.sched import pollux
+from goodput_jax.sched.sia_place import SiaConfigs, place, sia_configs
 from goodput_jax.sched.sia_solver import SolverOptions, solve_assignment
 from goodput_jax.sched.speedup import goodput_matrix
-from goodput_jax.sched.types import JobInfo, NodeInfo
+from goodput_jax.sched.types import JobInfo, JobKey, NodeInfo, NodeKey
+from goodput_jax.sched.warmup import PrecompileInfo
 
 __all__ = ["SiaConfigs", "SiaPolicy", "SiaStats", "SolverOptions", "realloc_factor",
            "sia_configs", "solve_assignment"]
+
+# The shape of a cluster's configurations: ((type, (nodes, GPUs per node)), ...) and
+# ((type, GPUs), ...); the configurations are rebuilt when it changes.
+_ConfigsKey = tuple[tuple[tuple[str, tuple[int, int]], ...], tuple[tuple[str, int], ...]]
 
 #: Restart penalty (s) per application in Sia's artifact (others: 30 s).
 RESTART_PENALTIES = {"deepspeech2": 25.0, "imagenet": 250.0, "cifar10": 30.0, "bert": 120.0,
@@ -79,187 +85,6 @@ def realloc_factor(age: float, num_restarts: int, penalty: float) -> float:
         (0.8571428571428571, 1.0)
     """
     return pollux.realloc_factor(age, num_restarts, penalty, exempt_young=True)
-
-
-@dataclass(frozen=True)
-class SiaConfigs:
-    """Sia's candidate configurations of a cluster.
-
-    Attributes:
-        types: accelerator type names (index order of ``ctype`` and ``capacity``).
-        ctype, nodes, gpus: int arrays ``[configs]``.
-        capacity: GPUs per type, float array ``[types]``.
-        gpus_per_node: GPUs per node of each type.
-    """
-
-    types: tuple[str, ...]
-    ctype: np.ndarray
-    nodes: np.ndarray
-    gpus: np.ndarray
-    capacity: np.ndarray
-    gpus_per_node: tuple[int, ...]
-
-    def __len__(self) -> int:
-        return len(self.gpus)
-
-    def label(self, k: int) -> str:
-        """``"type:GPUs"`` of configuration ``k``.
-
-        Example:
-            >>> sia_configs({"t4": (2, 4)}).label(3)
-            't4:8'
-        """
-        return f"{self.types[self.ctype[k]]}:{self.gpus[k]}"
-
-
-def sia_configs(cluster: Mapping[str, tuple[int, int]], max_config_gpus: int = 64) -> SiaConfigs:
-    """Candidate configurations: 1, 2, 4 GPUs (below the node size), then whole nodes.
-
-    Args:
-        cluster: type -> ``(num_nodes, gpus_per_node)``.
-        max_config_gpus: largest configuration (the artifact's 64).
-
-    Example:
-        >>> c = sia_configs({"t4": (6, 4), "a100": (2, 8)})
-        >>> [c.label(k) for k in range(len(c))]   # doctest: +NORMALIZE_WHITESPACE
-        ['t4:1', 't4:2', 't4:4', 't4:8', 't4:12', 't4:16', 't4:20', 't4:24',
-         'a100:1', 'a100:2', 'a100:4', 'a100:8', 'a100:16']
-    """
-    if not cluster:
-        raise ValueError("cluster is empty: give at least one accelerator type")
-    types, ctype, nodes, gpus, cap, per_node = [], [], [], [], [], []
-    for t, (name, (n, g)) in enumerate(cluster.items()):
-        if int(n) < 1 or int(g) < 1:
-            raise ValueError(f"cluster[{name!r}] = ({n}, {g}): need >= 1 node of >= 1 GPU")
-        types.append(str(name))
-        cap.append(float(n * g))
-        per_node.append(int(g))
-        counts = [(1, c) for c in (1, 2, 4) if c < g] + [(k, k * g) for k in range(1, n + 1)]
-        for nn, c in counts:
-            if c <= max_config_gpus:
-                ctype.append(t)
-                nodes.append(nn)
-                gpus.append(c)
-    return SiaConfigs(tuple(types), np.asarray(ctype, np.int32), np.asarray(nodes, np.int32),
-                      np.asarray(gpus, np.int32), np.asarray(cap, np.float32), tuple(per_node))
-
-
-# --------------------------------------------------------------------------- #
-# Placement onto concrete nodes.
-# --------------------------------------------------------------------------- #
-
-
-def _try_place(requests: dict, node_keys: list, node_gpus: list, kept: dict) -> dict | None:
-    """Kept placements stay; the others go whole-node first, then best fit, largest first."""
-    free = dict(zip(node_keys, node_gpus))
-    size = max(node_gpus)
-    for old in kept.values():
-        for n in old:
-            free[n] -= 1
-    out = dict(kept)
-    rest = sorted((k for k in requests if k not in kept), key=lambda k: -requests[k])
-    for key in rest:
-        g = requests[key]
-        placement: list = []
-        if g >= size:
-            whole = [n for n in node_keys if free[n] == size]
-            k = -(-g // size)
-            if len(whole) < k:
-                return None
-            for n in whole[:k]:
-                take = min(size, g - len(placement))
-                placement += [n] * take
-                free[n] -= take
-        else:
-            fits = [n for n in node_keys if free[n] >= g]
-            if not fits:
-                return None
-            n = min(fits, key=lambda n: free[n])  # best fit
-            placement = [n] * g
-            free[n] -= g
-        out[key] = placement
-    return out
-
-
-def _place_type(requests: dict, node_keys: list, node_gpus: list, prev: Mapping) -> dict | None:
-    """Places ``{job: gpus}`` onto the nodes of one type; None if it does not fit.
-
-    Jobs whose GPU count is unchanged keep their nodes. When the kept small jobs fragment
-    the nodes, the fewest of them move: first those on the least-used nodes, as many as the
-    new whole-node jobs need; then every small one; only then is the type repacked.
-    """
-    capacity = dict(zip(node_keys, node_gpus))
-    size = max(node_gpus)
-    kept: dict = {}
-    used = {n: 0 for n in node_keys}
-    for key, g in requests.items():
-        old = list(prev.get(key, ()))
-        if len(old) == g and all(n in capacity for n in old):
-            need: dict = {}
-            for n in old:
-                need[n] = need.get(n, 0) + 1
-            if all(capacity[n] - used[n] >= c for n, c in need.items()):
-                for n, c in need.items():
-                    used[n] += c
-                kept[key] = old
-    out = _try_place(requests, node_keys, node_gpus, kept)
-    if out is not None:
-        return out
-    small = {k: v for k, v in kept.items() if len(v) < size}
-    # Free as many whole nodes as the new multi-node jobs need, from the least-used nodes.
-    deficit = sum(-(-requests[k] // size) for k in requests
-                  if k not in kept and requests[k] >= size)
-    deficit -= sum(1 for n in node_keys if used[n] == 0)
-    if deficit > 0:
-        on_node: dict = {}
-        for k, v in small.items():
-            for n in set(v):
-                on_node.setdefault(n, []).append(k)
-        whole_kept = {n for k, v in kept.items() if len(v) >= size for n in v}
-        order = sorted((n for n in on_node if n not in whole_kept), key=lambda n: used[n])
-        trimmed = dict(kept)
-        for n in order[:deficit]:
-            for k in on_node[n]:
-                trimmed.pop(k, None)
-        out = _try_place(requests, node_keys, node_gpus, trimmed)
-        if out is not None:
-            return out
-    out = _try_place(requests, node_keys, node_gpus,
-                     {k: v for k, v in kept.items() if k not in small})
-    if out is not None:
-        return out
-    return _try_place(requests, node_keys, node_gpus, {})
-
-
-def place(choices: Mapping, configs: SiaConfigs, nodes_by_type: Mapping[str, list],
-          gpus_of: Mapping, prev: Mapping) -> dict:
-    """Concrete node lists for the chosen configurations (keeps unchanged ones in place).
-
-    Args:
-        choices: job -> configuration index (or -1).
-        configs: the candidate configurations.
-        nodes_by_type: type -> node keys.
-        gpus_of: node key -> GPUs.
-        prev: job -> previous node list.
-
-    Example:
-        >>> c = sia_configs({"t4": (2, 4)})
-        >>> place({"a": 3, "b": -1}, c, {"t4": ["n0", "n1"]}, {"n0": 4, "n1": 4}, {})
-        {'a': ['n0', 'n0', 'n0', 'n0', 'n1', 'n1', 'n1', 'n1'], 'b': []}
-    """
-    out = {key: [] for key in choices}
-    for t, name in enumerate(configs.types):
-        requests = {key: int(configs.gpus[k]) for key, k in choices.items()
-                    if k >= 0 and configs.ctype[k] == t}
-        if not requests:
-            continue
-        keys = list(nodes_by_type[name])
-        gpus = [int(gpus_of[n]) for n in keys]
-        placed = _place_type(requests, keys, gpus, prev)
-        if placed is None:
-            raise RuntimeError(f"placement failed on type {name!r}: {requests}")
-        out.update(placed)
-    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -333,7 +158,7 @@ class SiaPolicy:
     def __init__(self, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.01,
                  restart_penalty: float = 30.0, resource: str = "nvidia.com/gpu",
                  max_config_gpus: int = 64, dual_steps: int = 24,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time) -> None:
         if not (math.isfinite(p) and p < 0):
             raise ValueError(f"p must be a finite negative number (Sia: -0.5), got {p!r}")
         for name, v in (("lambda_n", lambda_n), ("lambda_a", lambda_a),
@@ -350,12 +175,13 @@ class SiaPolicy:
         self.max_config_gpus = int(max_config_gpus)
         self.dual_steps = int(dual_steps)
         self._clock = clock
-        self._configs_key = None
+        self._configs_key: _ConfigsKey | None = None
         self._configs: SiaConfigs | None = None
         self.last_stats: SiaStats | None = None
 
     # ------------------------------------------------------------------ #
-    def cluster_configs(self, nodes: Mapping[Hashable, NodeInfo]) -> tuple[SiaConfigs, dict]:
+    def cluster_configs(self, nodes: Mapping[NodeKey, NodeInfo]
+                        ) -> tuple[SiaConfigs, dict[str, list[NodeKey]]]:
         """The candidate configurations of ``nodes`` and the node keys per type.
 
         Nodes without ``accelerator_type`` form one type named ``"default"``; a
@@ -368,7 +194,7 @@ class SiaPolicy:
             >>> c.gpus.tolist(), by_type
             ([1, 2, 4, 8], {'a100': [0]})
         """
-        by_type: dict[str, list] = {}
+        by_type: dict[str, list[NodeKey]] = {}
         for key, node in nodes.items():
             if not isinstance(node, NodeInfo):
                 raise TypeError(f"nodes[{key!r}] must be a NodeInfo, got {type(node).__name__}")
@@ -376,19 +202,22 @@ class SiaPolicy:
                 by_type.setdefault(node.accelerator_type or "default", []).append(key)
         shape = {t: (len(keys), int(max(nodes[k].resources[self.resource] for k in keys)))
                  for t, keys in by_type.items()}
-        cap_key = (tuple(shape.items()),
-                   tuple((t, sum(int(nodes[k].resources[self.resource]) for k in keys))
-                         for t, keys in by_type.items()))
-        if cap_key != self._configs_key:
+        cap_key: _ConfigsKey = (
+            tuple(shape.items()),
+            tuple((t, sum(int(nodes[k].resources[self.resource]) for k in keys))
+                  for t, keys in by_type.items()))
+        configs = self._configs
+        if configs is None or cap_key != self._configs_key:
             if not shape:
                 raise ValueError(f"no node offers the resource {self.resource!r}")
-            configs = sia_configs(shape, self.max_config_gpus)
+            base = sia_configs(shape, self.max_config_gpus)
             cap = np.array([sum(int(nodes[k].resources[self.resource]) for k in by_type[t])
-                            for t in configs.types], np.float32)
-            self._configs = SiaConfigs(configs.types, configs.ctype, configs.nodes, configs.gpus,
-                                       cap, configs.gpus_per_node)
+                            for t in base.types], np.float32)
+            configs = SiaConfigs(base.types, base.ctype, base.nodes, base.gpus, cap,
+                                 base.gpus_per_node)
+            self._configs = configs
             self._configs_key = cap_key
-        return self._configs, by_type
+        return configs, by_type
 
     def cost_matrix(self, jobs: Sequence[JobInfo], configs: SiaConfigs,
                     previous: np.ndarray, now: float) -> np.ndarray:
@@ -439,7 +268,8 @@ class SiaPolicy:
         picked = cost[np.arange(len(choice)), np.maximum(choice, 0)]
         return float(np.sum(np.where(choice >= 0, picked, self.lambda_n)))
 
-    def _config_of(self, alloc: Sequence, configs: SiaConfigs, type_of: Mapping) -> int:
+    def _config_of(self, alloc: Sequence[NodeKey], configs: SiaConfigs,
+                   type_of: Mapping[NodeKey, str]) -> int:
         if not alloc:
             return -1
         types = {type_of.get(n) for n in alloc}
@@ -450,7 +280,8 @@ class SiaPolicy:
         return int(hit[0]) if hit.size else -1
 
     @staticmethod
-    def _pinned(job: JobInfo, alloc: Sequence, type_of: Mapping) -> list | None:
+    def _pinned(job: JobInfo, alloc: Sequence[NodeKey], type_of: Mapping[NodeKey, str]
+                ) -> list[NodeKey] | None:
         """The devices a non-preemptible job keeps this round (None: it is not pinned)."""
         if job.preemptible or not alloc:
             return None
@@ -475,7 +306,7 @@ class SiaPolicy:
         return int(cand[np.argmin(cost_row[cand])])
 
     def precompile(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
-                   job_counts: Sequence[int] | None = None) -> dict:
+                   job_counts: Sequence[int] | None = None) -> PrecompileInfo:
         """Compile the solver for ``jobs`` on ``nodes`` (and ``job_counts`` copies of them)
         before the first round, on a copy of this policy (its decisions do not change).
 
@@ -485,9 +316,10 @@ class SiaPolicy:
         from goodput_jax.sched.warmup import precompile
         return precompile(self, jobs, nodes, job_counts=job_counts)
 
-    def optimize(self, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
-                 base_allocations: Mapping[Hashable, Sequence], node_template: NodeInfo | None = None,
-                 ) -> dict:
+    def optimize(self, jobs: Mapping[JobKey, JobInfo], nodes: Mapping[NodeKey, NodeInfo],
+                 base_allocations: Mapping[JobKey, Sequence[NodeKey] | None],
+                 node_template: NodeInfo | None = None,
+                 ) -> dict[JobKey, list[NodeKey]]:
         """Runs one scheduling round.
 
         Args:
@@ -532,7 +364,7 @@ class SiaPolicy:
         # moved, shrunk or stopped); after a node loss they keep the devices that
         # survive, if those still give them their min_replicas (see the class doc).
         fixed = np.full(len(keys), -1, np.int64)
-        kept: dict = {}
+        kept: dict[JobKey, list[NodeKey]] = {}
         capacity = configs.capacity.copy()
         for j, key in enumerate(keys):
             pin = self._pinned(infos[j], prev_alloc[key], type_of)
@@ -554,8 +386,8 @@ class SiaPolicy:
         # Non-preemptible jobs displaced by a node loss (they held devices, too few
         # survive) are placed first, at their former size where it fits.
         free = np.maximum(capacity, 0).astype(np.int64)
-        for j in np.nonzero(fixed >= 0)[0]:
-            free[configs.ctype[fixed[j]]] -= int(configs.gpus[fixed[j]])
+        for jf in np.nonzero(fixed >= 0)[0]:
+            free[configs.ctype[fixed[jf]]] -= int(configs.gpus[fixed[jf]])
         displaced = [j for j, key in enumerate(keys)
                      if not infos[j].preemptible and prev_alloc[key] and key not in kept
                      and fixed[j] < 0]

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, NamedTuple, TypedDict, overload
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +25,34 @@ import numpy as np
 
 from goodput_jax.model.buckets import bucket
 
-__all__ = ["SolverOptions", "solve_assignment"]
+__all__ = ["SolverInfo", "SolverOptions", "solve_assignment"]
 
 _NEG = -1e30
+
+# (choice, usage, round, moved): the carry of the local searches' while loops.
+_LoopState = tuple[jax.Array, jax.Array, int | jax.Array, jax.Array]
+
+
+class _Moves(NamedTuple):
+    """Every move ``j -> k`` of :func:`_moves`, as dense ``[J, K1]`` arrays."""
+
+    delta: jax.Array  # gain change
+    per_gpu: jax.Array  # gain change per extra (weighted) GPU
+    ok: jax.Array  # feasible and improving
+    need: jax.Array  # GPUs needed on the type of k
+    kt: jax.Array  # [K1] each configuration's type
+
+
+class SolverInfo(TypedDict):
+    """What :func:`solve_assignment` reports with ``return_info=True`` (a plain dict).
+
+    Keys:
+        start_gains: total gain reached from each search start.
+        prices: the final Lagrangian price per GPU type.
+    """
+
+    start_gains: tuple[float, ...]
+    prices: tuple[float, ...]
 
 
 # --------------------------------------------------------------------------- #
@@ -34,11 +60,12 @@ _NEG = -1e30
 # --------------------------------------------------------------------------- #
 
 
-def _usage(choice, use):
+def _usage(choice: jax.Array, use: jax.Array) -> jax.Array:
     return use[choice].sum(0)
 
 
-def _repair(choice, gain, use, cap, fixed):
+def _repair(choice: jax.Array, gain: jax.Array, use: jax.Array, cap: jax.Array,
+            fixed: jax.Array) -> jax.Array:
     """Per type, keep the jobs with the highest gain per GPU that fit; drop the rest."""
     J = choice.shape[0]
     none = use.shape[0] - 1
@@ -48,7 +75,7 @@ def _repair(choice, gain, use, cap, fixed):
     g_chosen = jnp.take_along_axis(gain, choice[:, None], 1)[:, 0]
     eff = jnp.where(fixed, jnp.inf, g_chosen / jnp.maximum(g_tot, 1.0))
 
-    def keep_type(t, c):
+    def keep_type(t: jax.Array, c: jax.Array) -> jax.Array:
         on = (ty == t) & (g_tot > 0)
         order = jnp.argsort(jnp.where(on, -eff, jnp.inf))
         cum = jnp.cumsum(jnp.where(on, u[:, t], 0.0)[order])
@@ -60,7 +87,8 @@ def _repair(choice, gain, use, cap, fixed):
     return jnp.where(keep | fixed, choice, none)
 
 
-def _moves(choice, usage, gain, use, cap, movable, weight):
+def _moves(choice: jax.Array, usage: jax.Array, gain: jax.Array, use: jax.Array,
+           cap: jax.Array, movable: jax.Array, weight: jax.Array) -> _Moves:
     """Every move ``j -> k`` as dense [J, K1] arrays: gain change, gain per extra (weighted)
     GPU, feasibility, GPUs needed, and each configuration's type. A configuration uses one
     type, so a move only adds GPUs on the type of ``k`` (net of what ``j`` frees there) and
@@ -76,25 +104,29 @@ def _moves(choice, usage, gain, use, cap, movable, weight):
     extra = jnp.maximum(need, 0.0) * weight[kt][None, :]
     ok = feas & (delta > 1e-7) & movable[:, None] & (gain > _NEG / 2)
     per_gpu = jnp.where(extra > 1e-6, delta / jnp.maximum(extra, 1e-6), delta * 1e6)
-    return delta, per_gpu, ok, need, kt
+    return _Moves(delta, per_gpu, ok, need, kt)
 
 
-def _until_still(body, choice, usage, limit):
+def _until_still(body: Callable[[_LoopState], _LoopState], choice: jax.Array,
+                 usage: jax.Array, limit: int | jax.Array) -> jax.Array:
     """Apply ``body((choice, usage, it, moved)) -> same`` while it moves and fewer than
     ``limit`` rounds ran (a ``lax.while_loop``); the final choice."""
-    def cond(state):
+    def cond(state: _LoopState) -> jax.Array:
         _, _, it, moved = state
         return moved & (it < limit)
 
-    return jax.lax.while_loop(cond, body, (choice, usage, 0, jnp.array(True)))[0]
+    init: _LoopState = (choice, usage, 0, jnp.array(True))
+    return jax.lax.while_loop(cond, body, init)[0]
 
 
-def _fill(choice, gain, use, cap, movable, weight, mode, max_moves):
+def _fill(choice: jax.Array, gain: jax.Array, use: jax.Array, cap: jax.Array,
+          movable: jax.Array, weight: jax.Array, mode: jax.Array,
+          max_moves: int | jax.Array) -> jax.Array:
     """Greedy local search: apply the best feasible improving move until none is left.
 
     mode 0 ranks moves by gain per extra (weighted) GPU, mode 1 by gain.
     """
-    def body(state):
+    def body(state: _LoopState) -> _LoopState:
         choice, usage, it, _ = state
         delta, ratio, ok, _, _ = _moves(choice, usage, gain, use, cap, movable, weight)
         score = jnp.where(mode == 0, ratio, delta)
@@ -109,14 +141,15 @@ def _fill(choice, gain, use, cap, movable, weight, mode, max_moves):
     return _until_still(body, choice, _usage(choice, use), max_moves)
 
 
-def _pair_search(choice, gain, use, cap, movable, max_rounds):
+def _pair_search(choice: jax.Array, gain: jax.Array, use: jax.Array, cap: jax.Array,
+                 movable: jax.Array, max_rounds: int) -> jax.Array:
     """2-exchange local search: the best pair of moves (j -> k, i -> l) that improves the
     total and fits; single moves are the pairs whose second move keeps its job in place.
     Dense over ``[J, K1, J, K1]``: only used on small problems."""
     J, K1 = gain.shape
     ok_cell = (gain > _NEG / 2) & movable[:, None]
 
-    def body(state):
+    def body(state: _LoopState) -> _LoopState:
         choice, usage, it, _ = state
         cur = jnp.take_along_axis(gain, choice[:, None], 1)[:, 0]
         cur_use = use[choice]  # [J, T]
@@ -134,22 +167,23 @@ def _pair_search(choice, gain, use, cap, movable, max_rounds):
         moved = jnp.isfinite(score[flat])
         j, rest = flat // (K1 * J * K1), flat % (K1 * J * K1)
         k, rest = rest // (J * K1), rest % (J * K1)
-        i, l = rest // K1, rest % K1
+        i, m = rest // K1, rest % K1
         new = choice.at[j].set(k)
-        new = jnp.where(i != j, new.at[i].set(l), new)
+        new = jnp.where(i != j, new.at[i].set(m), new)
         new = jnp.where(moved, new, choice)
         return new, _usage(new, use), it + 1, moved
 
     return _until_still(body, choice, _usage(choice, use), max_rounds)
 
 
-def _parallel_fill(choice, gain, use, cap, movable, weight, max_rounds):
+def _parallel_fill(choice: jax.Array, gain: jax.Array, use: jax.Array, cap: jax.Array,
+                   movable: jax.Array, weight: jax.Array, max_rounds: int) -> jax.Array:
     """Greedy in parallel: every job proposes its best move (by gain per extra weighted
     GPU); moves are taken best first while the per-type cumulative extra GPUs fit (the
     best one always). Few rounds instead of one round per move on large problems."""
     J, _K1 = gain.shape
 
-    def body(state):
+    def body(state: _LoopState) -> _LoopState:
         choice, usage, it, _ = state
         _, ratio, ok, need, kt = _moves(choice, usage, gain, use, cap, movable, weight)
         score = jnp.where(ok, ratio, -jnp.inf)
@@ -171,15 +205,16 @@ def _parallel_fill(choice, gain, use, cap, movable, weight, max_rounds):
     return _until_still(body, choice, _usage(choice, use), max_rounds)
 
 
-def _total(choice, gain):
+def _total(choice: jax.Array, gain: jax.Array) -> jax.Array:
     return jnp.take_along_axis(gain, choice[:, None], 1)[:, 0].sum()
 
 
 @functools.partial(jax.jit, static_argnames=("dual_steps", "pair_rounds",
                                              "parallel_rounds", "few_starts"))
-def _solve(gain, use, cap, fixed_choice, prev_choice, dual_steps: int = 24,
-           max_moves: int = 256, pair_rounds: int = 0, parallel_rounds: int = 0,
-           few_starts: bool = False):
+def _solve(gain: jax.Array, use: jax.Array, cap: jax.Array, fixed_choice: jax.Array,
+           prev_choice: jax.Array, dual_steps: int = 24, max_moves: int | jax.Array = 256,
+           pair_rounds: int = 0, parallel_rounds: int = 0,
+           few_starts: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Best choice per job (index into configs; the last column is "none")."""
     _J, K1 = gain.shape
     none = K1 - 1
@@ -197,7 +232,7 @@ def _solve(gain, use, cap, fixed_choice, prev_choice, dual_steps: int = 24,
     scale = jnp.maximum(per_gpu.sum() / jnp.maximum((per_gpu > 0).sum(), 1), 1e-6)
 
     # 1. Lagrangian relaxation of the per-type capacities (projected subgradient).
-    def dual_step(mu, i):
+    def dual_step(mu: jax.Array, i: jax.Array) -> tuple[jax.Array, jax.Array]:
         price = use @ mu  # [K1]
         adj = jnp.where(valid, gain_m - price[None, :], -jnp.inf)
         pick = jnp.argmax(adj, -1)
@@ -232,7 +267,7 @@ def _solve(gain, use, cap, fixed_choice, prev_choice, dual_steps: int = 24,
 
     # 3. Greedy local search from every start, vmapped; keep the best. Large problems
     #    first take moves in parallel batches, then finish one move at a time.
-    def fill_one(c, w, m):
+    def fill_one(c: jax.Array, w: jax.Array, m: jax.Array) -> jax.Array:
         if parallel_rounds:
             c = _parallel_fill(c, gain_m, use, cap, movable, w, parallel_rounds)
         return _fill(c, gain_m, use, cap, movable, w, m, max_moves)
@@ -280,11 +315,35 @@ class SolverOptions:
                 raise ValueError(f"{name} ({value!r}) must be >= {least}")
 
 
+@overload
 def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.ndarray,
                      capacity: np.ndarray, fixed: np.ndarray | None = None,
                      previous: np.ndarray | None = None, *,
                      options: SolverOptions | None = None,
-                     return_info: bool = False) -> Any:
+                     return_info: Literal[False] = False) -> np.ndarray: ...
+
+
+@overload
+def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.ndarray,
+                     capacity: np.ndarray, fixed: np.ndarray | None = None,
+                     previous: np.ndarray | None = None, *,
+                     options: SolverOptions | None = None,
+                     return_info: Literal[True]) -> tuple[np.ndarray, SolverInfo]: ...
+
+
+@overload
+def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.ndarray,
+                     capacity: np.ndarray, fixed: np.ndarray | None = None,
+                     previous: np.ndarray | None = None, *,
+                     options: SolverOptions | None = None,
+                     return_info: bool) -> np.ndarray | tuple[np.ndarray, SolverInfo]: ...
+
+
+def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.ndarray,
+                     capacity: np.ndarray, fixed: np.ndarray | None = None,
+                     previous: np.ndarray | None = None, *,
+                     options: SolverOptions | None = None,
+                     return_info: bool = False) -> np.ndarray | tuple[np.ndarray, SolverInfo]:
     """Maximises ``sum_j gain[j, c_j]`` with at most one configuration per job.
 
     Subject to ``sum_j gpus[c_j] <= capacity[type]`` for every type; a job may
@@ -298,8 +357,8 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
         fixed: per job, a configuration it must keep (-1: free).
         previous: per job, its current configuration (-1: none), a warm start.
         options: the search effort (:class:`SolverOptions`; ``None``: the defaults).
-        return_info: also return ``{"start_gains": total gain per search start,
-            "prices": final Lagrangian price per type}``.
+        return_info: also return a :class:`SolverInfo` dict ``{"start_gains": total gain
+            per search start, "prices": final Lagrangian price per type}``.
 
     Returns:
         int array ``[jobs]``: configuration per job, -1 for none (and the info dict
@@ -339,6 +398,7 @@ def solve_assignment(gain: np.ndarray, config_type: np.ndarray, config_gpus: np.
     choice = np.asarray(choice)[:J].astype(np.int64)
     choice = np.where(choice >= K, -1, choice)
     if return_info:
-        return choice, {"start_gains": tuple(float(x) for x in np.asarray(totals)),
-                        "prices": tuple(float(x) for x in np.asarray(mu))}
+        info: SolverInfo = {"start_gains": tuple(float(x) for x in np.asarray(totals)),
+                            "prices": tuple(float(x) for x in np.asarray(mu))}
+        return choice, info
     return choice

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from goodput_jax.model.buckets import bucket as _bucket
 
@@ -38,7 +39,11 @@ class OptimizingGoodput(Protocol):
     """What :class:`SpeedupFunction` needs of its goodput function (a
     :class:`~goodput_jax.model.goodput.GoodputFunction`): ``optimize``."""
 
-    def optimize(self, *args: Any, **kwargs: Any) -> Any: ...
+    def optimize(self, *args: Any, **kwargs: Any) -> Any:
+        """``(goodput, atomic_bsz, accum_steps)`` of ``(num_nodes, num_replicas,
+        max_batch_size=, atomic_bsz_range=, accumulation=)``; ``Any`` because models
+        differ in their array types (numpy or JAX) and extra options."""
+        ...
 
 
 @runtime_checkable
@@ -141,7 +146,7 @@ class SpeedupFunction:
         6.0
     """
 
-    def __init__(self, goodput_fn: Any, max_batch_size: int | None = None,
+    def __init__(self, goodput_fn: OptimizingGoodput, max_batch_size: int | None = None,
                  atomic_bsz_range: Sequence[int | None] | None = None,
                  accumulation: bool = False, mem_size: int | None = None):
         if mem_size is not None and (isinstance(mem_size, bool)
@@ -159,10 +164,9 @@ class SpeedupFunction:
         if atomic_bsz_range is not None:
             if len(atomic_bsz_range) != 2:
                 raise ValueError(f"atomic_bsz_range must be (min, max), got {atomic_bsz_range!r}")
-            atomic_bsz_range = tuple(atomic_bsz_range)
-        self._goodput_fn = goodput_fn
-        self._max_batch_size = max_batch_size
-        self._atomic_bsz_range = atomic_bsz_range
+        self._goodput_fn: OptimizingGoodput = goodput_fn
+        self._max_batch_size: float | None = max_batch_size
+        self._atomic_bsz_range = None if atomic_bsz_range is None else tuple(atomic_bsz_range)
         self._accumulation = bool(accumulation)
         self._mem_size = None if mem_size is None else int(mem_size)
         base = self._goodput(np.ones(1, np.int64), np.ones(1, np.int64))[0]
@@ -170,16 +174,39 @@ class SpeedupFunction:
             raise ValueError(f"goodput at 1 node, 1 replica must be positive and finite, got "
                              f"{base!r}; check the goodput model's parameters and batch limits")
         self._base_goodput = float(base)
-        self._table = np.zeros((1, 1))  # table[n, r]; (0, 0) -> 0
+        self._table: np.ndarray = np.zeros((1, 1))  # table[n, r]; (0, 0) -> 0
         self._memo: dict[tuple[int, int], float] = {(0, 0): 0.0}
 
     # Properties mirror the constructor so batched builders can group jobs.
-    goodput_fn = property(lambda self: self._goodput_fn)
-    max_batch_size = property(lambda self: self._max_batch_size)
-    atomic_bsz_range = property(lambda self: self._atomic_bsz_range)
-    accumulation = property(lambda self: self._accumulation)
-    base_goodput = property(lambda self: self._base_goodput)
-    mem_size = property(lambda self: self._mem_size)
+    @property
+    def goodput_fn(self) -> OptimizingGoodput:
+        """The goodput model."""
+        return self._goodput_fn
+
+    @property
+    def max_batch_size(self) -> float | None:
+        """Largest total batch size (``None``: the model's default)."""
+        return self._max_batch_size
+
+    @property
+    def atomic_bsz_range(self) -> tuple[int | None, ...] | None:
+        """``(min, max)`` per-replica batch size, or ``None``."""
+        return self._atomic_bsz_range
+
+    @property
+    def accumulation(self) -> bool:
+        """Whether gradient accumulation may be used."""
+        return self._accumulation
+
+    @property
+    def base_goodput(self) -> float:
+        """Goodput at 1 node, 1 replica."""
+        return self._base_goodput
+
+    @property
+    def mem_size(self) -> int | None:
+        """AdaptDL's memo extent (``None``: grow as asked)."""
+        return self._mem_size
 
     def _goodput(self, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:
         goodput, _, _ = self._goodput_fn.optimize(
@@ -267,6 +294,9 @@ class SpeedupFunction:
     def goodput(self, num_nodes: Any, num_replicas: Any) -> Any:
         """Absolute goodput (``speedup * base_goodput``), comparable across accelerator types.
 
+        Takes and returns what ``speedup(num_nodes, num_replicas)`` does (hence ``Any``):
+        ints give a float, int arrays a float64 array.
+
         Example:
             >>> class Lin:
             ...     def optimize(self, n, r, **kw): return np.asarray(r, float) * 5.0, None, None
@@ -344,7 +374,7 @@ def speedup_tables(speedup_fns: Sequence[Callable], max_nodes: int,
             raise TypeError(f"speedup_fns[{i}] is not callable: {fn!r}")
         unique.setdefault(id(fn), []).append(i)
         fns[id(fn)] = fn
-    groups: dict[tuple, list[SpeedupFunction]] = {}
+    groups: dict[bool, list[SpeedupFunction]] = {}
     for key, fn in fns.items():
         if isinstance(fn, SpeedupFunction):
             have_n, have_r = fn._table.shape
@@ -366,7 +396,7 @@ def speedup_tables(speedup_fns: Sequence[Callable], max_nodes: int,
     return out
 
 
-def goodput_grid(params: np.ndarray, num_nodes: Any, num_replicas: Any,
+def goodput_grid(params: np.ndarray, num_nodes: ArrayLike, num_replicas: ArrayLike,
                  accumulation: bool, clean: bool = True) -> np.ndarray:
     """Best goodput of many jobs on a grid of allocations, in ONE jitted ``optimize_fn`` call.
 
@@ -428,8 +458,12 @@ def _vmapped_tables(members: list[SpeedupFunction], max_nodes: int,
     count = len(members)
     padded = _bucket(count, minimum=1)
     rows = []
+    from goodput_jax.model.goodput import GoodputFunction
+
     for fn in members:
         g = fn.goodput_fn
+        if not isinstance(g, GoodputFunction):  # _group_key groups these only
+            raise TypeError(f"batched tables need a GoodputFunction, got {type(g).__name__}")
         lo, hi = (None, None) if fn.atomic_bsz_range is None else fn.atomic_bsz_range
         rows.append([float(x) for x in g.perf_params] + [float(x) for x in g.grad_params] + [
             float(g.init_batch_size),
@@ -447,7 +481,8 @@ def _vmapped_tables(members: list[SpeedupFunction], max_nodes: int,
 
 
 def goodput_matrix(goodput_fns: Sequence[Mapping[str, Callable] | None], types: Sequence[str],
-                   config_type: Any, config_nodes: Any, config_gpus: Any) -> np.ndarray:
+                   config_type: ArrayLike, config_nodes: ArrayLike, config_gpus: ArrayLike,
+                   ) -> np.ndarray:
     """Goodput of every job in every (type, nodes, GPUs) configuration: a dense ``[jobs, configs]``.
 
     The (type x count) table of each job, batched over jobs: per type, the
@@ -481,7 +516,11 @@ def goodput_matrix(goodput_fns: Sequence[Mapping[str, Callable] | None], types: 
         cols = np.nonzero(ctype == t)[0]
         if cols.size == 0:
             continue
-        rows, spd, other, table_rows, tables_1d = [], [], [], [], []
+        rows: list[int] = []
+        spd: list[SpeedupFunction] = []
+        other: list[tuple[int, Callable]] = []
+        table_rows: list[int] = []
+        tables_1d: list[np.ndarray] = []
         for j, fns in enumerate(goodput_fns):
             fn = None if fns is None else fns.get(name)
             if fn is None:

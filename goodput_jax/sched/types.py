@@ -19,11 +19,20 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["JobInfo", "JobOptions", "NodeInfo", "realloc_factor", "timestamp_seconds"]
+__all__ = ["CreationTimestamp", "JobInfo", "JobKey", "JobOptions", "NodeInfo", "NodeKey",
+           "realloc_factor", "timestamp_seconds"]
+
+#: A job's creation time: a ``datetime`` or POSIX seconds, or a 1-tuple of either (AdaptDL).
+CreationTimestamp = datetime | float | tuple[datetime | float]
+
+#: The type of a policy's job keys (any hashable: a name, an int, a tuple).
+JobKey = TypeVar("JobKey", bound=Hashable)
+#: The type of a policy's node keys.
+NodeKey = TypeVar("NodeKey", bound=Hashable)
 
 
 def _check_resources(resources: Any, owner: str) -> dict:
@@ -42,7 +51,7 @@ def _check_resources(resources: Any, owner: str) -> dict:
     return out
 
 
-def timestamp_seconds(value: Any) -> float:
+def timestamp_seconds(value: object) -> float:
     """Converts a creation timestamp to POSIX seconds.
 
     Accepts a ``datetime`` (naive ones are read as local time, like
@@ -138,7 +147,7 @@ class JobInfo:
             replica (a :class:`~goodput_jax.sched.speedup.SpeedupFunction` or any
             callable accepting integer arrays).
         creation_timestamp: a ``datetime`` or POSIX seconds (a 1-tuple of either
-            is unwrapped).
+            is unwrapped; :data:`CreationTimestamp`).
         min_replicas: fewest replicas the job can run with (0 or more).
         max_replicas: most replicas the job can use (at least 1 and at least
             ``min_replicas``).
@@ -147,7 +156,8 @@ class JobInfo:
             and penalty); a ``SpeedupFunction`` in ``goodput_fns`` counts in its own
             absolute goodput, ``speedup * base_goodput``.
         **keywords: ``JobOptions`` fields as keywords (``age=``, ``num_restarts=``, ...),
-            applied over ``options``.
+            applied over ``options``; typed ``Any`` because the fields differ in type
+            (``JobOptions`` checks each one).
 
     Example:
         >>> JobInfo({"gpu": 1}, lambda n, r: r, 0.0, 1, 8, preemptible=False).min_replicas
@@ -157,9 +167,9 @@ class JobInfo:
     """
 
     def __init__(self, resources: Mapping[str, float], speedup_fn: Callable,
-                 creation_timestamp: Any, min_replicas: int, max_replicas: int,
+                 creation_timestamp: CreationTimestamp, min_replicas: int, max_replicas: int,
                  preemptible: bool = True, *, options: JobOptions | None = None,
-                 **keywords: Any):
+                 **keywords: Any) -> None:
         self.resources = _check_resources(resources, "JobInfo")
         if not callable(speedup_fn):
             raise TypeError(f"JobInfo: speedup_fn must be callable, got {speedup_fn!r}")

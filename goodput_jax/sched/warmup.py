@@ -35,29 +35,38 @@ import os
 import threading
 import time
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Protocol, Self, TypedDict
 
 import jax
 
 from goodput_jax.sched.types import JobInfo, NodeInfo
 
-__all__ = ["CompileCounter", "enable_compilation_cache", "precompile", "repeat_jobs"]
+__all__ = ["CompileCounter", "Optimizable", "PrecompileInfo", "enable_compilation_cache",
+           "precompile", "repeat_jobs"]
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _HIT_EVENT = "/jax/compilation_cache/cache_hits"
 _lock = threading.Lock()
-_totals = {"compiles": 0, "compile_seconds": 0.0, "cache_hits": 0}
+
+
+class _Totals(TypedDict):
+    compiles: int
+    compile_seconds: float
+    cache_hits: int
+
+
+_totals: _Totals = {"compiles": 0, "compile_seconds": 0.0, "cache_hits": 0}
 _installed = False
 
 
-def _on_duration(event: str, duration: float, **_: Any) -> None:
+def _on_duration(event: str, duration_secs: float, **kwargs: str | int) -> None:
     if event == _COMPILE_EVENT:
         with _lock:
             _totals["compiles"] += 1
-            _totals["compile_seconds"] += float(duration)
+            _totals["compile_seconds"] += float(duration_secs)
 
 
-def _on_event(event: str, **_: Any) -> None:
+def _on_event(event: str, **kwargs: str | int) -> None:
     if event == _HIT_EVENT:
         with _lock:
             _totals["cache_hits"] += 1
@@ -92,24 +101,24 @@ class CompileCounter:
 
     def __init__(self) -> None:
         _install()
-        self._start = dict(_totals)
-        self._end: dict | None = None
+        self._start = _totals.copy()
+        self._end: _Totals | None = None
 
     def __enter__(self) -> Self:
         with _lock:
-            self._start = dict(_totals)
+            self._start = _totals.copy()
         self._end = None
         return self
 
     def __exit__(self, *exc: object) -> None:
         with _lock:
-            self._end = dict(_totals)
+            self._end = _totals.copy()
 
-    def _now(self) -> dict:
+    def _now(self) -> _Totals:
         if self._end is not None:
             return self._end
         with _lock:
-            return dict(_totals)
+            return _totals.copy()
 
     @property
     def compiles(self) -> int:
@@ -158,7 +167,7 @@ def enable_compilation_cache(path: str | os.PathLike | None) -> str | None:
     return path
 
 
-def repeat_jobs(jobs: Mapping[Hashable, JobInfo], count: int) -> dict:
+def repeat_jobs(jobs: Mapping[Hashable, JobInfo], count: int) -> dict[tuple[str, int], JobInfo]:
     """``count`` jobs that cycle through ``jobs`` (keys ``("precompile", i)``).
 
     Example:
@@ -174,10 +183,40 @@ def repeat_jobs(jobs: Mapping[Hashable, JobInfo], count: int) -> dict:
     return {("precompile", i): infos[i % len(infos)] for i in range(int(count))}
 
 
-def precompile(policy: Any, jobs: Mapping[Hashable, JobInfo], nodes: Mapping[Hashable, NodeInfo],
-               *, extra_args: Sequence = (),
-               base_allocations: Mapping[Hashable, Sequence] | None = None,
-               job_counts: Sequence[int] | None = None) -> dict:
+class Optimizable(Protocol):
+    """A policy :func:`precompile` can warm up: PolluxPolicy, SiaPolicy.
+
+    Its ``optimize(jobs, nodes, base_allocations, *extra_args)`` takes ``Any``
+    arguments here: the policies' signatures differ past the first three (Pollux
+    requires a node template), and :func:`precompile` passes what its caller gives.
+    """
+
+    def optimize(self, *args: Any, **kwargs: Any) -> object:
+        """One scheduling round (see the policy); ``Any`` arguments: the policies'
+        signatures differ (see the class)."""
+        ...
+
+
+class PrecompileInfo(TypedDict):
+    """What :func:`precompile` reports (a plain dict).
+
+    Keys:
+        seconds: wall time of the compiling rounds.
+        compiles: XLA compilations in them (:class:`CompileCounter`).
+        cache_hits: of which were loaded from the persistent cache.
+        job_counts: the job counts compiled for.
+    """
+
+    seconds: float
+    compiles: int
+    cache_hits: int
+    job_counts: list[int]
+
+
+def precompile(policy: Optimizable, jobs: Mapping[Hashable, JobInfo],
+               nodes: Mapping[Hashable, NodeInfo], *, extra_args: Sequence[object] = (),
+               base_allocations: Mapping[Hashable, Sequence[Hashable]] | None = None,
+               job_counts: Sequence[int] | None = None) -> PrecompileInfo:
     """Compile ``policy``'s programs for ``jobs`` on ``nodes`` before the first round.
 
     Runs ``optimize(jobs, nodes, base_allocations, *extra_args)`` on a copy of the

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from goodput_jax.sched import pollux as pollux_mod
+from goodput_jax.sched import pollux_problem
 from goodput_jax.sched.pollux import PolluxPolicy
 from goodput_jax.sched.sia import SiaPolicy, solve_assignment
 from goodput_jax.sched.types import JobInfo, NodeInfo
@@ -114,12 +115,15 @@ def test_pollux_padding_changes_no_allocation(monkeypatch):
             least = minimum_ if minimum is None else minimum
             return real(n, max(least, m), fine=fine)
 
+        # the problem's padding (pollux_problem) and the greedy's step bound (pollux)
+        monkeypatch.setattr(pollux_problem, "_bucket", padded)
         monkeypatch.setattr(pollux_mod, "_bucket", padded)
         policy = PolluxPolicy(population=8, generations=0, clock=lambda: 0.0)
         alloc, desired = policy.optimize(jobs, NODES, {}, TEMPLATE)
         s = policy.last_stats
         assert policy._prev[2].shape[1:] == (max(32, minimum), max(16, minimum))  # the padding
         results.append((alloc, desired, s.objective, s.greedy_objective, s.grown_objective))
+        monkeypatch.setattr(pollux_problem, "_bucket", real)
         monkeypatch.setattr(pollux_mod, "_bucket", real)
     (a1, d1, *o1), (a2, d2, *o2) = results
     assert a1 == a2 and d1 == d2

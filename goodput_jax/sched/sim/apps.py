@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,9 +244,13 @@ class Application:
     max_batch_size: int = 0
     min_local_bsz: int = 0
     max_local_bsz: int = 0
-    _tput_cache: dict = field(default_factory=dict, repr=False)
-    _stats_cache: dict = field(default_factory=dict, repr=False)
-    _nd_interp: object = field(default=None, repr=False)
+    _tput_cache: dict[tuple[tuple[int, ...], float], tuple[float, float]] = field(
+        default_factory=dict, repr=False)
+    _stats_cache: dict[tuple[float, int], tuple[float, float]] = field(
+        default_factory=dict, repr=False)
+    # scipy's LinearNDInterpolator, built on first use: points [Q, 3] -> values [Q, 2]
+    _nd_interp: Callable[[Sequence[Sequence[float]]], np.ndarray] | None = field(
+        default=None, repr=False)
     nd_fallbacks: int = 0  # queries outside the measured hull (r * b > max batch size, ...)
 
     @classmethod
@@ -369,7 +373,8 @@ class Application:
         return float((1.0 - w) * a[ia] + w * b[ib])
 
     def get_grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
-        """Gradient statistics ``(grad_sqr, grad_var)`` during ``epoch`` (0-based) at ``batch_size``.
+        """Gradient statistics ``(grad_sqr, grad_var)`` during ``epoch`` (0-based) at
+        ``batch_size``.
 
         Example:
             >>> sqr, var = app.get_grad_stats(256, 0)    # doctest: +SKIP
@@ -474,7 +479,7 @@ def load_applications(traces: str | os.PathLike[str] | None = None,
             raise FileNotFoundError(f"application trace directory missing: {d}")
         if "max_epochs" not in kw:
             raise ValueError(f"settings for application {name!r} lack max_epochs")
-        apps[name] = Application.from_dir(d, **kw)
+        apps[name] = Application.from_dir(d, accelerator_type=None, **kw)
     return apps
 
 

@@ -134,7 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         The same parser.
 
     Example:
-        >>> args = add_arguments(argparse.ArgumentParser()).parse_args(["6", "--policy", "tiresias"])
+        >>> args = add_arguments(argparse.ArgumentParser()).parse_args(
+        ...     ["6", "--policy", "tiresias"])
         >>> args.workload, args.policy, args.interval
         ('6', 'tiresias', 60.0)
     """
@@ -207,7 +208,7 @@ def run(argv: list[str] | None = None) -> int:
         return int(main(args) or 0)
     except ModuleNotFoundError as e:
         extra = extra_of(e.name)
-        if extra is None:
+        if extra is None or e.name is None:
             raise
         message = missing_extra_message(extra, e.name, "goodput-jax-sim")
     except (_MissingExtra, ValueError, LookupError, OSError) as e:
@@ -316,6 +317,8 @@ def main(args: argparse.Namespace) -> int:
         print(format_table(results))
         print(f"plot: {plot_table(results, out / 'all.png')}")
         return 0
+    if path is None:  # (found above unless --all)
+        raise ValueError("workload is required (a CSV path or a name such as 6), or use --all")
     stem = _stem(path)
     bar = ProgressBar(label=args.policy, enabled=show)
     res = run_workload(path, args.policy, log_path=out / f"{stem}-{args.policy}.jsonl",

@@ -33,13 +33,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import numpy as np
 
 from goodput_jax.sched.sim.apps import Application
 from goodput_jax.sched.sim.job import SimJob
 from goodput_jax.sched.sim.options import SimOptions, with_keywords
+
+if TYPE_CHECKING:
+    from goodput_jax.sched.sim.policies import SimPolicy
 
 __all__ = ["AdaptiveModel", "Cluster", "SimResult", "WorkloadRow", "cluster_nodes",
            "load_workload", "make_jobs", "simulate"]
@@ -88,7 +91,8 @@ def load_workload(path: str | os.PathLike[str], max_jobs: int | None = None) -> 
     return rows[:max_jobs] if max_jobs else rows
 
 
-def make_jobs(rows: Iterable[WorkloadRow], apps: Mapping[str, Application | Mapping],
+def make_jobs(rows: Iterable[WorkloadRow],
+              apps: Mapping[str, Application | Mapping[str, Application]],
               policy: str, *, calibrated: bool = True) -> list[SimJob]:
     """Jobs for ``policy``: Tiresias gets the workload's replicas and batch size, Optimus the
     batch size, Pollux and Sia neither (their batch size is adaptive, ncf's fixed at 32768).
@@ -121,7 +125,8 @@ def make_jobs(rows: Iterable[WorkloadRow], apps: Mapping[str, Application | Mapp
         if isinstance(app, Mapping):
             typed = dict(app)
             first = next(iter(typed.values()))
-            batch = (r.num_replicas, r.batch_size) if policy == "tiresias" else (
+            batch: tuple[int | None, int | None] = (
+                r.num_replicas, r.batch_size) if policy == "tiresias" else (
                 None, r.batch_size) if policy == "optimus" else (
                 None, FIXED_BATCH_APPS.get(r.application))
             if calibrated:
@@ -129,7 +134,8 @@ def make_jobs(rows: Iterable[WorkloadRow], apps: Mapping[str, Application | Mapp
                 slow = SIA_SLOWDOWNS.get(r.application, 1.0)
             else:
                 delay, slow = SIA_RESTART_PENALTIES.get(r.application, 30.0), 1.0
-            jobs.append(SimJob(r.name, first, r.time, *batch, type_apps=typed,
+            replicas, batch_size = batch
+            jobs.append(SimJob(r.name, first, r.time, replicas, batch_size, type_apps=typed,
                                restart_delay=delay, slowdown=slow))
             continue
         if policy == "tiresias":
@@ -222,7 +228,7 @@ class Cluster:
         >>> while not cluster.done: cluster.step()       # doctest: +SKIP
     """
 
-    def __init__(self, jobs: Sequence[SimJob], policy, *, num_nodes: int = 16,
+    def __init__(self, jobs: Sequence[SimJob], policy: SimPolicy, *, num_nodes: int = 16,
                  gpus_per_node: int = 4, interval: float = 60.0, interference: float = 0.0,
                  model: AdaptiveModel | None = None, log: TextIO | None = None,
                  cluster: Mapping[str, tuple[int, int]] | None = None) -> None:
@@ -266,8 +272,11 @@ class Cluster:
         types = {self.node_types[n] for n in allocation}
         if len(types) == 1:
             return types.pop()
+        type_apps = job.type_apps
+        if type_apps is None:
+            raise ValueError(f"job {job.name!r} runs on several types but has no type_apps")
         bsz = job.app.min_local_bsz
-        return max(sorted(types), key=lambda t: job.type_apps[t].get_throughput((1,), bsz)[0])
+        return max(sorted(types), key=lambda t: type_apps[t].get_throughput((1,), bsz)[0])
 
     def _interference(self) -> dict[str, float]:
         if self.interference == 0.0:
@@ -280,7 +289,7 @@ class Cluster:
         return {k: self.interference for k, nodes in multi.items()
                 if any(shared[n] > 1 for n in nodes)}
 
-    def _model_call(self, fn: Callable[[list[SimJob]], None], jobs: list[SimJob]) -> None:
+    def _model_call(self, fn: Callable[[Sequence[SimJob]], None], jobs: list[SimJob]) -> None:
         if jobs and self.model is not None:
             t = time.perf_counter()
             fn(jobs)
@@ -293,7 +302,8 @@ class Cluster:
         active = [j for j in self.jobs if j.name in budget]
         to_fit: dict[str, SimJob] = {}
         while active:
-            to_opt, nxt = [], []
+            to_opt: list[SimJob] = []
+            nxt: list[SimJob] = []
             for job in active:
                 left = budget[job.name]
                 res = job.advance(left, t0 + dt - left, slow.get(job.name, 0.0))
@@ -313,7 +323,8 @@ class Cluster:
             self._model_call(self.model.refit,
                              [j for j in to_fit.values() if j.completion_time is None])
 
-    def _check(self, allocations: Mapping[str, Sequence[int]], active: Mapping[str, SimJob]):
+    def _check(self, allocations: Mapping[str, Sequence[int]],
+               active: Mapping[str, SimJob]) -> None:
         used: dict[int, int] = {}
         for key, alloc in allocations.items():
             if key not in active:
@@ -350,8 +361,9 @@ class Cluster:
                     job.accel_type = self.job_type(job, new)
                 job.reallocate(new)
         self.allocations = allocations
-        self._model_call(self.model.reoptimize if self.model else None,
-                         [j for j in active.values() if j.placement and j.adaptive])
+        if self.model is not None:
+            self._model_call(self.model.reoptimize,
+                             [j for j in active.values() if j.placement and j.adaptive])
         gpus = {k: len(v) for k, v in allocations.items()}
         self.timeline.append((self.time, gpus))
         if self.log is not None:
@@ -376,7 +388,8 @@ def cluster_nodes(cluster: Mapping[str, tuple[int, int]]) -> tuple[dict[int, int
         >>> cluster_nodes({"t4": (2, 4), "a100": (1, 8)})
         ({0: 4, 1: 4, 2: 8}, {0: 't4', 1: 't4', 2: 'a100'})
     """
-    gpus, types = {}, {}
+    gpus: dict[int, int] = {}
+    types: dict[int, str] = {}
     for name, (n, g) in cluster.items():
         if int(n) < 1 or int(g) < 1:
             raise ValueError(f"cluster[{name!r}] = ({n}, {g}): need >= 1 node of >= 1 GPU")
@@ -387,7 +400,7 @@ def cluster_nodes(cluster: Mapping[str, tuple[int, int]]) -> tuple[dict[int, int
     return gpus, types
 
 
-def simulate(jobs: Sequence[SimJob], policy: Any, *, model: AdaptiveModel | None = None,
+def simulate(jobs: Sequence[SimJob], policy: SimPolicy, *, model: AdaptiveModel | None = None,
              options: SimOptions | None = None,
              log_path: str | os.PathLike[str] | None = None, workload: str = "",
              progress: Callable[[int, int, float], None] | None = None,
@@ -403,7 +416,8 @@ def simulate(jobs: Sequence[SimJob], policy: Any, *, model: AdaptiveModel | None
         log_path: JSON Lines file for the per-interval log.
         workload: label for the result.
         progress: called after every interval with ``(finished, total, time)``.
-        **keywords: ``SimOptions`` fields as keywords (``interval=30.0``), applied over
+        **keywords: ``SimOptions`` fields as keywords (``interval=30.0``; ``Any``: the
+            fields differ in type, ``SimOptions`` checks them), applied over
             ``options``.
 
     Returns:

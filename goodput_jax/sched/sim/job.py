@@ -143,6 +143,16 @@ class SimJob:
             return self.type_apps[self.accel_type]
         return self.app
 
+    def type_app(self, accel_type: str) -> Application:
+        """The application model of ``accel_type`` (a job of a heterogeneous cluster).
+
+        Raises:
+            ValueError: the job has no per-type applications (``type_apps`` is None).
+        """
+        if self.type_apps is None:
+            raise ValueError(f"job {self.name!r} has no per-type applications (type_apps)")
+        return self.type_apps[accel_type]
+
     @property
     def num_replicas(self) -> int:
         return sum(self.placement)
@@ -216,7 +226,7 @@ class SimJob:
         grad_sqr, grad_var = self.app.get_grad_stats(bsz, self.epoch)
         gain = gain_np(GradParams(grad_sqr, grad_var), bsz / self.app.init_batch_size)
         total = step_time + (step_time - sync_time) * self.accum_steps
-        return gain / total, step_time, sync_time, grad_sqr, grad_var
+        return float(gain) / total, step_time, sync_time, grad_sqr, grad_var
 
     def advance(self, seconds: float, now: float, interference: float = 0.0) -> StepResult:
         """Run for up to ``seconds`` from time ``now``, stopping early at an epoch boundary.

@@ -20,12 +20,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["SimOptions", "WorkloadOptions", "with_keywords"]
 
-_O = TypeVar("_O")
+_O = TypeVar("_O", bound="DataclassInstance")
 
 
 def _positive(name: str, value: Any) -> None:
@@ -87,7 +91,7 @@ class WorkloadOptions:
         interval, interference, num_nodes, gpus_per_node: as :class:`SimOptions`.
     """
 
-    traces: Any = None
+    traces: str | os.PathLike[str] | None = None
     seed: int = 0
     p: float = -1.0
     max_jobs: int | None = None
@@ -120,6 +124,9 @@ def with_keywords(cls: type[_O], options: _O | None, keywords: Mapping[str, Any]
                   where: str) -> _O:
     """``options`` (or the defaults) with the fields given as old-style keywords replaced.
 
+    ``keywords`` maps to ``Any``: the fields of ``cls`` differ in type, and ``cls``
+    checks each value when it is built.
+
     The one place a function that takes ``options`` translates its former keyword
     arguments.
 
@@ -134,9 +141,9 @@ def with_keywords(cls: type[_O], options: _O | None, keywords: Mapping[str, Any]
         ...
         TypeError: simulate() got an unexpected keyword argument 'intervl'
     """
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name for f in dataclasses.fields(cls)}
     for name in keywords:
         if name not in fields:
             raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
     base = options if options is not None else cls()
-    return dataclasses.replace(base, **keywords) if keywords else base  # type: ignore[type-var]
+    return dataclasses.replace(base, **keywords) if keywords else base

@@ -1,7 +1,7 @@
 """Plots of simulation results (matplotlib, Agg backend, PNG files).
 
 Example:
-    >>> plot_run(result, "sim-out/workload-6-pollux.png", others=[tiresias_result])  # doctest: +SKIP
+    >>> plot_run(result, "sim-out/w6-pollux.png", others=[tiresias_result])  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -9,15 +9,21 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from goodput_jax.sched.sim.cluster import SimResult
 
+if TYPE_CHECKING:  # matplotlib is the sim extra's; imported on first plot
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 __all__ = ["plot_run", "plot_table"]
 
 
-def _plt():
+def _plt() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -26,7 +32,7 @@ def _plt():
     return plt
 
 
-def _jct_cdf(ax, results: Mapping[str, Sequence[float]]) -> None:
+def _jct_cdf(ax: Axes, results: Mapping[str, Sequence[float]]) -> None:
     for label, jcts in results.items():
         x = np.sort(np.asarray(list(jcts), dtype=np.float64)) / 3600.0
         if x.size == 0:
@@ -86,7 +92,7 @@ def plot_run(result: SimResult, path: str | os.PathLike[str],
     return _save(plt, fig, path)
 
 
-def _hour_ticks(ax, span_h: float) -> None:
+def _hour_ticks(ax: Axes, span_h: float) -> None:
     """Whole-hour ticks at 1, 2, 3, 6, 12 or 24 h steps (at most ~10 ticks)."""
     from matplotlib.ticker import MultipleLocator
 
@@ -97,7 +103,7 @@ def _hour_ticks(ax, span_h: float) -> None:
     ax.set_xlim(0, max(span_h, step))
 
 
-def _save(plt, fig, path: str | os.PathLike[str]) -> Path:
+def _save(plt: ModuleType, fig: Figure, path: str | os.PathLike[str]) -> Path:
     """Lay out, write the PNG (creating its folder) and free the figure."""
     fig.tight_layout()
     out = Path(path)
@@ -107,7 +113,8 @@ def _save(plt, fig, path: str | os.PathLike[str]) -> Path:
     return out
 
 
-def plot_table(results: Mapping[str, Mapping[str, SimResult]], path: str | os.PathLike[str]) -> Path:
+def plot_table(results: Mapping[str, Mapping[str, SimResult]],
+               path: str | os.PathLike[str]) -> Path:
     """Average JCT per workload and policy (bars) and pooled JCT distributions.
 
     Args:

@@ -167,11 +167,15 @@ class OptimusPolicy:
         self.ramp_up = bool(ramp_up)
         self._cache: dict[tuple[str, int, int], float] = {}
 
-    def max_replicas(self, job: SimJob) -> int:
-        """Largest replica count Optimus may give ``job``."""
+    @staticmethod
+    def _target(job: SimJob) -> int:
         if job.target_batch_size is None:
             raise ValueError(f"Optimus needs target_batch_size for job {job.name!r}")
-        cap = min(64, job.target_batch_size // job.app.min_local_bsz)
+        return int(job.target_batch_size)
+
+    def max_replicas(self, job: SimJob) -> int:
+        """Largest replica count Optimus may give ``job``."""
+        cap = min(64, self._target(job) // job.app.min_local_bsz)
         if self.ramp_up:
             cap = min(cap, max_replicas_allowed(job.max_profiled_replicas))
         return max(cap, 1)
@@ -179,14 +183,14 @@ class OptimusPolicy:
     def predict_step_time(self, job: SimJob, num_replicas: int) -> float:
         """Oracle time of one optimizer step (with accumulation) on ``num_replicas`` GPUs
         packed 4 per node."""
-        key = (job.app.name, int(job.target_batch_size), int(num_replicas))
+        key = (job.app.name, self._target(job), int(num_replicas))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         placement: tuple[int, ...] = ()
         while sum(placement) < num_replicas:
             placement += (min(num_replicas - sum(placement), 4),)
-        atomic, accum = fixed_batch_config(job.app, num_replicas, int(job.target_batch_size))
+        atomic, accum = fixed_batch_config(job.app, num_replicas, self._target(job))
         step, sync = job.app.get_throughput(placement, atomic)
         out = step + (step - sync) * accum
         self._cache[key] = out
@@ -194,7 +198,7 @@ class OptimusPolicy:
 
     def remaining_iterations(self, job: SimJob) -> float:
         """Iterations left at the workload's batch size, from the current epoch."""
-        bsz = int(job.target_batch_size)
+        bsz = self._target(job)
         done = job.app.get_completion_epoch(bsz)
         if done <= job.epoch:
             return 1.0

@@ -43,7 +43,7 @@ from goodput_jax.sched.sim.job import SimJob
 from goodput_jax.sched.speedup import goodput_grid
 
 __all__ = ["PolluxAdapter", "PolluxModel", "TableSpeedup", "UnawarePolluxAdapter",
-           "fit_profiles"]
+           "fit_profiles", "replica_cap"]
 
 MAX_REPLICAS = 64  # the simulator's cluster size
 # Jobs per batched call: fixed sizes, so each jitted kernel compiles once per run.
@@ -97,6 +97,10 @@ class TableSpeedup:
         return float(out) if np.ndim(out) == 0 else out
 
 
+# A job's table is cached until its model changes: (PerfParams, gradient statistics).
+_TableKey = tuple[tuple[float, ...] | None, tuple[float, float] | None]
+
+
 class LinearSpeedup:
     """Speedup of a job without a fitted model: ``num_replicas`` (the authors' rule).
 
@@ -123,7 +127,7 @@ class PolluxModel:
         # (None: the type the job runs on now). The batch size a running job picks always
         # uses the limits of the type it runs on.
         self.table_type = table_type
-        self._tables: dict[str, tuple[tuple, np.ndarray]] = {}
+        self._tables: dict[str, tuple[_TableKey, np.ndarray]] = {}
         self.calls = {"refit": 0, "reoptimize": 0, "tables": 0}  # batched calls made
 
     # ------------------------------------------------------------------ fitting
@@ -193,7 +197,7 @@ class PolluxModel:
 
     # ------------------------------------------------------------------ speedup
     def speedup_tables(self, jobs: Sequence[SimJob], max_replicas: Sequence[int],
-                       max_nodes: int = 16) -> list[np.ndarray]:
+                       max_nodes: int = 16) -> list[np.ndarray | None]:
         """Dense speedup tables ``t[n, r]`` (``n <= max_nodes``, ``r <= 64``).
 
         Jobs without a fitted model get ``None`` (linear speedup). Cached per job until its
@@ -201,8 +205,8 @@ class PolluxModel:
         accepted for interface symmetry; the policy applies the caps itself.
         """
         out: list[np.ndarray | None] = [None] * len(jobs)
-        todo = []
-        for i, (job, cap) in enumerate(zip(jobs, max_replicas)):
+        todo: list[tuple[int, SimJob, _TableKey]] = []
+        for i, (job, _cap) in enumerate(zip(jobs, max_replicas)):
             if job.perf_params is None:
                 continue
             key = (job.perf_params, job.grad_params)
@@ -215,7 +219,9 @@ class PolluxModel:
             self._tables_chunk(todo[start:start + TABLE_CHUNK], out, max_nodes)
         return out
 
-    def _tables_chunk(self, todo, out, max_nodes: int) -> None:
+    def _tables_chunk(self, todo: Sequence[tuple[int, SimJob, _TableKey]],
+                      out: list[np.ndarray | None], max_nodes: int) -> None:
+        """Tables of ``todo``'s jobs (one :func:`goodput_grid` call) into ``out``."""
         self.calls["tables"] += 1
         J, R = TABLE_CHUNK, MAX_REPLICAS
         N = min(max_nodes, R)
@@ -233,7 +239,17 @@ class PolluxModel:
             table = tables[t]
             self._tables[job.name] = (key, table)
             out[i] = table
-        return out
+
+
+def replica_cap(job: SimJob) -> int:
+    """Pollux's replica cap of a simulated job: twice the largest profiled count (1 before
+    any), at most 64 and the application's max batch size / min local bsz; 1 for
+    fixed-batch-size jobs."""
+    if not job.adaptive:
+        return 1
+    app = job.app
+    return max(1, min(max_replicas_allowed(job.max_profiled_replicas), MAX_REPLICAS,
+                      app.max_batch_size // app.min_local_bsz))
 
 
 class PolluxAdapter:
@@ -243,7 +259,8 @@ class PolluxAdapter:
         model: the :class:`PolluxModel` shared with the cluster loop.
         p: fairness power of the policy (-1 = the paper's default).
         seed: random seed of the policy's search.
-        **policy_kwargs: passed to ``PolluxPolicy``.
+        **policy_kwargs: passed to ``PolluxPolicy`` (``Any``: its arguments differ in type;
+            it checks them).
 
     Example:
         >>> adapter = PolluxAdapter(PolluxModel(), p=-1.0)   # doctest: +SKIP
@@ -260,15 +277,9 @@ class PolluxAdapter:
         policy_kwargs.setdefault("autoscale", False)
         self.policy = PolluxPolicy(p=p, seed=seed, **policy_kwargs)
 
-    @staticmethod
-    def max_replicas(job: SimJob) -> int:
-        """Replica cap: twice the largest profiled count (1 before any), at most 64 and
-        the application's max batch size / min local bsz; 1 for fixed-batch-size jobs."""
-        if not job.adaptive:
-            return 1
-        app = job.app
-        return max(1, min(max_replicas_allowed(job.max_profiled_replicas), MAX_REPLICAS,
-                          app.max_batch_size // app.min_local_bsz))
+    def max_replicas(self, job: SimJob) -> int:
+        """Replica cap: :func:`replica_cap`."""
+        return replica_cap(job)
 
     def optimize(self, jobs: Mapping[str, SimJob], nodes: Mapping[int, int],
                  prev_allocations: Mapping[str, Sequence[int]], now: float,
@@ -328,7 +339,8 @@ class UnawarePolluxAdapter(PolluxAdapter):
     Args:
         model: a :class:`PolluxModel` (``table_type`` set to the reference type).
         cluster: ``{type: (nodes, GPUs per node)}``.
-        p, seed, **policy_kwargs: as for :class:`PolluxAdapter`.
+        p, seed, **policy_kwargs: as for :class:`PolluxAdapter` (``Any``: ``PolluxPolicy``'s
+            keyword arguments).
 
     Example:
         >>> from goodput_jax.sched.sim.apps import CLUSTERS
@@ -364,7 +376,7 @@ class UnawarePolluxAdapter(PolluxAdapter):
         self._valloc: dict[str, list[int]] = {}
         self.dropped_gpus: list[int] = []  # GPUs idled by the repair, per round
 
-    def max_replicas(self, job: SimJob) -> int:  # type: ignore[override]
+    def max_replicas(self, job: SimJob) -> int:
         """The artifact's cap (see the class docstring)."""
         if not job.adaptive:
             return 1

@@ -12,11 +12,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from goodput_jax.sched.sim.apps import Application, find_workload, load_applications
-from goodput_jax.sched.sim.cluster import SimResult, load_workload, make_jobs, simulate
+from goodput_jax.sched.sim.cluster import (
+    AdaptiveModel,
+    SimResult,
+    load_workload,
+    make_jobs,
+    simulate,
+)
 from goodput_jax.sched.sim.options import WorkloadOptions, with_keywords
+
+if TYPE_CHECKING:
+    from goodput_jax.sched.sim import policies
 
 __all__ = [
     "DEFAULT_HETERO_POLICIES",
@@ -53,8 +62,8 @@ class SimPolicy(NamedTuple):
     """What the simulator runs for a policy name: the policy and the goodput model its
     adaptive jobs use (``None`` for the baselines)."""
 
-    policy: Any
-    model: Any
+    policy: policies.SimPolicy
+    model: AdaptiveModel | None
 
 
 def make_sim_policy(policy: str, *, seed: int = 0, p: float = -1.0,
@@ -83,8 +92,8 @@ def make_sim_policy(policy: str, *, seed: int = 0, p: float = -1.0,
             raise ValueError("policy 'sia' needs a heterogeneous cluster (e.g. --cluster sia-64)")
         from goodput_jax.sched.sim.sia_adapter import SiaAdapter, SiaModel
 
-        model = SiaModel(cluster)
-        return SimPolicy(SiaAdapter(model, cluster), model)
+        sia_model = SiaModel(cluster)
+        return SimPolicy(SiaAdapter(sia_model, cluster), sia_model)
 
     if policy == "tiresias":
         return SimPolicy(TiresiasPolicy(), None)
@@ -148,7 +157,7 @@ def find_sia_workload(workload: str | os.PathLike[str], data: str | os.PathLike[
 
 def run_workload(workload: str | os.PathLike[str], policy: str, *,
                  options: WorkloadOptions | None = None,
-                 apps: Mapping[str, Application] | None = None,
+                 apps: Mapping[str, Application | Mapping[str, Application]] | None = None,
                  log_path: str | os.PathLike[str] | None = None,
                  progress: Callable[[int, int, float], None] | None = None,
                  **keywords: Any) -> SimResult:
@@ -164,7 +173,8 @@ def run_workload(workload: str | os.PathLike[str], policy: str, *,
         apps: preloaded applications (to share interpolation caches between runs).
         log_path: JSON Lines per-interval log.
         progress: callback ``(finished, total, sim_time)``.
-        **keywords: ``WorkloadOptions`` fields as keywords (``max_jobs=20``), applied over
+        **keywords: ``WorkloadOptions`` fields as keywords (``max_jobs=20``; ``Any``: the
+            fields differ in type, ``WorkloadOptions`` checks them), applied over
             ``options``.
 
     Returns:

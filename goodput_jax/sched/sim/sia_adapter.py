@@ -17,8 +17,9 @@
 :class:`SiaAdapter` turns the active jobs into :class:`~goodput_jax.sched.JobInfo` with
 ``goodput_fns`` per type (none before the job's first run: Sia then offers one GPU of any
 type; before its first run, the 1-GPU throughput it was profiled at on each type, so a new
-job starts on the type where it runs fastest), ``restarting`` for jobs inside a checkpoint-restore, the per-application restart
-penalty, and calls :class:`~goodput_jax.sched.sia.SiaPolicy` on the typed nodes.
+job starts on the type where it runs fastest), ``restarting`` for jobs inside a
+checkpoint-restore, the per-application restart penalty, and calls
+:class:`~goodput_jax.sched.sia.SiaPolicy` on the typed nodes.
 
 Example:
     >>> from goodput_jax.sched.sim.apps import CLUSTERS
@@ -43,15 +44,19 @@ from goodput_jax.sched.sim.pollux_adapter import (
     FIT_CHUNK,
     MAX_REPLICAS,
     LinearSpeedup,
-    PolluxAdapter,
     PolluxModel,
     fit_profiles,
+    replica_cap,
 )
 from goodput_jax.sched.speedup import goodput_grid
 
 __all__ = ["ConstantGoodput", "RowGoodput", "SiaAdapter", "SiaModel"]
 
 TABLE_JOBS = 16  # jobs per batched table call (fixed shape: one compile per run)
+
+# A job's typed tables are cached until its models change: (PerfParams per type, gradient
+# statistics).
+_TypedKey = tuple[tuple[tuple[float, ...] | None, ...], tuple[float, float] | None]
 
 
 class RowGoodput:
@@ -103,7 +108,7 @@ class SiaModel(PolluxModel):
         self.cluster = dict(cluster)
         self.types = tuple(self.cluster)
         self._min_thr: dict[str, dict[str, float]] = {}
-        self._typed_tables: dict[str, tuple[tuple, dict[str, np.ndarray]]] = {}
+        self._typed_tables: dict[str, tuple[_TypedKey, dict[str, np.ndarray]]] = {}
         self._cfg = sia_configs(self.cluster, MAX_REPLICAS)
         self.calls["typed_tables"] = 0
 
@@ -114,7 +119,7 @@ class SiaModel(PolluxModel):
         if hit is None:
             hit = {}
             for t in self.types:
-                app = job.type_apps[t]
+                app = job.type_app(t)
                 bsz = min(app.init_batch_size, app.max_local_bsz)
                 step, _ = app.get_throughput((1,), bsz)
                 hit[t] = bsz / step
@@ -171,12 +176,12 @@ class SiaModel(PolluxModel):
         sia_configs`, nodes as there); other counts are 0.
         """
         out: list[dict[str, np.ndarray] | None] = [None] * len(jobs)
-        todo = []
+        todo: list[tuple[int, SimJob, _TypedKey]] = []
         for i, job in enumerate(jobs):
             if not job.perf_by_type:
                 continue
             perfs = tuple(self.perf_for(job, t) for t in self.types)
-            key = (perfs, job.grad_params)
+            key: _TypedKey = (perfs, job.grad_params)
             hit = self._typed_tables.get(job.name)
             if hit is not None and hit[0] == key:
                 out[i] = hit[1]
@@ -186,7 +191,8 @@ class SiaModel(PolluxModel):
             self._typed_chunk(todo[start:start + TABLE_JOBS], out)
         return out
 
-    def _typed_chunk(self, todo, out) -> None:
+    def _typed_chunk(self, todo: Sequence[tuple[int, SimJob, _TypedKey]],
+                     out: list[dict[str, np.ndarray] | None]) -> None:
         """One ``optimize_fn`` call over [TABLE_JOBS, configurations]: only the GPU counts
         Sia can choose are evaluated (each with its type's parameters and batch limits)."""
         self.calls["typed_tables"] += 1
@@ -196,8 +202,11 @@ class SiaModel(PolluxModel):
         for a, (_, job, key) in enumerate(todo):
             grad = job.grad_params if job.grad_params is not None else (0.0, 1.0)
             for t, name in enumerate(self.types):
-                app = job.type_apps[name]
-                rows[a, cfg.ctype == t] = (*key[0][t], *grad, app.init_batch_size,
+                app = job.type_app(name)
+                perf = key[0][t]
+                if perf is None:  # goodput_tables keys only jobs with a fitted type
+                    raise ValueError(f"job {job.name!r} has no model for type {name!r}")
+                rows[a, cfg.ctype == t] = (*perf, *grad, app.init_batch_size,
                                            app.max_batch_size, app.min_local_bsz,
                                            app.max_local_bsz)
         good = goodput_grid(rows, cfg.nodes[None, :].astype(np.float64),
@@ -220,7 +229,8 @@ class SiaAdapter:
         model: the :class:`SiaModel` shared with the cluster loop.
         cluster: ``{type: (nodes, GPUs per node)}`` (node ids as in
             :func:`~.cluster.cluster_nodes`).
-        **policy_kwargs: passed to ``SiaPolicy`` (``p``, ``lambda_n``, ``lambda_a`` ...).
+        **policy_kwargs: passed to ``SiaPolicy`` (``p``, ``lambda_n``, ``lambda_a`` ...;
+            ``Any``: its arguments differ in type, it checks them).
 
     Example:
         >>> adapter = SiaAdapter(SiaModel({"aws": (1, 4)}), {"aws": (1, 4)})   # doctest: +SKIP
@@ -250,12 +260,13 @@ class SiaAdapter:
         infos = {}
         for k, table in zip(names, tables):
             job = jobs[k]
-            cap = PolluxAdapter.max_replicas(job)
+            cap = replica_cap(job)
             if table is None:
                 # Not run yet: Sia ranks the types by the 1-GPU throughput it profiled at
                 # submission (the job's replica cap is 1 until it has run).
                 thr = self.model.min_throughput(job)
-                fns = {t: ConstantGoodput(v) for t, v in thr.items()}
+                fns: dict[str, ConstantGoodput | RowGoodput] = {
+                    t: ConstantGoodput(v) for t, v in thr.items()}
             else:
                 fns = {t: RowGoodput(row) for t, row in table.items()}
             infos[k] = JobInfo({"nvidia.com/gpu": 1}, LinearSpeedup(), job.submission_time, 0,
