@@ -28,7 +28,7 @@ import goodput_jax
 
 #: the rooms whose public API is fully typed (the others are a baseline in pyproject.toml)
 PACKAGES = ("goodput_jax.measure", "goodput_jax.compat", "goodput_jax.adaptive",
-            "goodput_jax.cli", "goodput_jax.model")
+            "goodput_jax.cli", "goodput_jax.model", "goodput_jax.sched")
 MODULES = ("goodput_jax", "goodput_jax._lazy", "goodput_jax._progress", "goodput_jax.demo",
            "goodput_jax.goodput", "goodput_jax.goodput_elastic", "goodput_jax.goodput_utils",
            "goodput_jax.monitoring", "goodput_jax.monitoring_elastic",

@@ -234,11 +234,6 @@ def plan_round(policy: PolluxPolicy | SiaPolicy, jobs: Mapping[str, JobInfo],
     if not jobs:
         return RoundPlan({}, (), "none")
     cur = {k: list(current.get(k, ()) or ()) for k in jobs}
-    # the policies take any hashable key; a Mapping's key type is invariant, so str-keyed
-    # mappings are handed over as Hashable-keyed ones (names stay the keys)
-    by_job: dict[Hashable, JobInfo] = {k: v for k, v in jobs.items()}
-    by_node: dict[Hashable, NodeInfo] = {k: v for k, v in nodes.items()}
-    base: dict[Hashable, Sequence[str]] = {k: v for k, v in cur.items()}
     desired: int | None
     if isinstance(policy, PolluxPolicy):
         types = {n.accelerator_type for n in nodes.values()}
@@ -247,11 +242,11 @@ def plan_round(policy: PolluxPolicy | SiaPolicy, jobs: Mapping[str, JobInfo],
                              f"cluster has {sorted(map(str, types))}; use SiaPolicy")
         big = max(nodes.values(), key=lambda n: n.resources.get(ACCEL, 0))
         template = NodeInfo(dict(big.resources), False, big.accelerator_type)
-        alloc, size = policy.optimize(by_job, by_node, base, template)
+        alloc, size = policy.optimize(jobs, nodes, cur, template)
         desired = int(size) if policy.autoscale else None
         name = "pollux"
     elif isinstance(policy, SiaPolicy):
-        alloc = policy.optimize(by_job, by_node, base)
+        alloc = policy.optimize(jobs, nodes, cur)
         desired = None
         name = "sia"
     else:
