@@ -18,10 +18,10 @@ loader (``time.sleep`` stalls, queued); a checkpoint-like save (``device_get`` o
 state + Python) with queued steps; a scanned program (``lax.scan`` of 4 layers), queued.
 
 The loaded arms run the same shapes beside ``python -c "while True: pass"`` started here and
-killed after. The ``-si`` arms record with ``StepRecorder(switch_interval=SI)`` (1e-4 s, the
-recorder's default: it shortens the interpreter's switch interval while it watches); the
-other arms with ``switch_interval=None`` (the interval left alone: what the default
-replaces, side by side in the same run).
+killed after. The ``-si`` arms record with ``StepRecorder(switch_interval=SI)`` (1e-4 s by
+default: the recorder shortens the interpreter's switch interval while it watches,
+opt-in); the other arms with ``switch_interval=None`` (the default: the interval left
+alone), side by side in the same run.
 ``--switch S`` sets ``sys.setswitchinterval(S)`` for the whole run (a diagnostic of the GIL
 hand-over only).
 
@@ -337,9 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         si = args.si if arm.endswith("-si") else None
         rows = run_arm(shapes, sizes, steps, arm.startswith("loaded"), si)
         print_table(rows, ("quiet" if arm.startswith("quiet") else "beside a CPU burner")
-                    + (f", StepRecorder(switch_interval={si:g})"
-                       + (" (the default)" if si == 1e-4 else "") if si else
-                       ", StepRecorder(switch_interval=None) (the interval left alone)"))
+                    + (f", StepRecorder(switch_interval={si:g})" if si else
+                       ", StepRecorder() (the default: the interval left alone)"))
         if args.per_step:
             for r in rows:
                 print(f"  {r['shape']}: {r['lags_us']}")

@@ -159,11 +159,12 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
             of the GIL: after Python's switch interval (5 ms by default) at the latest, so
             such device ends would be late by up to that much and goodput over-read
             (``benchmarks/step_truth_bench.py``: +23.6 pp with 15 ms of Python per batch).
-            The default ``1e-4`` bounds that lag at about 0.1 ms on a machine with a free
-            core, at the price of a GIL hand-over every 0.1 ms between threads that both
-            run Python (a few % for CPU-bound Python threads that contend; one hand-over
-            per step with the watcher alone). None leaves the interval alone (and the
-            lateness in).
+            ``1e-4`` bounds that lag at about 0.1-0.25 ms on a machine with a free core, at
+            the price of more GIL hand-overs: between threads that both run Python (a few %
+            for CPU-bound Python threads that contend), and in a loop whose host work is
+            short, a slower step (``benchmarks/step_recorder_bench.py``: loop overhead 0.0%
+            without, 0.75-4.3% with it). Opt-in for that reason: None (the default) leaves
+            the interval alone (and the lateness in).
 
     Attributes:
         tracked: steps handed over (counted by the watcher as it takes them; exact once
@@ -192,7 +193,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
     def __init__(self, recorder: StepRecording, *, compile_times: bool = True,
                  program_costs: bool = True, peak: DevicePeak | None = None,
                  peak_table: dict[str, DevicePeak] | None = None,
-                 switch_interval: float | None = 1e-4):
+                 switch_interval: float | None = None):
         self.recorder: StepRecording = require(recorder, StepRecording)
         if switch_interval is not None and (
                 type(switch_interval) not in (int, float)
