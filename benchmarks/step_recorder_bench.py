@@ -285,6 +285,68 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             "recorded": steps.observed, "tracked": steps.tracked}
 
 
+def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
+    """The loop overhead where each load is a badput span (``with rec.data_loading():``, as
+    the quickstart's loop), against the same loop without recording, for the default
+    ``span_switch_interval=1e-4`` (the switch interval short from a span's start while a
+    step is in flight to the next step call), for ``None`` (left alone) and for
+    ``switch_interval=1e-4`` (short while the watcher runs), each arm on its own recorder,
+    the arms' rounds in rotating order: median of round ratios."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from goodput_jax import goodput, runtime
+    from goodput_jax.measure.stores.sqlite import SQLiteStore
+
+    train_step = _make_step(size)
+    w = jnp.eye(size, dtype=jnp.float32) * 0.5
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(size, size)).astype("float32"))
+    load_s = 0.4 * _calibrate(train_step, w, x, 0.005)
+    tmp = tempfile.mkdtemp()
+    recs = {}
+    for name, opts in (("1e-4", {}), ("None", {"span_switch_interval": None}),
+                       ("always", {"span_switch_interval": None, "switch_interval": 1e-4})):
+        rec = goodput.GoodputRecorder(f"span{name}", "bench", logging_enabled=True,
+                                      store=SQLiteStore(os.path.join(tmp, f"{name}.db")))
+        recs[name] = (rec, runtime.StepRecorder(rec, compile_times=False, **opts))
+
+    def plain() -> None:
+        s = w
+        for _ in range(steps_per_round):
+            time.sleep(load_s)
+            s, _m = train_step(s, x)
+        jax.block_until_ready(s)
+
+    def arm(name: str):
+        rec, steps = recs[name]
+        loop_step = steps.wrap(train_step)
+
+        def run() -> None:
+            s = w
+            for i in range(steps_per_round):
+                with rec.data_loading():
+                    time.sleep(load_s)
+                s, _m = loop_step(i, s, x)
+            jax.block_until_ready(s)
+            steps.finish()
+        return run
+
+    fns = {"plain": plain, "1e-4": arm("1e-4"), "None": arm("None"), "always": arm("always")}
+    times: dict[str, list] = {k: [] for k in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            a = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - a)
+    for rec, steps in recs.values():
+        steps.close()
+        rec.close()
+    return {k: (statistics.median(t / p for t, p in zip(times[k], times["plain"], strict=True))
+                - 1) * 100 for k in ("1e-4", "None", "always")}
+
+
 def sync_loop_cost(size: int, rounds: int, steps_per_round: int) -> dict:
     """A loop that waits for every step (``float(loss)``, the readiness hook's case), without
     and with recording (``steps.wrap``), in alternating rounds: the training thread's CPU time
@@ -560,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     lo = loop_overhead(size, rounds, args.steps)
     pc = per_call_cost(batches, calls)
     sc = sync_loop_cost(size, rounds, args.steps)
+    so = span_loop_overhead(size, rounds, args.steps)
     sp = span_cost(size, 10 if args.quick else 40, 100)
     pts = [python_heavy_truth(size, 60 if args.quick else 200, 0.006, loaded=loaded)
            for loaded in (False, True)]
@@ -574,6 +637,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'loop without recording, per step (ms)':<44}{lo['plain_ms']:>12.3f}")
     print(f"{'loop with StepRecorder, per step (ms)':<44}{lo['rec_ms']:>12.3f}")
     print(f"{'loop overhead (median of round ratios, %)':<44}{lo['overhead_pct']:>12.2f}{'< 1':>10}")
+    print(f"{'  loads as data-loading spans, default (%)':<44}{so['1e-4']:>12.2f}{'< 1':>10}")
+    print(f"{'  same, span_switch_interval=None (%)':<44}{so['None']:>12.2f}{'< 1':>10}")
+    print(f"{'  same, switch_interval=1e-4 (always) (%)':<44}{so['always']:>12.2f}{'< 1':>10}")
     print(f"{'steps recorded / tracked':<44}{lo['recorded']:>6d} / {lo['tracked']:<4d}")
     print(f"{'one plain call (dispatch, us, median)':<44}{lo['call_plain_us']:>12.2f}")
     print(f"{'one recorded call (us, median)':<44}{lo['call_rec_us']:>12.2f}")

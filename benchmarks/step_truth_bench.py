@@ -18,10 +18,11 @@ loader (``time.sleep`` stalls, queued); a checkpoint-like save (``device_get`` o
 state + Python) with queued steps; a scanned program (``lax.scan`` of 4 layers), queued.
 
 The loaded arms run the same shapes beside ``python -c "while True: pass"`` started here and
-killed after. The ``-si`` arms record with ``StepRecorder(switch_interval=SI)`` (1e-4 s by
-default: the recorder shortens the interpreter's switch interval while it watches,
-opt-in); the other arms with ``switch_interval=None`` (the default: the interval left
-alone), side by side in the same run.
+killed after. The plain arms record with the default ``StepRecorder`` (the switch interval
+at 0.1 ms from a badput span's start while a step is in flight to the next step call); the
+``-none`` arms with ``span_switch_interval=None`` (the interval left alone: what the
+default replaces); the ``-si`` arms with ``switch_interval=SI`` (held while the watcher
+runs, opt-in), side by side in the same run.
 ``--switch S`` sets ``sys.setswitchinterval(S)`` for the whole run (a diagnostic of the GIL
 hand-over only).
 
@@ -29,7 +30,8 @@ Targets (issue 44): goodput within 1 pp and step time within 3 % of the truth.
 
 Usage:
     python benchmarks/step_truth_bench.py [--quick] [--steps N] [--only NAME,...]
-        [--arms quiet,loaded,quiet-si,loaded-si] [--si SI] [--switch S] [--per-step]
+        [--arms quiet,loaded,quiet-none,loaded-none,quiet-si,loaded-si] [--si SI]
+        [--switch S] [--per-step]
 """
 
 from __future__ import annotations
@@ -186,9 +188,9 @@ def trace_step_ends(trace_dir: str, n: int, dispatch: list[float]) -> list[float
 
 
 def run_shape(shape: Shape, size: int, steps: int, tmp: str,
-              switch_interval: float | None = None) -> dict:
-    """One shape, recorded (``StepRecorder(switch_interval=...)``), under a trace; returns
-    the errors against the truth."""
+              options: dict | None = None) -> dict:
+    """One shape, recorded (``StepRecorder(**options)``), under a trace; returns the errors
+    against the truth."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -208,7 +210,7 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str,
     db = os.path.join(tmp, f"{shape.name}.db")
     store = SQLiteStore(db)
     rec = goodput.GoodputRecorder(shape.name, shape.name, logging_enabled=True, store=store)
-    steps_rec = runtime.StepRecorder(rec, compile_times=False, switch_interval=switch_interval)
+    steps_rec = runtime.StepRecorder(rec, compile_times=False, **(options or {}))
     recorded = steps_rec.wrap(train_step)
     trace_dir = os.path.join(tmp, f"trace-{shape.name}")
     now = time.time
@@ -277,15 +279,14 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str,
 
 
 def run_arm(shapes, sizes: dict, steps: int, loaded: bool,
-            switch_interval: float | None = None) -> list[dict]:
+            options: dict | None = None) -> list[dict]:
     from tests.runtime._helpers import CpuBurner
 
     out = []
     with CpuBurner() if loaded else contextlib.nullcontext(), \
             tempfile.TemporaryDirectory() as tmp:
         for shape in shapes:
-            r = run_shape(shape, sizes[(shape.step_ms, shape.scan)], steps, tmp,
-                          switch_interval)
+            r = run_shape(shape, sizes[(shape.step_ms, shape.scan)], steps, tmp, options)
             r["load"] = os.getloadavg()[0]
             out.append(r)
     return out
@@ -309,9 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="30 steps per shape")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--only", default="", help="comma-separated shape names")
-    p.add_argument("--arms", default="quiet,loaded,quiet-si,loaded-si",
-                   help="quiet / loaded (beside a CPU burner); -si: StepRecorder("
-                        "switch_interval=SI)")
+    p.add_argument("--arms", default="quiet,loaded,quiet-none,loaded-none",
+                   help="quiet / loaded (beside a CPU burner): the default StepRecorder; "
+                        "-none: span_switch_interval=None (the interval left alone); -si: "
+                        "switch_interval=SI (held while the watcher runs)")
     p.add_argument("--si", type=float, default=1e-4,
                    help="the switch_interval of the -si arms (seconds)")
     p.add_argument("--per-step", action="store_true",
@@ -334,11 +336,16 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{k[0]:g} ms{' scan' if k[1] else ''}: {v}" for k, v in sizes.items()))
     all_rows = []
     for arm in args.arms.split(","):
-        si = args.si if arm.endswith("-si") else None
-        rows = run_arm(shapes, sizes, steps, arm.startswith("loaded"), si)
+        options, label = {}, "StepRecorder() (the default: span_switch_interval=1e-4)"
+        if arm.endswith("-si"):
+            options, label = ({"switch_interval": args.si},
+                              f"StepRecorder(switch_interval={args.si:g})")
+        elif arm.endswith("-none"):
+            options, label = ({"span_switch_interval": None},
+                              "StepRecorder(span_switch_interval=None) (the interval left alone)")
+        rows = run_arm(shapes, sizes, steps, arm.startswith("loaded"), options)
         print_table(rows, ("quiet" if arm.startswith("quiet") else "beside a CPU burner")
-                    + (f", StepRecorder(switch_interval={si:g})" if si else
-                       ", StepRecorder() (the default: the interval left alone)"))
+                    + ", " + label)
         if args.per_step:
             for r in rows:
                 print(f"  {r['shape']}: {r['lags_us']}")

@@ -221,6 +221,7 @@ class StepState:
         "_sink_ready",
         "_slow_starts",
         "_span_listener",
+        "_span_switch",
         "_start_step",
         "_switch",
         "_thread",
@@ -274,6 +275,9 @@ class StepState:
     _sink_ready: StepSink | None
     _slow_starts: int
     _span_listener: Callable[[], None]
+    #: ``[wanted, held]`` for ``span_switch_interval``: held from a badput span's start while
+    #: a step is in flight to the next step call (None: not held)
+    _span_switch: list[Any]
     _start_step: Callable[..., None]
     #: ``[wanted, held]``: the switch interval asked for (None: leave it), and whether this
     #: recorder holds it (from the watcher's start to close; None: not)

@@ -15,6 +15,7 @@ from goodput_jax.runtime.step_items import (
     _getprofile,
     _Item,
     _ready,
+    _restore_switch,
     _time,
 )
 
@@ -29,6 +30,8 @@ class FullPaths(StepState):
     def _start_full(self, step: int) -> None:
         """``start`` past its shortest path: a readiness hook to remove, a grant used up, the
         first steps, or a step the recorder validates."""
+        if self._span_switch[1] is not None:
+            _restore_switch(self._span_switch)
         if self._hooked is not None:
             self._hook_missed(step)
         if self._put is not None and type(step) is int and step >= 0:
@@ -113,6 +116,8 @@ class FullPaths(StepState):
         """A step call past the shortest path (the first steps, a readiness hook, a step the
         recorder validates): ``start``, the call, ``track``, then the program's cost when the
         call compiled."""
+        if self._span_switch[1] is not None:
+            _restore_switch(self._span_switch)  # held since a span's start: the step is here
         if self._put is not None and type(step) is int and step >= 0:
             # the short path with the readiness hook (a loop that waits for its steps takes
             # this way at every step) or a new grant: start's and track's parts inlined
@@ -154,6 +159,8 @@ class FullPaths(StepState):
         idle watcher, read the program's cost after a compile (``fn``: the step's function,
         None from ``track``)."""
         self._after = False
+        if self._span_switch[1] is not None:
+            _restore_switch(self._span_switch)  # held since a span's start: the step is here
         if self._idle:
             self._idle = False
             self._sem.put(None)

@@ -49,11 +49,13 @@ def _watch_loop(ref: Callable[[], StepRecorder | None], wait_for_work: Callable[
 
 
 def _finalize(pending: collections.deque, sem: queue.SimpleQueue, att: Any,
-              callback: Callable[[], None] | None, own_att: list, switch: list) -> None:
+              callback: Callable[[], None] | None, own_att: list,
+              switches: tuple[list, list]) -> None:
     """A StepRecorder collected without :meth:`StepRecorder.close`: stop its watcher, leave
-    its attachment, detach the attachment it made and put back the switch interval it set
+    its attachment, detach the attachment it made and put back the switch intervals it set
     (holds none of the StepRecorder)."""
-    _restore_switch(switch)
+    for switch in switches:
+        _restore_switch(switch)
     pending.append(_STOP)
     sem.put(None)
     if att is not None:
@@ -216,6 +218,14 @@ class StepWatching(StepState):
                 recorder.remove_span_start_listener(poll_steps_at_span_start)
             elif steps._live:
                 steps.span_claims += steps._span_poll()
+                span = steps._span_switch
+                if span[0] is not None and span[1] is None and (
+                        steps._pending or (steps._head is not None and steps._head.t is None)):
+                    # a step in flight while this thread may run Python (a loader): the
+                    # watcher gets the GIL within the short interval; put back at the next
+                    # step call (``_after``)
+                    _set_switch(span)
+                    steps._after = True
 
         return poll_steps_at_span_start
 

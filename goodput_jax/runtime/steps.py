@@ -149,22 +149,19 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
             table does not know (a CPU) a measured peak is probed once per process.
         peak: the device's peak to record instead of the table's or a measured one.
         peak_table: entries that extend or override the published peak table.
-        switch_interval: seconds; while the watcher runs (from the first tracked step to
-            :meth:`close`), the interpreter's switch interval (``sys.setswitchinterval``,
-            process-wide) is at most this; the last such recorder to close puts the old
-            one back (unless changed meanwhile). Where the training thread runs Python
-            holding the GIL (a Python-heavy loader) while the device finishes a step that
-            no thread waits for on the training thread (the loss synced a step late,
-            queued steps), the watcher sees the end only when the training thread lets go
-            of the GIL: after Python's switch interval (5 ms by default) at the latest, so
-            such device ends would be late by up to that much and goodput over-read
-            (``benchmarks/step_truth_bench.py``: +23.6 pp with 15 ms of Python per batch).
-            ``1e-4`` bounds that lag at about 0.1-0.25 ms on a machine with a free core, at
-            the price of more GIL hand-overs: between threads that both run Python (a few %
-            for CPU-bound Python threads that contend), and in a loop whose host work is
-            short, a slower step (``benchmarks/step_recorder_bench.py``: loop overhead 0.0%
-            without, 0.75-4.3% with it). Opt-in for that reason: None (the default) leaves
-            the interval alone (and the lateness in).
+        switch_interval: seconds; while the watcher runs (first tracked step to
+            :meth:`close`) the interpreter's switch interval (``sys.setswitchinterval``,
+            process-wide) is at most this; the last such recorder to close puts the old one
+            back (unless changed meanwhile). A loader's Python holding the GIL while the
+            device finishes a step nothing waits for delays the watcher by up to Python's
+            switch interval (5 ms; docs/semantics.md); ``1e-4`` bounds that in loops that
+            mark no spans too, at the price of more GIL hand-overs between Python threads
+            all the time. None (the default): left alone.
+        span_switch_interval: seconds; from the start of a badput span (``with
+            recorder.data_loading():``, a checkpoint, a custom span) during which a step is
+            in flight, to the next step call, the switch interval is at most this (then put
+            back): only the window where a loader's Python would delay the watcher (a loop
+            that marks no spans pays nothing). Default ``1e-4``; None: left alone.
 
     Attributes:
         tracked: steps handed over (counted by the watcher as it takes them; exact once
@@ -193,14 +190,18 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
     def __init__(self, recorder: StepRecording, *, compile_times: bool = True,
                  program_costs: bool = True, peak: DevicePeak | None = None,
                  peak_table: dict[str, DevicePeak] | None = None,
-                 switch_interval: float | None = None):
+                 switch_interval: float | None = None,
+                 span_switch_interval: float | None = 1e-4):
         self.recorder: StepRecording = require(recorder, StepRecording)
-        if switch_interval is not None and (
-                type(switch_interval) not in (int, float)
-                or not 0 < switch_interval <= _SWITCH_MAX):
-            raise ValueError(f"switch_interval ({switch_interval!r}) must be None or a number "
-                             f"of seconds in (0, {_SWITCH_MAX}]")
+        for name, value in (("switch_interval", switch_interval),
+                            ("span_switch_interval", span_switch_interval)):
+            if value is not None and (type(value) not in (int, float)
+                                      or not 0 < value <= _SWITCH_MAX):
+                raise ValueError(f"{name} ({value!r}) must be None or a number of seconds in "
+                                 f"(0, {_SWITCH_MAX}]")
         self._switch = [None if switch_interval is None else float(switch_interval), None]
+        self._span_switch = [None if span_switch_interval is None else float(span_switch_interval),
+                             None]
         self._enabled = bool(recorder.logging_enabled)
         #: whether this StepRecorder attached the recorder for compile times (then
         #: :meth:`close` detaches it: a compile after the loop is not the job's)
@@ -283,7 +284,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         self.span_claims = 0
         self._span_listener = self._span_poll_listener()
         fin = weakref.finalize(self, _finalize, self._pending, self._sem, self._att,
-                               self._compile_cb, self._own_att, self._switch)
+                               self._compile_cb, self._own_att, (self._switch, self._span_switch))
         fin.atexit = False  # at exit the daemon watcher simply ends, as the recorder flushes
 
     def start(self, step: int) -> None:
@@ -559,6 +560,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         self._thread = None
         _WATCHING.discard(self)
         _restore_switch(self._switch)
+        _restore_switch(self._span_switch)
 
     def __enter__(self) -> Self:
         return self

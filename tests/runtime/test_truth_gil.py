@@ -112,3 +112,59 @@ def test_switch_interval_held_until_the_last_recorder_closes(tmp_path, long_swit
 def test_switch_interval_validated(bad):
     with pytest.raises(ValueError, match=r"^switch_interval \(.*\) must be None or a number"):
         runtime.StepRecorder(goodput.GoodputRecorder("j", "l"), switch_interval=bad)
+
+
+@pytest.mark.parametrize("bad", [0, 0.006, "1e-4"])
+def test_span_switch_interval_validated(bad):
+    with pytest.raises(ValueError, match=r"^span_switch_interval \(.*\) must be None or a"):
+        runtime.StepRecorder(goodput.GoodputRecorder("j", "l"), span_switch_interval=bad)
+
+
+def test_device_end_seen_while_a_loading_span_runs_python(tmp_path, long_switch):
+    """The default (``span_switch_interval=1e-4``): a step (tens of ms, queued) ends while the
+    training thread runs 1 s of Python inside ``with rec.data_loading():``; the interval is
+    short inside that span only (the user's before it and after the next step call), and the
+    watcher records the end within the Python (0.5 s of margin for a loaded machine; the
+    old recorder: after the Python, >= 1 s, the user's interval being 2 s)."""
+    step_fn, w, x = queued_step(size=512, depth=6)
+    db = tmp_path / "span.db"
+    rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True, store=f"sqlite:///{db}")
+    steps = runtime.StepRecorder(rec, compile_times=False)
+    recorded = steps.wrap(step_fn)
+    w, m = recorded(0, w, x)
+    float(m)  # the first step, waited for
+    w, m = recorded(1, w, x)
+    assert sys.getswitchinterval() == 2.0  # no span yet: the user's
+    with rec.data_loading():
+        t0 = time.time()
+        py_load(1.0)  # the loader: 1 s of Python holding the GIL
+        t1 = time.time()
+        assert sys.getswitchinterval() == pytest.approx(1e-4)  # in the span, a step in flight
+    w, m = recorded(2, w, x)
+    assert sys.getswitchinterval() == 2.0  # put back at the next step call
+    float(m)
+    steps.close()
+    rec.close()
+    assert sys.getswitchinterval() == 2.0
+    end = _device_end(db, 1)
+    assert t1 - t0 >= 1.0
+    assert end - t0 < 0.5, (end - t0, steps.hook_claims, steps.span_claims)
+
+
+def test_span_switch_interval_none_and_no_step_in_flight(tmp_path, long_switch):
+    """``span_switch_interval=None`` never touches the interval; nor does a span while no
+    step is in flight (every step's end already recorded)."""
+    step_fn, w, x = queued_step(size=64, depth=1)
+    for option in (None, 1e-4):
+        rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True,
+                                      store=f"sqlite:///{tmp_path / f'n{option}.db'}")
+        steps = runtime.StepRecorder(rec, compile_times=False, span_switch_interval=option)
+        w, m = steps(0, step_fn, w, x)
+        float(m)
+        w, m = steps(1, step_fn, w, x)
+        steps.finish()  # every end recorded: nothing in flight
+        with rec.data_loading():
+            assert sys.getswitchinterval() == 2.0
+        steps.close()
+        rec.close()
+        assert sys.getswitchinterval() == 2.0
