@@ -328,3 +328,50 @@ def test_the_advice_predicts_with_the_restart_cost(tmp_path):
     log.write_text("garbage\n" + "".join(json.dumps(r) + "\n" for r in rows))
     assert restart_seconds(str(log), 1, now=112.0) is None  # a move, not a loss
     assert restart_seconds(str(tmp_path / "none.jsonl"), 1, now=1.0) is None
+
+
+def test_a_relaunch_after_a_loss_measures_its_restart(tmp_path):
+    """The job context's timer of a launch after a loss takes that restart (from the lost
+    launch's last record to now) into its advice, which the progress log then carries
+    (``restart_s``, ``restarts``); a first launch and a launch after a stop measure none."""
+    import time as _time
+
+    progress = tmp_path / "progress.jsonl"
+    t_lost = _time.time() - 7.0  # the lost launch's last record, 7 s ago
+    progress.write_text(json.dumps({"attempt": 0, "t": t_lost, "event": "step", "step": 5})
+                        + "\n")
+
+    def ctx(attempt):
+        return JobContext(job="j", attempt=attempt, rank=0, num_processes=1,
+                          coordinator=None, local_devices=1, accelerator_type="a",
+                          nodes=("n0",), checkpoint_dir="", store="", stop_path="",
+                          progress_path=str(progress))
+
+    reset_stopped()
+    first = ctx(0).checkpoint_timer()
+    assert first.restarts == 0
+    reset_stopped()
+    c = ctx(1)
+    timer = c.checkpoint_timer()
+    assert timer.restarts == 1 and 7.0 <= timer.restart_s < 7.0 + 60.0
+    t = [0.0]
+    timer.clock, timer.given_mtbf_s = (lambda: t[0]), 600.0
+    c.should_checkpoint(0)
+    for step in range(1, 400):
+        t[0] += 1.0
+        if c.should_checkpoint(step):
+            break
+    else:
+        raise AssertionError("no save asked for in 400 s of work")
+    advice = [json.loads(ln) for ln in progress.read_text().splitlines()][-1]
+    assert advice["event"] == "checkpoint advice" and advice["restarts"] == 1
+    assert advice["restart_s"] == pytest.approx(timer.restart_s)
+    assert advice["predicted_goodput"] == pytest.approx(
+        expected_goodput(advice["interval_s"], advice["save_cost_s"], 600.0,
+                         timer.restart_s), rel=1e-6)
+    with progress.open("a") as fh:  # a move: the launch before stopped on request
+        fh.write(json.dumps({"attempt": 1, "t": _time.time(), "event": "stopped"}) + "\n")
+    reset_stopped()
+    moved = ctx(2).checkpoint_timer()
+    assert moved.restarts == 1  # the carried count, no new restart measured
+    reset_stopped()
