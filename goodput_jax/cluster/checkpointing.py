@@ -48,8 +48,8 @@ from typing import Any
 
 from goodput_jax.measure.advice import CheckpointAdvice, checkpoint_advice, daly_interval
 
-__all__ = ["DEFAULT_NODE_MTBF_S", "CheckpointTimer", "NodeLossBook", "reliability_path",
-           "restart_seconds"]
+__all__ = ["DEFAULT_NODE_MTBF_S", "CheckpointTimer", "NodeLossBook", "last_advice",
+           "reliability_path", "restart_seconds"]
 
 #: The node MTBF assumed before any loss is observed (one loss per 24 node-hours).
 DEFAULT_NODE_MTBF_S = 86400.0
@@ -222,6 +222,31 @@ class CheckpointTimer:
         return self._saving
 
 
+def _tail_lines(path: str, tail: int) -> list[str]:
+    """The lines of the last ``tail`` bytes of a progress log (none where it cannot be read)."""
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - tail))
+            return fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+
+
+def last_advice(progress_path: str, tail: int = 256 * 1024) -> dict | None:
+    """The last ``"checkpoint advice"`` record in the end of a job's progress log, or None
+    (what a relaunch carries over: the save and restart costs measured before it)."""
+    for line in reversed(_tail_lines(progress_path, tail)):
+        if '"checkpoint advice"' in line:
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
 def restart_seconds(progress_path: str, attempt: int, now: float,
                     tail: int = 256 * 1024) -> float | None:
     """The restart a loss cost this launch (``attempt``), from the job's progress log: ``now``
@@ -239,14 +264,7 @@ def restart_seconds(progress_path: str, attempt: int, now: float,
         >>> restart_seconds(path, 1, now=112.5)
         12.5
     """
-    try:
-        with open(progress_path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - tail))
-            lines = fh.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
+    for line in reversed(_tail_lines(progress_path, tail)):
         try:
             rec = json.loads(line)
             before = int(rec["attempt"]) < attempt

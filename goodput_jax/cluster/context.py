@@ -209,12 +209,16 @@ class JobContext:
         (its ``advice()`` gives the interval in steps and the goodput it predicts)."""
         timer = _TIMER[0]
         if timer is None:
-            from goodput_jax.cluster.checkpointing import CheckpointTimer, restart_seconds
+            from goodput_jax.cluster.checkpointing import (
+                CheckpointTimer,
+                last_advice,
+                restart_seconds,
+            )
 
             timer = CheckpointTimer(nodes=self.num_processes,
                                     reliability_path=self.reliability_path)
             # a relaunch starts from the save cost its earlier launches measured
-            timer.carry_save_cost(_last_advice(self.progress_path))
+            timer.carry_save_cost(last_advice(self.progress_path))
             if self.attempt > 0 and self.progress_path:
                 # this launch's restart after a loss (none after a move): the advice's
                 # predicted goodput pays it per loss
@@ -238,26 +242,6 @@ class JobContext:
         with open(self.progress_path, "a") as fh:
             fh.write(json.dumps(line) + "\n")
             fh.flush()
-
-
-def _last_advice(path: str, tail: int = 256 * 1024) -> dict | None:
-    """The last ``"checkpoint advice"`` record in the end of a progress log, or None."""
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - tail))
-            lines = fh.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if '"checkpoint advice"' in line:
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-    return None
 
 
 def job_context() -> JobContext:
