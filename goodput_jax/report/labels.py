@@ -17,7 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from typing import Any, NamedTuple
 
 # The badput vocabulary (bucket labels) is owned by goodput_jax.measure.badput; re-exported
@@ -32,6 +34,7 @@ __all__ = [
     "accumulation_note",
     "format_bounds",
     "format_duration",
+    "html_text",
     "plural",
     "plural_list",
 ]
@@ -191,3 +194,12 @@ def accumulation_note(suggestion: Any, local_bsz_bounds: Any = None) -> str | No
     return (f"gradient accumulation is off for this job (gradient_accumulation=False): {why}. "
             f"With it, the model predicts batch {suggestion.with_accumulation_batch_size} at "
             f"{acc:.2f}x; pass gradient_accumulation=True to allow it.")
+
+
+def html_text(text: str) -> str:
+    """``text`` escaped for HTML, its `backquoted` spans as ``<code>`` (no literal backquotes).
+
+    >>> html_text("call `steps(step, f, x)` & go")
+    'call <code>steps(step, f, x)</code> &amp; go'
+    """
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))

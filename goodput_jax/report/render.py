@@ -41,7 +41,7 @@ from goodput_jax.report.figures import (
     figure_pngs,
     text_png,
 )
-from goodput_jax.report.labels import HINT_LABELS, format_bounds, plural, plural_list
+from goodput_jax.report.labels import HINT_LABELS, format_bounds, html_text, plural, plural_list
 from goodput_jax.report.productivity import (
     ABOVE_ROOF,
     NO_PROGRAM_COST,
@@ -347,9 +347,9 @@ def _productivity_html(data: _Data, img: Any) -> str:
                      f"Below, {STEP_COUNT_RULE}.</figcaption></figure>\n"
                      f'<ul class="explain" id="roofline-programs">{lines}</ul>')
             if above_roof(p):
-                body += f'\n<p class="note" id="above-roof">{html.escape(ABOVE_ROOF)}.</p>'
+                body += f'\n<p class="note" id="above-roof">{html_text(ABOVE_ROOF)}.</p>'
         else:
-            body += f'\n<p class="note" id="no-program-cost">{html.escape(NO_PROGRAM_COST)}.</p>'
+            body += f'\n<p class="note" id="no-program-cost">{html_text(NO_PROGRAM_COST)}.</p>'
     advice = "".join(f"<li>{html.escape(x)}</li>" for x in advice_lines(panel))
     body += ('\n<h3 id="advice-heading">Advice</h3>\n<p class="explain">From the measured '
              "save cost, disruptions and step time: the Young/Daly checkpoint interval with "

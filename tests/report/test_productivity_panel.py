@@ -195,3 +195,19 @@ def test_a_step_above_its_roofline_raises_the_peak_and_says_so():
     assert pct and max(pct) <= 100.0, text
     calc_ok = calc_for(_store(), "j", now=NOW)
     assert "peak raised" not in "\n".join(productivity_lines(productivity_panel(calc_ok)))
+
+
+def test_the_html_report_shows_the_no_program_cost_door_as_code(tmp_path):
+    """The note's `steps = runtime.StepRecorder(recorder)` reads as code in the HTML report,
+    not with its backquotes (they showed literally before)."""
+    from goodput_jax.report import render
+
+    no_cost = new_store()
+    no_cost.append(events("k", "r1", [(K.JOB_START, 0), (K.STEP_START, 1, 0),
+                                      (K.STEP_START, 2, 1), (K.JOB_END, 3)]))
+    path = tmp_path / "r.html"
+    render.render_html(calc_for(no_cost, "k", now=4.0), path, now=4.0)
+    note = re.search(r'<p class="note" id="no-program-cost">(.*?)</p>', path.read_text(), re.S)
+    assert note is not None
+    assert "<code>steps = runtime.StepRecorder(recorder)</code>" in note.group(1)
+    assert "`" not in note.group(1)
