@@ -13,17 +13,29 @@ import logging
 import os
 from typing import Any
 
-from goodput_jax.compat.enums import GoodputType, IntervalMetricType, MetricType, google_breakdown
+from goodput_jax.compat.entries import step_starts
+from goodput_jax.compat.enums import (
+    BadputType,
+    GoodputType,
+    IntervalMetricType,
+    MetricType,
+    google_breakdown,
+)
 from goodput_jax.compat.info import GoodputInfo, LastResult, StepInfo
 from goodput_jax.compat.options import LOGGER_NAME, check_flag, cloud_logger_store, to_ts
-from goodput_jax.compat.step_times import StepStarts, google_step_deviation
-from goodput_jax.measure.calculator import GoodputCalculator as _BaseCalculator
+from goodput_jax.compat.step_times import StepStarts, StepTimes, google_step_deviation
+from goodput_jax.measure.badput import BadputType as MeasureBadputType
 from goodput_jax.measure.calculator import (
+    BUCKET_TYPES,
+    NoEventsError,
     breakdown,
     check_ideal,
     goodput_percent,
 )
-from goodput_jax.measure.events import TimeLike
+from goodput_jax.measure.calculator import GoodputCalculator as _BaseCalculator
+from goodput_jax.measure.engine import Engine
+from goodput_jax.measure.events import Event, TimeLike
+from goodput_jax.measure.stores.cloud_logger import to_entry
 
 __all__ = ["GoodputCalculator"]
 
@@ -84,6 +96,11 @@ class GoodputCalculator(_BaseCalculator):
         super().__init__(job_name, logger_name, store=cloud_logger_store(cloud_logger, store),
                          clock=clock, configured_ideal_step_time=configured_ideal_step_time)
         self._step_starts = StepStarts(self.store, job_name)
+        #: the engine of the last get_job_goodput_interval (Google's ``_interval_entries``)
+        self._last_interval_engine: Engine | None = None
+        #: ``_fetch_new_entries``: the store cursor, and events read but after the query time
+        self._fetch_cursor: Any = None
+        self._unfetched: list[Event] = []
 
     def sync_to_gcs(self) -> None:
         """Google syncs its on-disk cache to GCS; there is no such cache here (no-op)."""
@@ -180,8 +197,6 @@ class GoodputCalculator(_BaseCalculator):
         ``Any``: the values are JSON-like (numbers, strings, lists, nested dicts), as stored or
         uploaded.
         """
-        from goodput_jax.measure.calculator import NoEventsError
-
         try:
             d = super().get_job_goodput_details()
         except NoEventsError as e:
@@ -294,3 +309,79 @@ class GoodputCalculator(_BaseCalculator):
             return g, {}, last, excluded
         flat = breakdown(acc, total, eng.async_data_loading())
         return g, google_breakdown(flat, custom, 100.0 / total), last, excluded
+
+    # --------------------------------------------- Google's private helpers (adaptors)
+    # kept for Google's tests and code that calls them: Google's names and signatures,
+    # goodput_jax's rules (compat/__init__'s docstring)
+
+    def _get_step_times(self, entries: list[Any]) -> dict[int, float]:
+        """Google's ``_get_step_times``: ``{step: seconds to the next step's start}`` of the
+        step-start entries among ``entries`` (Google's entry dicts, in record order; anything
+        else, such as a ``(timestamp, entry)`` pair, is skipped as Google's helper skips it),
+        by the rule of :class:`~goodput_jax.compat.step_times.StepTimes`.
+
+        ``Any``: Google's entries, JSON-like dicts taken as they come.
+
+        Example:
+            >>> calc = GoodputCalculator("job", "goodput_job", store=":memory:")
+            >>> calc._get_step_times([{"job_name": "job", "step_count": 0, "step_start_time": 1.0},
+            ...                       {"job_name": "job", "step_count": 1, "step_start_time": 4.0}])
+            {0: 3.0}
+        """
+        times = StepTimes()
+        times.add(step_starts(entries))
+        return times.times
+
+    def _fetch_new_entries(self, query_time: datetime.datetime) -> list[Any]:
+        """Google's ``_fetch_new_entries``: bring the calculator up to date with the store
+        (:meth:`refresh`) and return the entries recorded since the last call, up to
+        ``query_time``, as Google's entry dicts.
+
+        The calculator's own totals always read the whole store (there is no separate fetch
+        step here); entries after ``query_time`` are returned by a later call.
+
+        ``Any``: Google's entries, JSON-like dicts.
+        """
+        t = to_ts(query_time, "query_time")
+        with self._lock:
+            self.refresh()
+            events, self._fetch_cursor = self.store.read_events(self.job_name,
+                                                                self._fetch_cursor)
+            new = self._unfetched + list(events)
+            self._unfetched = [ev for ev in new if ev.timestamp > t]
+        return [to_entry(ev) for ev in new if ev.timestamp <= t]
+
+    def _get_current_productive_and_unproductive_time(
+            self, interval_query: bool | None = False) -> tuple[float, dict, int, int]:
+        """Google's ``_get_current_productive_and_unproductive_time``: the job's (or, with
+        ``interval_query``, the last :meth:`get_job_goodput_interval` window's) productive
+        seconds, ``{BadputType: s}`` (custom badput as ``{TYPE: s}``, no ``OTHER``: Google
+        adds it afterwards), the last productive step and the last recorded step.
+
+        The seconds are goodput_jax's attribution (``docs/semantics.md``), the same as
+        :meth:`get_job_goodput_details` reports; they are Google's where the rules agree.
+        """
+        if interval_query:
+            eng = self._last_interval_engine
+            if eng is None or eng.runs == 0:
+                return 0.0, self._google_unproductive({}, {}), 0, 0
+            productive, acc, custom = eng.totals(eng.last_t)
+            badput = dict(zip(BUCKET_TYPES, acc, strict=True))
+            badput[MeasureBadputType.DATA_LOADING_ASYNC] = eng.async_data_loading()
+            last = eng.live_steps[-1] if eng.live_steps else 0
+            recorded = max([last, eng.open_step, *eng.dq])
+            return productive, self._google_unproductive(badput, custom), last, recorded
+        try:
+            d = _BaseCalculator.get_job_goodput_details(self)
+        except NoEventsError:
+            return 0.0, self._google_unproductive({}, {}), 0, 0
+        self._step_starts.update()
+        last_start = self._step_starts.last_step
+        return (d["productive_time"],
+                self._google_unproductive(d["badput_time"], d["custom_badput_time"]),
+                d["last_productive_step"], 0 if last_start is None else last_start)
+
+    def _google_unproductive(self, badput: dict, custom: dict[str, float]) -> dict:
+        out = self._unproductive_seconds({"badput_time": badput, "custom_badput_time": custom})
+        out.pop(BadputType.OTHER, None)
+        return out

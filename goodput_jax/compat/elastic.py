@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from goodput_jax.compat.calculator import GoodputCalculator
+from goodput_jax.compat.entries import slice_count_records
 from goodput_jax.compat.enums import BadputType
 from goodput_jax.compat.monitor import GoodputMonitor
 from goodput_jax.compat.options import GCPOptions, local_time, to_ts
@@ -126,6 +127,27 @@ class ElasticGoodputCalculator(GoodputCalculator):
         >>> calc = ElasticGoodputCalculator("job", "goodput_job", store=":memory:")
     """
 
+    # Google's private helpers, kept for Google's tests and code that calls them
+    # (compat/__init__'s docstring); the elastic buckets reach Google's
+    # _get_current_productive_and_unproductive_time through _unproductive_seconds
+    @staticmethod
+    def _extract_slice_count_entries(entries: list[dict[str, Any]]
+                                     ) -> list[tuple[float, int, int, int]]:
+        """Google's ``_extract_slice_count_entries``: ``(time, active, available, total)``
+        of the slice-count entries (a total under 1 read as 1), in time order
+        (:func:`goodput_jax.compat.entries.slice_count_records`).
+
+        ``Any``: Google's entries, JSON-like dicts taken as they come.
+        """
+        return slice_count_records(entries)
+
+    @staticmethod
+    def _compute_time_weighted_efficiency(slice_records: list[tuple[float, int, int, int]],
+                                          interval_start_ts: float, interval_end_ts: float
+                                          ) -> tuple[float, float]:
+        """Google's ``_compute_time_weighted_efficiency``: :func:`slice_efficiency`."""
+        return slice_efficiency(slice_records, interval_start_ts, interval_end_ts)
+
     def _with_elastic(self, breakdown: dict, flat: dict) -> dict:
         if breakdown:
             for bt in _ELASTIC:
@@ -155,6 +177,7 @@ class ElasticGoodputCalculator(GoodputCalculator):
         g, breakdown, last, total, disruptions = super().get_job_goodput_interval(
             interval_start, interval_end)
         eng = self._last_interval_engine
+        assert eng is not None  # set by the base's get_job_goodput_interval
         p, acc, _ = eng.totals(eng.last_t)
         tot = p + sum(acc)
         flat = percentages(acc, tot) if tot else {}

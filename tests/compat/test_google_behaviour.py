@@ -1,11 +1,11 @@
 """What Google's own tests check, through the drop-in's public API (and Google's module path).
 
 ml-goodput-measurement 0.2.3's unit tests (``benchmarks/google_tests/run.sh``) reach into
-its private helpers in three places that goodput_jax does not reproduce
-(``_get_step_times``, ``_extract_slice_count_entries`` / ``_compute_time_weighted_efficiency``
-and ``_fetch_new_entries`` / ``_get_current_productive_and_unproductive_time``); the
-behaviour those tests check is checked here through the public calls, with the numbers
-their scenarios expect. Also: Google's step deviation rule, its result shapes, the last
+its private helpers in three places (``_get_step_times``, ``_extract_slice_count_entries`` /
+``_compute_time_weighted_efficiency`` and ``_fetch_new_entries`` /
+``_get_current_productive_and_unproductive_time``: the drop-ins keep them as adaptors,
+``test_google_private_helpers.py``); the behaviour those tests check is checked here through
+the public calls, with the numbers their scenarios expect. Also: Google's step deviation rule, its result shapes, the last
 result a calculator keeps (``_goodput_cache``, which Google's tests read) and
 ``goodput_utils``' metadata helpers on Google's module path.
 """
