@@ -25,6 +25,7 @@ from goodput_jax.measure.monitor import GoodputMonitor as _BaseMonitor
 from goodput_jax.measure.monitor_options import MonitorOptions, check_windows, monitor_options
 
 if TYPE_CHECKING:
+    from goodput_jax.measure.calculator import StepDeviation
     from goodput_jax.measure.cloud_monitoring import CloudMonitoringExporter
 
 __all__ = ["GoodputMonitor", "google_monitor_options"]
@@ -208,6 +209,7 @@ class GoodputMonitor(_BaseMonitor):
         self._gcm: CloudMonitoringExporter | None = None
         self._defer_gcm_flush = False
         self._google_calc: GoodputCalculator | None = None
+        self._google_dev_last = -1  # the last step whose Google deviation was written
         #: what the GCE metadata server said (None when it was not asked)
         self.gce_metadata = None
         opts = self.gcp_options
@@ -310,6 +312,22 @@ class GoodputMonitor(_BaseMonitor):
         if values:
             self.write_scalars(self.last_step, values)
         return values
+
+    def step_deviation_points(self, dev: StepDeviation) -> list[tuple[int, float]]:
+        """Google's points under ``step_deviation``: the drop-in calculator's
+        :meth:`~goodput_jax.compat.calculator.GoodputCalculator.get_step_deviation`
+        (|gap from a step's start to the next one's - the ideal|) for each step after the
+        last one written, at its value when first written (Google rewrites every step on
+        every upload; the latest value per step is the same)."""
+        try:
+            google = self._interval_calculator().get_step_deviation(
+                self.configured_ideal_step_time)
+        except ValueError:  # no step times yet, or no ideal (Google skips the cycle)
+            return []
+        new = [(s, v) for s, v in sorted(google.items()) if s > self._google_dev_last]
+        if new:
+            self._google_dev_last = new[-1][0]
+        return new
 
     def upload_step_deviation(self) -> dict[str, float]:
         values = super().upload_step_deviation()

@@ -15,11 +15,9 @@ rest are :class:`~goodput_jax.measure.monitor_options.MonitorOptions` (``options
 Its modules, one seam each: :mod:`~goodput_jax.measure.monitor_options` (the options,
 validated once), :mod:`~goodput_jax.measure.monitor_calculator` (what it reads of the
 calculator), :mod:`~goodput_jax.measure.monitor_uploaders` (the background threads),
-:mod:`~goodput_jax.measure.monitor_hang` (hang detection),
-:mod:`~goodput_jax.measure.monitor_stragglers` (the slowest-host log),
-:mod:`~goodput_jax.measure.tags` (which tag a value becomes) and
-:mod:`~goodput_jax.measure.tensorboard` (the event files).
-The tags are listed in ``docs/tensorboard_tags.md``.
+:mod:`~goodput_jax.measure.monitor_hang` (hang detection), ``monitor_stragglers`` (the
+slowest-host log), :mod:`~goodput_jax.measure.tags` (which tag a value becomes) and
+:mod:`~goodput_jax.measure.tensorboard` (the event files); tags: ``docs/tensorboard_tags.md``.
 
 Example:
     >>> monitor = GoodputMonitor("my-run", "goodput_my-run", "/tmp/tb",
@@ -40,10 +38,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from goodput_jax.measure.calculator import GoodputCalculator
 from goodput_jax.measure.events import to_timestamp
-from goodput_jax.measure.monitor_calculator import (
-    MonitoredCalculator,
-    check_calculator,
-)
+from goodput_jax.measure.monitor_calculator import MonitoredCalculator, check_calculator
 from goodput_jax.measure.monitor_hang import HangCheck, StepClock
 from goodput_jax.measure.monitor_options import (
     MonitorKeywords,
@@ -470,9 +465,7 @@ class GoodputMonitor:
         now = self._now()
         tag = "step_deviation" if self.tag_layout == "reference" else "step_time/deviation"
         with self._dev_lock:
-            # only the steps completed (or redone after a rollback) since the last poll
-            steps_a, secs_a, self._dev_token = self.calculator.new_step_times(self._dev_token)
-            new = list(zip(steps_a.tolist(), (secs_a - dev.ideal_step_time).tolist()))
+            new = self.step_deviation_points(dev)
             if self.max_deviation_points and len(new) > self.max_deviation_points:
                 new = new[-self.max_deviation_points:]
             elif not self.max_deviation_points:
@@ -485,6 +478,13 @@ class GoodputMonitor:
         self._writer.flush()
         values["points"] = float(points)
         return values
+
+    def step_deviation_points(self, dev: StepDeviation) -> list[tuple[int, float]]:
+        """The ``(step, value)`` points an upload writes under the deviation tag (called under
+        the uploader's lock): each step completed (or redone) since the last upload, its step
+        time minus ``dev.ideal_step_time``. The drop-in overrides it with Google's rule."""
+        steps_a, secs_a, self._dev_token = self.calculator.new_step_times(self._dev_token)
+        return list(zip(steps_a.tolist(), (secs_a - dev.ideal_step_time).tolist()))
 
     def upload_rolling_window_goodput(
         self, window_seconds: float | Iterable[float] | None = None
