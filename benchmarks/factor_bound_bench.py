@@ -23,7 +23,12 @@ naming goodput or MFU. The parent starts ``--burners`` processes that each spin 
 whatever else runs) and stops them at the end; the load average is printed beside each run.
 
 Usage:
-    python benchmarks/factor_bound_bench.py [--runs 10] [--burners 2] [--steps 30] [--shared-cache]
+    python benchmarks/factor_bound_bench.py [--runs 10] [--burn 2] [--steps 30] [--shared-cache]
+
+Each run prints, under its figures, what its verdict rests on: the program's intensity, the
+ridge it was measured against (the peak, raised where a step beat it), its memory time over
+its compute time and the peak's spreads (FLOP/s, bandwidth, the ridge's own); a second table
+gives their ranges per program.
 """
 
 from __future__ import annotations
@@ -126,8 +131,13 @@ def child(kind: str, tmp: str, steps: int) -> dict:
     prod = calc.get_productivity_goodput()
     text = format_report(calc)
     p = prog.programs[0]
+    pk = p.peak
     return {"program": kind, "mfu": prog.mfu, "program_goodput": prog.program_goodput,
             "verdict": p.verdict, "raised": p.raised_from is not None,
+            "intensity": p.arithmetic_intensity, "ridge": pk.ridge_point,
+            "mem_over_comp": p.memory_time_s / p.compute_time_s,
+            "gflops": pk.flops_per_s / 1e9, "gbps": pk.bytes_per_s / 1e9,
+            "spreads": [pk.flops_spread, pk.bytes_spread, pk.ridge_spread],
             "ml_productivity": prod.ml_productivity_goodput,
             "runtime": prod.runtime_goodput, "report_max_pct": _pct_max(text)}
 
@@ -143,7 +153,8 @@ def _child_main(args) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=10)
-    p.add_argument("--burners", type=int, default=2, help="processes spinning a core (0: quiet)")
+    p.add_argument("--burners", "--burn", type=int, default=2,
+                   help="processes spinning a core beside the runs (0: quiet)")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--shared-cache", action="store_true", help="one peak cache for all runs")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -182,6 +193,11 @@ def main() -> None:
                           f"  ML productivity {100 * r['ml_productivity']:6.1f}%  report max "
                           f"{r['report_max_pct']:6.1f}%  {r['verdict']}"
                           f"{'  (peak raised)' if r['raised'] else ''}", flush=True)
+                    fs, bs, rs = r["spreads"]
+                    print(f"        {r['intensity']:7.2f} FLOP/B, ridge {r['ridge']:6.1f} "
+                          f"({r['gflops']:.0f} GFLOP/s, {r['gbps']:.2f} GB/s), memory/compute "
+                          f"{r['mem_over_comp']:6.2f}x, spreads F {fs:.2f} B {bs:.2f} "
+                          f"ridge {rs:.2f}", flush=True)
     finally:
         for b in burners:
             b.kill()
@@ -209,6 +225,18 @@ def main() -> None:
               f"| {100 * max(r['ml_productivity'] for r in rs):.1f}% "
               f"| {max(r['report_max_pct'] for r in rs):.1f}% | {over} | {verdicts} "
               f"| {sum(1 for r in rs if r['raised'])} |")
+    print()
+    print("| program | intensity (FLOP/B) | ridge | memory/compute | ridge spread |")
+    print("|---|---|---|---|---|")
+    for kind in PROGRAMS:
+        rs = [r for r in rows if r["program"] == kind]
+
+        def span(key: str, fmt: str, rs=rs) -> str:
+            vals = [r[key] if key != "rs" else r["spreads"][2] for r in rs]
+            return f"{min(vals):{fmt}}-{max(vals):{fmt}}"
+
+        print(f"| {kind} | {span('intensity', '.2f')} | {span('ridge', '.1f')} "
+              f"| {span('mem_over_comp', '.2f')}x | {span('rs', '.2f')} |")
     loads = [r["load"] for r in rows]
     print(f"load average (1 min) at run starts: {min(loads):.1f}-{max(loads):.1f}")
     print("met" if worst == 0 else f"NOT met: {worst} program-runs above 100%")
