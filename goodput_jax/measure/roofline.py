@@ -35,7 +35,8 @@ __all__ = ["PEAK_TABLE", "RIDGE_BAND", "DevicePeak", "ProgramCost", "ProgramGood
            "ProgramStats", "combine_programs", "lookup_peak", "program_stats"]
 
 #: a program whose compute and memory times are within this factor of each other (the
-#: factor widened by its peak's measured spreads) sits "near the ridge": bound ``'ridge'``
+#: factor widened by its peak's measured spreads: ``flops_spread`` or ``bytes_spread`` and
+#: ``ridge_spread``, see ``_bound``) sits "near the ridge": bound ``'ridge'``
 RIDGE_BAND = 1.5
 
 

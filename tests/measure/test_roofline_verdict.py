@@ -165,6 +165,16 @@ def test_ridge_spread_is_validated_and_travels_in_the_payload():
     assert s.as_dict()["peak_ridge_spread"] == 0.5
 
 
+def test_moderate_spreads_keep_a_program_well_off_the_ridge_sharp():
+    """The price of the band: with a quiet probe's spreads (20% each) a program is called
+    compute-bound from 1.5 / 0.8 / 0.8 = 2.34x its memory time, memory-bound from 2.34x."""
+    pk = DevicePeak("cpu", 1e11, 4e9, "measured", 0.2, 0.2, 0.2)  # ridge 25
+    for intensity, bound in ((25 * 2.4, "compute"), (25 * 2.3, "ridge"), (25 / 2.3, "ridge"),
+                             (25 / 2.4, "memory")):
+        c = ProgramCost("f", intensity * 1e7, 0.0, 1e7, "cpu")
+        assert program_stats(c, pk, [1.0]).bound == bound, intensity
+
+
 def test_a_clearly_memory_bound_add_is_memory_bound_at_any_spread():
     worst = DevicePeak("cpu", 1e11, 4e9, "measured", 0.99 - 1e-9, 0.9, 0.9)
     assert program_stats(ADD, worst, [0.05] * 3).bound == "memory"
