@@ -23,7 +23,13 @@ naming goodput or MFU. The parent starts ``--burners`` processes that each spin 
 whatever else runs) and stops them at the end; the load average is printed beside each run.
 
 Usage:
-    python benchmarks/factor_bound_bench.py [--runs 10] [--burners 2] [--steps 30] [--shared-cache]
+    python benchmarks/factor_bound_bench.py [--runs 10] [--burn 2] [--steps 30] [--shared-cache]
+        [--programs mlp,add,scan,mm]
+
+Each run prints, under its figures, what its verdict rests on: the program's intensity, the
+ridge it was measured against (the peak, raised where a step beat it), its memory time over
+its compute time and the peak's spreads (FLOP/s, bandwidth, the ridge's own); a second table
+gives their ranges per program.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 PROGRAMS = ("mlp", "add", "scan")
+#: ``--programs`` may add ``mm``: one 1024 x 1024 float32 matmul (170 FLOP/byte, several
+#: times the CPU's ridge): what the band costs a program well off the ridge under load
+EXTRA = ("mm",)
 
 
 def _program(kind: str):
@@ -76,6 +85,14 @@ def _program(kind: str):
             return a + b, b
 
         return add, (a, b)
+    if kind == "mm":
+        m = jnp.asarray(rng.standard_normal((1024, 1024)) / 32, jnp.float32)
+
+        @jax.jit
+        def mm(a, b):
+            return a, a @ b
+
+        return mm, (m, m)
     n = 192
     ws = jnp.asarray(rng.standard_normal((4, n, n)) / np.sqrt(n), jnp.float32)
     x = jnp.asarray(rng.standard_normal((n, n)), jnp.float32)
@@ -126,15 +143,20 @@ def child(kind: str, tmp: str, steps: int) -> dict:
     prod = calc.get_productivity_goodput()
     text = format_report(calc)
     p = prog.programs[0]
+    pk = p.peak
     return {"program": kind, "mfu": prog.mfu, "program_goodput": prog.program_goodput,
             "verdict": p.verdict, "raised": p.raised_from is not None,
+            "intensity": p.arithmetic_intensity, "ridge": pk.ridge_point,
+            "mem_over_comp": p.memory_time_s / p.compute_time_s,
+            "gflops": pk.flops_per_s / 1e9, "gbps": pk.bytes_per_s / 1e9,
+            "spreads": [pk.flops_spread, pk.bytes_spread, pk.ridge_spread],
             "ml_productivity": prod.ml_productivity_goodput,
             "runtime": prod.runtime_goodput, "report_max_pct": _pct_max(text)}
 
 
 def _child_main(args) -> None:
     rows = []
-    for kind in PROGRAMS:
+    for kind in args.programs.split(","):
         os.environ["GOODPUT_JAX_STORE"] = f"sqlite:///{os.path.join(args.tmp, kind + '.db')}"
         rows.append(child(kind, args.tmp, args.steps))
     print("ROWS " + json.dumps(rows))
@@ -143,9 +165,12 @@ def _child_main(args) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=10)
-    p.add_argument("--burners", type=int, default=2, help="processes spinning a core (0: quiet)")
+    p.add_argument("--burners", "--burn", type=int, default=2,
+                   help="processes spinning a core beside the runs (0: quiet)")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--shared-cache", action="store_true", help="one peak cache for all runs")
+    p.add_argument("--programs", default=",".join(PROGRAMS),
+                   help=f"comma-separated, of {', '.join(PROGRAMS + EXTRA)}")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -167,7 +192,7 @@ def main() -> None:
                            else os.path.join(tmp, "cache"))
                 load = os.getloadavg()[0]
                 out = subprocess.run([sys.executable, __file__, "--child", "--tmp", tmp,
-                                      "--steps", str(args.steps)],
+                                      "--steps", str(args.steps), "--programs", args.programs],
                                      env=env, capture_output=True, text=True, timeout=600)
                 line = [ln for ln in out.stdout.splitlines() if ln.startswith("ROWS ")]
                 if out.returncode or not line:
@@ -182,6 +207,11 @@ def main() -> None:
                           f"  ML productivity {100 * r['ml_productivity']:6.1f}%  report max "
                           f"{r['report_max_pct']:6.1f}%  {r['verdict']}"
                           f"{'  (peak raised)' if r['raised'] else ''}", flush=True)
+                    fs, bs, rs = r["spreads"]
+                    print(f"        {r['intensity']:7.2f} FLOP/B, ridge {r['ridge']:6.1f} "
+                          f"({r['gflops']:.0f} GFLOP/s, {r['gbps']:.2f} GB/s), memory/compute "
+                          f"{r['mem_over_comp']:6.2f}x, spreads F {fs:.2f} B {bs:.2f} "
+                          f"ridge {rs:.2f}", flush=True)
     finally:
         for b in burners:
             b.kill()
@@ -190,14 +220,15 @@ def main() -> None:
     import jax
 
     print()
-    print(f"# factor bound: {args.runs} runs x {len(PROGRAMS)} programs, {args.burners} burners, "
+    kinds = args.programs.split(",")
+    print(f"# factor bound: {args.runs} runs x {len(kinds)} programs, {args.burners} burners, "
           f"{'shared' if args.shared_cache else 'fresh'} peak cache per run; "
           f"jax {jax.__version__}, {os.cpu_count()} cores")
     print("| program | max MFU | max program goodput | max ML productivity | max % in report "
           "| runs > 100% | verdicts | peak raised |")
     print("|---|---|---|---|---|---|---|---|")
     worst = 0
-    for kind in PROGRAMS:
+    for kind in kinds:
         rs = [r for r in rows if r["program"] == kind]
         over = sum(1 for r in rs if max(r["mfu"], r["program_goodput"], r["ml_productivity"],
                                         r["report_max_pct"] / 100) > 1.0 + 1e-9)
@@ -209,6 +240,18 @@ def main() -> None:
               f"| {100 * max(r['ml_productivity'] for r in rs):.1f}% "
               f"| {max(r['report_max_pct'] for r in rs):.1f}% | {over} | {verdicts} "
               f"| {sum(1 for r in rs if r['raised'])} |")
+    print()
+    print("| program | intensity (FLOP/B) | ridge | memory/compute | ridge spread |")
+    print("|---|---|---|---|---|")
+    for kind in kinds:
+        rs = [r for r in rows if r["program"] == kind]
+
+        def span(key: str, fmt: str, rs=rs) -> str:
+            vals = [r[key] if key != "rs" else r["spreads"][2] for r in rs]
+            return f"{min(vals):{fmt}}-{max(vals):{fmt}}"
+
+        print(f"| {kind} | {span('intensity', '.2f')} | {span('ridge', '.1f')} "
+              f"| {span('mem_over_comp', '.2f')}x | {span('rs', '.2f')} |")
     loads = [r["load"] for r in rows]
     print(f"load average (1 min) at run starts: {min(loads):.1f}-{max(loads):.1f}")
     print("met" if worst == 0 else f"NOT met: {worst} program-runs above 100%")

@@ -8,9 +8,10 @@ program's steps sit under the roof, with the peak an upper bound on every step.
   times. A step that ran faster than the peak allows proves the peak higher: the peak is
   raised to the rate that step reached (FLOP/s and bytes/s apart), the program's figures
   are computed against it and the raise is kept (``ProgramStats.raised_from``), so MFU and
-  program goodput never exceed 1. A program within :data:`RIDGE_BAND` of the ridge (widened
-  by the peak's measured spread) is ``'ridge'``: "near the ridge", not a verdict that flips
-  with the peak's noise.
+  program goodput never exceed 1. A program the evidence cannot place on one side of the
+  ridge (within :data:`RIDGE_BAND`, widened by the peak's spreads: each rate's and the
+  ridge's own, which a raise widens) is ``'ridge'``: "near the ridge", not a verdict that
+  flips with the peak's noise.
 * :func:`combine_programs`: the job's program goodput, every program against one peak per
   device kind (the highest any of them needed).
 
@@ -34,7 +35,8 @@ __all__ = ["PEAK_TABLE", "RIDGE_BAND", "DevicePeak", "ProgramCost", "ProgramGood
            "ProgramStats", "combine_programs", "lookup_peak", "program_stats"]
 
 #: a program whose compute and memory times are within this factor of each other (the
-#: factor widened by its peak's measured spreads) sits "near the ridge": bound ``'ridge'``
+#: factor widened by its peak's measured spreads: ``flops_spread`` or ``bytes_spread`` and
+#: ``ridge_spread``, see ``_bound``) sits "near the ridge": bound ``'ridge'``
 RIDGE_BAND = 1.5
 
 
@@ -120,7 +122,13 @@ class DevicePeak:
             ``'user'``.
         flops_spread / bytes_spread: a measured peak's spread, ``1 - median / best`` of the
             probe's runs (0 for a published or given peak): how far one run can fall short
-            of the best. It widens the "near the ridge" band (:data:`RIDGE_BAND`).
+            of the best, so how far the true rate may lie above the one measured. A rate a
+            step raised carries the spread of the steps that raised it.
+        ridge_spread: how uncertain the ridge ``flops_per_s / bytes_per_s`` itself is:
+            ``1 - lowest / highest`` of the ridges the probe's interleaved rounds measured
+            (each round a matmul and a stream under the same load), widened where the two
+            rates came from different moments (a cache file merging two probes, a rate a
+            step raised). Each spread widens the "near the ridge" band (:data:`RIDGE_BAND`).
 
     Example:
         >>> DevicePeak("my chip", 1e15, 2e12).ridge_point
@@ -133,6 +141,7 @@ class DevicePeak:
     source: str = "user"
     flops_spread: float = 0.0
     bytes_spread: float = 0.0
+    ridge_spread: float = 0.0
 
     def __post_init__(self) -> None:
         for f in ("flops_per_s", "bytes_per_s"):
@@ -140,7 +149,7 @@ class DevicePeak:
             if v <= 0:
                 raise ValueError(f"{f} ({v!r}) must be > 0")
             object.__setattr__(self, f, v)
-        for f in ("flops_spread", "bytes_spread"):
+        for f in ("flops_spread", "bytes_spread", "ridge_spread"):
             v = _finite(getattr(self, f), f)
             if not 0.0 <= v < 1.0:
                 raise ValueError(f"{f} ({v!r}) must be in [0, 1)")
@@ -158,13 +167,15 @@ class DevicePeak:
              "bytes_per_s": self.bytes_per_s, "source": self.source}
         if self.flops_spread or self.bytes_spread:
             d.update(flops_spread=self.flops_spread, bytes_spread=self.bytes_spread)
+        if self.ridge_spread:
+            d["ridge_spread"] = self.ridge_spread
         return d
 
     @classmethod
     def from_payload(cls, d: dict) -> DevicePeak:
         return cls(str(d.get("device_kind", "")), d["flops_per_s"], d["bytes_per_s"],
                    str(d.get("source", "user")), d.get("flops_spread", 0.0),
-                   d.get("bytes_spread", 0.0))
+                   d.get("bytes_spread", 0.0), d.get("ridge_spread", 0.0))
 
 
 _T, _G = 1e12, 1e9
@@ -240,8 +251,8 @@ class ProgramStats:
         mfu: ``compute_time_s / step_time_s`` (model FLOPs utilisation, as a fraction, <= 1).
         program_goodput: ``ideal_step_time_s / step_time_s`` (fraction, <= 1).
         bound: ``'compute'`` or ``'memory'`` (the larger of the two times), or ``'ridge'``
-            when neither is :data:`RIDGE_BAND` (widened by the peak's spreads) times the
-            other.
+            when neither is :data:`RIDGE_BAND` times the other at the least favourable end
+            of the peak's spreads (``flops_spread``, ``bytes_spread``, ``ridge_spread``).
         arithmetic_intensity: FLOPs per byte accessed.
         raised_from: the peak as given when its steps beat it (None: not raised).
     """
@@ -273,7 +284,8 @@ class ProgramStats:
                    bytes_accessed=self.cost.bytes_accessed, device_kind=self.cost.device_kind,
                    peak_flops_per_s=self.peak.flops_per_s, peak_bytes_per_s=self.peak.bytes_per_s,
                    peak_source=self.peak.source, peak_flops_spread=self.peak.flops_spread,
-                   peak_bytes_spread=self.peak.bytes_spread, verdict=self.verdict,
+                   peak_bytes_spread=self.peak.bytes_spread,
+                   peak_ridge_spread=self.peak.ridge_spread, verdict=self.verdict,
                    peak_raised=self.raised_from is not None)
         if self.raised_from is not None:
             out.update(peak_raised_from_flops_per_s=self.raised_from.flops_per_s,
@@ -282,10 +294,20 @@ class ProgramStats:
 
 
 def _bound(comp: float, mem: float, peak: DevicePeak) -> str:
-    band = RIDGE_BAND * (1.0 + peak.flops_spread + peak.bytes_spread)
-    if comp > 0 and mem > 0 and max(comp / mem, mem / comp) < band:
-        return "ridge"
-    return "compute" if comp >= mem else "memory"
+    """The verdict the evidence supports. The true FLOP/s may lie above the measured one by
+    ``1 / (1 - flops_spread)`` (compute time shorter), the bandwidth by ``1 / (1 -
+    bytes_spread)`` and the ridge either way by ``1 / (1 - ridge_spread)``: a program is
+    compute- (memory-) bound only when its compute (memory) time is still :data:`RIDGE_BAND`
+    times the other at the end of that range least favourable to the verdict, else
+    ``'ridge'``."""
+    if not (comp > 0 and mem > 0):
+        return "compute" if comp >= mem else "memory"
+    keep = 1.0 - peak.ridge_spread
+    if comp / mem * (1.0 - peak.flops_spread) * keep >= RIDGE_BAND:
+        return "compute"
+    if mem / comp * (1.0 - peak.bytes_spread) * keep >= RIDGE_BAND:
+        return "memory"
+    return "ridge"
 
 
 def _against(cost: ProgramCost, peak: DevicePeak, first_step: int, n: int, med: float,
@@ -307,12 +329,35 @@ def _against(cost: ProgramCost, peak: DevicePeak, first_step: int, n: int, med: 
         raised_from=raised_from)
 
 
-def _raised(peak: DevicePeak, flops_per_s: float, bytes_per_s: float) -> DevicePeak:
-    """``peak`` with each rate raised to at least the one given (itself when neither is)."""
+def _raised(peak: DevicePeak, flops_per_s: float, bytes_per_s: float,
+            flops_spread: float = 0.0, bytes_spread: float = 0.0) -> DevicePeak:
+    """``peak`` with each rate raised to at least the one given (itself when neither is).
+
+    A raised rate carries the larger of its old spread and the one given (the spread of
+    the steps or the peak that raised it). Raising one rate moves the ridge by the factor
+    it was raised: the two rates now come from different moments (a probe and a step, a
+    loaded probe and a quieter step), so the ridge's spread widens to cover both places.
+    """
     if flops_per_s <= peak.flops_per_s and bytes_per_s <= peak.bytes_per_s:
         return peak
-    return dataclasses.replace(peak, flops_per_s=max(peak.flops_per_s, flops_per_s),
-                               bytes_per_s=max(peak.bytes_per_s, bytes_per_s))
+    f, b = max(peak.flops_per_s, flops_per_s), max(peak.bytes_per_s, bytes_per_s)
+    fs = max(peak.flops_spread, flops_spread) if f > peak.flops_per_s else peak.flops_spread
+    bs = max(peak.bytes_spread, bytes_spread) if b > peak.bytes_per_s else peak.bytes_spread
+    r0, r1 = peak.ridge_point, f / b
+    rs = 1.0 - (1.0 - peak.ridge_spread) * min(r0, r1) / max(r0, r1)
+    return dataclasses.replace(peak, flops_per_s=f, bytes_per_s=b, flops_spread=min(fs, 0.99),
+                               bytes_spread=min(bs, 0.99), ridge_spread=min(rs, 0.99))
+
+
+def _step_spread(times: Any, med: float) -> float:
+    """``1 - p25 / median`` of the steps that are not splits (at least half the median):
+    how far the median step falls short of the program's fast steps on this machine."""
+    import numpy as np
+
+    whole = times[times >= 0.5 * med]
+    if whole.size < 2:
+        return 0.0
+    return float(min(max(1.0 - float(np.percentile(whole, 25)) / med, 0.0), 0.99))
 
 
 def program_stats(cost: ProgramCost, peak: DevicePeak, step_times: Iterable[float],
@@ -340,7 +385,8 @@ def program_stats(cost: ProgramCost, peak: DevicePeak, step_times: Iterable[floa
     med = float(np.median(times)) if n else math.nan
     used = peak
     if n and med > 0:
-        used = _raised(peak, cost.flops / med, cost.bytes_accessed / med)
+        spread = _step_spread(times, med)
+        used = _raised(peak, cost.flops / med, cost.bytes_accessed / med, spread, spread)
     return _against(cost, used, first_step, n, med, None if used is peak else peak)
 
 
@@ -389,10 +435,11 @@ def combine_programs(programs: Iterable[ProgramStats]) -> ProgramGoodput:
     top: dict[str, DevicePeak] = {}
     for p in progs:
         k = p.cost.device_kind
-        top[k] = _raised(top.get(k, p.peak), p.peak.flops_per_s, p.peak.bytes_per_s)
+        top[k] = _raised(top.get(k, p.peak), p.peak.flops_per_s, p.peak.bytes_per_s,
+                         p.peak.flops_spread, p.peak.bytes_spread)
     for i, p in enumerate(progs):
-        pk = _raised(p.peak, top[p.cost.device_kind].flops_per_s,
-                     top[p.cost.device_kind].bytes_per_s)
+        t = top[p.cost.device_kind]
+        pk = _raised(p.peak, t.flops_per_s, t.bytes_per_s, t.flops_spread, t.bytes_spread)
         if pk is not p.peak:
             progs[i] = _against(p.cost, pk, p.first_step, p.num_steps, p.step_time_s,
                                 p.raised_from or p.peak)

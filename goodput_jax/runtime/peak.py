@@ -3,10 +3,11 @@ disk per device kind, with its spread.
 
 A device the published table (:data:`goodput_jax.measure.productivity.PEAK_TABLE`) does not
 know, a CPU first of all, gets a measured peak: the best of several matmul shapes (FLOP/s)
-and of several streaming shapes (bytes/s), each run several times. The best rate is the
-peak; ``1 - median / best`` of the best shape's runs is its spread
-(:class:`~goodput_jax.measure.productivity.DevicePeak` ``flops_spread`` /
-``bytes_spread``). The peak is only a bound where no step beats it: the calculator raises
+and of several streaming shapes (bytes/s), in interleaved rounds so that both rates see the same
+load. The best rate is the peak; ``1 - median / best`` of the best shape's runs is its
+spread (:class:`~goodput_jax.measure.productivity.DevicePeak` ``flops_spread`` /
+``bytes_spread``), ``1 - lowest / highest`` of the rounds' ridges the ridge's
+(``ridge_spread``). The peak is only a bound where no step beats it: the calculator raises
 it to what a faster step reached (``goodput_jax.measure.roofline``).
 
 Where it lives:
@@ -108,20 +109,26 @@ def _from_file(path: str, key: str, kind: str) -> DevicePeak | None:
         return None
     try:
         return DevicePeak(kind, e["flops_per_s"], e["bytes_per_s"], "measured",
-                          e.get("flops_spread", 0.0), e.get("bytes_spread", 0.0))
+                          e.get("flops_spread", 0.0), e.get("bytes_spread", 0.0),
+                          e.get("ridge_spread", 0.0))
     except (KeyError, TypeError, ValueError):
         return None
 
 
 def _write(path: str, key: str, peak: DevicePeak, seconds: float, probed: bool = True
            ) -> DevicePeak:
-    """Merge ``peak`` into the cache file (each rate the best seen; the spreads of the
-    newest probe) and return the merged peak; a cache that cannot be written is skipped."""
+    """Merge ``peak`` into the cache file (each rate the best seen; the rates' spreads of the
+    newest probe; the ridge's spread covering every ridge the merge saw) and return the
+    merged peak; a cache that cannot be written is skipped."""
     old = _from_file(path, key, peak.device_kind)
     if old is not None:
-        peak = DevicePeak(peak.device_kind, max(peak.flops_per_s, old.flops_per_s),
-                          max(peak.bytes_per_s, old.bytes_per_s), "measured",
-                          peak.flops_spread, peak.bytes_spread)
+        fl, bw = max(peak.flops_per_s, old.flops_per_s), max(peak.bytes_per_s, old.bytes_per_s)
+        # the merged rates may come from two probes at different loads: the ridge's spread
+        # covers the new probe's ridge, the old one's and the merged one's
+        ridges = (peak.ridge_point, old.ridge_point, fl / bw)
+        keep = (1.0 - max(peak.ridge_spread, old.ridge_spread)) * min(ridges) / max(ridges)
+        peak = DevicePeak(peak.device_kind, fl, bw, "measured", peak.flops_spread,
+                          peak.bytes_spread, min(1.0 - keep, 0.99))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         peaks = _read(path)
@@ -133,7 +140,7 @@ def _write(path: str, key: str, peak: DevicePeak, seconds: float, probed: bool =
             n = 0
         peaks[key] = {"flops_per_s": peak.flops_per_s, "bytes_per_s": peak.bytes_per_s,
                       "flops_spread": peak.flops_spread, "bytes_spread": peak.bytes_spread,
-                      "probes": n + probed,
+                      "ridge_spread": peak.ridge_spread, "probes": n + probed,
                       "probe_s": round(seconds, 4) if probed else prev.get("probe_s", 0.0),
                       "updated": time.time()}
         fd, tmp = tempfile.mkstemp(prefix=".peaks-", dir=os.path.dirname(path))
@@ -146,15 +153,11 @@ def _write(path: str, key: str, peak: DevicePeak, seconds: float, probed: bool =
 
 
 # ---------------------------------------------------------------------------------- the probe
-def _runs(fn: Any, *args: Any, reps: int) -> list[float]:
-    """Seconds of ``reps`` runs of ``fn(*args)`` after one warm-up (its compile)."""
+def _timed(fn: Any, *args: Any) -> float:
+    """Seconds of one run of ``fn(*args)``."""
+    t = time.perf_counter()
     fn(*args).block_until_ready()
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn(*args).block_until_ready()
-        out.append(time.perf_counter() - t)
-    return out
+    return time.perf_counter() - t
 
 
 def _best_of(rates: list[list[float]]) -> tuple[float, float]:
@@ -167,8 +170,31 @@ def _best_of(rates: list[list[float]]) -> tuple[float, float]:
     return best, min(max(1.0 - median / best, 0.0), 0.99)
 
 
-def _probe(dev: Any) -> DevicePeak:
-    """Run the probe on ``dev`` (this thread): the matmuls, then the streams."""
+def _summary(kind: str, flops: list[list[float]], streams: list[list[float]]) -> DevicePeak:
+    """The peak from the probe's rates, ``flops[shape][round]`` (FLOP/s) and
+    ``streams[shape][round]`` (bytes/s), each round run under the same load.
+
+    Each rate is the best of all its shapes and rounds with its spread (:func:`_best_of`).
+    The ridge's spread is ``1 - lowest / highest`` of the ridges each round measured (its
+    best matmul over its best stream) and the peak's own: under a changing load the FLOP
+    rate and the bandwidth are not depressed alike, so one probe's ridge can sit several
+    times from the next one's; this says by how much it moved while the probe ran.
+    """
+    f, fs = _best_of(flops)
+    b, bs = _best_of(streams)
+    rounds = min(len(r) for r in flops + streams)
+    ridges = [f / b] + [max(r[i] for r in flops) / max(r[i] for r in streams)
+                        for i in range(rounds)]
+    rs = min(max(1.0 - min(ridges) / max(ridges), 0.0), 0.99)
+    return DevicePeak(kind, f, b, "measured", fs, bs, rs)
+
+
+def _probe(dev: Any, rounds: int = 5, timer: Callable[..., float] = _timed) -> DevicePeak:
+    """Run the probe on ``dev`` (this thread): ``rounds`` rounds, each one run of every
+    matmul shape and then of every stream, so both rates are measured under the same load
+    (a probe that ran its matmuls first and its streams after took them at different loads
+    on a busy machine: ridges 19-33 FLOP/byte in three probes a minute apart).
+    ``timer(fn, *args)`` times one run (tests give a scripted one)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -176,24 +202,31 @@ def _probe(dev: Any) -> DevicePeak:
     cpu = dev.platform == "cpu"
     dtype = jnp.float32 if cpu else jnp.bfloat16
     mm = jax.jit(lambda a, b: a @ b)
-    flops = []
-    rng = np.random.default_rng(0)
-    for n in ((256, 512, 768, 1024) if cpu else (2048, 4096, 8192)):
-        a = jax.device_put(jnp.asarray(rng.standard_normal((n, n)), dtype), dev)
-        flops.append([2.0 * n ** 3 / t for t in _runs(mm, a, a, reps=5)])
     scale = jax.jit(lambda x: x * 1.000001)  # reads and writes each element: 2 x 4 bytes
     add = jax.jit(lambda x, y: x + y)  # two reads and a write: 3 x 4 bytes
-    streams = []
+    rng = np.random.default_rng(0)
+    mats = []  # (args, FLOPs per run)
+    for n in ((256, 512, 768, 1024) if cpu else (2048, 4096, 8192)):
+        a = jax.device_put(jnp.asarray(rng.standard_normal((n, n)), dtype), dev)
+        mats.append(((a, a), 2.0 * n ** 3))
+    moves = []  # (fn, args, bytes per run)
     for m in ((8, 16) if cpu else (128, 256)):  # M float32 elements: 32/64 MiB, 0.5/1 GiB
         x = jax.device_put(jnp.ones((m * 2 ** 20,), jnp.float32), dev)
         y = jax.device_put(jnp.full((m * 2 ** 20,), 0.5, jnp.float32), dev)
         nbytes = 4.0 * m * 2 ** 20
-        streams.append([2 * nbytes / t for t in _runs(scale, x, reps=3)])
-        streams.append([3 * nbytes / t for t in _runs(add, x, y, reps=3)])
-        del x, y
-    f, fs = _best_of(flops)
-    b, bs = _best_of(streams)
-    return DevicePeak(str(dev.device_kind), f, b, "measured", fs, bs)
+        moves += [(scale, (x,), 2 * nbytes), (add, (x, y), 3 * nbytes)]
+    for args, _ in mats:  # warm-ups (the compiles)
+        mm(*args).block_until_ready()
+    for fn, args, _ in moves:
+        fn(*args).block_until_ready()
+    flops: list[list[float]] = [[] for _ in mats]
+    streams: list[list[float]] = [[] for _ in moves]
+    for _ in range(rounds):
+        for i, (args, work) in enumerate(mats):
+            flops[i].append(work / timer(mm, *args))
+        for i, (fn, args, nbytes) in enumerate(moves):
+            streams[i].append(nbytes / timer(fn, *args))
+    return _summary(str(dev.device_kind), flops, streams)
 
 
 class PeakProbe:
@@ -407,11 +440,13 @@ def remember_peak(peak: DevicePeak, device: Any = None) -> DevicePeak:
     where = _where(dev)
     with _LOCK:
         old = _known(where, kind)
-    if old is not None:  # the spreads stay those of the last probe
+    if old is not None:  # the rates' spreads stay those of the last probe
         peak = DevicePeak(kind, peak.flops_per_s, peak.bytes_per_s, "measured",
-                          old.flops_spread, old.bytes_spread)
+                          old.flops_spread, old.bytes_spread,
+                          max(old.ridge_spread, peak.ridge_spread))
     merged = _write(*where, DevicePeak(kind, peak.flops_per_s, peak.bytes_per_s, "measured",
-                                       peak.flops_spread, peak.bytes_spread), 0.0, probed=False)
+                                       peak.flops_spread, peak.bytes_spread,
+                                       peak.ridge_spread), 0.0, probed=False)
     with _LOCK:
         _PEAKS[where] = merged
     return merged
@@ -423,10 +458,12 @@ def measured_peak(device: Any = None) -> DevicePeak:
     recorder does not count its compiles as the training thread's).
 
     The probe: square matmuls (256² to 1024² float32 on a CPU, 2048² to 8192² bfloat16
-    elsewhere; 5 runs of each) give FLOP/s; a scale and an add of 32 and 64 MiB arrays on a
-    CPU (0.5 and 1 GiB elsewhere; 3 runs of each) give bytes/s; the best rate of each is the
-    peak, ``1 - median / best`` of its shape's runs its spread. About 1-2 s on a 2-core
-    CPU, once per machine (then the cache file answers).
+    elsewhere) give FLOP/s; a scale and an add of 32 and 64 MiB arrays on a CPU (0.5 and 1
+    GiB elsewhere) give bytes/s; 5 rounds, each one run of every matmul and then every
+    stream, so both rates see the same load. The best rate of each is the peak, ``1 -
+    median / best`` of its shape's runs its spread, ``1 - lowest / highest`` of the rounds'
+    ridges the ridge's spread. About 1-2 s on a quiet 2-core CPU, once per machine (then
+    the cache file answers).
 
     Raises:
         RuntimeError: the probe failed.
