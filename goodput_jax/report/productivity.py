@@ -222,13 +222,15 @@ def peak_words(s: ProgramStats) -> str:
         >>> from goodput_jax.measure.productivity import DevicePeak, ProgramCost, program_stats
         >>> pk = DevicePeak("cpu", 1e11, 4e9, "measured", flops_spread=0.12)
         >>> peak_words(program_stats(ProgramCost("f", 1e10, 0, 1e6, "cpu"), pk, [0.05]))
-        'peak 200 GFLOP/s, 4 GB/s (measured, spread 12% / 0%; raised from 100 GFLOP/s, 4 GB/s: a step beat it)'
+        'peak 200 GFLOP/s, 4 GB/s (measured, spread 12% / 0%, ridge spread 50%; raised from 100 GFLOP/s, 4 GB/s: a step beat it)'
     """
     pk = s.peak
     out = (f"peak {format_rate(pk.flops_per_s, 'FLOP/s')}, {format_rate(pk.bytes_per_s, 'B/s')}"
            f" ({pk.source}")
     if pk.flops_spread or pk.bytes_spread:
         out += f", spread {100 * pk.flops_spread:.0f}% / {100 * pk.bytes_spread:.0f}%"
+    if pk.ridge_spread:
+        out += f", ridge spread {100 * pk.ridge_spread:.0f}%"
     if s.raised_from is not None:
         out += (f"; raised from {format_rate(s.raised_from.flops_per_s, 'FLOP/s')}, "
                 f"{format_rate(s.raised_from.bytes_per_s, 'B/s')}: a step beat it")
