@@ -6,6 +6,10 @@ asynchronously as in training, each step after a 0.4-step "load" (``time.sleep``
 pipeline that keeps up, so the host stays ahead of the device), in rounds of K steps that
 alternate between the arms and end with ``block_until_ready``:
 
+- the same loop overhead with each load a data-loading span (``with rec.data_loading():``),
+  once with ``time.sleep`` loads and once with Python loads holding the GIL (``py_load``:
+  the watcher then contends for the GIL inside the span), for the default
+  ``span_switch_interval``, ``1e-4``, ``None`` and ``switch_interval=1e-4``, side by side.
 - loop overhead: rounds without recording (``state, m = train_step(state, x)``) and with it
   (``state, m = recorded_step(i, state, x)``, ``recorded_step = steps.wrap(train_step)`` as in
   the quickstart, a real GoodputRecorder writing to SQLite in the background). The overhead
@@ -285,13 +289,21 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             "recorded": steps.observed, "tracked": steps.tracked}
 
 
-def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
+SPAN_ARMS = (("default", {}), ("1e-4", {"span_switch_interval": 1e-4}),
+             ("None", {"span_switch_interval": None}),
+             ("always", {"span_switch_interval": None, "switch_interval": 1e-4}))
+
+
+def span_loop_overhead(size: int, rounds: int, steps_per_round: int,
+                       python_load: bool = False) -> dict:
     """The loop overhead where each load is a badput span (``with rec.data_loading():``, as
     the quickstart's loop), against the same loop without recording, for the default
     ``span_switch_interval=1e-4`` (the switch interval short from a span's start while a
     step is in flight to the next step call), for ``None`` (left alone) and for
     ``switch_interval=1e-4`` (short while the watcher runs), each arm on its own recorder,
-    the arms' rounds in rotating order: median of round ratios."""
+    the arms' rounds in rotating order: median of round ratios. ``python_load``: each load is
+    Python holding the GIL (``py_load``, a Python-heavy loader: the watcher contends for
+    the GIL when the step ends inside it) instead of ``time.sleep``."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -302,11 +314,13 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
     train_step = _make_step(size)
     w = jnp.eye(size, dtype=jnp.float32) * 0.5
     x = jnp.asarray(np.random.default_rng(0).normal(size=(size, size)).astype("float32"))
+    from tests.runtime._helpers import py_load
+
     load_s = 0.4 * _calibrate(train_step, w, x, 0.005)
+    load = py_load if python_load else time.sleep
     tmp = tempfile.mkdtemp()
     recs = {}
-    for name, opts in (("1e-4", {}), ("None", {"span_switch_interval": None}),
-                       ("always", {"span_switch_interval": None, "switch_interval": 1e-4})):
+    for name, opts in SPAN_ARMS:
         rec = goodput.GoodputRecorder(f"span{name}", "bench", logging_enabled=True,
                                       store=SQLiteStore(os.path.join(tmp, f"{name}.db")))
         recs[name] = (rec, runtime.StepRecorder(rec, compile_times=False, **opts))
@@ -314,7 +328,7 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
     def plain() -> None:
         s = w
         for _ in range(steps_per_round):
-            time.sleep(load_s)
+            load(load_s)
             s, _m = train_step(s, x)
         jax.block_until_ready(s)
 
@@ -326,13 +340,13 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             s = w
             for i in range(steps_per_round):
                 with rec.data_loading():
-                    time.sleep(load_s)
+                    load(load_s)
                 s, _m = loop_step(i, s, x)
             jax.block_until_ready(s)
             steps.finish()
         return run
 
-    fns = {"plain": plain, "1e-4": arm("1e-4"), "None": arm("None"), "always": arm("always")}
+    fns = {"plain": plain, **{name: arm(name) for name, _ in SPAN_ARMS}}
     times: dict[str, list] = {k: [] for k in fns}
     names = list(fns)
     for r in range(rounds):
@@ -344,7 +358,7 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
         steps.close()
         rec.close()
     return {k: (statistics.median(t / p for t, p in zip(times[k], times["plain"], strict=True))
-                - 1) * 100 for k in ("1e-4", "None", "always")}
+                - 1) * 100 for k, _ in SPAN_ARMS}
 
 
 def sync_loop_cost(size: int, rounds: int, steps_per_round: int) -> dict:
@@ -623,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     pc = per_call_cost(batches, calls)
     sc = sync_loop_cost(size, rounds, args.steps)
     so = span_loop_overhead(size, rounds, args.steps)
+    sop = span_loop_overhead(size, rounds, args.steps, python_load=True)
     sp = span_cost(size, 10 if args.quick else 40, 100)
     pts = [python_heavy_truth(size, 60 if args.quick else 200, 0.006, loaded=loaded)
            for loaded in (False, True)]
@@ -637,9 +652,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'loop without recording, per step (ms)':<44}{lo['plain_ms']:>12.3f}")
     print(f"{'loop with StepRecorder, per step (ms)':<44}{lo['rec_ms']:>12.3f}")
     print(f"{'loop overhead (median of round ratios, %)':<44}{lo['overhead_pct']:>12.2f}{'< 1':>10}")
-    print(f"{'  loads as data-loading spans, default (%)':<44}{so['1e-4']:>12.2f}{'< 1':>10}")
-    print(f"{'  same, span_switch_interval=None (%)':<44}{so['None']:>12.2f}{'< 1':>10}")
-    print(f"{'  same, switch_interval=1e-4 (always) (%)':<44}{so['always']:>12.2f}{'< 1':>10}")
+    for o, what in ((so, "sleep"), (sop, "Python")):
+        for key, label in (("default", f"  loads ({what}) as spans, default"),
+                           ("1e-4", "    same, span_switch_interval=1e-4"),
+                           ("None", "    same, span_switch_interval=None"),
+                           ("always", "    same, switch_interval=1e-4 (always)")):
+            print(f"{label + ' (%)':<44}{o[key]:>12.2f}{'< 1':>10}")
     print(f"{'steps recorded / tracked':<44}{lo['recorded']:>6d} / {lo['tracked']:<4d}")
     print(f"{'one plain call (dispatch, us, median)':<44}{lo['call_plain_us']:>12.2f}")
     print(f"{'one recorded call (us, median)':<44}{lo['call_rec_us']:>12.2f}")
