@@ -6,6 +6,12 @@ asynchronously as in training, each step after a 0.4-step "load" (``time.sleep``
 pipeline that keeps up, so the host stays ahead of the device), in rounds of K steps that
 alternate between the arms and end with ``block_until_ready``:
 
+- the same loop overhead with each load a data-loading span (``with rec.data_loading():``),
+  with ``time.sleep`` loads, with Python loads holding the GIL (``py_load``: the watcher
+  then contends for the GIL inside the span) and with that Python split over 2 threads (a
+  threaded loader: a short interval costs its threads hand-overs), for the default
+  ``span_switch_interval``, ``1e-4``, ``1e-5``, ``None`` and ``switch_interval=1e-4``, side
+  by side.
 - loop overhead: rounds without recording (``state, m = train_step(state, x)``) and with it
   (``state, m = recorded_step(i, state, x)``, ``recorded_step = steps.wrap(train_step)`` as in
   the quickstart, a real GoodputRecorder writing to SQLite in the background). The overhead
@@ -285,13 +291,51 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             "recorded": steps.observed, "tracked": steps.tracked}
 
 
-def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
+def _py_work(n: int) -> int:
+    """``n`` rounds of a tokeniser-like loop of dict updates (a fixed amount of Python work,
+    holding the GIL: unlike ``py_load``, which runs for a fixed time, its time grows with
+    every GIL hand-over it has to make)."""
+    words = [f"tok{j}" for j in range(64)]
+    acc = 0
+    for _ in range(n):
+        d: dict = {}
+        for w in words:
+            d[w] = d.get(w, 0) + len(w)
+        acc += len(d)
+    return acc
+
+
+def _work_for(seconds: float) -> int:
+    """The rounds of :func:`_py_work` that take about ``seconds`` here (the best of 5)."""
+    best = min(_timed(_py_work, 200) for _ in range(5))
+    return max(1, round(200 * seconds / best))
+
+
+def _timed(fn, *args) -> float:
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
+SPAN_ARMS = (("default", {}), ("1e-4", {"span_switch_interval": 1e-4}),
+             ("1e-5", {"span_switch_interval": 1e-5}),
+             ("None", {"span_switch_interval": None}),
+             ("always", {"span_switch_interval": None, "switch_interval": 1e-4}))
+
+
+def span_loop_overhead(size: int, rounds: int, steps_per_round: int,
+                       python_load: bool = False, threads: int = 1) -> dict:
     """The loop overhead where each load is a badput span (``with rec.data_loading():``, as
     the quickstart's loop), against the same loop without recording, for the default
     ``span_switch_interval=1e-4`` (the switch interval short from a span's start while a
     step is in flight to the next step call), for ``None`` (left alone) and for
     ``switch_interval=1e-4`` (short while the watcher runs), each arm on its own recorder,
-    the arms' rounds in rotating order: median of round ratios."""
+    the arms' rounds in rotating order: median of round ratios. ``python_load``: each load is
+    a fixed amount of Python work holding the GIL (``_py_work``, a Python-heavy loader: the
+    watcher contends for the GIL when the step ends inside it, and every hand-over lengthens
+    the load) instead of ``time.sleep``; ``threads`` > 1: that
+    Python split over as many threads run together (a threaded loader: its threads contend
+    for the GIL all through the span, so a short interval costs them hand-overs)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -303,10 +347,25 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
     w = jnp.eye(size, dtype=jnp.float32) * 0.5
     x = jnp.asarray(np.random.default_rng(0).normal(size=(size, size)).astype("float32"))
     load_s = 0.4 * _calibrate(train_step, w, x, 0.005)
+    load = time.sleep
+    if python_load:
+        import threading
+
+        rounds_of_work = _work_for(load_s)
+
+        def load(seconds: float) -> None:
+            if threads == 1:
+                _py_work(rounds_of_work)
+                return
+            ts = [threading.Thread(target=_py_work, args=(rounds_of_work // threads,))
+                  for _ in range(threads)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
     tmp = tempfile.mkdtemp()
     recs = {}
-    for name, opts in (("1e-4", {}), ("None", {"span_switch_interval": None}),
-                       ("always", {"span_switch_interval": None, "switch_interval": 1e-4})):
+    for name, opts in SPAN_ARMS:
         rec = goodput.GoodputRecorder(f"span{name}", "bench", logging_enabled=True,
                                       store=SQLiteStore(os.path.join(tmp, f"{name}.db")))
         recs[name] = (rec, runtime.StepRecorder(rec, compile_times=False, **opts))
@@ -314,7 +373,7 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
     def plain() -> None:
         s = w
         for _ in range(steps_per_round):
-            time.sleep(load_s)
+            load(load_s)
             s, _m = train_step(s, x)
         jax.block_until_ready(s)
 
@@ -326,13 +385,13 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             s = w
             for i in range(steps_per_round):
                 with rec.data_loading():
-                    time.sleep(load_s)
+                    load(load_s)
                 s, _m = loop_step(i, s, x)
             jax.block_until_ready(s)
             steps.finish()
         return run
 
-    fns = {"plain": plain, "1e-4": arm("1e-4"), "None": arm("None"), "always": arm("always")}
+    fns = {"plain": plain, **{name: arm(name) for name, _ in SPAN_ARMS}}
     times: dict[str, list] = {k: [] for k in fns}
     names = list(fns)
     for r in range(rounds):
@@ -344,7 +403,7 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
         steps.close()
         rec.close()
     return {k: (statistics.median(t / p for t, p in zip(times[k], times["plain"], strict=True))
-                - 1) * 100 for k in ("1e-4", "None", "always")}
+                - 1) * 100 for k, _ in SPAN_ARMS}
 
 
 def sync_loop_cost(size: int, rounds: int, steps_per_round: int) -> dict:
@@ -623,6 +682,8 @@ def main(argv: list[str] | None = None) -> int:
     pc = per_call_cost(batches, calls)
     sc = sync_loop_cost(size, rounds, args.steps)
     so = span_loop_overhead(size, rounds, args.steps)
+    sop = span_loop_overhead(size, rounds, args.steps, python_load=True)
+    sot = span_loop_overhead(size, rounds, args.steps, python_load=True, threads=2)
     sp = span_cost(size, 10 if args.quick else 40, 100)
     pts = [python_heavy_truth(size, 60 if args.quick else 200, 0.006, loaded=loaded)
            for loaded in (False, True)]
@@ -637,9 +698,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'loop without recording, per step (ms)':<44}{lo['plain_ms']:>12.3f}")
     print(f"{'loop with StepRecorder, per step (ms)':<44}{lo['rec_ms']:>12.3f}")
     print(f"{'loop overhead (median of round ratios, %)':<44}{lo['overhead_pct']:>12.2f}{'< 1':>10}")
-    print(f"{'  loads as data-loading spans, default (%)':<44}{so['1e-4']:>12.2f}{'< 1':>10}")
-    print(f"{'  same, span_switch_interval=None (%)':<44}{so['None']:>12.2f}{'< 1':>10}")
-    print(f"{'  same, switch_interval=1e-4 (always) (%)':<44}{so['always']:>12.2f}{'< 1':>10}")
+    for o, what in ((so, "sleep"), (sop, "Python"), (sot, "2 Python threads")):
+        for key, label in (("default", f"  loads ({what}) as spans, default"),
+                           ("1e-4", "    same, span_switch_interval=1e-4"),
+                           ("1e-5", "    same, span_switch_interval=1e-5"),
+                           ("None", "    same, span_switch_interval=None"),
+                           ("always", "    same, switch_interval=1e-4 (always)")):
+            print(f"{label + ' (%)':<44}{o[key]:>12.2f}{'< 1':>10}")
     print(f"{'steps recorded / tracked':<44}{lo['recorded']:>6d} / {lo['tracked']:<4d}")
     print(f"{'one plain call (dispatch, us, median)':<44}{lo['call_plain_us']:>12.2f}")
     print(f"{'one recorded call (us, median)':<44}{lo['call_rec_us']:>12.2f}")
