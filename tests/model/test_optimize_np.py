@@ -103,3 +103,51 @@ def test_nan_row_gives_the_first_candidate(alpha_c):
         kg, kb, ks = optimize_fn(perf, grad, 16.0, 1.0, 2.0, 1024.0, 1.0, math.inf)
     assert math.isnan(g) and math.isnan(float(kg))
     assert (b, s) == (int(kb), int(ks)) == (8, 0)
+
+
+def _general(monkeypatch, *args):
+    """optimize_np with the one-configuration shortcut switched off."""
+    with monkeypatch.context() as m:
+        m.setattr(H, "_optimize_one", lambda *a: None)
+        return H.optimize_np(*args)
+
+
+def test_one_configuration_shortcut_equals_the_general_path(monkeypatch):
+    """The rearranged float64 search of one configuration (folded tolerances, no
+    accumulation where nothing exceeds max_atomic_bsz, no mask where nothing can fall out
+    of bounds) gives the general path's plan exactly and its goodput to rounding, over
+    random parameters, bounds, one replica and the rules of accumulation."""
+    rng = np.random.default_rng(7)
+    taken = 0
+    for i in range(1500):
+        p = PerfParams(*rng.gamma(2.0, 2.0, 7)) if i % 2 else REALISTIC
+        gp = GradParams(*rng.gamma(2.0, 2.0, 2)) if i % 3 else REALISTIC_GRAD
+        m0 = float(rng.choice([1, 3, 16, 100.5, 128]))
+        r = 1.0 if i % 4 == 0 else float(rng.integers(1, 200))
+        n = float(rng.integers(1, r + 1))
+        max_bs = float(m0 * rng.choice([1, 1.37, 2, 10, 100, 1000]))
+        lo = float(rng.choice([1, 2, 7.5, 32, 64]))
+        hi = float(rng.choice([math.inf, 2.5, 33.3, 64, 100, 256, 1000]))
+        if lo > hi:
+            continue
+        acc, single = bool(rng.integers(2)), bool(rng.integers(2))
+        hi_k = hi if math.isfinite(hi) else max_bs
+        args = (p, gp, m0, n, r, max_bs, lo, hi, acc, single)
+        fast = H._optimize_one(p, gp, m0, n, r, max_bs, lo, hi_k, acc, single)
+        assert fast is not None  # ordinary values: the shortcut runs
+        taken += 1
+        g, b, s = _general(monkeypatch, *args)
+        assert (fast[1], fast[2]) == (b, s), args
+        assert fast[0] == pytest.approx(g, rel=1e-12), args
+        assert isinstance(fast[0], float) and isinstance(fast[1], int) and isinstance(fast[2], int)
+    assert taken > 1000
+
+
+@pytest.mark.parametrize("perf,grad", [
+    (PerfParams(-1.0, 0.01, 0.0, 0.0, 0.0, 0.0, 1.5), GradParams(1.0, 1.0)),  # negative time
+    (REALISTIC, GradParams(1e-3, -2e-3)),  # negative variance
+    (REALISTIC, GradParams(0.0, 0.0)),  # the gain's denominator 0
+    (PerfParams(1e3, 1.0, 0.0, 0.0, 0.0, 0.0, 200.0), REALISTIC_GRAD),  # powers overflow
+])
+def test_one_configuration_shortcut_leaves_the_unusual_to_the_general_path(perf, grad):
+    assert H._optimize_one(perf, grad, 16.0, 1.0, 2.0, 1024.0, 1.0, 1024.0, True, True) is None
