@@ -151,3 +151,30 @@ def test_one_configuration_shortcut_equals_the_general_path(monkeypatch):
 ])
 def test_one_configuration_shortcut_leaves_the_unusual_to_the_general_path(perf, grad):
     assert H._optimize_one(perf, grad, 16.0, 1.0, 2.0, 1024.0, 1.0, 1024.0, True, True) is None
+
+
+def test_log1p_unit_is_log1p_on_the_unit_interval():
+    """The optimizer's float32 log(1 + u) (a series; XLA's CPU log is slow) to a few ulp of
+    float64's log1p on [0, 1], tiny u included; float64 input: log(1 + u) itself."""
+    import jax.numpy as jnp
+
+    from goodput_jax.model.formulas import log1p_unit
+
+    u = np.concatenate([np.linspace(0, 1, 20001), np.geomspace(1e-30, 1, 2001)])
+    got = np.asarray(log1p_unit(jnp, jnp.asarray(u, jnp.float32))).astype(np.float64)
+    want = np.log1p(u.astype(np.float32).astype(np.float64))
+    assert np.max(np.abs(got - want) / np.maximum(want, 1e-300)) < 5e-7
+    np.testing.assert_array_equal(log1p_unit(np, u), np.log(1.0 + u))
+
+
+@pytest.mark.parametrize("gamma", [-1.5, 0.7, 3.0])
+def test_kernel_t_opt_for_any_sign_of_gamma(gamma):
+    """T_opt = base * (1 + (lo/hi)**|gamma|)**(1/gamma), base hi or lo by gamma's sign, is
+    (a**gamma + n**gamma)**(1/gamma): the float64 kernel equals the host's powers."""
+    perf = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, gamma)
+    fun = GoodputFunction(perf, REALISTIC_GRAD, 128)
+    kg, kb, ks = _kernel(fun, NODES, REPLICAS, 4096, (32, 256), True, True)
+    g, b, s = fun.optimize(NODES, REPLICAS, 4096, (32, 256), True)
+    np.testing.assert_array_equal(b, kb)
+    np.testing.assert_array_equal(s, ks)
+    np.testing.assert_allclose(g, kg, rtol=1e-9)
