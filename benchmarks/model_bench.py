@@ -13,6 +13,7 @@ Usage::
 
     python benchmarks/model_bench.py            # full (AdaptDL's 10k-point fit takes minutes)
     python benchmarks/model_bench.py --quick    # small repeat counts, skips the slowest AdaptDL fit
+    python benchmarks/model_bench.py --quick --optimize-only --rounds 7   # the acceptance's two rows
 
 Timings are medians of repeated warm calls; "compile" is the first call minus
 a warm call. The machine may be shared: compare the ratios, not absolute
