@@ -13,10 +13,17 @@ Usage::
 
     python benchmarks/model_bench.py            # full (AdaptDL's 10k-point fit takes minutes)
     python benchmarks/model_bench.py --quick    # small repeat counts, skips the slowest AdaptDL fit
+    python benchmarks/model_bench.py --quick --optimize-only --rounds 7   # the acceptance's two rows
 
 Timings are medians of repeated warm calls; "compile" is the first call minus
 a warm call. The machine may be shared: compare the ratios, not absolute
-times across runs.
+times across runs. The two optimize rows (the acceptance's: 1024 configurations
+>= 10x AdaptDL, one >= 5x) are measured side by side: alternating windows of
+JAX and of a persistent AdaptDL process (``--rounds``), so both see the same
+load; their ratio is the median of the per-round ratios, each printed below
+the table with the load average, and with the ratio of CPU time per call (all
+threads of each process: a conservative stand-in for the quiet machine's ratio,
+as CPU time hardly grows with other processes' load).
 """
 
 from __future__ import annotations
@@ -128,12 +135,13 @@ out["optimize R=1..1024 (1 call)"] = measure(lambda: fn.optimize(d["sweep_n"], d
 res["scalar"] = np.array(fn.optimize(2, 8, sa["max_batch_size"], tuple(sa["atomic_bsz_range"]), sa["accumulation"]))
 out["optimize scalar"] = measure(lambda: fn.optimize(2, 8, sa["max_batch_size"], tuple(sa["atomic_bsz_range"]), sa["accumulation"]), 0.3 if quick else 1.0, inner=20)
 fe = GoodputFunction(PerfParams(*cfg["perf"]), GradParams(*cfg["grad"]), 16)
-res["eval"] = fe(d["eval_n"], d["eval_r"], d["eval_b"], d["eval_s"])
-out["evaluate 1e6 points"] = measure(lambda: fe(d["eval_n"], d["eval_r"], d["eval_b"], d["eval_s"]), 0.5 if quick else 2.0)
-p = d["fit100"]
-res["fit100"] = np.array(fit_perf_params(*p))
-out["fit 100 points"] = measure(lambda: fit_perf_params(*p), 0.5 if quick else 3.0, max_reps=3 if quick else 10)
-if not quick:
+if not cfg["optimize_only"]:
+    res["eval"] = fe(d["eval_n"], d["eval_r"], d["eval_b"], d["eval_s"])
+    out["evaluate 1e6 points"] = measure(lambda: fe(d["eval_n"], d["eval_r"], d["eval_b"], d["eval_s"]), 0.5 if quick else 2.0)
+    p = d["fit100"]
+    res["fit100"] = np.array(fit_perf_params(*p))
+    out["fit 100 points"] = measure(lambda: fit_perf_params(*p), 0.5 if quick else 3.0, max_reps=3 if quick else 10)
+if not quick and not cfg["optimize_only"]:
     p = d["fit10k"]
     t = time.perf_counter(); res["fit10k"] = np.array(fit_perf_params(*p)); out["fit 10k points"] = time.perf_counter() - t
 np.savez(sys.argv[3], **{k: np.asarray(v[0] if isinstance(v, tuple) else v) for k, v in res.items()},
@@ -152,7 +160,7 @@ def adaptdl_python() -> str | None:
     return str(cand) if cand.exists() else None
 
 
-def run_adaptdl(data: dict, quick: bool) -> tuple[dict, dict, str]:
+def run_adaptdl(data: dict, quick: bool, optimize_only: bool = False) -> tuple[dict, dict, str]:
     py = adaptdl_python()
     if py is None:
         return (
@@ -166,6 +174,7 @@ def run_adaptdl(data: dict, quick: bool) -> tuple[dict, dict, str]:
         np.savez(inp, **{k: v for k, v in data.items() if k != "batched"})
         cfg = {
             "quick": quick,
+            "optimize_only": optimize_only,
             "perf": list(PERF),
             "grad": list(GRAD),
             "scalar": SCALAR_ARGS,
@@ -189,11 +198,93 @@ def run_adaptdl(data: dict, quick: bool) -> tuple[dict, dict, str]:
     return times, results, "AdaptDL 0.2.11: " + times.pop("_versions")
 
 
+ADAPTDL_SERVER = r"""
+import json, sys, time
+import numpy as np
+from adaptdl.goodput import GoodputFunction, PerfParams, GradParams
+cfg = json.loads(sys.argv[1])
+fn = GoodputFunction(PerfParams(*cfg["perf"]), GradParams(*cfg["grad"]), 128)
+r = np.arange(1, 1025); n = np.ceil(r / 4).astype(np.int64)
+sa, sw = cfg["scalar"], cfg["sweep"]
+calls = {
+    "sweep": (lambda: fn.optimize(n, r, sw["max_batch_size"], tuple(sw["atomic_bsz_range"]), sw["accumulation"]), 1),
+    "scalar": (lambda: fn.optimize(2, 8, sa["max_batch_size"], tuple(sa["atomic_bsz_range"]), sa["accumulation"]), 20),
+}
+for f, _ in calls.values():
+    f()
+print("ready", flush=True)
+for line in sys.stdin:
+    name, window = line.split()
+    f, inner = calls[name]
+    times, start, cpu = [], time.perf_counter(), time.process_time()
+    while time.perf_counter() - start < float(window) or len(times) < 3:
+        t = time.perf_counter()
+        for _ in range(inner): f()
+        times.append((time.perf_counter() - t) / inner)
+    cpu = (time.process_time() - cpu) / (len(times) * inner)
+    print(float(np.median(times)), cpu, flush=True)
+"""
+
+
+def measure_cpu(fn, window: float, inner: int = 1) -> tuple[float, float]:
+    """(median wall seconds, process CPU seconds) per warm call over ``window``: the CPU
+    time counts every thread of the process (XLA's intra-op threads too) and, unlike the
+    wall time, hardly grows with other processes' load."""
+    fn()
+    times, start, cpu = [], time.perf_counter(), time.process_time()
+    while time.perf_counter() - start < window or len(times) < 3:
+        t = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t) / inner)
+    return float(np.median(times)), (time.process_time() - cpu) / (len(times) * inner)
+
+
+def side_by_side(calls: dict, rounds: int, window: float) -> dict:
+    """Warm time of each call here and in AdaptDL, measured in alternating windows (JAX,
+    AdaptDL, JAX, ...) so that both see the same machine load: per call the medians of
+    each side and the per-round ratios AdaptDL / JAX. ``calls`` maps "sweep"/"scalar"
+    to ``(fn, inner)``. Empty without the AdaptDL venv."""
+    py = adaptdl_python()
+    if py is None:
+        return {}
+    cfg = {"perf": list(PERF), "grad": list(GRAD), "scalar": SCALAR_ARGS, "sweep": SWEEP_ARGS}
+    proc = subprocess.Popen([py, "-c", ADAPTDL_SERVER, json.dumps(cfg)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        if proc.stdout.readline().strip() != "ready":
+            return {}
+        out: dict = {name: {k: [] for k in ("jax", "adaptdl", "jax_cpu", "adaptdl_cpu")}
+                     for name in calls}
+        for _ in range(rounds):
+            for name, (fn, inner) in calls.items():
+                wall, cpu = measure_cpu(fn, window, inner=inner)
+                out[name]["jax"].append(wall)
+                out[name]["jax_cpu"].append(cpu)
+                proc.stdin.write(f"{name} {window}\n")
+                proc.stdin.flush()
+                wall, cpu = map(float, proc.stdout.readline().split())
+                out[name]["adaptdl"].append(wall)
+                out[name]["adaptdl_cpu"].append(cpu)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    for v in out.values():
+        v["ratios"] = [a / j for a, j in zip(v["adaptdl"], v["jax"])]
+        v["cpu_ratios"] = [a / j for a, j in zip(v["adaptdl_cpu"], v["jax_cpu"])]
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--quick", action="store_true", help="few repeats; skip AdaptDL's 10k-point fit"
     )
+    ap.add_argument("--optimize-only", action="store_true",
+                    help="only the two optimize rows (the acceptance's)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="alternating JAX/AdaptDL rounds of the optimize rows (default 5 quick, 9)")
     args = ap.parse_args(argv)
     quick = args.quick
     mt = 0.2 if quick else 1.0
@@ -238,61 +329,71 @@ def main(argv=None) -> None:
     )
     scalar_out = scalar()
 
-    # evaluate 1e6
-    fe = GoodputFunction(PERF, GRAD, 16)
-    ev = lambda: fe(data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"])
-    c = first_call(ev)
-    jx[ROWS[2][0]] = measure(ev, mt)
-    comp[ROWS[2][0]] = c - jx[ROWS[2][0]]
-    npref[ROWS[2][0]] = measure(
-        lambda: ref.goodput(
+    if not args.optimize_only:
+        # evaluate 1e6
+        fe = GoodputFunction(PERF, GRAD, 16)
+        ev = lambda: fe(data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"])
+        c = first_call(ev)
+        jx[ROWS[2][0]] = measure(ev, mt)
+        comp[ROWS[2][0]] = c - jx[ROWS[2][0]]
+        npref[ROWS[2][0]] = measure(
+            lambda: ref.goodput(
+                PERF, GRAD, 16, data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"]
+            ),
+            mt,
+        )
+        eval_out = ev()
+        eval_ref = ref.goodput(
             PERF, GRAD, 16, data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"]
-        ),
-        mt,
-    )
-    eval_out = ev()
-    eval_ref = ref.goodput(
-        PERF, GRAD, 16, data["eval_n"], data["eval_r"], data["eval_b"], data["eval_s"]
-    )
-    checks[ROWS[2][0]] = f"max rel diff vs numpy {np.max(np.abs(eval_out / eval_ref - 1)):.1e}"
+        )
+        checks[ROWS[2][0]] = f"max rel diff vs numpy {np.max(np.abs(eval_out / eval_ref - 1)):.1e}"
 
-    # fits
-    fit_out = {}
-    for row, key in ((ROWS[3][0], "fit100"), (ROWS[4][0], "fit10k")):
-        p = data[key]
-        f = lambda p=p: fit_perf_params(*p)
-        c = first_call(f)
-        jx[row] = measure(f, mt, max_reps=20)
+        # fits
+        fit_out = {}
+        for row, key in ((ROWS[3][0], "fit100"), (ROWS[4][0], "fit10k")):
+            p = data[key]
+            f = lambda p=p: fit_perf_params(*p)
+            c = first_call(f)
+            jx[row] = measure(f, mt, max_reps=20)
+            comp[row] = c - jx[row]
+            npref[row] = measure(lambda p=p: ref.fit(*p), mt, max_reps=3)
+            fit_out[key] = f()
+            ratio = ref.fit_loss(fit_out[key], *p) / ref.fit_loss(ref.fit(*p), *p)
+            checks[row] = f"loss / scipy loss {ratio:.4f}"
+
+        # batched fit
+        bt = data["batched"]
+        row = ROWS[5][0]
+        fb = lambda: fit_perf_params_batched(*bt)
+        c = first_call(fb)
+        jx[row] = measure(fb, mt, max_reps=20)
         comp[row] = c - jx[row]
-        npref[row] = measure(lambda p=p: ref.fit(*p), mt, max_reps=3)
-        fit_out[key] = f()
-        ratio = ref.fit_loss(fit_out[key], *p) / ref.fit_loss(ref.fit(*p), *p)
-        checks[row] = f"loss / scipy loss {ratio:.4f}"
+        npref[row] = (
+            None
+            if quick
+            else measure(lambda: [ref.fit(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=1)
+        )
+        loop = measure(
+            lambda: [fit_perf_params(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=3
+        )
+        out_b = fb()
+        worst = max(
+            ref.fit_loss([x[j] for x in out_b], *bt[:, j])
+            / ref.fit_loss(fit_perf_params(*bt[:, j]), *bt[:, j])
+            for j in range(bt.shape[1])
+        )
+        checks[row] = f"{loop / jx[row]:.1f}x vs JAX loop of single fits; worst loss ratio {worst:.4f}"
 
-    # batched fit
-    bt = data["batched"]
-    row = ROWS[5][0]
-    fb = lambda: fit_perf_params_batched(*bt)
-    c = first_call(fb)
-    jx[row] = measure(fb, mt, max_reps=20)
-    comp[row] = c - jx[row]
-    npref[row] = (
-        None
-        if quick
-        else measure(lambda: [ref.fit(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=1)
-    )
-    loop = measure(
-        lambda: [fit_perf_params(*bt[:, j]) for j in range(bt.shape[1])], 0.0, max_reps=3
-    )
-    out_b = fb()
-    worst = max(
-        ref.fit_loss([x[j] for x in out_b], *bt[:, j])
-        / ref.fit_loss(fit_perf_params(*bt[:, j]), *bt[:, j])
-        for j in range(bt.shape[1])
-    )
-    checks[row] = f"{loop / jx[row]:.1f}x vs JAX loop of single fits; worst loss ratio {worst:.4f}"
-
-    ad_times, ad_res, ad_note = run_adaptdl(data, quick)
+    ad_times, ad_res, ad_note = run_adaptdl(data, quick, args.optimize_only)
+    rounds = args.rounds or (5 if quick else 9)
+    sbs = side_by_side({"sweep": (sweep, 1), "scalar": (scalar, 50)}, rounds, 0.1 if quick else 0.3)
+    ratios: dict = {}
+    for name, row in (("sweep", ROWS[0][0]), ("scalar", ROWS[1][0])):
+        if name in sbs:
+            v = sbs[name]
+            jx[row] = float(np.median(v["jax"]))
+            ad_times[row] = float(np.median(v["adaptdl"]))
+            ratios[row] = float(np.median(v["ratios"]))
     if ad_res:
         g = ad_res["sweep"]
         diff = np.max(np.abs(sweep_out[0] / np.where(g > 0, g, 1) - (g > 0)))
@@ -341,9 +442,11 @@ def main(argv=None) -> None:
     ]
     rows = []
     for name, target, target_x in ROWS:
+        if name not in jx:
+            continue
         t = jx[name]
         ad = ad_times.get(name)
-        ratio = None if ad is None else ad / t
+        ratio = ratios.get(name, None if ad is None else ad / t)
         met_t = t < target
         met_x = True if target_x is None or ratio is None else ratio >= target_x
         met = ("yes" if met_t and met_x else "NO") + (
@@ -370,6 +473,17 @@ def main(argv=None) -> None:
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:
         print(line(r))
+    for name, row in (("sweep", ROWS[0][0]), ("scalar", ROWS[1][0])):
+        if name in sbs:
+            v = sbs[name]
+            print(f"# {row}: {len(v['ratios'])} alternating rounds, AdaptDL/JAX per round "
+                  + " ".join(f"{x:.1f}x" for x in v["ratios"])
+                  + f" (JAX {fmt(min(v['jax']))}-{fmt(max(v['jax']))},"
+                  f" AdaptDL {fmt(min(v['adaptdl']))}-{fmt(max(v['adaptdl']))});"
+                  f" CPU time per call JAX {fmt(float(np.median(v['jax_cpu'])))} (all threads),"
+                  f" AdaptDL {fmt(float(np.median(v['adaptdl_cpu'])))}: CPU ratio per round "
+                  + " ".join(f"{x:.1f}x" for x in v["cpu_ratios"]))
+    print(f"# load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

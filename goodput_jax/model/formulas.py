@@ -132,6 +132,26 @@ def efficiency(xp: Any, grad: GradParams, m0: Any, batch: Any) -> Any:
     return gain(xp, grad.sqr, grad.var, scale) / scale
 
 
+#: ``log(1 + u) = 2 atanh(z)``, ``z = u / (2 + u)`` in ``[0, 1/3]`` for ``u`` in ``[0, 1]``:
+#: the odd series' coefficients to ``z**15`` (the next term < 3e-10, below float32's
+#: rounding), for :func:`log1p_unit`.
+_ATANH_SERIES = tuple(2.0 / (2 * k + 1) for k in range(8))
+
+
+def log1p_unit(xp: Any, u: Any) -> Any:
+    """``log(1 + u)`` for ``u`` in ``[0, 1]``: in float32 a series of 8 multiply-adds and
+    one division (XLA's CPU ``log`` costs several times more: ~20% of the optimizer's
+    time), else ``xp.log(1 + u)``."""
+    if getattr(u, "dtype", None) != np.float32:
+        return xp.log(1.0 + u)
+    z = u / (2.0 + u)
+    z2 = z * z
+    acc = _ATANH_SERIES[-1] * z2
+    for c in reversed(_ATANH_SERIES[1:-1]):
+        acc = (acc + c) * z2
+    return z * (acc + _ATANH_SERIES[0])
+
+
 def goodput_at(xp: Any, perf: PerfParams, grad: GradParams, m0: Any, network: Any, r: Any,
                b: Any, s: Any) -> Any:
     """``throughput_at * efficiency`` at ``M = R * b * (s + 1)``, with one division.
@@ -140,14 +160,18 @@ def goodput_at(xp: Any, perf: PerfParams, grad: GradParams, m0: Any, network: An
     ``efficiency = M0 (var + sqr) / (M0 var + M sqr)`` (the gain over the scale, the
     gain's denominator cleared by ``M / M0``; ``M0 / M`` where that denominator is not
     > 0, the gain being 1). The optimizer's per-candidate form: a search evaluates it
-    50 times per configuration. ``T_opt`` as :func:`optim_time`, with ``log(1 + x)`` for
-    ``log1p(x)`` (``x = (lo/hi)**gamma`` in ``(0, 1]``: the absolute error of the log, so
-    the relative error of ``T_opt``, stays ~1 ulp; ``log1p`` costs ~3x ``log`` on CPU).
+    50 times per configuration. ``T_opt`` as :func:`optim_time`, written
+    ``base * (1 + u)**(1/gamma)`` with ``u = (lo/hi)**|gamma|`` in ``[0, 1]`` (``base = hi``
+    for ``gamma > 0``, ``lo`` otherwise: the same value), and :func:`log1p_unit` for
+    ``log(1 + u)`` (the absolute error of the log, so the relative error of ``T_opt``,
+    stays ~1 ulp; ``log1p`` costs ~3x ``log`` on CPU).
     """
     accum = accum_time(xp, perf, b)
     hi = xp.maximum(accum, network)
     lo = xp.minimum(accum, network)
-    step = s * accum + hi * xp.exp(xp.log(1.0 + xp.exp(perf.gamma * xp.log(lo / hi))) / perf.gamma)
+    g = perf.gamma
+    u = xp.exp(xp.abs(g) * xp.log(lo / hi))
+    step = s * accum + xp.where(g > 0, hi, lo) * xp.exp(log1p_unit(xp, u) / g)
     batch = r * b * (s + 1.0)
     denom = m0 * grad.var + batch * grad.sqr
     ok = denom > 0

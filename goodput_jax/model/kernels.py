@@ -171,8 +171,8 @@ def optimize_fn(
     net = formulas.network_time(jnp, perf, n, r)  # once per configuration
     tol = 1e-8 if dt == jnp.float64 else 2e-6
 
-    def candidate(t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        # goodput, atomic_bsz and accum_steps of the candidate at position t in [0, 1]
+    def plan(t: jax.Array) -> tuple[jax.Array, jax.Array]:
+        # atomic_bsz and accum_steps of the candidate at position t in [0, 1]
         # (broadcasting: t of shape [C, 1, ...] gives the whole grid)
         batch = jnp.where(t == 1.0, max_bs, min_bs * jnp.exp(t * log_span))  # exact endpoint
         local = batch / r
@@ -186,24 +186,25 @@ def optimize_fn(
             steps = jnp.zeros_like(local)
             atomic = (jnp.where(r == 1.0, m0, _ceil_tol(local)) if adaptdl_single_replica
                       else _ceil_tol(local))
-        good = formulas.goodput_at(jnp, perf, grad, m0, net, r, atomic, steps)
-        good = jnp.where((min_atomic <= atomic) & (atomic <= max_atomic), good, 0.0)
-        return good, atomic, steps
+        return atomic, steps
 
     # The candidates live on a new LEADING axis: the two reductions below are then
     # elementwise maxima/minima across rows (vectorised), and only the winner's batch
-    # plan is recomputed, per configuration, instead of being gathered from the grid.
+    # plan is recomputed, per configuration, instead of being gathered from the grid
+    # (its goodput is the maximum; no goodput is recomputed).
     t = jnp.linspace(0.0, 1.0, NUM_CANDIDATES, dtype=dt)
-    good, _, _ = candidate(jnp.reshape(t, (NUM_CANDIDATES,) + (1,) * len(shape)))
+    atomic, steps = plan(jnp.reshape(t, (NUM_CANDIDATES,) + (1,) * len(shape)))
+    good = formulas.goodput_at(jnp, perf, grad, m0, net, r, atomic, steps)
+    good = jnp.where((min_atomic <= atomic) & (atomic <= max_atomic), good, 0.0)
     good = jnp.broadcast_to(good, (NUM_CANDIDATES,) + shape)
     best = jnp.max(good, axis=0)
     iota = jnp.reshape(jnp.arange(NUM_CANDIDATES, dtype=dt),
                        (NUM_CANDIDATES,) + (1,) * len(shape))
     first = jnp.min(jnp.where(good == best, iota, float(NUM_CANDIDATES)), axis=0)  # first maximum
     idx = jnp.where(first == NUM_CANDIDATES, 0, first.astype(jnp.int32))  # a NaN: the first
-    good_i, atomic, steps = (jnp.broadcast_to(x, shape) for x in candidate(t[idx]))
+    atomic, steps = (jnp.broadcast_to(x, shape) for x in plan(t[idx]))
     # best is good[idx] exactly; where it is NaN, the first candidate's value
-    good = jnp.where(jnp.isnan(best), good_i, best)
+    good = jnp.where(jnp.isnan(best), good[0], best)
     return good, atomic.astype(jnp.int32), steps.astype(jnp.int32)
 
 

@@ -103,3 +103,78 @@ def test_nan_row_gives_the_first_candidate(alpha_c):
         kg, kb, ks = optimize_fn(perf, grad, 16.0, 1.0, 2.0, 1024.0, 1.0, math.inf)
     assert math.isnan(g) and math.isnan(float(kg))
     assert (b, s) == (int(kb), int(ks)) == (8, 0)
+
+
+def _general(monkeypatch, *args):
+    """optimize_np with the one-configuration shortcut switched off."""
+    with monkeypatch.context() as m:
+        m.setattr(H, "_optimize_one", lambda *a: None)
+        return H.optimize_np(*args)
+
+
+def test_one_configuration_shortcut_equals_the_general_path(monkeypatch):
+    """The rearranged float64 search of one configuration (folded tolerances, no
+    accumulation where nothing exceeds max_atomic_bsz, no mask where nothing can fall out
+    of bounds) gives the general path's plan exactly and its goodput to rounding, over
+    random parameters, bounds, one replica and the rules of accumulation."""
+    rng = np.random.default_rng(7)
+    taken = 0
+    for i in range(1500):
+        p = PerfParams(*rng.gamma(2.0, 2.0, 7)) if i % 2 else REALISTIC
+        gp = GradParams(*rng.gamma(2.0, 2.0, 2)) if i % 3 else REALISTIC_GRAD
+        m0 = float(rng.choice([1, 3, 16, 100.5, 128]))
+        r = 1.0 if i % 4 == 0 else float(rng.integers(1, 200))
+        n = float(rng.integers(1, r + 1))
+        max_bs = float(m0 * rng.choice([1, 1.37, 2, 10, 100, 1000]))
+        lo = float(rng.choice([1, 2, 7.5, 32, 64]))
+        hi = float(rng.choice([math.inf, 2.5, 33.3, 64, 100, 256, 1000]))
+        if lo > hi:
+            continue
+        acc, single = bool(rng.integers(2)), bool(rng.integers(2))
+        hi_k = hi if math.isfinite(hi) else max_bs
+        args = (p, gp, m0, n, r, max_bs, lo, hi, acc, single)
+        fast = H._optimize_one(p, gp, m0, n, r, max_bs, lo, hi_k, acc, single)
+        assert fast is not None  # ordinary values: the shortcut runs
+        taken += 1
+        g, b, s = _general(monkeypatch, *args)
+        assert (fast[1], fast[2]) == (b, s), args
+        assert fast[0] == pytest.approx(g, rel=1e-12), args
+        assert isinstance(fast[0], float) and isinstance(fast[1], int) and isinstance(fast[2], int)
+    assert taken > 1000
+
+
+@pytest.mark.parametrize("perf,grad", [
+    (PerfParams(-1.0, 0.01, 0.0, 0.0, 0.0, 0.0, 1.5), GradParams(1.0, 1.0)),  # negative time
+    (REALISTIC, GradParams(1e-3, -2e-3)),  # negative variance
+    (REALISTIC, GradParams(0.0, 0.0)),  # the gain's denominator 0
+    (PerfParams(1e3, 1.0, 0.0, 0.0, 0.0, 0.0, 200.0), REALISTIC_GRAD),  # powers overflow
+])
+def test_one_configuration_shortcut_leaves_the_unusual_to_the_general_path(perf, grad):
+    assert H._optimize_one(perf, grad, 16.0, 1.0, 2.0, 1024.0, 1.0, 1024.0, True, True) is None
+
+
+def test_log1p_unit_is_log1p_on_the_unit_interval():
+    """The optimizer's float32 log(1 + u) (a series; XLA's CPU log is slow) to a few ulp of
+    float64's log1p on [0, 1], tiny u included; float64 input: log(1 + u) itself."""
+    import jax.numpy as jnp
+
+    from goodput_jax.model.formulas import log1p_unit
+
+    u = np.concatenate([np.linspace(0, 1, 20001), np.geomspace(1e-30, 1, 2001)])
+    got = np.asarray(log1p_unit(jnp, jnp.asarray(u, jnp.float32))).astype(np.float64)
+    want = np.log1p(u.astype(np.float32).astype(np.float64))
+    assert np.max(np.abs(got - want) / np.maximum(want, 1e-300)) < 5e-7
+    np.testing.assert_array_equal(log1p_unit(np, u), np.log(1.0 + u))
+
+
+@pytest.mark.parametrize("gamma", [-1.5, 0.7, 3.0])
+def test_kernel_t_opt_for_any_sign_of_gamma(gamma):
+    """T_opt = base * (1 + (lo/hi)**|gamma|)**(1/gamma), base hi or lo by gamma's sign, is
+    (a**gamma + n**gamma)**(1/gamma): the float64 kernel equals the host's powers."""
+    perf = PerfParams(0.121, 0.00568, 0.0236, 0.00634, 0.0118, 0.00317, gamma)
+    fun = GoodputFunction(perf, REALISTIC_GRAD, 128)
+    kg, kb, ks = _kernel(fun, NODES, REPLICAS, 4096, (32, 256), True, True)
+    g, b, s = fun.optimize(NODES, REPLICAS, 4096, (32, 256), True)
+    np.testing.assert_array_equal(b, kb)
+    np.testing.assert_array_equal(s, ks)
+    np.testing.assert_allclose(g, kg, rtol=1e-9)
