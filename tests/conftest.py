@@ -109,6 +109,12 @@ HEAVY_FIRST = (
     "tests/model/test_gradstats_truth.py",
     "tests/sched/test_sim.py",
     "tests/integrations/test_adaptive_elastic.py",
+    "tests/cluster/test_docs_job.py",
+    "tests/sched/test_precompile.py",
+    "tests/sched/test_pollux.py",
+    "tests/integrations/test_quickstart_loop.py",
+    "tests/integrations/test_hooks.py",
+    "tests/test_demo.py",
     "tests/cluster/test_checkpointing.py",
 )
 #: Most workers ``-n auto`` starts (memory: each imports JAX; the Ray group needs one).
