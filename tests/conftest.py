@@ -11,6 +11,12 @@ guard that the suite writes nothing in the repository root.
   naming each entry and the test it appeared in. pytest's own ``.pytest_cache`` and the tools'
   caches are allowed. Another process writing in the same checkout while the suite runs
   shows up here too: the message says so.
+* Under pytest-xdist (``addopts`` in pyproject.toml: ``-n auto --dist loadfile``) the suite
+  runs on up to 4 workers, one per core (none when the command names a single file: that
+  runs in this process, as without xdist). Each file runs whole on one worker, and the
+  modules that start a sandboxed Ray cluster run one after another on one worker, first,
+  while the other workers take the rest, heaviest first (:data:`RAY_CLUSTER_MODULES`,
+  :data:`HEAVY_FIRST`). Every worker has its own session directory (store, caches).
 """
 
 import atexit
@@ -83,3 +89,79 @@ def _repo_root_unchanged_by_the_session():
         pytest.fail(f"the tests wrote in the repository root {REPO_ROOT}: {where}; write under "
                     f"tmp_path and pass explicit stores (or another process wrote in this "
                     f"checkout meanwhile)", pytrace=False)
+
+
+# ------------------------------------------------------------------- pytest-xdist layout
+#: The modules that each start a sandboxed Ray cluster (a few Ray daemons per node and
+#: small JAX jobs, 15-80 s each): one scope under xdist, so one worker runs them one after
+#: another (never two clusters at once on a 2-core machine), and first (the longest).
+RAY_CLUSTER_MODULES = (
+    "tests/cluster/test_cluster.py",
+    "tests/cluster/test_autoscale_ray.py",
+    "tests/cluster/test_raylet_kill.py",
+    "tests/cluster/test_ray_lines.py",
+)
+#: The next heaviest modules (measured: ``--durations``), longest first: started early so
+#: that the many small modules fill the end of the run on every worker. A stale entry only
+#: changes the order.
+HEAVY_FIRST = (
+    "tests/test_notebooks.py",
+    "tests/model/test_gradstats_truth.py",
+    "tests/sched/test_sim.py",
+    "tests/integrations/test_adaptive_elastic.py",
+    "tests/cluster/test_docs_job.py",
+    "tests/sched/test_precompile.py",
+    "tests/sched/test_pollux.py",
+    "tests/integrations/test_quickstart_loop.py",
+    "tests/integrations/test_hooks.py",
+    "tests/test_demo.py",
+    "tests/cluster/test_checkpointing.py",
+)
+#: Most workers ``-n auto`` starts (memory: each imports JAX; the Ray group needs one).
+MAX_WORKERS = 4
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core (at most :data:`MAX_WORKERS`); none (this process,
+    as without xdist) on one core or when the arguments name one test file."""
+    env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if env:
+        return int(env)
+    files = {_module(a) for a in config.args}
+    if len(files) <= 1 and all(os.path.isfile(f) for f in files):
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = min(cores or 1, MAX_WORKERS)
+    return n if n > 1 else 0
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the Ray-cluster modules as one file, in collection order
+    (which :func:`pytest_collection_modifyitems` sets on the workers), not by test count."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RayClustersTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module(nodeid)
+            return "ray-cluster modules" if module in RAY_CLUSTER_MODULES else module
+
+    config.option.loadscopereorder = False
+    return RayClustersTogether(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker: the Ray-cluster modules first, then :data:`HEAVY_FIRST`, then
+    the rest in their usual order (every worker sorts the same collection the same way).
+    A run without workers keeps pytest's order."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {m: i for i, m in enumerate(RAY_CLUSTER_MODULES + HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))
