@@ -57,6 +57,7 @@ class EventWriter:
         self.dropped = 0
         self.written = 0
         self.cpu_seconds = 0.0
+        self._c0 = 0.0  # the writer thread's CPU clock at its last count
         self._warned_drop = False
         self._warned_store = False
         self._drop_lock = threading.Lock()
@@ -86,14 +87,20 @@ class EventWriter:
         while True:
             self._wake.wait(self._interval)
             self._wake.clear()
-            c0 = time.thread_time()
+            self._c0 = time.thread_time()
             self.drain()
             stop = self._stop.is_set()
             if stop:
                 self.drain()
-            self.cpu_seconds += time.thread_time() - c0
+            self._count_cpu()
             if stop:
                 return
+
+    def _count_cpu(self) -> None:
+        """Add the writer thread's CPU since the last count (on the writer thread only)."""
+        now = time.thread_time()
+        self.cpu_seconds += now - self._c0
+        self._c0 = now
 
     def drain(self) -> None:
         """Write everything queued now (the writer thread, or inline when synchronous)."""
@@ -117,6 +124,8 @@ class EventWriter:
                     ok_since_marker &= self._write(batch)
                     batch = []
                 item.ok = ok_since_marker
+                if threading.current_thread() is self._thread:
+                    self._count_cpu()  # a flush's caller reads what the flush cost
                 item.done.set()
                 ok_since_marker = True
                 continue

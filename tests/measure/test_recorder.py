@@ -477,3 +477,39 @@ def test_span_start_listeners_run_before_each_span_start_is_stamped(store, caplo
     with off.data_loading():
         pass
     assert len(calls) == 4
+
+
+def test_writer_cpu_seconds_includes_the_work_of_the_flush_just_returned(store):
+    """``flush()`` returns once its events are written; the writer's CPU for them is counted
+    by then. It was added after the flush's waiter was released, so a read right after the
+    flush could miss it (0.0 once in CI under load). A trace on the writer thread holds it
+    for 50 ms just after its drain, where the old order left the count undone."""
+    import inspect
+    import threading
+    import time
+
+    from goodput_jax.measure import writer as writer_mod
+
+    lines, first = inspect.getsourcelines(writer_mod.EventWriter._loop)
+    after_drain = first + next(i for i, ln in enumerate(lines) if "self._stop.is_set()" in ln)
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno == after_drain:
+            time.sleep(0.05)
+        return local
+
+    def trace(frame, event, arg):
+        return local if frame.f_code is writer_mod.EventWriter._loop.__code__ else None
+
+    threading.settrace(trace)
+    try:
+        rec = _rec(store, flush_interval=3600.0)  # its writer thread starts traced
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    try:
+        for i in range(20):
+            rec.record_step_start_time(i)
+        assert rec.flush(timeout=30)
+        assert rec.writer_cpu_seconds > 0.0
+    finally:
+        rec.close()
