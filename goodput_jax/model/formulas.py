@@ -142,7 +142,7 @@ def log1p_unit(xp: Any, u: Any) -> Any:
     """``log(1 + u)`` for ``u`` in ``[0, 1]``: in float32 a series of 8 multiply-adds and
     one division (XLA's CPU ``log`` costs several times more: ~20% of the optimizer's
     time), else ``xp.log(1 + u)``."""
-    if getattr(u, "dtype", None) != np.float32:
+    if xp.result_type(u) != np.float32:  # the array's own dtype (a Python float: float64)
         return xp.log(1.0 + u)
     z = u / (2.0 + u)
     z2 = z * z
