@@ -30,6 +30,14 @@ host-to-device copy, with short and long steps; and its control, ``sleep6-lagged
 same loop with a loader that sleeps 6 ms (I/O: the GIL released), which separates the GIL
 hand-over from a thread's wake-up.
 
+Beside each row, in brackets: how many steps were seen more than 1 ms late (median over the
+repeats) and how much of the goodput error they make (the recorded goodput minus the same
+with only those ends replaced by the trace's: a late end of a step the device followed at
+once with a queued one moves no time, and shows as +0.00), and how long the watcher thread
+was runnable without a CPU per step (Linux's schedstat run delay over the loop, every wait
+of the watcher's counted: its wake-ups for the GIL too; on 2 cores XLA's compute threads and
+the training thread take both).
+
 The loaded arms run the same shapes beside ``python -c "while True: pass"`` started here and
 killed after. The plain arms record with the default ``StepRecorder`` (the switch interval
 at 0.1 ms from a badput span's start while a step is in flight to the next step call); the
@@ -213,6 +221,24 @@ def trace_step_ends(trace_dir: str, n: int, dispatch: list[float]) -> list[float
     return best
 
 
+#: a device end seen later than this after the trace's is "late": the table shows how many
+#: and how much of the goodput error they make (the recorded goodput minus the same with
+#: only those ends replaced by the trace's)
+LATE_S = 1e-3
+
+
+def _run_delay_ns(tid: int | None) -> int | None:
+    """Linux's count of the nanoseconds thread ``tid`` of this process has spent runnable
+    but waiting for a CPU (``/proc/self/task/TID/schedstat``, second field); None elsewhere."""
+    if tid is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_shape(shape: Shape, size: int, steps: int, tmp: str,
               options: dict | None = None) -> dict:
     """One shape, recorded (``StepRecorder(**options)``), under a trace; returns the errors
@@ -261,7 +287,14 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str,
     rec.record_job_start_time()
     dispatch, returned = [], []
     prev = None
+    watcher: list = [None, None]  # the watcher's thread id, its run delay at step 1
     for i in range(steps):
+        if i == 1:  # the watcher runs from the first tracked step on
+            import threading
+
+            watcher[0] = next((t.native_id for t in threading.enumerate()
+                               if t.name == "goodput-step-watcher"), None)
+            watcher[1] = _run_delay_ns(watcher[0])
         if shape.save_every and i and i % shape.save_every == 0:
             rec.record_checkpoint_save_start_time(i)
             jax.device_get(w)  # waits for the queued steps, then copies
@@ -295,6 +328,7 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str,
                 float(prev["loss"])
             prev = m
     jax.block_until_ready(w)
+    delay_end = _run_delay_ns(watcher[0])
     steps_rec.close()
     rec.record_job_end_time()
     jax.profiler.stop_trace()
@@ -307,9 +341,16 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str,
                                         timestamp=true_end[e.step])
                     if e.kind.value == "step_device_end" else
                     dataclasses.replace(e, job_name=shape.name + "-truth") for e in events]
-    store.append(truth_events)
+    # the recorded ends, except those seen over 1 ms late: the error left without them
+    ontime_events = [dataclasses.replace(e, job_name=shape.name + "-ontime",
+                                         timestamp=true_end[e.step])
+                     if e.kind.value == "step_device_end"
+                     and e.timestamp - true_end[e.step] > LATE_S else
+                     dataclasses.replace(e, job_name=shape.name + "-ontime") for e in events]
+    store.append(truth_events + ontime_events)
     out = {}
-    for arm, job in (("rec", shape.name), ("truth", shape.name + "-truth")):
+    for arm, job in (("rec", shape.name), ("truth", shape.name + "-truth"),
+                     ("ontime", shape.name + "-ontime")):
         calc = GoodputCalculator(job, job, store=store)
         det = calc.get_job_goodput_details()
         dev = calc.get_step_deviation()
@@ -323,8 +364,13 @@ def run_shape(shape: Shape, size: int, steps: int, tmp: str,
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
     sig_lags = sorted(1e6 * (sig_seen[i] - true_end[i]) for i in sig_seen)
     lags = [seen[i] - true_end[i] for i in range(steps) if i in seen]
+    late = [x for x in lags if x > LATE_S]
+    cpu_wait = (None if delay_end is None or watcher[1] is None
+                else (delay_end - watcher[1]) / 1e3 / (steps - 1))
     return {"shape": shape.name, "goodput": g, "truth_goodput": tg, "pp": g - tg,
             "lag_mean_us": 1e6 * statistics.fmean(lags),
+            "late": (len(late), g - out["ontime"][0]),
+            "cpu_wait_us": cpu_wait,
             "sig": (len(sig_lags), sig_lags[len(sig_lags) // 2] if sig_lags else 0.0,
                     statistics.fmean(sig_lags) if sig_lags else 0.0),
             "step_ms": 1e3 * st, "truth_step_ms": 1e3 * tst, "step_pct": 100 * (st / tst - 1),
@@ -374,6 +420,13 @@ def print_table(runs: dict[str, list[dict]], where: str) -> None:
             flag += (f"  [SIGALRM poll saw {rows[0]['sig'][0]} steps ready, lag med/mean "
                      f"{statistics.median(r['sig'][1] for r in rows):.0f}/"
                      f"{statistics.median(r['sig'][2] for r in rows):.0f} us]")
+        late = statistics.median(r["late"][0] for r in rows)
+        flag += (f"  [{late:.0f} steps >1 ms late: "
+                 f"{statistics.median(r['late'][1] for r in rows):+.2f} pp of it")
+        waits = [r["cpu_wait_us"] for r in rows if r["cpu_wait_us"] is not None]
+        if waits:
+            flag += f"; watcher runnable, no CPU: {statistics.median(waits):.0f} us/step"
+        flag += "]"
         print(f"{name:<19}{_med(rows, 'goodput'):>8.2f}{_med(rows, 'truth_goodput'):>7.2f}"
               f"{pp:>+8.2f}{rng:>14}{_med(rows, 'step_ms'):>8.3f}{pct:>+7.1f}{lag:>16}"
               f"{claims:>14}{_med(rows, 'load'):>5.1f}{flag}")

@@ -168,3 +168,32 @@ def test_span_switch_interval_none_and_no_step_in_flight(tmp_path, long_switch):
         steps.close()
         rec.close()
         assert sys.getswitchinterval() == 2.0
+
+
+def test_a_watcher_already_waiting_for_the_gil_takes_up_the_span_interval(tmp_path, long_switch):
+    """The watcher, handed a step at the step call, is already waiting for the GIL (with
+    the user's long interval) when the training thread enters its loading span: shortening
+    the interval there must reach that wait too (CPython reads the interval when a wait
+    starts, so the waiter would sit out the 2 s it started with). The step (about 0.1 s,
+    queued) ends inside 1 s of Python in the span: its end is recorded within the Python
+    (0.5 s of margin for a loaded machine; before, after the Python, >= 1 s)."""
+    step_fn, w, x = queued_step(size=768, depth=8)
+    db = tmp_path / "stale.db"
+    rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True, store=f"sqlite:///{db}")
+    steps = runtime.StepRecorder(rec, compile_times=False)
+    recorded = steps.wrap(step_fn)
+    w, m = recorded(0, w, x)
+    float(m)  # the first step, waited for: the watcher goes idle
+    w, m = recorded(1, w, x)  # handed over: the watcher wakes and wants the GIL
+    py_load(0.005)  # bookkeeping before the loader: the watcher's wait starts (2 s interval)
+    with rec.data_loading():
+        t0 = time.time()
+        py_load(1.0)  # the loader: 1 s of Python holding the GIL
+        t1 = time.time()
+    w, m = recorded(2, w, x)
+    float(m)
+    steps.close()
+    rec.close()
+    end = _device_end(db, 1)
+    assert t1 - t0 >= 1.0
+    assert end - t0 < 0.5, (end - t0, steps.hook_claims, steps.span_claims)
