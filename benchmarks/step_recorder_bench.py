@@ -291,7 +291,7 @@ def loop_overhead(size: int, rounds: int, steps_per_round: int) -> dict:
             "recorded": steps.observed, "tracked": steps.tracked}
 
 
-def _py_work(n: int) -> int:
+def py_work(n: int) -> int:
     """``n`` rounds of a tokeniser-like loop of dict updates (a fixed amount of Python work,
     holding the GIL: unlike ``py_load``, which runs for a fixed time, its time grows with
     every GIL hand-over it has to make)."""
@@ -306,8 +306,8 @@ def _py_work(n: int) -> int:
 
 
 def _work_for(seconds: float) -> int:
-    """The rounds of :func:`_py_work` that take about ``seconds`` here (the best of 5)."""
-    best = min(_timed(_py_work, 200) for _ in range(5))
+    """The rounds of :func:`py_work` that take about ``seconds`` here (the best of 5)."""
+    best = min(_timed(py_work, 200) for _ in range(5))
     return max(1, round(200 * seconds / best))
 
 
@@ -331,7 +331,7 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int,
     step is in flight to the next step call), for ``None`` (left alone) and for
     ``switch_interval=1e-4`` (short while the watcher runs), each arm on its own recorder,
     the arms' rounds in rotating order: median of round ratios. ``python_load``: each load is
-    a fixed amount of Python work holding the GIL (``_py_work``, a Python-heavy loader: the
+    a fixed amount of Python work holding the GIL (``py_work``, a Python-heavy loader: the
     watcher contends for the GIL when the step ends inside it, and every hand-over lengthens
     the load) instead of ``time.sleep``; ``threads`` > 1: that
     Python split over as many threads run together (a threaded loader: its threads contend
@@ -355,9 +355,9 @@ def span_loop_overhead(size: int, rounds: int, steps_per_round: int,
 
         def load(seconds: float) -> None:
             if threads == 1:
-                _py_work(rounds_of_work)
+                py_work(rounds_of_work)
                 return
-            ts = [threading.Thread(target=_py_work, args=(rounds_of_work // threads,))
+            ts = [threading.Thread(target=py_work, args=(rounds_of_work // threads,))
                   for _ in range(threads)]
             for t in ts:
                 t.start()

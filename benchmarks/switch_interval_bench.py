@@ -26,19 +26,10 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from step_recorder_bench import py_work as work  # noqa: E402  (a tokeniser-like loop)
+
 INTERVALS = (5e-3, 1e-4, 1e-5)
-
-
-def work(n: int) -> int:
-    """``n`` rounds of a tokeniser-like loop of dict updates (pure Python, holding the GIL)."""
-    words = [f"tok{j}" for j in range(64)]
-    acc = 0
-    for _ in range(n):
-        d: dict = {}
-        for w in words:
-            d[w] = d.get(w, 0) + len(w)
-        acc += len(d)
-    return acc
 
 
 def timed_threads(threads: int, rounds_of_work: int) -> float:

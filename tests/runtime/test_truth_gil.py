@@ -40,18 +40,30 @@ def _device_end(db, step: int) -> float:
         store.close()
 
 
+def _no_profile(frame, event, arg) -> None:
+    """A profile function that does nothing (the user's profiler, to the recorder)."""
+
+
+def _first_step_waited(tmp_path, name: str, size: int, depth: int, **options):
+    """A StepRecorder on a SQLite recorder, its step (``queued_step(size, depth)``) wrapped,
+    the first step run and waited for: ``(db, rec, steps, recorded, w, x)``."""
+    step_fn, w, x = queued_step(size=size, depth=depth)
+    db = tmp_path / f"{name}.db"
+    rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True, store=f"sqlite:///{db}")
+    steps = runtime.StepRecorder(rec, compile_times=False, **options)
+    recorded = steps.wrap(step_fn)
+    w, m = recorded(0, w, x)
+    float(m)  # the first step, waited for
+    return db, rec, steps, recorded, w, x
+
+
 def test_device_end_seen_while_the_training_thread_runs_python(tmp_path, long_switch):
     """A step (tens of ms of device work, queued: nothing waits for it) ends while the
     training thread runs 1 s of pure Python holding the GIL: with ``switch_interval=1e-3``
     the watcher records it within the Python, 0.5 s of margin for a loaded machine (the old
     recorder: after the Python, >= 1 s, since the user's interval is 2 s)."""
-    step_fn, w, x = queued_step(size=512, depth=6)
-    db = tmp_path / "gil.db"
-    rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True, store=f"sqlite:///{db}")
-    steps = runtime.StepRecorder(rec, compile_times=False, switch_interval=1e-3)
-    recorded = steps.wrap(step_fn)
-    w, m = recorded(0, w, x)
-    float(m)  # the first step, waited for
+    db, rec, steps, recorded, w, x = _first_step_waited(tmp_path, "gil", 512, 6,
+                                                        switch_interval=1e-3)
     w, m = recorded(1, w, x)
     t0 = time.time()
     py_load(1.0)  # the loader: 1 s of Python holding the GIL
@@ -63,6 +75,7 @@ def test_device_end_seen_while_the_training_thread_runs_python(tmp_path, long_sw
     end = _device_end(db, 1)
     assert t1 - t0 >= 1.0
     assert end - t0 < 0.5, (end - t0, steps.hook_claims, steps.span_claims)
+
 
 
 def test_switch_interval_default_none_and_changed_meanwhile(tmp_path, long_switch):
@@ -126,13 +139,7 @@ def test_device_end_seen_while_a_loading_span_runs_python(tmp_path, long_switch)
     short inside that span only (the user's before it and after the next step call), and the
     watcher records the end within the Python (0.5 s of margin for a loaded machine; the
     old recorder: after the Python, >= 1 s, the user's interval being 2 s)."""
-    step_fn, w, x = queued_step(size=512, depth=6)
-    db = tmp_path / "span.db"
-    rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True, store=f"sqlite:///{db}")
-    steps = runtime.StepRecorder(rec, compile_times=False)
-    recorded = steps.wrap(step_fn)
-    w, m = recorded(0, w, x)
-    float(m)  # the first step, waited for
+    db, rec, steps, recorded, w, x = _first_step_waited(tmp_path, "span", 512, 6)
     w, m = recorded(1, w, x)
     assert sys.getswitchinterval() == 2.0  # no span yet: the user's
     with rec.data_loading():
@@ -149,6 +156,7 @@ def test_device_end_seen_while_a_loading_span_runs_python(tmp_path, long_switch)
     end = _device_end(db, 1)
     assert t1 - t0 >= 1.0
     assert end - t0 < 0.5, (end - t0, steps.hook_claims, steps.span_claims)
+
 
 
 def test_span_switch_interval_none_and_no_step_in_flight(tmp_path, long_switch):
@@ -174,22 +182,23 @@ def test_a_watcher_already_waiting_for_the_gil_takes_up_the_span_interval(tmp_pa
     """The watcher, handed a step at the step call, is already waiting for the GIL (with
     the user's long interval) when the training thread enters its loading span: shortening
     the interval there must reach that wait too (CPython reads the interval when a wait
-    starts, so the waiter would sit out the 2 s it started with). The step (about 0.1 s,
+    starts, so the waiter would sit out the 2 s it started with). The step (0.2-0.5 s,
     queued) ends inside 1 s of Python in the span: its end is recorded within the Python
     (0.5 s of margin for a loaded machine; before, after the Python, >= 1 s)."""
-    step_fn, w, x = queued_step(size=768, depth=8)
-    db = tmp_path / "stale.db"
-    rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True, store=f"sqlite:///{db}")
-    steps = runtime.StepRecorder(rec, compile_times=False)
-    recorded = steps.wrap(step_fn)
-    w, m = recorded(0, w, x)
-    float(m)  # the first step, waited for: the watcher goes idle
-    w, m = recorded(1, w, x)  # handed over: the watcher wakes and wants the GIL
-    py_load(0.005)  # bookkeeping before the loader: the watcher's wait starts (2 s interval)
-    with rec.data_loading():
-        t0 = time.time()
-        py_load(1.0)  # the loader: 1 s of Python holding the GIL
-        t1 = time.time()
+    # the first step, waited for: the watcher goes idle
+    db, rec, steps, recorded, w, x = _first_step_waited(tmp_path, "stale", 1024, 8)
+    # a profile function of the user's: the recorder then installs no readiness hook (the
+    # hook, a profile function on this thread, would now and then see the end itself)
+    sys.setprofile(_no_profile)
+    try:
+        w, m = recorded(1, w, x)  # handed over: the watcher wakes and wants the GIL
+        py_load(0.03)  # bookkeeping before the loader: the watcher's wait starts (2 s)
+        with rec.data_loading():
+            t0 = time.time()
+            py_load(1.0)  # the loader: 1 s of Python holding the GIL
+            t1 = time.time()
+    finally:
+        sys.setprofile(None)
     w, m = recorded(2, w, x)
     float(m)
     steps.close()
