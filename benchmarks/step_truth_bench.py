@@ -40,11 +40,12 @@ the training thread take both).
 
 The loaded arms run the same shapes beside ``python -c "while True: pass"`` started here and
 killed after. The plain arms record with the default ``StepRecorder`` (the switch interval
-at 0.1 ms from a badput span's start while a step is in flight to the next step call); the
+at 0.01 ms from a badput span's start while a step is in flight to the next step call); the
 ``-none`` arms with ``span_switch_interval=None`` (the interval left alone: what the
 default replaces); the ``-si`` arms with ``switch_interval=SI`` (held while the watcher
 runs, opt-in), side by side in the same run.
-``-ssi`` arms: ``span_switch_interval=SSI`` (``--ssi``, 1e-5 by default).
+``-ssi`` arms: ``span_switch_interval=SSI`` (``--ssi``, 1e-4 by default: the default until
+issue 44's last round).
 ``--switch S`` sets ``sys.setswitchinterval(S)`` for the whole run (a diagnostic of the GIL
 hand-over only). The ``-sig`` arms are the default recorder plus a diagnostic that records
 nothing: the training thread itself polls the newest step by ``SIGALRM`` every ``--sig``
@@ -464,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", default="quiet,loaded,quiet-none,loaded-none", help=ARMS_HELP)
     p.add_argument("--si", type=float, default=1e-4,
                    help="the switch_interval of the -si arms (seconds)")
-    p.add_argument("--ssi", type=float, default=1e-5,
+    p.add_argument("--ssi", type=float, default=1e-4,
                    help="the span_switch_interval of the -ssi arms (seconds)")
     p.add_argument("--sig", type=float, default=1e-4,
                    help="the -sig arms' SIGALRM period inside the spans (seconds; diagnostic)")

@@ -154,14 +154,19 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
             process-wide) is at most this; the last such recorder to close puts the old one
             back (unless changed meanwhile). A loader's Python holding the GIL while the
             device finishes a step nothing waits for delays the watcher by up to Python's
-            switch interval (5 ms; docs/semantics.md); ``1e-4`` bounds that in loops that
+            switch interval (5 ms; docs/semantics.md); ``1e-5`` bounds that in loops that
             mark no spans too, at the price of more GIL hand-overs between Python threads
             all the time. None (the default): left alone.
         span_switch_interval: seconds; from the start of a badput span (``with
             recorder.data_loading():``, a checkpoint, a custom span) during which a step is
             in flight, to the next step call, the switch interval is at most this (then put
             back): only the window where a loader's Python would delay the watcher (a loop
-            that marks no spans pays nothing). Default ``1e-4``; None: left alone.
+            that marks no spans pays nothing). Default ``1e-5`` (the watcher's lag about
+            0.1 ms on 2 shared cores, 0.2 ms at ``1e-4``); it also hands the GIL over that
+            often between other Python threads running Python in the span: a loader of
+            more Python threads than cores ran 30% slower at 1e-5, 21% at 1e-4
+            (``benchmarks/switch_interval_bench.py``), so such a loader may want ``1e-4``
+            or None. None: left alone.
 
     Attributes:
         tracked: steps handed over (counted by the watcher as it takes them; exact once
@@ -191,7 +196,7 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
                  program_costs: bool = True, peak: DevicePeak | None = None,
                  peak_table: dict[str, DevicePeak] | None = None,
                  switch_interval: float | None = None,
-                 span_switch_interval: float | None = 1e-4):
+                 span_switch_interval: float | None = 1e-5):
         self.recorder: StepRecording = require(recorder, StepRecording)
         for name, value in (("switch_interval", switch_interval),
                             ("span_switch_interval", span_switch_interval)):
