@@ -298,8 +298,9 @@ class StepState:
     #: a step is in flight to the next step call (None: not held)
     _span_switch: list[Any]
     _start_step: Callable[..., None]
-    #: ``[wanted, held]``: the switch interval asked for (None: leave it), and whether this
-    #: recorder holds it (from the watcher's start to close; None: not)
+    #: ``[wanted, held, auto]``: the switch interval asked for (None: leave it), whether
+    #: this recorder holds it (from the watcher's start to close; None: not), and whether it
+    #: is the span interval held for a loop that marks no spans (let go at the first span)
     _switch: list[Any]
     _thread: threading.Thread | None
     _warned: bool

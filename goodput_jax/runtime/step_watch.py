@@ -218,6 +218,10 @@ class StepWatching(StepState):
                 recorder.remove_span_start_listener(poll_steps_at_span_start)
             elif steps._live:
                 steps.span_claims += steps._span_poll()
+                auto = steps._switch
+                if auto[2]:  # the loop marks spans: the hold for a loop without them ends
+                    auto[0] = auto[2] = None
+                    _restore_switch(auto)
                 span = steps._span_switch
                 if span[0] is not None and span[1] is None and (
                         steps._pending or (steps._head is not None and steps._head.t is None)):

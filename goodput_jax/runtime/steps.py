@@ -125,14 +125,12 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
       waits: a loop that runs Python while the watcher waits for the GIL, and
       no readiness query on the usual step).
 
-    The first tracked step is waited for at the second ``start`` (once, usually
-    hidden behind loading the next batch), so the store shows device ends before
-    the host runs ahead.
+    The first tracked step is waited for at the second ``start`` (once, usually hidden
+    behind loading the next batch), so the store shows device ends before the host runs ahead.
 
-    Where no thread observes readiness promptly (a loader that holds the GIL
-    while the device finishes, and a loop that never waits for its steps), a
-    device end is recorded when the watcher next gets the GIL: late by up to
-    Python's switch interval (5 ms by default; ``switch_interval`` bounds it).
+    Where no thread observes readiness promptly (a loader holding the GIL while the device
+    finishes, in a loop that never waits), the watcher records the end once it gets the GIL:
+    late by up to the switch interval, which the recorder shortens (the options below).
 
     Args:
         recorder: the :class:`~goodput_jax.measure.recorder.GoodputRecorder`
@@ -152,21 +150,16 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
         switch_interval: seconds; while the watcher runs (first tracked step to
             :meth:`close`) the interpreter's switch interval (``sys.setswitchinterval``,
             process-wide) is at most this; the last such recorder to close puts the old one
-            back (unless changed meanwhile). A loader's Python holding the GIL while the
-            device finishes a step nothing waits for delays the watcher by up to Python's
-            switch interval (5 ms; docs/semantics.md); ``1e-5`` bounds that in loops that
-            mark no spans too, at the price of more GIL hand-overs between Python threads
-            all the time. None (the default): left alone.
+            back (unless changed meanwhile): a loader's Python holding the GIL delays the
+            watcher by up to it (5 ms by default; docs/semantics.md). None (the default):
+            ``span_switch_interval``, held so until the loop's first badput span.
         span_switch_interval: seconds; from the start of a badput span (``with
             recorder.data_loading():``, a checkpoint, a custom span) during which a step is
             in flight, to the next step call, the switch interval is at most this (then put
-            back): only the window where a loader's Python would delay the watcher (a loop
-            that marks no spans pays nothing). Default ``1e-5`` (the watcher's lag about
-            0.1 ms on 2 shared cores, 0.2 ms at ``1e-4``); it also hands the GIL over that
-            often between other Python threads running Python in the span: a loader of
-            more Python threads than cores ran 30% slower at 1e-5, 21% at 1e-4
-            (``benchmarks/switch_interval_bench.py``), so such a loader may want ``1e-4``
-            or None. None: left alone.
+            back): the window where a loader's Python would delay the watcher. Default
+            ``1e-5``; a loader of more Python threads than cores may want ``1e-4`` (they
+            hand the GIL over that often: docs/semantics.md). None: left alone (in a loop
+            without spans too).
 
     Attributes:
         tracked: steps handed over (counted by the watcher as it takes them; exact once
@@ -204,9 +197,12 @@ class StepRecorder(FullPaths, StepWatching, ReadinessHook):
                                       or not 0 < value <= _SWITCH_MAX):
                 raise ValueError(f"{name} ({value!r}) must be None or a number of seconds in "
                                  f"(0, {_SWITCH_MAX}]")
-        self._switch = [None if switch_interval is None else float(switch_interval), None]
-        self._span_switch = [None if span_switch_interval is None else float(span_switch_interval),
-                             None]
+        span = None if span_switch_interval is None else float(span_switch_interval)
+        # [wanted, held, auto]: auto (no switch_interval): the span interval, let go at the
+        # first span (a loop that marks none keeps it while the watcher runs)
+        self._switch = [span if switch_interval is None else float(switch_interval), None,
+                        switch_interval is None]
+        self._span_switch = [span, None]
         self._enabled = bool(recorder.logging_enabled)
         #: whether this StepRecorder attached the recorder for compile times (then
         #: :meth:`close` detaches it: a compile after the loop is not the job's)

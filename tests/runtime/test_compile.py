@@ -55,8 +55,17 @@ def test_recompile_at_the_shape_change_matches_jax_monitoring(tmp_path):
     # what jax.monitoring itself reported for that recompile: trace + lowering + compile
     in_k = [r for r in reported if starts[k] <= r[1] and r[2] <= re.timestamp + 1e-6]
     assert {r[0] for r in in_k} == {TRACE_EVENT, LOWER_EVENT, BACKEND_COMPILE_EVENT}
-    jax_total = sum(r[3] for r in in_k)
-    assert re.payload["duration_s"] == pytest.approx(jax_total, rel=0.2)
+    # the time those spans cover: a union, since the step's trace nests the traces, lowerings
+    # and compiles of the small programs it runs eagerly (convert_element_type): a sum of
+    # their durations counts those twice (under load they grow, and the sum ran 25% over)
+    covered, reach = 0.0, -float("inf")
+    for _event, start, end, _d, _name in sorted(in_k, key=lambda r: r[1]):
+        covered += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    # at least that, at most from the step function's trace to the compile's end (the host's
+    # work between the phases counts: it is the same jit call; it grows under load)
+    trace_start = min(r[1] for r in in_k if r[0] == TRACE_EVENT and r[4] == "train_step")
+    assert covered - 1e-3 <= re.payload["duration_s"] <= re.timestamp - trace_start + 1e-3
     assert ns["steps"]._att.recompilations == 1
 
     # the calculator: measured compiles are program startup, the recompile its own bucket,

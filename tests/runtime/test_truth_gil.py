@@ -79,18 +79,20 @@ def test_device_end_seen_while_the_training_thread_runs_python(tmp_path, long_sw
 
 
 def test_switch_interval_default_none_and_changed_meanwhile(tmp_path, long_switch):
-    """By default and with ``None`` the interval is never touched (opt-in: it costs a
-    slower loop); with a value the watcher holds it and puts the user's back at ``close``;
-    a value the user sets while the watcher runs stays after ``close``."""
+    """By default (``switch_interval=None``) a loop that marks no spans has the span
+    interval (1e-5) while the watcher runs; with ``span_switch_interval=None`` too the
+    interval is never touched; with a value the watcher holds it; each puts the user's
+    back at ``close``, and a value the user sets while the watcher runs stays after it."""
     step_fn, w, x = queued_step(size=64, depth=1)
-    for option in ("default", None, 1e-3):
+    for option in ("default", "untouched", 1e-3):
         rec = goodput.GoodputRecorder("gil", "gil", logging_enabled=True,
                                       store=f"sqlite:///{tmp_path / f'{option}.db'}")
-        kw = {} if option == "default" else {"switch_interval": option}
+        kw = {"default": {}, "untouched": {"span_switch_interval": None}}.get(
+            option, {"switch_interval": option})
         steps = runtime.StepRecorder(rec, compile_times=False, **kw)
         steps(0, step_fn, w, x)
         steps(1, step_fn, w, x)
-        expect = {"default": 2.0, None: 2.0}.get(option, option)
+        expect = {"default": 1e-5, "untouched": 2.0}.get(option, option)
         assert sys.getswitchinterval() == pytest.approx(expect)
         if option == 1e-3:
             sys.setswitchinterval(0.25)  # the user changes it meanwhile
@@ -134,14 +136,15 @@ def test_span_switch_interval_validated(bad):
 
 
 def test_device_end_seen_while_a_loading_span_runs_python(tmp_path, long_switch):
-    """The default (``span_switch_interval=1e-5``): a step (tens of ms, queued) ends while the
+    """The default (``span_switch_interval=1e-5``): a step (0.2-0.5 s, queued) ends while the
     training thread runs 1 s of Python inside ``with rec.data_loading():``; the interval is
-    short inside that span only (the user's before it and after the next step call), and the
+    short inside that span (and before the loop's first span, as in a loop without spans;
+    the user's after the next step call), and the
     watcher records the end within the Python (0.5 s of margin for a loaded machine; the
     old recorder: after the Python, >= 1 s, the user's interval being 2 s)."""
-    db, rec, steps, recorded, w, x = _first_step_waited(tmp_path, "span", 512, 6)
+    db, rec, steps, recorded, w, x = _first_step_waited(tmp_path, "span", 1024, 8)
     w, m = recorded(1, w, x)
-    assert sys.getswitchinterval() == 2.0  # no span yet: the user's
+    assert sys.getswitchinterval() == pytest.approx(1e-5)  # no span yet: as a loop without
     with rec.data_loading():
         t0 = time.time()
         py_load(1.0)  # the loader: 1 s of Python holding the GIL
@@ -187,6 +190,11 @@ def test_a_watcher_already_waiting_for_the_gil_takes_up_the_span_interval(tmp_pa
     (0.5 s of margin for a loaded machine; before, after the Python, >= 1 s)."""
     # the first step, waited for: the watcher goes idle
     db, rec, steps, recorded, w, x = _first_step_waited(tmp_path, "stale", 1024, 8)
+    steps.finish()  # nothing in flight: the span below holds nothing
+    with rec.data_loading():  # a loop that marks spans: the interval is the user's (2 s)
+        pass
+    assert sys.getswitchinterval() == 2.0
+    time.sleep(0.02)  # the watcher settles idle, waiting for a hand-over (the GIL free)
     # a profile function of the user's: the recorder then installs no readiness hook (the
     # hook, a profile function on this thread, would now and then see the end itself)
     sys.setprofile(_no_profile)
@@ -203,6 +211,30 @@ def test_a_watcher_already_waiting_for_the_gil_takes_up_the_span_interval(tmp_pa
     float(m)
     steps.close()
     rec.close()
+    end = _device_end(db, 1)
+    assert t1 - t0 >= 1.0
+    assert end - t0 < 0.5, (end - t0, steps.hook_claims, steps.span_claims)
+
+
+def test_a_loop_without_spans_has_the_short_interval(tmp_path, long_switch):
+    """The default in a loop that marks no spans: a step (tens of ms, queued) ends while the
+    training thread runs 1 s of Python outside any span; the span interval is held while the
+    watcher runs, so the end is recorded within the Python (0.5 s of margin; before: after
+    the Python, >= 1 s, the user's interval being 2 s). The loop's first span lets it go."""
+    db, rec, steps, recorded, w, x = _first_step_waited(tmp_path, "nospan", 512, 6)
+    w, m = recorded(1, w, x)
+    t0 = time.time()
+    py_load(1.0)  # the loader, not marked: 1 s of Python holding the GIL
+    t1 = time.time()
+    assert sys.getswitchinterval() == pytest.approx(1e-5)
+    w, m = recorded(2, w, x)
+    steps.finish()  # every end recorded: no step in flight for the span below to hold for
+    with rec.data_loading():  # a span: from now on only the spans have it
+        pass
+    assert sys.getswitchinterval() == 2.0
+    steps.close()
+    rec.close()
+    assert sys.getswitchinterval() == 2.0
     end = _device_end(db, 1)
     assert t1 - t0 >= 1.0
     assert end - t0 < 0.5, (end - t0, steps.hook_claims, steps.span_claims)
